@@ -1,0 +1,95 @@
+"""ngram_trie: N-Gram Trie speculative decoding (seed 001, Chen et al.), with two extensions.
+
+Paper behaviour (switches off): a trie of the context's n-grams (index/ngram_trie.py), the
+longest suffix of the sequence (Lp tokens, shortened until one matches) selects a subtree,
+its num_draft most frequent nodes (a heap) form the draft tree.
+
+Extensions, each a switch, for the limits the paper names:
+- `insert_output`: generated tokens are fed into the trie as decoding goes, so the output's
+  own repetitions are drafted too (the paper's trie is built once per prompt).
+- `recency_ties`: frequency ties are broken by the most recent occurrence.
+- `size_by_cost`: the tree is cut to the size that maximises expected tokens per second of
+  verification (sizing.py): each node's path probability is estimated from trie counts times
+  a confidence learned online per matched prefix length, and the verify cost of k nodes is
+  the engine's calibrated cost model. Where the context does not predict the output, the
+  tree shrinks to nothing and the step costs what a vanilla step costs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..index.ngram_trie import NgramTrie
+from ..settings import Settings, setting
+from ..sizing import Calibration, best_prefix
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+
+
+@dataclass(frozen=True)
+class NgramTrieConfig(Settings):
+    n: int = setting(13, "n-gram window length (paper: 13).", low=2, high=64)
+    prefix_len: int = setting(3, "Maximum matched prefix length Lp (paper: 3); must be < n.", low=1, high=16)
+    num_draft: int = setting(16, "Most nodes kept from the matched subtree (paper: 16; its Table 3: 8-32).",
+                             low=1, high=256)
+    insert_output: bool = setting(True, "Also insert generated tokens into the trie (extension).")
+    recency_ties: bool = setting(True, "Break frequency ties by the most recent occurrence (extension).")
+    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
+    confidence_prior: float = setting(0.5, "Prior trust in trie probabilities before any step is seen.",
+                                      low=0.0, high=1.0, low_open=True)
+
+    def check(self) -> None:
+        if self.prefix_len >= self.n:
+            raise ConfigError("prefix_len", f"Lp must be smaller than n ({self.n}), got {self.prefix_len}")
+
+
+class NgramTrieDrafter:
+    def __init__(self, config: NgramTrieConfig, setup: DraftSetup) -> None:
+        self.config = config
+        self.trie = NgramTrie(config.n, config.prefix_len)
+        self.trie.extend(setup.prompt_ids)
+        self.calibration = Calibration(prior=config.confidence_prior)
+        self._last: tuple[int, list[float]] | None = None   # (match length, raw ratio per node)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        cfg = self.config
+        with ctx.timer("draft.search"):
+            matched, m = self.trie.match(ctx.tokens)
+            if matched is None:
+                self._last = None
+                return DraftTree.empty()
+            trust = self.calibration.factor(m) if cfg.size_by_cost else 1.0
+            cands = NgramTrie.top_nodes(matched, cfg.num_draft, trust, cfg.recency_ties)
+        with ctx.timer("draft.tree"):
+            if cfg.size_by_cost:
+                path, probs = [], []
+                for c in cands:
+                    p = trust * c.ratio * (path[c.parent] if c.parent >= 0 else 1.0)
+                    path.append(p)
+                k = best_prefix(path, ctx.verify_cost)
+                cands = cands[:k]
+            positions = [c.node.last + (m + c.depth) - 1 for c in cands]  # latest occurrence
+            sources = tuple("context" if p < ctx.prompt_len else "output" for p in positions)
+            tree = DraftTree(tuple(c.node.token for c in cands), tuple(c.parent for c in cands),
+                             sources, tuple(c.node.count for c in cands))
+            self._last = (m, [c.ratio for c in cands])
+            ctx.info.update(match_len=m, trust=round(trust, 4), positions=positions)
+            return tree
+
+    def observe(self, step: StepView) -> None:
+        if self.config.insert_output:
+            self.trie.extend(step.new_tokens)
+        if self._last is None or not step.tree.tokens:
+            return
+        m, ratios = self._last
+        tested = {-1, *step.accepted}        # nodes whose children the verifier really tried
+        accepted = set(step.accepted)
+        predicted = sum(r for i, r in enumerate(ratios) if step.tree.parents[i] in tested)
+        hits = sum(1 for i in range(len(ratios)) if step.tree.parents[i] in tested and i in accepted)
+        self.calibration.update(m, predicted, hits)
+
+
+SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
+                            "Draft trees from an n-gram trie over the context (seed 001).",
+                            "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
+                            "Speculative Decoding"))

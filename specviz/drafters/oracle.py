@@ -1,0 +1,43 @@
+"""oracle: replay a known continuation (e.g. vanilla's output) as the draft.
+
+Every draft is accepted as long as the output follows the continuation, so its speed is the
+upper bound of speculative decoding with chains of `max_tokens` on this hardware. Once the
+output leaves the continuation (sampling, or another model) it proposes nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..settings import Settings, setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+
+
+@dataclass(frozen=True)
+class OracleConfig(Settings):
+    tokens: tuple[int, ...] = setting((), "Token ids to replay (the output of a previous run).", ui=False)
+    max_tokens: int = setting(32, "Longest chain proposed per step.", low=1, high=256)
+
+
+class Oracle:
+    def __init__(self, config: OracleConfig, setup: DraftSetup) -> None:
+        self.config = config
+        self.on_track = True
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        with ctx.timer("draft.search"):
+            done = len(ctx.tokens) - ctx.prompt_len
+            cont = self.config.tokens
+            self.on_track = self.on_track and tuple(ctx.tokens[ctx.prompt_len:]) == cont[:done]
+            if not self.on_track:
+                return DraftTree.empty()
+        with ctx.timer("draft.tree"):
+            return DraftTree.chain(cont[done: done + self.config.max_tokens], "oracle")
+
+    def observe(self, step: StepView) -> None:
+        pass
+
+
+SPEC = register(DrafterSpec("oracle", OracleConfig, Oracle,
+                            "Replays a known continuation: the upper bound of speculative decoding here.",
+                            "-"))

@@ -1,0 +1,29 @@
+"""vanilla: no draft. Every step is one target forward and one token: the baseline."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..settings import Settings
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+
+
+@dataclass(frozen=True)
+class VanillaConfig(Settings):
+    pass
+
+
+class Vanilla:
+    def __init__(self, config: VanillaConfig, setup: DraftSetup) -> None:
+        pass
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        return DraftTree.empty()
+
+    def observe(self, step: StepView) -> None:
+        pass
+
+
+SPEC = register(DrafterSpec("vanilla", VanillaConfig, Vanilla,
+                            "Plain autoregressive decoding, the baseline for every speedup.",
+                            "-"))

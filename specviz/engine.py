@@ -1,0 +1,181 @@
+"""The engine: one loop for every drafter, yielding a StepRecord per speculative step.
+
+    generate_steps(lm, prompt, "ngram_trie", {...}, DecodingConfig())  -> Iterator[StepRecord]
+    generate(lm, prompt, "ngram_trie", {...}, DecodingConfig())        -> Trace
+
+Each step: 1 draft -> 2 build mask and positions -> 3 one target forward over the tree ->
+4 accept the longest valid path plus a bonus token -> 5 commit the accepted KV rows ->
+6 the drafter observes -> 7 record. A drafter that raises is switched off for the rest of
+the generation (the step degrades to plain decoding) and the error is recorded; the text
+generated so far is never lost.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
+from .accept import accept_greedy, accept_sampling
+from .decoding import DecodingConfig, target_probs
+from .drafters.base import DraftContext, Drafter, DraftSetup, StepView, get
+from .errors import PromptError
+from .kvcache import check_supported, commit
+from .models import LoadedModel
+from .prompts import Prompt
+from .settings import to_dict
+from .timing import PhaseTimer
+from .trace import StepRecord, Totals, Trace
+from .tree import DraftTree, build_buffers
+
+
+def check_fits(prompt_len: int, max_new_tokens: int, max_positions: int) -> None:
+    if prompt_len + max_new_tokens > max_positions:
+        raise PromptError(
+            f"prompt: {prompt_len} prompt tokens + max_new_tokens {max_new_tokens} exceed the "
+            f"model's context of {max_positions} tokens; shorten the context or lower max_new_tokens")
+
+
+def _fit_tree(tree: DraftTree, max_depth: int) -> DraftTree:
+    """Drop nodes deeper than max_depth (they could never be committed)."""
+    if not tree.tokens or max(tree.depths) <= max_depth:
+        return tree
+    return tree.prune([i for i, d in enumerate(tree.depths) if d <= max_depth])
+
+
+def _apply_stops(new: list[int], tokens: Sequence[int], prompt_len: int, budget: int,
+                 lm: LoadedModel, decoding: DecodingConfig) -> tuple[list[int], str | None]:
+    """Cut the step's new tokens at EOS, the token budget or a stop string."""
+    for i, tok in enumerate(new):
+        if tok in lm.eos_ids:
+            return new[: i + 1], "eos"
+    if decoding.stop:
+        out = list(tokens[prompt_len:])
+        for i in range(len(new)):
+            text = lm.tokenizer.decode(out + new[: i + 1], skip_special_tokens=True)
+            if any(s in text for s in decoding.stop):
+                return new[: i + 1], "stop_string"
+    if len(new) >= budget:
+        return new[:budget], "length"
+    return new, None
+
+
+def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: str,
+         decoding: DecodingConfig) -> Iterator[StepRecord]:
+    model, timer = lm.model, PhaseTimer(lm.device)
+    cost = lm.verify_cost.copy()                  # per-generation copy: no state shared by users
+    generator = torch.Generator().manual_seed(decoding.seed)
+    tokens = list(prompt_ids)
+    prompt_len = len(tokens)
+    cache = DynamicCache(config=model.config)
+    clock = timer.now()
+    with torch.inference_mode():
+        with timer("prefill"):                    # everything but the last token, which is the root
+            if prompt_len > 1:
+                model(input_ids=torch.tensor([tokens[:-1]], device=lm.device),
+                      past_key_values=cache, use_cache=True)
+        check_supported(cache)
+        drafter_ok, step = True, 0
+        while True:
+            past_len, budget = len(tokens) - 1, decoding.max_new_tokens - (len(tokens) - prompt_len)
+            # 1. draft (the drafter charges draft.search / draft.tree itself)
+            ctx = DraftContext(tokens, prompt_len, step, budget, cost.predict, timer)
+            tree = DraftTree.empty()
+            if drafter_ok:
+                try:
+                    tree = drafter.propose(ctx)
+                except Exception as err:  # noqa: BLE001 - any drafter bug must not kill the run
+                    drafter_ok = False
+                    ctx.info["drafter_error"] = f"drafter {name!r} failed at step {step}: {type(err).__name__}: {err}"
+            # 2. mask and positions
+            with timer("draft.tree"):
+                tree = _fit_tree(tree, min(budget - 1, lm.max_positions - 1 - past_len))
+                buf = build_buffers(tree, tokens[-1], past_len, lm.dtype, lm.device)
+            # 3. one target forward over root + tree
+            start = timer.now()
+            with timer("verify.forward"):
+                logits = model(input_ids=buf.input_ids, position_ids=buf.position_ids,
+                               attention_mask=buf.attention_mask, past_key_values=cache,
+                               use_cache=True).logits[0].float()      # [N+1, V]
+            cost.observe(len(tree), timer.now() - start)
+            # 4. accept
+            with timer("verify.accept"):
+                argmax = logits.argmax(-1).tolist()
+                shown = torch.softmax(logits, -1) if decoding.greedy else target_probs(logits, decoding)
+                if decoding.greedy:
+                    acc = accept_greedy(tree, argmax)
+                else:
+                    acc = accept_sampling(tree, shown.cpu(), generator)
+                rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long, device=shown.device)
+                node_prob = shown[rows, torch.tensor(tree.tokens, dtype=torch.long, device=shown.device)].tolist() if len(tree) else []
+            # 5. commit the accepted rows of the KV cache
+            with timer("cache.commit"):
+                commit(cache, past_len, acc.accepted)
+            new, stop = _apply_stops([tree.tokens[i] for i in acc.accepted] + [acc.bonus],
+                                     tokens, prompt_len, budget, lm, decoding)
+            tokens.extend(new)
+            # 6. the drafter learns from the outcome
+            if drafter_ok:
+                with timer("draft.update"):
+                    try:
+                        drafter.observe(StepView(tree, acc.accepted, tuple(new), tokens, tuple(argmax)))
+                    except Exception as err:  # noqa: BLE001
+                        drafter_ok = False
+                        ctx.info["drafter_error"] = f"drafter {name!r} failed in observe at step {step}: {type(err).__name__}: {err}"
+            # 7. record
+            now = timer.now()
+            record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
+                                tuple(argmax), tuple(node_prob), timer.take(), now - clock,
+                                ctx.info, stop)
+            yield record
+            clock = timer.now()                   # time spent by the consumer is not ours
+            if stop:
+                return
+            step += 1
+
+
+def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str = "vanilla",
+                   drafter_config: Mapping[str, Any] | Any = None,
+                   decoding: DecodingConfig | None = None) -> Iterator[StepRecord]:
+    """Validate everything now (raising SpecvizError), then return the step iterator."""
+    decoding = decoding or DecodingConfig()
+    spec = get(drafter)
+    config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
+    ids = tuple(prompt.ids if isinstance(prompt, Prompt) else prompt)
+    if not ids:
+        raise PromptError("prompt: no tokens to start from")
+    check_fits(len(ids), decoding.max_new_tokens, lm.max_positions)
+    setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm)
+    return _run(lm, ids, spec.make(config, setup), drafter, decoding)
+
+
+def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: Mapping[str, Any] | Any,
+                decoding: DecodingConfig, steps: Sequence[StepRecord]) -> Trace:
+    spec = get(drafter)
+    config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
+    output = tuple(t for s in steps for t in s.new_tokens)
+    ids = set(prompt.ids) | set(output)
+    for s in steps:
+        ids.update(s.tree.tokens)
+        ids.update(s.target_top)
+    ids_sorted = sorted(ids)
+    pieces = lm.tokenizer.batch_decode([[i] for i in ids_sorted])
+    errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
+    return Trace(
+        model_id=lm.model_id, drafter=drafter, drafter_config=to_dict(config),
+        decoding=to_dict(decoding), prompt_text=prompt.text, prompt_ids=tuple(prompt.ids),
+        steps=tuple(steps), output_ids=output,
+        output_text=lm.tokenizer.decode(list(output), skip_special_tokens=True),
+        token_text=dict(zip(ids_sorted, pieces)), totals=Totals.of(list(steps)),
+        stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
+        device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
+        context_char_span=prompt.context_char_span)
+
+
+def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",
+             drafter_config: Mapping[str, Any] | Any = None,
+             decoding: DecodingConfig | None = None) -> Trace:
+    decoding = decoding or DecodingConfig()
+    steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding))
+    return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)

@@ -1,0 +1,37 @@
+"""Errors that carry a message meant for the user (CLI, UI), as opposed to bugs.
+
+Every error here names what was wrong and what is allowed; front ends show `str(err)`
+and never a traceback.
+"""
+from __future__ import annotations
+
+
+class SpecvizError(Exception):
+    """Base class: a problem with the user's input or environment, with a readable message."""
+
+
+class ConfigError(SpecvizError, ValueError):
+    """A setting is out of range or inconsistent. `field` names the offending setting."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class ModelLoadError(SpecvizError):
+    """A model id or path could not be loaded."""
+
+
+class PromptError(SpecvizError, ValueError):
+    """The prompt is empty or does not fit the model's context."""
+
+
+class UnknownDrafterError(SpecvizError, KeyError):
+    """No drafter is registered under that name."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class TraceFormatError(SpecvizError, ValueError):
+    """A trace file is malformed or from another schema version."""

