@@ -1,74 +1,85 @@
-"""What one verify step costs, as a function of the draft tree's size.
+"""What one verify forward costs, as a function of how many rows it feeds the model.
 
-seconds(n) = a + b * n for a tree of n nodes (plus the root). On a GPU b is near zero up to
-a few dozen nodes; on a CPU it is not (SmolLM2-135M here: ~80 ms for 1 token, ~170 ms for
-17), so a drafter that proposes blindly loses. `calibrate()` times a few forwards when a
-model loads; during a generation the engine feeds every measured verify forward back in
-(`observe`), so the line follows the real context length. The calibration stays as a prior
-of fixed weight, which keeps the slope known even while every tree has the same size.
+The cost is measured, not assumed linear: on this 2-core CPU with MKL, SmolLM2-135M takes
+~67 ms for 1 row, ~100 ms for 2 or 3 rows (a slow matrix-multiply path), ~70 ms for 4 to 8
+rows, ~100 ms for 16 and ~137 ms for 32. `calibrate()` times a grid of row counts when a
+model loads. Two things follow:
+
+- `padded_len(m)`: the verifier pads a forward of m rows up to the grid size >= m that is
+  cheapest (3 rows run as 4). Pad rows are inert: they see only the prefix and are dropped.
+- `predict(n)`: the seconds of a verify step with a tree of n nodes (n + 1 rows, padded),
+  which drafters use to size their trees. It is non-decreasing in n.
+
+During a generation the engine feeds each measured forward back (`observe`), which keeps a
+running scale factor on top of the calibrated table: measured here, a longer context slows
+every row count by about the same factor (x1.5 for all of 1, 2, 4, 8 and 16 rows from 512 to
+1024 cached tokens), so the correction is multiplicative.
 """
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import torch
 
+GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
 
 @dataclass
 class VerifyCost:
-    a: float                     # seconds for a step with an empty tree (root only)
-    b: float                     # extra seconds per draft node
-    prior_weight: float = 4.0    # the calibration counts as this many observations
-    forget: float = 0.9          # per-step decay of older observations
-    # weighted sums of the online observations: w, w*n, w*n^2, w*t, w*n*t
-    _s: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    sizes: tuple[int, ...]          # row counts measured (1 = the root alone: plain decoding)
+    seconds: tuple[float, ...]      # measured seconds per forward at each size
+    scale: float = 1.0              # running mean of observed / calibrated seconds
+    smoothing: float = 0.2          # weight of the newest observation in `scale`
 
     def copy(self) -> "VerifyCost":
-        return VerifyCost(self.a, self.b, self.prior_weight, self.forget)
+        return VerifyCost(self.sizes, self.seconds, 1.0, self.smoothing)
+
+    def _table(self, m: int) -> float:
+        """Calibrated seconds for exactly m rows (linear between / beyond grid points)."""
+        i = bisect_left(self.sizes, m)
+        if i < len(self.sizes) and self.sizes[i] == m:
+            return self.seconds[i]
+        lo, hi = (i - 1, i) if 0 < i < len(self.sizes) else ((len(self.sizes) - 2, len(self.sizes) - 1)
+                                                            if i else (0, 1))
+        (x0, y0), (x1, y1) = (self.sizes[lo], self.seconds[lo]), (self.sizes[hi], self.seconds[hi])
+        return max(y0 + (y1 - y0) * (m - x0) / (x1 - x0), 1e-6)
+
+    def padded_len(self, m: int) -> int:
+        """The cheapest measured row count >= m (m itself beyond the grid)."""
+        options = [s for s in self.sizes if s >= m]
+        if not options:
+            return m
+        best = min(options, key=lambda s: (self._table(s), s))
+        return best
 
     def predict(self, n: int) -> float:
-        """Predicted seconds of one verify step with n draft nodes."""
-        a, b = self._fit()
-        return a + b * n
+        """Predicted seconds of a verify forward over a tree of n nodes."""
+        return self.scale * self._table(self.padded_len(n + 1))
 
-    def observe(self, n: int, seconds: float) -> None:
-        s0, s1, s2, t0, t1 = (x * self.forget for x in self._s)
-        self._s = (s0 + 1, s1 + n, s2 + n * n, t0 + seconds, t1 + n * seconds)
-
-    def _fit(self) -> tuple[float, float]:
-        # least squares over online points + prior points at n = 0 and n = 32 on the prior line
-        w = self.prior_weight / 2
-        s0, s1, s2, t0, t1 = self._s
-        s0 += 2 * w
-        s1 += w * 32
-        s2 += w * 32 * 32
-        t0 += w * (self.a + self.a + 32 * self.b)
-        t1 += w * 32 * (self.a + 32 * self.b)
-        det = s0 * s2 - s1 * s1
-        b = (s0 * t1 - s1 * t0) / det
-        b = max(b, 0.0)
-        a = max((t0 - b * s1) / s0, 1e-6)
-        return a, b
+    def observe(self, rows: int, seconds: float) -> None:
+        """A measured forward of `rows` input rows (after padding)."""
+        self.scale += self.smoothing * (seconds / self._table(rows) - self.scale)
 
 
 @torch.no_grad()
-def calibrate(model: torch.nn.Module, past_len: int = 256, sizes: tuple[int, ...] = (0, 16, 32),
+def calibrate(model: torch.nn.Module, past_len: int = 512, sizes: tuple[int, ...] = GRID,
               repeats: int = 2) -> VerifyCost:
-    """Time forwards of 1 + n tokens over a cache of `past_len` random tokens; fit a + b*n."""
+    """Time forwards of each row count over a cache of `past_len` random tokens (min of repeats)."""
     from transformers import DynamicCache  # local: keep module import light
 
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)
     cache = DynamicCache(config=model.config)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True)
-    points: list[tuple[int, float]] = []
-    for rep in range(repeats + 1):                       # the first round is a warm-up
-        for n in sizes:
-            ids = torch.randint(0, vocab, (1, n + 1), generator=gen).to(device)
-            pos = torch.arange(past_len, past_len + n + 1, device=device)[None]
+    model(input_ids=torch.randint(0, vocab, (1, past_len), generator=gen).to(device),
+          past_key_values=cache, use_cache=True)
+    best = {m: float("inf") for m in sizes}
+    for rep in range(repeats + 1):                       # round 0 is a warm-up
+        for m in sizes:
+            ids = torch.randint(0, vocab, (1, m), generator=gen).to(device)
+            pos = torch.arange(past_len, past_len + m, device=device)[None]
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
@@ -76,12 +87,7 @@ def calibrate(model: torch.nn.Module, past_len: int = 256, sizes: tuple[int, ...
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if rep > 0:
-                points.append((n, time.perf_counter() - start))
+                best[m] = min(best[m], time.perf_counter() - start)
             for layer in cache.layers:                   # drop the rows just added
                 layer.keys, layer.values = layer.keys[:, :, :past_len], layer.values[:, :, :past_len]
-    ns = torch.tensor([p[0] for p in points], dtype=torch.float64)
-    ts = torch.tensor([p[1] for p in points], dtype=torch.float64)
-    b = float(((ns - ns.mean()) * (ts - ts.mean())).sum() / ((ns - ns.mean()) ** 2).sum())
-    b = max(b, 0.0)
-    a = max(float(ts.mean() - b * ns.mean()), 1e-6)
-    return VerifyCost(a, b)
+    return VerifyCost(tuple(sizes), tuple(best[m] for m in sizes))

@@ -91,14 +91,17 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             # 2. mask and positions
             with timer("draft.tree"):
                 tree = _fit_tree(tree, min(budget - 1, lm.max_positions - 1 - past_len))
-                buf = build_buffers(tree, tokens[-1], past_len, lm.dtype, lm.device)
+                buf = build_buffers(tree, tokens[-1], past_len, lm.dtype, lm.device,
+                                    pad_to=cost.padded_len(len(tree) + 1))
+                if buf.rows > len(tree) + 1:
+                    ctx.info["pad_rows"] = buf.rows - len(tree) - 1
             # 3. one target forward over root + tree
             start = timer.now()
             with timer("verify.forward"):
                 logits = model(input_ids=buf.input_ids, position_ids=buf.position_ids,
                                attention_mask=buf.attention_mask, past_key_values=cache,
-                               use_cache=True).logits[0].float()      # [N+1, V]
-            cost.observe(len(tree), timer.now() - start)
+                               use_cache=True).logits[0, : len(tree) + 1].float()  # [N+1, V]
+            cost.observe(buf.rows, timer.now() - start)
             # 4. accept
             with timer("verify.accept"):
                 argmax = logits.argmax(-1).tolist()

@@ -102,6 +102,10 @@ def _load_embedded() -> tuple[Any, Any]:
     folder = embedded_gguf_dir()
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32)
+    # the GGUF tensors are de-quantised to fp32 on load; drop the quantiser marks so the plain
+    # weights can be saved (transformers refuses to serialise a "gguf-quantised" model)
+    model.hf_quantizer = None
+    model.config.__dict__.pop("quantization_config", None)
     try:
         converted.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(converted)

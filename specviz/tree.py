@@ -132,20 +132,34 @@ class DraftTree:
 @dataclass(frozen=True)
 class TreeBuffers:
     """The tensors one verify forward needs."""
-    input_ids: torch.Tensor      # [1, N+1]: root then the nodes
-    position_ids: torch.Tensor   # [1, N+1]: past_len + depth (root depth 0)
-    attention_mask: torch.Tensor  # [1, 1, N+1, past_len+N+1], additive: 0 = attend, min = blocked
+    input_ids: torch.Tensor      # [1, R]: root, the N nodes, then pad rows (R >= N+1)
+    position_ids: torch.Tensor   # [1, R]: past_len + depth (root and pads: depth 0)
+    attention_mask: torch.Tensor  # [1, 1, R, past_len+R], additive: 0 = attend, min = blocked
+
+    @property
+    def rows(self) -> int:
+        return int(self.input_ids.shape[1])
 
 
-def build_buffers(tree: DraftTree, root_token: int, past_len: int,
-                  dtype: torch.dtype, device: torch.device) -> TreeBuffers:
-    """Turn a tree into input ids, position ids and the 4D tree-attention mask."""
+def build_buffers(tree: DraftTree, root_token: int, past_len: int, dtype: torch.dtype,
+                  device: torch.device, pad_to: int = 0) -> TreeBuffers:
+    """Turn a tree into input ids, position ids and the 4D tree-attention mask.
+
+    `pad_to` appends inert rows (root token, root position, seeing the prefix and
+    themselves) up to that many rows, when a bigger forward is cheaper (cost.py). They come
+    after every node, so node i stays row i + 1; their outputs and KV rows are discarded.
+    """
     n = len(tree)
-    input_ids = torch.tensor([[root_token, *tree.tokens]], dtype=torch.long, device=device)
-    depth = torch.tensor((0, *tree.depths), dtype=torch.long, device=device)
+    pad = max(0, pad_to - (n + 1))
+    input_ids = torch.tensor([[root_token, *tree.tokens] + [root_token] * pad], dtype=torch.long,
+                             device=device)
+    depth = torch.tensor((0, *tree.depths) + (0,) * pad, dtype=torch.long, device=device)
     position_ids = (past_len + depth).unsqueeze(0)
-    visible = torch.ones((n + 1, past_len + n + 1), dtype=torch.bool)
-    visible[:, past_len:] = torch.from_numpy(tree.ancestor_matrix())
+    rows = n + 1 + pad
+    visible = torch.ones((rows, past_len + rows), dtype=torch.bool)
+    tree_part = torch.eye(rows, dtype=torch.bool)
+    tree_part[: n + 1, : n + 1] = torch.from_numpy(tree.ancestor_matrix())
+    visible[:, past_len:] = tree_part
     mask = torch.zeros(visible.shape, dtype=dtype)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
     return TreeBuffers(input_ids, position_ids, mask[None, None].to(device))
