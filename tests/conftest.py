@@ -1,0 +1,54 @@
+"""Shared fixtures for the engine's tests.
+
+- `tiny_lm`: a 2-layer random Llama with a 64-token vocabulary and no tokenizer (ids in,
+  StepRecords out via engine.generate_steps). Small vocabulary: greedy output repeats itself,
+  so n-gram drafts do get accepted. No EOS: every generation runs to max_new_tokens.
+- `tiny_lm_tok`: load_model("tiny-random"), the same kind of model with the embedded
+  49152-token tokenizer, for tests that need text (prompts, traces, stop strings).
+- `embedded_lm`: the embedded SmolLM2-135M-Instruct; only for tests marked `slow`.
+
+Helpers shared by several test files live here too (`run_ids`).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pytest
+import torch
+
+from specviz.cost import calibrate
+from specviz.decoding import DecodingConfig
+from specviz.engine import generate_steps
+from specviz.models import LoadedModel, load_model, tiny_random_model
+from specviz.trace import StepRecord
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: runs the embedded SmolLM2-135M model (minutes on CPU); "
+                   "deselect with -m 'not slow'")
+
+
+@pytest.fixture(scope="session")
+def tiny_lm() -> LoadedModel:
+    model = tiny_random_model(vocab_size=64, seed=0).eval()
+    return LoadedModel(model_id="tiny-64", model=model, tokenizer=None, device=torch.device("cpu"),
+                       dtype=torch.float32, max_positions=4096, eos_ids=frozenset(),
+                       verify_cost=calibrate(model))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_tok() -> LoadedModel:
+    return load_model("tiny-random", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def embedded_lm() -> LoadedModel:
+    return load_model("embedded", device="cpu", dtype="float32")
+
+
+def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
+            config: Any = None, **decoding: Any) -> tuple[list[int], list[StepRecord]]:
+    """Generate from token ids; returns (output ids, step records)."""
+    steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding)))
+    return [t for s in steps for t in s.new_tokens], steps
