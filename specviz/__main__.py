@@ -1,0 +1,4 @@
+"""`python -m specviz ...`: see specviz/cli.py."""
+from .cli import main
+
+raise SystemExit(main())
