@@ -11,6 +11,7 @@ Helpers shared by several test files live here too (`run_ids`).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import pytest
@@ -21,6 +22,10 @@ from specviz.decoding import DecodingConfig
 from specviz.engine import generate_steps
 from specviz.models import LoadedModel, load_model, tiny_random_model
 from specviz.trace import StepRecord
+
+# The test models are tiny: one thread is ~10x faster than two when the other core is busy
+# (OpenMP threads spin waiting for each other). SPECVIZ_TEST_THREADS overrides.
+torch.set_num_threads(int(os.environ.get("SPECVIZ_TEST_THREADS", "1")))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,159 @@
+"""Greedy speculative decoding is lossless: every drafter's output is token-identical to
+plain greedy decoding, which itself equals transformers' own greedy `generate`."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from conftest import run_ids
+from specviz.cost import VerifyCost
+from specviz.drafters import REGISTRY
+
+NEW = 64
+
+_rng = random.Random(1234)
+_SEED_PROMPT = [1, 2, 3]       # its greedy continuation on tiny_lm starts with ten 3s
+
+
+def _prompts(tiny_lm) -> dict[str, list[int]]:
+    cont, _ = run_ids(tiny_lm, _SEED_PROMPT, max_new_tokens=24)
+    return {
+        "repetitive": [5, 6, 7, 8, 9] * 6,
+        # 30 distinct ids: no n-gram of the prompt occurs twice
+        "distinct": random.Random(7).sample(range(64), 30),
+        # the model's own continuation, repeated: the output re-uses the prompt's n-grams
+        "self_repeated": (_SEED_PROMPT + cont) * 2,
+        "loop": [1, 2, 3, 3, 3, 3, 3, 3],
+    }
+
+
+@pytest.fixture(scope="module")
+def cases(tiny_lm):
+    """prompt name -> (prompt, vanilla output)."""
+    out = {}
+    for name, prompt in _prompts(tiny_lm).items():
+        vanilla, steps = run_ids(tiny_lm, prompt, max_new_tokens=NEW)
+        assert len(vanilla) == NEW and len(steps) == NEW
+        assert all(s.tree.tokens == () and s.accepted == () for s in steps)
+        out[name] = (prompt, vanilla)
+    return out
+
+
+PAPER_MODE = {"insert_output": False, "recency_ties": False, "size_by_cost": False}
+
+# (drafter, config) pairs: every registered drafter with its defaults, plus variants
+CONFIGS = [(name, {}) for name in sorted(REGISTRY) if name not in ("vanilla", "oracle")] + [
+    ("ngram_trie", PAPER_MODE),
+    ("ngram_trie", {"size_by_cost": False}),
+    ("ngram_trie", {"size_by_cost": False, "num_draft": 48, "prefix_len": 1, "n": 4}),
+    ("prompt_lookup", {"max_ngram": 1, "num_tokens": 20}),
+]
+# configs that must get some draft accepted on these prompts (the ones that always draft)
+MUST_ACCEPT = {("ngram_trie", str(PAPER_MODE)), ("ngram_trie", str({"size_by_cost": False})),
+               ("prompt_lookup", str({}))}
+
+
+def _no_padding(lm):
+    """A linear cost table: the engine never pads a forward (padded_len(m) == m)."""
+    sizes = tuple(range(1, 129))
+    return dataclasses.replace(lm, verify_cost=VerifyCost(sizes, tuple(float(s) for s in sizes)))
+
+
+@pytest.mark.parametrize("cost", ["calibrated", "linear"])
+@pytest.mark.parametrize("drafter,config", CONFIGS, ids=[f"{d}-{c}" for d, c in CONFIGS])
+def test_greedy_drafter_equals_vanilla(tiny_lm, cases, drafter, config, cost):
+    lm = tiny_lm if cost == "calibrated" else _no_padding(tiny_lm)
+    accepted = drafted = 0
+    for name, (prompt, vanilla) in cases.items():
+        out, steps = run_ids(lm, prompt, drafter, config, max_new_tokens=NEW)
+        assert out == vanilla, f"{drafter} {config} differs from vanilla on prompt {name!r}"
+        for s in steps:
+            assert list(s.new_tokens) == [s.tree.tokens[i] for i in s.accepted] + [s.bonus] \
+                or s.stop is not None
+            # accepted nodes form a root-to-node path of the step's tree
+            assert list(s.accepted) == (s.tree.path_to(s.accepted[-1]) if s.accepted else [])
+        accepted += sum(len(s.accepted) for s in steps)
+        drafted += sum(len(s.tree) for s in steps)
+        assert steps[-1].stop == "length"
+    if (drafter, str(config)) in MUST_ACCEPT:
+        assert accepted > 0, "no draft was ever accepted: the comparison proves little"
+        assert drafted > accepted
+
+
+def test_tree_drafts_accept_non_first_branches(tiny_lm, cases):
+    """A tree drafter's accepted path sometimes leaves the first-child chain, so the KV
+    commit really moves rows (not just truncates) inside the lossless runs above."""
+    moved = 0
+    for prompt, vanilla in cases.values():
+        out, steps = run_ids(tiny_lm, prompt, "ngram_trie", {"size_by_cost": False}, max_new_tokens=NEW)
+        assert out == vanilla
+        moved += sum(1 for s in steps if s.accepted and list(s.accepted) != list(range(len(s.accepted))))
+    assert moved > 0
+
+
+@pytest.mark.parametrize("max_tokens", [1, 5, 32])
+def test_oracle_is_lossless_and_fast(tiny_lm, cases, max_tokens):
+    for name, (prompt, vanilla) in cases.items():
+        out, steps = run_ids(tiny_lm, prompt, "oracle", {"tokens": vanilla, "max_tokens": max_tokens},
+                             max_new_tokens=NEW)
+        assert out == vanilla, name
+        mean_accepted = len(out) / len(steps)
+        assert mean_accepted > 1 and len(steps) < NEW
+        # every draft is accepted in full: a step commits max_tokens (+ bonus), or what is left
+        for s in steps:
+            budget = NEW - (s.committed_len - len(prompt))
+            # drafts deeper than the token budget allows are cut before verification
+            assert len(s.tree) == min(max_tokens, budget - 1) == len(s.accepted)
+        assert len(steps) == -(-NEW // (max_tokens + 1))
+
+
+def test_oracle_off_track_proposes_nothing(tiny_lm, cases):
+    prompt, vanilla = cases["repetitive"]
+    wrong = [(t + 1) % 64 for t in vanilla]
+    out, steps = run_ids(tiny_lm, prompt, "oracle", {"tokens": wrong}, max_new_tokens=16)
+    assert out == vanilla[:16]
+    assert all(len(s.tree) == 0 for s in steps[1:])      # off track after the first step
+
+
+def test_vanilla_equals_transformers_generate(tiny_lm, cases):
+    model = tiny_lm.model
+    for name, (prompt, vanilla) in cases.items():
+        gen = GenerationConfig(max_new_tokens=NEW, do_sample=False, eos_token_id=None, pad_token_id=0)
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():   # explicit mask: token 0 (pad_token_id) is a real token here
+            ref = model.generate(ids, attention_mask=torch.ones_like(ids),
+                                 generation_config=gen)[0, len(prompt):].tolist()
+        assert len(ref) == NEW
+        assert vanilla == ref, name
+
+
+# ---- the real model (slow) --------------------------------------------------------------
+CONTEXT = (
+    "The lighthouse on Kerran Point was built in 1872 from granite quarried on the island. "
+    "Its lamp burned whale oil until 1901, then kerosene, and since 1954 it has been electric. "
+    "The keeper, Mara Ellison, climbed the 114 steps twice a night to wind the clockwork that "
+    "turned the lens. In 1923 a storm cracked the lens, and the replacement came from Paris. "
+    "Today the lighthouse is automatic, and the keeper's cottage is a small museum."
+)
+
+
+@pytest.mark.slow
+def test_embedded_drafters_equal_vanilla(embedded_lm):
+    from specviz.prompts import build_prompt
+
+    prompt = build_prompt(embedded_lm.tokenizer, "Retell the history of the lighthouse in your own words.",
+                          context=CONTEXT)
+    runs = {}
+    for drafter in ("vanilla", "ngram_trie", "prompt_lookup"):
+        runs[drafter] = run_ids(embedded_lm, prompt.ids, drafter, None, max_new_tokens=48)
+    vanilla, _ = runs["vanilla"]
+    assert len(vanilla) == 48 or runs["vanilla"][1][-1].stop == "eos"
+    for drafter in ("ngram_trie", "prompt_lookup"):
+        out, steps = runs[drafter]
+        assert out == vanilla, drafter
+    # the context is copied from, so drafts do get accepted
+    assert sum(len(s.accepted) for s in runs["prompt_lookup"][1]) > 0
