@@ -28,7 +28,10 @@ class DraftTree:
     # drafter's own score per node (trie frequency, draft probability...), for display and sizing
     scores: tuple[float, ...] | None = None
     # q distributions for speculative sampling: [N, V], row i = the distribution node i's token
-    # was drawn from (siblings share it). None = deterministic drafts (point masses).
+    # was drawn from. Siblings must be drawn one after another without replacement, each row
+    # being q with the earlier siblings' tokens removed and renormalised; siblings drawn i.i.d.
+    # from one shared q and then de-duplicated are NOT sampled losslessly (tests/test_sampling.py).
+    # None = deterministic drafts (point masses).
     draft_probs: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
