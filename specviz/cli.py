@@ -182,6 +182,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .models import load_model
     from .prompts import build_prompt
 
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()      # "Loading weights" bars would clutter the output
     lm = load_model(args.model, args.device, args.dtype)
     prompt = build_prompt(lm.tokenizer, args.prompt or "", context=context, chat=args.chat)
     if spec.name == "oracle" and not getattr(drafter_config, "tokens", True):
@@ -222,13 +224,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # --- drafters -------------------------------------------------------------------------------
 
+LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "oracle")   # baseline first, others after
+
+
 def drafter_listing() -> list[dict[str, Any]]:
     """Every registered drafter with its settings, as plain data."""
     from .drafters import REGISTRY
     from .settings import describe
 
     out = []
-    for name in sorted(REGISTRY):
+    for name in sorted(REGISTRY, key=lambda n: (LISTING_ORDER.index(n) if n in LISTING_ORDER else 99, n)):
         spec = REGISTRY[name]
         out.append({
             "name": name, "summary": spec.summary, "reference": spec.reference,
@@ -241,10 +246,34 @@ def drafter_listing() -> list[dict[str, Any]]:
     return out
 
 
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = f"({', '.join(map(str, value))})" if isinstance(value, list) else str(value)
+    return text.replace("|", "\\|")
+
+
+def drafters_markdown() -> str:
+    """The drafters and their settings as Markdown tables (the README's drafter section)."""
+    listing = drafter_listing()
+    lines = ["| drafter | what it does | reference |", "| --- | --- | --- |"]
+    lines += [f"| `{d['name']}` | {_cell(d['summary'])} | {_cell(d['reference'])} |" for d in listing]
+    lines += ["", "| drafter | setting | default | range | meaning |", "| --- | --- | --- | --- | --- |"]
+    for d in listing:
+        for s in d["settings"]:
+            note = "" if s["ui"] else " (CLI only)"
+            lines.append(f"| `{d['name']}` | `{s['name']}` | {_cell(s['default'])} | {_cell(s['range'])} | "
+                         f"{_cell(s['help'])}{note} |")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_drafters(args: argparse.Namespace) -> int:
     listing = drafter_listing()
     if args.json:
         print(json.dumps(listing, indent=2))
+        return 0
+    if args.markdown:
+        print(drafters_markdown(), end="")
         return 0
     for d in listing:
         print(f"{d['name']}: {d['summary']}")
@@ -256,8 +285,7 @@ def cmd_drafters(args: argparse.Namespace) -> int:
             print("  settings (--set name=value):")
             width = max(len(s["name"]) for s in d["settings"])
             for s in d["settings"]:
-                default = (f"({','.join(map(str, s['default']))})" if isinstance(s["default"], list)
-                           else s["default"])
+                default = _cell(s["default"])
                 note = "" if s["ui"] else "  [CLI only, not in the UI]"
                 print(f"    {s['name']:<{width}}  default {default!s:<6} range {s['range']:<14} "
                       f"{s['help']}{note}")
@@ -323,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(handler=cmd_generate)
 
     lst = sub.add_parser("drafters", help="list the drafters and their settings")
-    lst.add_argument("--json", action="store_true", help="machine-readable output")
+    fmt = lst.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable output")
+    fmt.add_argument("--markdown", action="store_true", help="Markdown tables (as in the README)")
     lst.set_defaults(handler=cmd_drafters)
 
     bench = sub.add_parser("bench", help="speed benchmark of drafters (Spec-Bench questions)")
