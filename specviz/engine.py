@@ -46,13 +46,13 @@ def _fit_tree(tree: DraftTree, max_depth: int) -> DraftTree:
 
 def _apply_stops(new: list[int], tokens: Sequence[int], prompt_len: int, budget: int,
                  lm: LoadedModel, decoding: DecodingConfig) -> tuple[list[int], str | None]:
-    """Cut the step's new tokens at EOS, the token budget or a stop string."""
+    """Cut the step's new tokens at the first EOS or stop string, or at the token budget.
+    Token by token, so a step ends where plain decoding would have stopped."""
+    out = list(tokens[prompt_len:]) if decoding.stop else []
     for i, tok in enumerate(new):
         if tok in lm.eos_ids:
             return new[: i + 1], "eos"
-    if decoding.stop:
-        out = list(tokens[prompt_len:])
-        for i in range(len(new)):
+        if decoding.stop:
             text = lm.tokenizer.decode(out + new[: i + 1], skip_special_tokens=True)
             if any(s in text for s in decoding.stop):
                 return new[: i + 1], "stop_string"
