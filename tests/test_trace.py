@@ -1,0 +1,254 @@
+"""generate() -> Trace: JSON round trip, totals, stop reasons, format errors, and a drafter
+that crashes (tiny-random model with the embedded tokenizer)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from specviz import DecodingConfig, build_prompt, generate
+from specviz.drafters.base import REGISTRY, DrafterSpec, register
+from specviz.errors import TraceFormatError
+from specviz.settings import Settings
+from specviz.timing import PHASES
+from specviz.trace import SCHEMA_VERSION, StepRecord, Trace
+from specviz.tree import DraftTree
+
+NEW = 24
+
+
+@pytest.fixture(scope="module")
+def prompt(tiny_lm_tok):
+    return build_prompt(tiny_lm_tok.tokenizer, "Summarise the note in one line.",
+                        context="Note: the blue kettle is on the top shelf, next to the blue mugs.")
+
+
+@pytest.fixture(scope="module")
+def vanilla(tiny_lm_tok, prompt) -> Trace:
+    return generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=NEW))
+
+
+@pytest.fixture(scope="module")
+def oracle(tiny_lm_tok, prompt, vanilla) -> Trace:
+    return generate(tiny_lm_tok, prompt, "oracle", {"tokens": list(vanilla.output_ids), "max_tokens": 5},
+                    DecodingConfig(max_new_tokens=NEW))
+
+
+def test_prompt_context_span(prompt):
+    assert prompt.context_char_span is not None
+    start, end = prompt.context_char_span
+    assert prompt.text[start:end] == "Note: the blue kettle is on the top shelf, next to the blue mugs."
+    assert "Summarise the note" in prompt.text
+
+
+def test_trace_contents(tiny_lm_tok, prompt, vanilla, oracle):
+    tok = tiny_lm_tok.tokenizer
+    for tr in (vanilla, oracle):
+        assert tr.prompt_ids == prompt.ids and tr.prompt_text == prompt.text
+        assert tr.context_char_span == prompt.context_char_span
+        assert len(tr.output_ids) == NEW
+        assert tr.output_ids == tuple(t for s in tr.steps for t in s.new_tokens)
+        assert tr.output_text == tok.decode(list(tr.output_ids), skip_special_tokens=True)
+        assert tr.decoding["max_new_tokens"] == NEW
+        assert tr.errors == ()
+        assert tr.schema_version == SCHEMA_VERSION
+        mentioned = set(tr.prompt_ids) | set(tr.output_ids)
+        committed = len(prompt.ids)
+        for i, s in enumerate(tr.steps):
+            assert s.index == i
+            assert s.committed_len == committed
+            committed += len(s.new_tokens)
+            assert len(s.target_top) == len(s.tree) + 1 and len(s.target_prob) == len(s.tree)
+            # greedy: the bonus is the target's argmax after the accepted path
+            assert s.bonus == s.target_top[s.accepted[-1] + 1 if s.accepted else 0]
+            assert list(s.new_tokens) == [s.tree.tokens[a] for a in s.accepted] + [s.bonus]
+            assert all(0.0 <= p <= 1.0 for p in s.target_prob)
+            assert set(s.timings) <= set(PHASES) and s.wall >= 0
+            mentioned |= set(s.tree.tokens) | set(s.target_top)
+        assert mentioned <= set(tr.token_text)
+        assert all(tr.token_text[i] == tok.decode([i]) for i in tr.output_ids)
+    assert oracle.output_ids == vanilla.output_ids
+    assert "prefill" in vanilla.steps[0].timings and "prefill" not in vanilla.steps[1].timings
+
+
+def test_json_round_trip(vanilla, oracle):
+    for tr in (vanilla, oracle):
+        text = tr.to_json(indent=1)
+        json.loads(text)                                   # plain JSON
+        back = Trace.from_json(text)
+        assert back.to_dict() == tr.to_dict()
+        assert back.steps == tr.steps and back.totals == tr.totals
+        assert back.output_ids == tr.output_ids and back.token_text == tr.token_text
+        assert Trace.from_json(back.to_json()).to_json() == back.to_json()
+
+
+def test_step_record_round_trip(oracle):
+    for s in oracle.steps:
+        assert StepRecord.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+
+
+def test_totals(vanilla, oracle):
+    for tr in (vanilla, oracle):
+        t = tr.totals
+        assert t.new_tokens == len(tr.output_ids) == NEW
+        assert t.steps == len(tr.steps)
+        assert t.mean_accepted == t.new_tokens / t.steps
+        assert t.seconds == pytest.approx(sum(s.wall for s in tr.steps))
+        assert t.prefill_seconds == tr.steps[0].timings["prefill"]
+        assert t.phase_seconds["verify.forward"] == pytest.approx(
+            sum(s.timings["verify.forward"] for s in tr.steps))
+        assert t.tokens_per_s == pytest.approx(t.new_tokens / t.seconds)
+    assert vanilla.totals.mean_accepted == 1.0 and vanilla.totals.steps == NEW
+    assert oracle.totals.mean_accepted == 6.0 and oracle.totals.steps == 4   # 5 drafts + bonus
+
+
+def test_stop_length(vanilla, oracle):
+    for tr in (vanilla, oracle):
+        assert tr.stop_reason == "length"
+        assert tr.steps[-1].stop == "length"
+        assert all(s.stop is None for s in tr.steps[:-1])
+
+
+def _stop_cut(tok, out: tuple[int, ...], stop: str) -> int:
+    """Tokens a run with this stop string keeps: up to the first where the text contains it."""
+    return next(i + 1 for i in range(len(out))
+                if stop in tok.decode(list(out[: i + 1]), skip_special_tokens=True))
+
+
+@pytest.mark.parametrize("drafter", ["vanilla", "oracle"])
+def test_stop_string(tiny_lm_tok, prompt, vanilla, drafter):
+    tok = tiny_lm_tok.tokenizer
+    out = vanilla.output_ids
+    # a stop string made of the text of output tokens 9 and 10
+    stop = tok.decode(list(out[9:11]), skip_special_tokens=True).strip()
+    assert len(stop) >= 3
+    cut = _stop_cut(tok, out, stop)
+    assert cut <= 11
+    config = {"tokens": list(out), "max_tokens": 16} if drafter == "oracle" else None
+    tr = generate(tiny_lm_tok, prompt, drafter, config, DecodingConfig(max_new_tokens=NEW, stop=(stop,)))
+    assert tr.stop_reason == "stop_string" and tr.steps[-1].stop == "stop_string"
+    assert tr.output_ids == out[:cut]
+    assert stop in tr.output_text
+    if drafter == "oracle":
+        assert len(tr.steps) == 1          # the stop cut a 17-token step in the middle
+
+
+def _first_repeat_free(out: tuple[int, ...], start: int) -> int:
+    """An index >= start whose token does not occur earlier in `out`."""
+    return next(i for i in range(start, len(out)) if out[i] not in out[:i])
+
+
+@pytest.mark.parametrize("drafter", ["vanilla", "oracle"])
+def test_stop_eos(tiny_lm_tok, prompt, vanilla, drafter):
+    out = vanilla.output_ids
+    k = _first_repeat_free(out, 7)
+    lm = dataclasses.replace(tiny_lm_tok, eos_ids=frozenset({out[k]}))
+    config = {"tokens": list(out), "max_tokens": 16} if drafter == "oracle" else None
+    tr = generate(lm, prompt, drafter, config, DecodingConfig(max_new_tokens=NEW))
+    assert tr.stop_reason == "eos" and tr.steps[-1].stop == "eos"
+    assert tr.output_ids == out[: k + 1]
+    if drafter == "oracle":
+        assert len(tr.steps) == 1
+
+
+def test_stop_string_before_eos_in_the_same_step(tiny_lm_tok, prompt, vanilla):
+    """A stop string that completes before an EOS token within one accepted draft stops
+    there, as plain decoding would."""
+    tok = tiny_lm_tok.tokenizer
+    out = vanilla.output_ids
+    stop = tok.decode(list(out[5:7]), skip_special_tokens=True).strip()
+    cut = _stop_cut(tok, out, stop)
+    k = _first_repeat_free(out, cut + 2)
+    lm = dataclasses.replace(tiny_lm_tok, eos_ids=frozenset({out[k]}))
+    decoding = DecodingConfig(max_new_tokens=NEW, stop=(stop,))
+    ref = generate(lm, prompt, "vanilla", None, decoding)
+    assert ref.output_ids == out[:cut] and ref.stop_reason == "stop_string"
+    tr = generate(lm, prompt, "oracle", {"tokens": list(out), "max_tokens": 20}, decoding)
+    assert (tr.output_ids, tr.stop_reason) == (ref.output_ids, ref.stop_reason)
+
+
+# ---- malformed traces ---------------------------------------------------------------------
+
+def test_trace_format_errors(vanilla):
+    good = vanilla.to_dict()
+    with pytest.raises(TraceFormatError, match="not valid JSON"):
+        Trace.from_json("{not json")
+    with pytest.raises(TraceFormatError, match="JSON object"):
+        Trace.from_json("[1, 2, 3]")
+    for version in (None, 0, SCHEMA_VERSION + 1, str(SCHEMA_VERSION)):
+        bad = dict(good, schema_version=version)
+        with pytest.raises(TraceFormatError, match="schema_version"):
+            Trace.from_json(json.dumps(bad))
+    no_version = {k: v for k, v in good.items() if k != "schema_version"}
+    with pytest.raises(TraceFormatError, match="schema_version"):
+        Trace.from_dict(no_version)
+    for key in ("steps", "totals", "token_text", "output_ids", "model_id"):
+        bad = {k: v for k, v in good.items() if k != key}
+        with pytest.raises(TraceFormatError, match="malformed"):
+            Trace.from_dict(bad)
+    bad_step = json.loads(json.dumps(good))
+    del bad_step["steps"][0]["tree"]
+    with pytest.raises(TraceFormatError):
+        Trace.from_dict(bad_step)
+    bad_tree = json.loads(json.dumps(good))
+    bad_tree["steps"][0]["tree"] = {"tokens": [1, 2], "parents": [1, -1], "sources": ["a", "a"]}
+    with pytest.raises(TraceFormatError):
+        Trace.from_dict(bad_tree)
+    bad_totals = json.loads(json.dumps(good))
+    bad_totals["totals"]["unknown"] = 1
+    with pytest.raises(TraceFormatError):
+        Trace.from_dict(bad_totals)
+    with pytest.raises(TraceFormatError):
+        Trace.from_dict(dict(good, token_text={"abc": "x"}))
+    # TraceFormatError is a ValueError and a SpecvizError: front ends show str(err)
+    assert issubclass(TraceFormatError, ValueError)
+
+
+# ---- a drafter that crashes ---------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _FailConfig(Settings):
+    pass
+
+
+class _Failing:
+    """Drafts the known continuation (as the oracle) for two steps, then raises."""
+    where = "propose"
+    tokens: tuple[int, ...] = ()
+
+    def __init__(self, config, setup) -> None:
+        self.prompt_len = len(setup.prompt_ids)
+
+    def propose(self, ctx) -> DraftTree:
+        if ctx.step == 2 and self.where == "propose":
+            raise RuntimeError("boom in propose")
+        done = len(ctx.tokens) - ctx.prompt_len
+        return DraftTree.chain(self.tokens[done: done + 3], "test")
+
+    def observe(self, step) -> None:
+        if self.where == "observe" and len(step.tokens) - self.prompt_len > 5:
+            raise ZeroDivisionError("boom in observe")
+
+
+@pytest.fixture
+def failing_drafter(vanilla):
+    register(DrafterSpec("test_failing", _FailConfig, _Failing, "test only", "-"))
+    _Failing.tokens = vanilla.output_ids
+    yield _Failing
+    REGISTRY.pop("test_failing", None)
+
+
+@pytest.mark.parametrize("where", ["propose", "observe"])
+def test_failing_drafter_does_not_kill_the_run(tiny_lm_tok, prompt, vanilla, failing_drafter, where):
+    failing_drafter.where = where
+    tr = generate(tiny_lm_tok, prompt, "test_failing", None, DecodingConfig(max_new_tokens=NEW))
+    assert tr.output_ids == vanilla.output_ids
+    assert tr.stop_reason == "length"
+    assert len(tr.errors) == 1
+    assert "test_failing" in tr.errors[0]
+    assert ("boom in propose" if where == "propose" else "boom in observe") in tr.errors[0]
+    failed_at = next(i for i, s in enumerate(tr.steps) if "drafter_error" in s.info)
+    assert failed_at >= 1 and any(s.accepted for s in tr.steps[:failed_at])
+    assert all(len(s.tree) == 0 for s in tr.steps[failed_at + 1:])   # switched off afterwards
+    assert Trace.from_json(tr.to_json()).errors == tr.errors
