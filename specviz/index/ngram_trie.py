@@ -83,14 +83,15 @@ class NgramTrie:
         return None, 0
 
     @staticmethod
-    def top_nodes(matched: TrieNode, limit: int, weight: float = 1.0,
+    def top_nodes(matched: TrieNode, limit: int, first_weight: float = 1.0, weight: float = 1.0,
                   by_recency: bool = True) -> list[Candidate]:
         """The `limit` best nodes under `matched`, best first, by path score
-        weight^depth * count(node) / count(matched), ties broken by recency (newer first).
+        first_weight * weight^(depth-1) * count(node) / count(matched), ties broken by
+        recency (newer first).
 
-        The score never increases from a parent to its child, so a best-first search returns
-        exactly the global top-`limit` and the result is closed under ancestors (a tree).
-        With weight = 1 this is the paper's ranking by frequency with a heap of num_draft.
+        With weights <= 1 the score never increases from a parent to its child, so a
+        best-first search returns exactly the global top-`limit`, closed under ancestors (a
+        tree). With weights 1 this is the paper's ranking by frequency with a heap of num_draft.
         """
         out: list[Candidate] = []
         heap: list[tuple[float, int, int, int, TrieNode, int, int, float]] = []
@@ -99,7 +100,7 @@ class NgramTrie:
 
         def push(node: TrieNode, parent: int, depth: int, parent_count: float) -> None:
             nonlocal seq
-            score = (weight ** depth) * node.count / base
+            score = first_weight * (weight ** (depth - 1)) * node.count / base
             heapq.heappush(heap, (-score, -node.last if by_recency else 0, depth, seq, node,
                                   parent, depth, node.count / (parent_count or 1.0)))
             seq += 1
