@@ -1,0 +1,126 @@
+"""Drafters on their own (no model): what each proposes for a given committed sequence."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specviz.drafters import REGISTRY, DraftContext, DraftSetup, StepView, get
+from specviz.drafters.prompt_lookup import lookup
+from specviz.index.ngram_trie import NgramTrie
+from specviz.timing import PhaseTimer
+from specviz.tree import DraftTree
+
+
+def ctx(tokens, prompt_len, budget=100, step=0) -> DraftContext:
+    return DraftContext(list(tokens), prompt_len, step, budget, lambda n: 1.0 + 0.01 * n, PhaseTimer())
+
+
+def make(name, prompt, config=None, max_new=100):
+    spec = get(name)
+    return spec.make(spec.config(config), DraftSetup(tuple(prompt), 64, frozenset(), max_new))
+
+
+def test_registry_entries():
+    assert {"vanilla", "oracle", "prompt_lookup", "ngram_trie"} <= set(REGISTRY)
+    for name, spec in REGISTRY.items():
+        assert spec.name == name and spec.summary and spec.reference
+
+
+def test_vanilla_never_drafts():
+    d = make("vanilla", [1, 2, 1, 2])
+    assert len(d.propose(ctx([1, 2, 1, 2], 4))) == 0
+
+
+# ---- prompt_lookup ----------------------------------------------------------------------------
+
+def test_lookup_earliest_longest_match():
+    toks = np.array([5, 1, 2, 3, 9, 1, 2, 3, 8, 7, 1, 2, 3])
+    start, n = lookup(toks, 3, 10)
+    assert (start, n) == (4, 3)                      # earliest "1 2 3", continuation from index 4
+    start, n = lookup(np.array([4, 2, 7, 2, 6, 2]), 3, 10)
+    assert (start, n) == (2, 1)                      # only "2" matches; earliest occurrence
+    assert lookup(np.array([1, 2, 3]), 3, 10) == (-1, 0)
+    assert lookup(np.array([1]), 3, 10) == (-1, 0)
+
+
+def test_prompt_lookup_proposes_a_chain():
+    prompt = [5, 1, 2, 3, 9, 4, 6, 1, 2, 3]
+    d = make("prompt_lookup", prompt, {"max_ngram": 3, "num_tokens": 4})
+    c = ctx(prompt, len(prompt))
+    tree = d.propose(c)
+    assert tree.tokens == (9, 4, 6, 1) and tree.parents == (-1, 0, 1, 2)
+    assert set(tree.sources) == {"context"}
+    assert c.info["match_len"] == 3 and c.info["positions"] == [4, 5, 6, 7]
+    # a continuation that comes from the output
+    tokens = prompt + [7, 8, 7]
+    c = ctx(tokens, len(prompt))
+    tree = d.propose(c)
+    assert tree.tokens == (8, 7) and set(tree.sources) == {"output"}
+
+
+# ---- oracle -------------------------------------------------------------------------------------
+
+def test_oracle_follows_the_continuation():
+    d = make("oracle", [1, 2], {"tokens": [7, 8, 9, 10, 11], "max_tokens": 2})
+    assert d.propose(ctx([1, 2], 2)).tokens == (7, 8)
+    assert d.propose(ctx([1, 2, 7, 8, 9], 2)).tokens == (10, 11)
+    assert len(d.propose(ctx([1, 2, 7, 8, 9, 10, 11], 2))) == 0     # continuation used up
+    assert len(d.propose(ctx([1, 2, 7, 5], 2))) == 0                # left the track
+    assert len(d.propose(ctx([1, 2, 7, 8], 2))) == 0                # ... for good
+
+
+# ---- ngram_trie drafter ---------------------------------------------------------------------------
+
+PAPER = {"insert_output": False, "recency_ties": False, "size_by_cost": False}
+
+
+def test_ngram_trie_paper_mode_drafts_the_top_nodes():
+    rng = np.random.default_rng(0)
+    prompt = [int(x) for x in rng.integers(0, 3, 150)]
+    d = make("ngram_trie", prompt, dict(PAPER, n=8, prefix_len=3, num_draft=12))
+    c = ctx(prompt, len(prompt))
+    tree = d.propose(c)
+    trie = NgramTrie(8, 3)
+    trie.extend(prompt)
+    matched, m = trie.match(prompt)
+    cands = NgramTrie.top_nodes(matched, 12, by_recency=False)
+    assert tree.tokens == tuple(x.node.token for x in cands)
+    assert tree.parents == tuple(x.parent for x in cands)
+    assert len(tree) == 12 and c.info["match_len"] == m
+    assert set(tree.sources) == {"context"}
+    # positions point at an occurrence of each node's token in the context
+    for node, pos in zip(range(len(tree)), c.info["positions"]):
+        assert prompt[pos] == tree.tokens[node]
+
+
+def test_ngram_trie_insert_output_switch():
+    prompt = [1, 2, 3, 4]
+    output = [9, 8, 7, 9]
+    for insert, expect in ((True, (8,)), (False, ())):
+        d = make("ngram_trie", prompt, dict(PAPER, insert_output=insert, n=4, prefix_len=1))
+        tokens = list(prompt)
+        for tok in output:
+            tokens.append(tok)
+            d.observe(StepView(DraftTree.empty(), (), (tok,), tokens, (tok,)))
+        tree = d.propose(ctx(tokens, len(prompt)))
+        assert tree.tokens[:1] == expect
+        if insert:
+            assert set(tree.sources) == {"output"}
+
+
+def test_ngram_trie_no_match_is_empty():
+    d = make("ngram_trie", [1, 2, 3])
+    assert len(d.propose(ctx([1, 2, 3], 3))) == 0
+
+
+@pytest.mark.parametrize("num_draft", [1, 4, 16])
+def test_ngram_trie_tree_is_valid_and_bounded(num_draft):
+    rng = np.random.default_rng(num_draft)
+    prompt = [int(x) for x in rng.integers(0, 4, 200)]
+    for config in ({"num_draft": num_draft}, dict(PAPER, num_draft=num_draft),
+                   {"num_draft": num_draft, "size_by_cost": False}):
+        d = make("ngram_trie", prompt, config)
+        tree = d.propose(ctx(prompt, len(prompt)))
+        assert len(tree) <= num_draft
+        if config.get("size_by_cost", True) is False:
+            assert len(tree) == num_draft        # without sizing the heap is always full here
