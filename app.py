@@ -8,15 +8,18 @@ the step-by-step explorer comes later.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import uuid
 from pathlib import Path
 
-import gradio as gr
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # runs offline; no usage pings
 
-from specviz import DRAFTERS, DecodingConfig, build_prompt, generate, load_model
-from specviz.errors import ConfigError, SpecvizError
-from specviz.settings import build
+import gradio as gr  # noqa: E402
+
+from specviz import DRAFTERS, DecodingConfig, build_prompt, generate, load_model  # noqa: E402
+from specviz.errors import SpecvizError  # noqa: E402
+from specviz.settings import build  # noqa: E402
 
 EXAMPLE_CONTEXT = (
     "Speculative decoding speeds up a language model without changing its output. A cheap "
@@ -58,7 +61,7 @@ def run_generation(model_id: str, drafter: str, context: str, message: str,
         if drafter == "oracle":  # the oracle replays a known continuation: vanilla's, here
             config = {"tokens": generate(lm, prompt, "vanilla", None, decoding).output_ids}
         trace = generate(lm, prompt, drafter, config, decoding)
-    except (SpecvizError, ConfigError) as err:
+    except SpecvizError as err:
         raise gr.Error(str(err), print_exception=False) from None
     TRACE_DIR.mkdir(parents=True, exist_ok=True)
     path = TRACE_DIR / f"trace-{trace.drafter}-{uuid.uuid4().hex[:8]}.json"
