@@ -80,7 +80,7 @@ def build_demo() -> gr.Blocks:
                                     "a local path or a hub id")
             drafter = gr.Dropdown(choices=drafters, value="ngram_trie" if "ngram_trie" in drafters
                                   else drafters[0], label="Drafter",
-                                  info="; ".join(f"{n}: {DRAFTERS[n].summary}" for n in drafters))
+                                  info=" · ".join(f"{n}: {DRAFTERS[n].summary.rstrip('.')}" for n in drafters))
         context = gr.Textbox(label="Context (optional)", lines=8,
                              placeholder="A document to summarise, passages to answer from...")
         message = gr.Textbox(label="Message", lines=2, placeholder="Summarise the text above.")
