@@ -171,3 +171,36 @@ def test_accept_greedy_no_match():
 def test_accept_greedy_empty_tree():
     acc = accept_greedy(DraftTree.empty(), [17])
     assert acc.accepted == () and acc.bonus == 17
+
+
+@pytest.mark.slow
+def test_embedded_tree_forward_and_commit(embedded_lm):
+    """The same equivalences on the real model (GQA, 30 layers): tree rows == branch
+    forwards, and the committed cache == a fresh prefill."""
+    model, tok = embedded_lm.model, embedded_lm.tokenizer
+    prefix = tok("The capital of France is Paris. The capital of Italy is")["input_ids"]
+    past, root = prefix[:-1], prefix[-1]
+    with torch.inference_mode():
+        top = model(input_ids=torch.tensor([prefix])).logits[0, -1].topk(3).indices.tolist()
+    # root -> top[0] -> {top[1], top[2]};  root -> top[1] -> top[0]
+    tree = DraftTree((top[0], top[1], top[2], top[1], top[0]), (-1, 0, 0, -1, 3), ("test",) * 5)
+    cache = DynamicCache(config=model.config)
+    buf = build_buffers(tree, root, len(past), embedded_lm.dtype, embedded_lm.device, pad_to=8)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([past]), past_key_values=cache, use_cache=True)
+        logits = model(input_ids=buf.input_ids, position_ids=buf.position_ids,
+                       attention_mask=buf.attention_mask, past_key_values=cache,
+                       use_cache=True).logits[0].float()
+    for leaf in tree.leaves():
+        path = tree.path_to(leaf)
+        ref = plain_logits(model, past + [root] + [tree.tokens[i] for i in path])[len(past):]
+        assert torch.allclose(logits[0], ref[0], atol=5e-4)
+        for k, node in enumerate(path):
+            assert torch.allclose(logits[node + 1], ref[k + 1], atol=5e-4), (leaf, node)
+    accepted = (3, 4)
+    with torch.inference_mode():
+        commit(cache, len(past), accepted)
+    fresh = fresh_cache(model, past + [root] + [tree.tokens[i] for i in accepted])
+    for layer, ref_layer in zip(cache.layers, fresh.layers):
+        assert torch.allclose(layer.keys, ref_layer.keys, atol=1e-3)
+        assert torch.allclose(layer.values, ref_layer.values, atol=1e-3)
