@@ -17,8 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
-from .accept import accept_greedy, accept_sampling
-from .decoding import DecodingConfig, target_probs
+from .decoding import DecodingConfig
 from .drafters.base import DraftContext, Drafter, DraftSetup, StepView, get
 from .errors import PromptError
 from .kvcache import check_supported, commit
@@ -28,6 +27,7 @@ from .settings import to_dict
 from .timing import PhaseTimer
 from .trace import StepRecord, Totals, Trace
 from .tree import DraftTree, build_buffers
+from .verify import forward_tree, judge
 
 
 def check_fits(prompt_len: int, max_new_tokens: int, max_positions: int) -> None:
@@ -98,20 +98,12 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             # 3. one target forward over root + tree
             start = timer.now()
             with timer("verify.forward"):
-                logits = model(input_ids=buf.input_ids, position_ids=buf.position_ids,
-                               attention_mask=buf.attention_mask, past_key_values=cache,
-                               use_cache=True).logits[0, : len(tree) + 1].float()  # [N+1, V]
+                logits = forward_tree(model, cache, buf, len(tree))      # [N+1, V]
             cost.observe(buf.rows, timer.now() - start)
-            # 4. accept
+            # 4. accept the longest valid path, plus the target's bonus token
             with timer("verify.accept"):
-                argmax = logits.argmax(-1).tolist()
-                shown = torch.softmax(logits, -1) if decoding.greedy else target_probs(logits, decoding)
-                if decoding.greedy:
-                    acc = accept_greedy(tree, argmax)
-                else:
-                    acc = accept_sampling(tree, shown.cpu(), generator)
-                rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long, device=shown.device)
-                node_prob = shown[rows, torch.tensor(tree.tokens, dtype=torch.long, device=shown.device)].tolist() if len(tree) else []
+                verdict = judge(tree, logits, decoding, generator)
+                acc = verdict.acceptance
             # 5. commit the accepted rows of the KV cache
             with timer("cache.commit"):
                 commit(cache, past_len, acc.accepted)
@@ -122,14 +114,14 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             if drafter_ok:
                 with timer("draft.update"):
                     try:
-                        drafter.observe(StepView(tree, acc.accepted, tuple(new), tokens, tuple(argmax)))
+                        drafter.observe(StepView(tree, acc.accepted, tuple(new), tokens, verdict.target_top))
                     except Exception as err:  # noqa: BLE001
                         drafter_ok = False
                         ctx.info["drafter_error"] = f"drafter {name!r} failed in observe at step {step}: {type(err).__name__}: {err}"
             # 7. record
             now = timer.now()
             record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
-                                tuple(argmax), tuple(node_prob), timer.take(), now - clock,
+                                verdict.target_top, verdict.target_prob, timer.take(), now - clock,
                                 ctx.info, stop)
             yield record
             clock = timer.now()                   # time spent by the consumer is not ours

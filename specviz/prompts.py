@@ -7,7 +7,7 @@ inside the prompt text is kept so a front end can highlight where drafts were co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import PromptError
 
@@ -20,20 +20,31 @@ class Prompt:
 
 
 def build_prompt(tokenizer: Any, message: str, context: str = "", chat: bool = True,
-                 system: str | None = None) -> Prompt:
-    """Raise PromptError if there is nothing to generate from."""
+                 system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> Prompt:
+    """Raise PromptError if there is nothing to generate from.
+
+    `history` holds earlier (user, assistant) turns of a conversation (Spec-Bench's MT-bench
+    questions have two turns); the context goes into the first user turn."""
     message = (message or "").strip()
     context = (context or "").strip()
     if not message and not context:
         raise PromptError("prompt: the message is empty; type a question or instruction")
-    user = f"{context}\n\n{message}" if context and message else (context or message)
+
+    def with_context(text: str) -> str:
+        return f"{context}\n\n{text}" if context and text else (context or text)
+
+    users = [u for u, _ in history] + [message]
+    users[0] = with_context(users[0])
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if chat and has_template:
-        turns = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": user}]
+        turns = [{"role": "system", "content": system}] if system else []
+        for (_, answer), user in zip(history, users):
+            turns += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        turns.append({"role": "user", "content": users[-1]})
         text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     else:
-        text = user
+        text = "\n\n".join(part for (_, answer), user in zip(history, users) for part in (user, answer))
+        text = f"{text}\n\n{users[-1]}" if history else users[-1]
     ids = tuple(tokenizer(text, add_special_tokens=not (chat and has_template))["input_ids"])
     if not ids:
         raise PromptError("prompt: the text encodes to no tokens")

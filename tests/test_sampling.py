@@ -18,7 +18,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-import specviz.engine as engine
+import specviz.verify as verify
 from specviz.accept import Acceptance, accept_sampling
 from specviz.cost import VerifyCost
 from specviz.decoding import DecodingConfig, target_probs
@@ -291,7 +291,7 @@ def _no_residual(tree: DraftTree, probs: torch.Tensor, generator: torch.Generato
 def test_wrong_rules_are_detected(lm, fixed_tree_drafter, monkeypatch, rule):
     fixed_tree_drafter.tree = _fixed_tree(lm, PROMPT, T1)
     p1, p12 = exact_pairs(lm, PROMPT, T1)
-    monkeypatch.setattr(engine, "accept_sampling", rule)
+    monkeypatch.setattr(verify, "accept_sampling", rule)
     s = sample(lm, "test_fixed_tree", None, T1, seeds=range(WRONG_SAMPLES))
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 < 1e-6 and pv2 < 1e-6, (pv1, pv2)

@@ -152,6 +152,18 @@ def test_prompt_variants(tiny_lm_tok):
     assert "You are terse." in system.text and "Hi" in system.text
 
 
+def test_prompt_with_history_is_the_chat_template_of_the_whole_conversation(tiny_lm_tok):
+    tok = tiny_lm_tok.tokenizer
+    two = build_prompt(tok, "And the second?", context="Doc.", history=[("First question?", "First answer.")])
+    expected = tok.apply_chat_template(
+        [{"role": "user", "content": "Doc.\n\nFirst question?"}, {"role": "assistant", "content": "First answer."},
+         {"role": "user", "content": "And the second?"}], tokenize=False, add_generation_prompt=True)
+    assert two.text == expected
+    assert two.text[slice(*two.context_char_span)] == "Doc."
+    plain = build_prompt(tok, "Q2", chat=False, history=[("Q1", "A1")])
+    assert plain.text == "Q1\n\nA1\n\nQ2"
+
+
 def test_check_fits():
     check_fits(10, 4, 14)
     with pytest.raises(PromptError, match="exceed"):
