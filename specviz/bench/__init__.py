@@ -1,0 +1,133 @@
+"""Spec-Bench style benchmark: drafters, transformers' peers and sweeps in one interleaved run.
+
+    python -m specviz bench --categories summarization,rag --limit 10 \\
+        --drafters vanilla,prompt_lookup,ngram_trie,oracle --peers hf_prompt_lookup --out DIR
+    python -m specviz bench --categories summarization --limit 5 --drafters vanilla \\
+        --sweep "ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5" --peers "" --out DIR
+
+Modules: questions.py (Spec-Bench files), methods.py (what is compared), runner.py (the
+interleaved measurement), metrics.py (Spec-Bench's definitions), figures.py and report.py
+(JSON, CSV, Markdown, self-contained HTML). This module is the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecvizError
+from .methods import PEERS, MethodError, parse_methods
+from .metrics import Run, summarise
+from .questions import DEFAULT_QUESTIONS, read_questions, select
+from .report import load_results, markdown_table, write_results
+
+__all__ = ["Run", "add_arguments", "load_results", "run", "summarise"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--questions", default=str(DEFAULT_QUESTIONS),
+                        help="a Spec-Bench question.jsonl (default: ../shared/specbench/question.jsonl)")
+    parser.add_argument("--categories", default="summarization,rag",
+                        help="comma-separated categories; 'mt_bench' = its 8 categories; 'all'")
+    parser.add_argument("--drafters", default="vanilla,prompt_lookup,ngram_trie,oracle",
+                        help="comma-separated drafters, optionally with settings: "
+                             "ngram_trie[num_draft=8;prefix_len=2]; vanilla always runs first")
+    parser.add_argument("--peers", default="hf_prompt_lookup",
+                        help=f"comma-separated transformers peers: {', '.join(PEERS)} ('' for none)")
+    parser.add_argument("--sweep", action="append", metavar="DRAFTER:K=V1,V2;K2=W1,W2",
+                        help="a grid over a drafter's settings (repeatable), e.g. "
+                             "\"ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5\"")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--draft-model", default=None,
+                        help="draft model for the hf_assisted peer (same tokenizer as --model)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=int, default=10, help="questions per category")
+    parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
+    parser.add_argument("--warmup", type=int, default=1, help="unrecorded warm-up questions")
+    parser.add_argument("--out", default="benchmarks/results/latest", help="folder for the results")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for flag, value, low in (("--limit", args.limit, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0)):
+        if value < low:
+            raise SpecvizError(f"{flag}: must be >= {low}, got {value}")
+
+
+def _check_assistant(lm: Any, assistant: Any) -> None:
+    if assistant.tokenizer.get_vocab() != lm.tokenizer.get_vocab():
+        raise MethodError(f"--draft-model: {assistant.model_id!r} has another tokenizer than "
+                          f"{lm.model_id!r}; assisted generation needs the same vocabulary")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    import transformers
+    from tqdm import tqdm
+
+    from ..models import load_model
+    from .runner import Bench
+
+    _check_numbers(args)
+    methods, notes = parse_methods(args.drafters, args.peers, args.sweep, args.draft_model)
+    questions_all, warnings = read_questions(Path(args.questions))
+    questions = select(questions_all, [c.strip() for c in args.categories.split(",") if c.strip()],
+                       args.limit)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SpecvizError(f"--out: {args.out!r} is a file; give a folder")
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    lm = load_model(args.model, args.device, args.dtype)
+    assistant = None
+    if args.draft_model:
+        assistant = load_model(args.draft_model, args.device, args.dtype)
+        _check_assistant(lm, assistant)
+    bench = Bench(lm, methods, args.max_new_tokens, assistant)
+    with tqdm(total=len(questions) * args.repeats, desc="bench", unit="question", file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        finished = bench.measure(questions, args.repeats, args.warmup, bar)
+    if not finished:
+        print("interrupted: writing what was measured", file=sys.stderr)
+    if not bench.runs:
+        print("nothing was measured", file=sys.stderr)
+        return 130 if not finished else 1
+    labels = [m.label for m in methods]
+    rows = summarise(bench.runs, labels)
+    meta = {
+        "command": "python -m specviz bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "model": lm.model_id, "draft_model": args.draft_model, "device": str(lm.device),
+        "dtype": str(lm.dtype).replace("torch.", ""), "cpu": _cpu_name(), "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "max_new_tokens": args.max_new_tokens,
+        "questions_file": str(args.questions), "categories": args.categories,
+        "limit": args.limit, "repeats": args.repeats, "warmup": args.warmup,
+        "questions_measured": len({(r.question_id) for r in bench.runs}),
+        "skipped": bench.skipped, "notes": notes + warnings, "interrupted": not finished,
+    }
+    write_results(out, meta, rows, bench.runs)
+    print(markdown_table(rows))
+    for line in notes + [f"skipped {s}" for s in bench.skipped]:
+        print(f"note: {line}", file=sys.stderr)
+    print(f"results written to {out}/ (results.json, summary.csv, summary.md, report.html)", file=sys.stderr)
+    return 0 if finished else 130

@@ -1,0 +1,142 @@
+"""Plotly figures of benchmark results (the rows of metrics.summarise); no gradio here.
+
+The HTML report and the explorer's results tab draw the same figures from a results file.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+
+PHASE_ORDER = ("prefill", "draft.search", "draft.tree", "verify.forward", "verify.accept",
+               "cache.commit", "draft.update")
+
+
+def _rows(rows: Sequence[dict[str, Any]], category: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["category"] == category]
+
+
+def speedup_bars(rows: Sequence[dict[str, Any]]) -> go.Figure:
+    """Speedup vs vanilla per category and method; whiskers span the per-question min..max."""
+    fig = go.Figure()
+    methods = list(dict.fromkeys(r["method"] for r in rows if r["method"] != "vanilla"))
+    for m in methods:
+        mine = [r for r in rows if r["method"] == m]
+        lo = [r["speedup"] - r["speedup_question_spread"][0] for r in mine]
+        hi = [r["speedup_question_spread"][2] - r["speedup"] for r in mine]
+        fig.add_bar(name=m, x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
+                    error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
+                    hovertemplate="%{x}: %{y:.2f}x<extra>" + m + "</extra>")
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla")
+    fig.update_layout(title="Speedup vs vanilla (whiskers: per-question min..max)", barmode="group",
+                      yaxis_title="speedup (x)", legend_title="method")
+    return fig
+
+
+def phase_stack(rows: Sequence[dict[str, Any]], category: str = "all") -> go.Figure:
+    """Milliseconds per generated token, stacked by phase, per method."""
+    sel = _rows(rows, category)
+    phases = [p for p in PHASE_ORDER if any(p in r["phase_seconds_per_token"] for r in sel)]
+    phases += sorted({p for r in sel for p in r["phase_seconds_per_token"]} - set(phases))
+    fig = go.Figure()
+    for p in phases:
+        fig.add_bar(name=p, x=[r["method"] for r in sel],
+                    y=[1000 * r["phase_seconds_per_token"].get(p, 0.0) for r in sel],
+                    hovertemplate="%{x}: %{y:.2f} ms/token<extra>" + p + "</extra>")
+    fig.update_layout(title=f"Time per token by phase ({category}; peers report no phases)",
+                      barmode="stack", yaxis_title="ms per generated token")
+    return fig
+
+
+def accepted_histograms(rows: Sequence[dict[str, Any]], category: str = "all") -> go.Figure:
+    """Share of steps by tokens committed per step (bonus included), per method."""
+    fig = go.Figure()
+    for r in _rows(rows, category):
+        hist = {int(k): v for k, v in r["accepted_length_histogram"].items()}
+        total = sum(hist.values())
+        if not total or r["method"] == "vanilla":
+            continue
+        xs = sorted(hist)
+        fig.add_bar(name=r["method"], x=xs, y=[hist[x] / total for x in xs])
+    fig.update_layout(title=f"Tokens committed per step ({category})", barmode="group",
+                      xaxis_title="tokens per step (bonus included)", yaxis_title="share of steps")
+    return fig
+
+
+def depth_acceptance_lines(rows: Sequence[dict[str, Any]], category: str = "all") -> go.Figure:
+    """Acceptance rate by draft depth, per method."""
+    fig = go.Figure()
+    for r in _rows(rows, category):
+        rates = r["acceptance_by_depth"]
+        if rates:
+            fig.add_scatter(name=r["method"], x=list(range(1, len(rates) + 1)), y=rates,
+                            mode="lines+markers", customdata=r["depth_tested"],
+                            hovertemplate="depth %{x}: %{y:.0%} of %{customdata} steps<extra></extra>")
+    fig.update_layout(title=f"Acceptance rate by draft depth ({category})", xaxis_title="draft depth",
+                      yaxis_title="accepted / tried", yaxis_range=[0, 1])
+    return fig
+
+
+_LABEL = re.compile(r"^(?P<name>[^\[]+)\[(?P<settings>.*)\]$")
+
+
+def parse_label(label: str) -> tuple[str, dict[str, str]]:
+    """'ngram_trie[n=8;prefix_len=2]' -> ('ngram_trie', {'n': '8', 'prefix_len': '2'})."""
+    m = _LABEL.match(label)
+    if not m:
+        return label, {}
+    return m["name"], dict(kv.split("=", 1) for kv in m["settings"].split(";") if "=" in kv)
+
+
+def _num(v: str) -> Any:
+    try:
+        return float(v) if "." in v else int(v)
+    except ValueError:
+        return v
+
+
+def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "speedup",
+                 category: str = "all") -> go.Figure | None:
+    """Heatmap of `metric` over a two-setting sweep (bars for one setting); None if no sweep."""
+    points = []
+    for r in _rows(rows, category):
+        name, settings = parse_label(r["method"])
+        if name == drafter and settings:
+            points.append((settings, r[metric]))
+    keys = sorted({k for s, _ in points for k in s})
+    if not points or len(keys) > 2:
+        return None
+    if len(keys) == 1:
+        pts = sorted(points, key=lambda p: _num(p[0][keys[0]]))
+        fig = go.Figure(go.Bar(x=[str(s[keys[0]]) for s, _ in pts], y=[v for _, v in pts]))
+        fig.update_layout(title=f"{drafter}: {metric} by {keys[0]} ({category})", xaxis_title=keys[0],
+                          yaxis_title=metric)
+        return fig
+    xs = sorted({s.get(keys[0], "") for s, _ in points}, key=_num)
+    ys = sorted({s.get(keys[1], "") for s, _ in points}, key=_num)
+    z: list[list[float | None]] = [[None] * len(xs) for _ in ys]
+    for s, v in points:
+        z[ys.index(s[keys[1]])][xs.index(s[keys[0]])] = v
+    fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale="Viridis", texttemplate="%{z:.2f}",
+                               colorbar={"title": metric}))
+    fig.update_layout(title=f"{drafter}: {metric} over {keys[0]} x {keys[1]} ({category})",
+                      xaxis_title=keys[0], yaxis_title=keys[1], xaxis_type="category",
+                      yaxis_type="category")
+    return fig
+
+
+def swept_drafters(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Drafters that appear with settings in the rows (sweep points)."""
+    return sorted({parse_label(r["method"])[0] for r in rows if parse_label(r["method"])[1]})
+
+
+def all_figures(rows: Sequence[dict[str, Any]]) -> list[go.Figure]:
+    """Every figure of the report, in order."""
+    figs = [speedup_bars(rows), phase_stack(rows), accepted_histograms(rows), depth_acceptance_lines(rows)]
+    for drafter in swept_drafters(rows):
+        for metric in ("speedup", "tokens_per_s"):
+            fig = sweep_figure(rows, drafter, metric)
+            if fig is not None:
+                figs.append(fig)
+    return figs

@@ -1,0 +1,129 @@
+"""What a benchmark compares: drafters (with settings), transformers' own peers, and sweeps.
+
+    --drafters "vanilla,prompt_lookup,ngram_trie,ngram_trie[num_draft=8;prefix_len=2]"
+    --peers hf_greedy,hf_prompt_lookup,hf_assisted     (hf_assisted needs --draft-model)
+    --sweep "ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5"   (the seed's Table 2 grid)
+
+A method's label is its name plus the settings it overrides, e.g. `ngram_trie[num_draft=8]`.
+Settings are validated up front against the drafter's config (a ConfigError names the
+field), so a typo fails before any model loads. In a sweep, combinations that the config
+refuses (e.g. prefix_len >= n) are left out and listed.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..drafters import get
+from ..errors import ConfigError, SpecvizError
+
+PEERS = {
+    "hf_greedy": "transformers generate(), greedy",
+    "hf_prompt_lookup": "transformers generate(prompt_lookup_num_tokens=10)",
+    "hf_assisted": "transformers generate(assistant_model=--draft-model)",
+}
+
+
+class MethodError(SpecvizError):
+    """A method, peer or sweep specification is malformed or unknown."""
+
+
+@dataclass(frozen=True)
+class Method:
+    label: str
+    kind: str                                  # "drafter" or "peer"
+    name: str                                  # drafter name or peer name
+    settings: tuple[tuple[str, str], ...] = ()  # drafter settings overridden, as given
+
+
+def _label(name: str, settings: tuple[tuple[str, str], ...]) -> str:
+    return name + ("[" + ";".join(f"{k}={v}" for k, v in settings) + "]" if settings else "")
+
+
+def split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on `sep` outside square brackets."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == sep and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def drafter_method(spec_text: str) -> Method:
+    """'name' or 'name[key=value;key=value]' -> a validated Method."""
+    name, _, rest = spec_text.partition("[")
+    name = name.strip()
+    settings: list[tuple[str, str]] = []
+    if rest:
+        if not rest.endswith("]"):
+            raise MethodError(f"drafters: {spec_text!r}: expected name[key=value;...]")
+        for item in (i.strip() for i in rest[:-1].split(";") if i.strip()):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise MethodError(f"drafters: {spec_text!r}: expected key=value, got {item!r}")
+            settings.append((key.strip(), value.strip()))
+    spec = get(name)                            # UnknownDrafterError names the known ones
+    try:
+        spec.config(dict(settings))
+    except ConfigError as err:
+        raise MethodError(f"drafters: {spec_text}: {err}") from None
+    return Method(_label(name, tuple(settings)), "drafter", name, tuple(settings))
+
+
+def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
+    """'drafter:key=v1,v2;key2=w1,w2' -> one Method per valid combination, and the refused ones."""
+    name, sep, grid = text.partition(":")
+    if not sep or not grid.strip():
+        raise MethodError(f"sweep: {text!r}: expected drafter:key=v1,v2;key2=w1,w2")
+    axes: list[tuple[str, list[str]]] = []
+    for part in (p.strip() for p in grid.split(";") if p.strip()):
+        key, eq, values = part.partition("=")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not eq or not vals:
+            raise MethodError(f"sweep: {part!r}: expected key=v1,v2,...")
+        axes.append((key.strip(), vals))
+    spec = get(name.strip())
+    methods, refused = [], []
+    for combo in itertools.product(*(vals for _, vals in axes)):
+        settings = tuple((k, v) for (k, _), v in zip(axes, combo))
+        try:
+            spec.config(dict(settings))
+        except ConfigError as err:
+            refused.append(f"{_label(spec.name, settings)}: {err}")
+            continue
+        methods.append(Method(_label(spec.name, settings), "drafter", spec.name, settings))
+    if not methods:
+        raise MethodError(f"sweep: {text!r}: no valid combination ({'; '.join(refused)})")
+    return methods, refused
+
+
+def parse_methods(drafters: str, peers: str, sweeps: list[str] | None = None,
+                  draft_model: str | None = None) -> tuple[list[Method], list[str]]:
+    """Vanilla first (every speedup is against it), then drafters, sweep points, peers.
+    Returns the methods and notes (sweep combinations left out)."""
+    methods = [Method("vanilla", "drafter", "vanilla")]
+    notes: list[str] = []
+    for text in split_top(drafters):
+        m = drafter_method(text)
+        if m.label != "vanilla":
+            methods.append(m)
+    for text in sweeps or []:
+        swept, refused = expand_sweep(text)
+        methods += swept
+        notes += [f"sweep: left out {r}" for r in refused]
+    for name in split_top(peers):
+        if name not in PEERS:
+            raise MethodError(f"peers: unknown peer {name!r}; known: {', '.join(PEERS)}")
+        if name == "hf_assisted" and not draft_model:
+            raise MethodError("peers: hf_assisted needs --draft-model (a model sharing the target's tokenizer)")
+        methods.append(Method(name, "peer", name))
+    labels = [m.label for m in methods]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise MethodError(f"drafters: {', '.join(dupes)} given twice")
+    return methods, notes

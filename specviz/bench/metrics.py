@@ -1,0 +1,187 @@
+"""Benchmark metrics with Spec-Bench's definitions, as pure functions over measured runs.
+
+- tokens/s of a question = its new tokens / its seconds, all turns together, prefill included.
+- speedup of a method = mean tokens/s of the method / mean tokens/s of vanilla, over the
+  same questions of the same run (Spec-Bench: a ratio of means, not a mean of ratios).
+- mean accepted tokens = new tokens / speculative steps, the bonus token included
+  (exactly 1.00 for vanilla: one token per forward).
+- acceptance rate at draft depth d = of the steps whose accepted path reached depth d - 1
+  and whose tree had a node at depth d below it, the share that accepted one.
+- the accepted-length histogram counts steps by the tokens they committed.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from ..trace import StepRecord
+
+DRAFTING = ("draft.search", "draft.tree", "draft.update")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One method on one turn of one question (one repeat)."""
+    question_id: int
+    category: str
+    turn: int                          # 0-based turn of the question
+    method: str                        # label: "ngram_trie", "ngram_trie[num_draft=8]", "hf_prompt_lookup"
+    repeat: int
+    new_tokens: int
+    seconds: float                     # wall time of the turn, prefill included
+    steps: int | None                  # speculative steps; None for peers (transformers hides them)
+    accepted_lengths: tuple[int, ...] = ()   # tokens committed per step, the bonus included
+    depth_tested: tuple[int, ...] = ()       # [d-1]: steps that tried a draft token at depth d
+    depth_accepted: tuple[int, ...] = ()     # [d-1]: ... and accepted one
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    peak_memory_mb: float | None = None      # peak memory during the run (None: not measured)
+    output_ids: tuple[int, ...] = ()
+
+    @property
+    def draft_seconds(self) -> float:
+        return sum(self.phase_seconds.get(p, 0.0) for p in DRAFTING)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Run":
+        d = dict(d)
+        for key in ("accepted_lengths", "depth_tested", "depth_accepted", "output_ids"):
+            d[key] = tuple(d.get(key) or ())
+        return Run(**d)
+
+
+def depth_acceptance(steps: Iterable[StepRecord]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(tested, accepted) per draft depth, index d-1 for depth d (see the module docstring)."""
+    tested: list[int] = []
+    accepted: list[int] = []
+    for s in steps:
+        depth = 1
+        while depth - 1 <= len(s.accepted):
+            parent = -1 if depth == 1 else s.accepted[depth - 2]
+            if not s.tree.children.get(parent):
+                break
+            while len(tested) < depth:
+                tested.append(0)
+                accepted.append(0)
+            tested[depth - 1] += 1
+            if len(s.accepted) >= depth:
+                accepted[depth - 1] += 1
+            else:
+                break
+            depth += 1
+    return tuple(tested), tuple(accepted)
+
+
+def speedup(method_tps: Sequence[float], vanilla_tps: Sequence[float]) -> float:
+    """Spec-Bench's speedup: a ratio of mean tokens per second."""
+    return statistics.mean(method_tps) / statistics.mean(vanilla_tps)
+
+
+def mean_accepted(new_tokens: int, steps: int) -> float:
+    """Tokens committed per step, the bonus token included (1.0 for plain decoding)."""
+    return new_tokens / steps
+
+
+def add_up(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """Element-wise sum of two per-depth count vectors of any lengths."""
+    n = max(len(a), len(b))
+    return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n))
+
+
+def spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """(min, median, max)."""
+    return min(values), statistics.median(values), max(values)
+
+
+@dataclass(frozen=True)
+class QuestionRun:
+    """One method on a whole question (all turns), one repeat."""
+    question_id: int
+    category: str
+    method: str
+    repeat: int
+    new_tokens: int
+    seconds: float
+    runs: tuple[Run, ...]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def by_question(runs: Iterable[Run]) -> list[QuestionRun]:
+    """Join the turns of each (question, method, repeat)."""
+    groups: dict[tuple[int, str, int], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.question_id, r.method, r.repeat), []).append(r)
+    out = []
+    for (qid, method, rep), turns in groups.items():
+        turns.sort(key=lambda r: r.turn)
+        out.append(QuestionRun(qid, turns[0].category, method, rep, sum(t.new_tokens for t in turns),
+                               sum(t.seconds for t in turns), tuple(turns)))
+    return out
+
+
+def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str = "oracle") -> list[dict[str, Any]]:
+    """One row per (category, method), then the 'all' rows; every figure the report shows."""
+    questions = by_question(runs)
+    vanilla = {(q.question_id, q.repeat): q for q in questions if q.method == "vanilla"}
+    rows: list[dict[str, Any]] = []
+    for cat in sorted({q.category for q in questions}) + ["all"]:
+        sel = [q for q in questions if (cat == "all" or q.category == cat)
+               and (q.question_id, q.repeat) in vanilla]
+        base = [vanilla[(q.question_id, q.repeat)] for q in sel if q.method == "vanilla"]
+        if not base:
+            continue
+        cat_rows = []
+        for method in methods:
+            mine = [q for q in sel if q.method == method]
+            if not mine:
+                continue
+            mine_runs = [r for q in mine for r in q.runs]
+            per_q = [q.tokens_per_s / vanilla[(q.question_id, q.repeat)].tokens_per_s for q in mine]
+            repeats = sorted({q.repeat for q in mine})
+            per_rep = [speedup([q.tokens_per_s for q in mine if q.repeat == r],
+                               [vanilla[(q.question_id, q.repeat)].tokens_per_s for q in mine if q.repeat == r])
+                       for r in repeats]
+            mismatches = sorted({f"{q.question_id}/t{r.turn + 1}" for q in mine for r, v in
+                                 zip(q.runs, vanilla[(q.question_id, q.repeat)].runs)
+                                 if r.output_ids != v.output_ids})
+            stepped = [r for r in mine_runs if r.steps]
+            tested: tuple[int, ...] = ()
+            accepted: tuple[int, ...] = ()
+            hist: Counter[int] = Counter()
+            phases: dict[str, float] = {}
+            for r in mine_runs:
+                tested, accepted = add_up(tested, r.depth_tested), add_up(accepted, r.depth_accepted)
+                hist.update(r.accepted_lengths)
+                for k, v in r.phase_seconds.items():
+                    phases[k] = phases.get(k, 0.0) + v
+            seconds = sum(r.seconds for r in mine_runs)
+            tokens = sum(r.new_tokens for r in mine_runs)
+            mems = [r.peak_memory_mb for r in mine_runs if r.peak_memory_mb is not None]
+            cat_rows.append({
+                "category": cat, "method": method, "questions": len({q.question_id for q in mine}),
+                "repeats": len(repeats), "new_tokens": tokens, "seconds": seconds,
+                "tokens_per_s": statistics.mean(q.tokens_per_s for q in mine),
+                "speedup": speedup([q.tokens_per_s for q in mine],
+                                   [vanilla[(q.question_id, q.repeat)].tokens_per_s for q in mine]),
+                "speedup_question_spread": spread(per_q), "speedup_repeat_spread": spread(per_rep),
+                "mean_accepted": (mean_accepted(sum(r.new_tokens for r in stepped), sum(r.steps or 0 for r in stepped))
+                                  if stepped else None),
+                "acceptance_by_depth": [a / t for a, t in zip(accepted, tested)],
+                "depth_tested": list(tested),
+                "accepted_length_histogram": {str(k): hist[k] for k in sorted(hist)},
+                "phase_seconds_per_token": {k: v / tokens for k, v in sorted(phases.items())} if tokens else {},
+                "draft_overhead": sum(r.draft_seconds for r in mine_runs) / seconds if seconds else 0.0,
+                "peak_memory_mb": max(mems) if mems else None,
+                "identical_to_vanilla": f"{len(mine_runs) - len(mismatches)}/{len(mine_runs)}",
+                "mismatches": mismatches,
+                "slower_than_vanilla": sorted({q.question_id for q, s in zip(mine, per_q) if s < 1.0}),
+            })
+        top = next((r["speedup"] for r in cat_rows if r["method"] == oracle), None)
+        for r in cat_rows:
+            r["fraction_of_oracle"] = r["speedup"] / top if top else None
+        rows.extend(cat_rows)
+    return rows

@@ -1,0 +1,89 @@
+"""Spec-Bench question files: one JSON record per line, {question_id, category, turns}.
+
+Spec-Bench's 480 questions are at ../shared/specbench/question.jsonl here (Apache-2.0; read
+by path, not copied). Categories: the 8 MT-bench ones (writing, roleplay, reasoning, math,
+coding, extraction, stem, humanities; two turns each), translation, summarization, qa,
+math_reasoning, rag. `mt_bench` names the 8 MT-bench categories together.
+
+A last line cut off mid-record (a download or copy that stopped early) is skipped with a
+warning; a malformed line anywhere else is an error naming the line.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SpecvizError
+
+MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+DEFAULT_QUESTIONS = Path(__file__).resolve().parents[2].parent / "shared" / "specbench" / "question.jsonl"
+
+
+class QuestionsError(SpecvizError):
+    """A questions file is missing or malformed, or a category is unknown."""
+
+
+@dataclass(frozen=True)
+class Question:
+    question_id: int
+    category: str
+    turns: tuple[str, ...]
+
+
+def _parse(line: str, where: str) -> Question:
+    try:
+        q = json.loads(line)
+        turns = q["turns"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise ValueError("'turns' must be a non-empty list of non-empty strings")
+        return Question(int(q["question_id"]), str(q["category"]), tuple(turns))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise QuestionsError(f"questions: {where} is not a Spec-Bench record ({err})") from None
+
+
+def read_questions(path: Path) -> tuple[list[Question], list[str]]:
+    """Every record of the file, and warnings (a truncated last line is skipped)."""
+    if not path.is_file():
+        raise QuestionsError(f"questions: no such file {str(path)!r} (give --questions PATH to a "
+                             "Spec-Bench question.jsonl)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise QuestionsError(f"questions: cannot read {str(path)!r} as UTF-8 text ({err})") from None
+    lines = [(i, line) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    out: list[Question] = []
+    warnings: list[str] = []
+    for k, (number, line) in enumerate(lines):
+        try:
+            out.append(_parse(line, f"{path.name} line {number}"))
+        except QuestionsError:
+            if k == len(lines) - 1 and not text.endswith("\n") and out:
+                warnings.append(f"questions: {path.name} line {number}, the last, is cut off mid-record; skipped it")
+                continue
+            raise
+    if not out:
+        raise QuestionsError(f"questions: {str(path)!r} holds no questions")
+    return out, warnings
+
+
+def expand_categories(names: list[str], known: set[str]) -> list[str]:
+    """'mt_bench' -> its 8 categories; 'all' -> every category of the file; checks the rest."""
+    out: list[str] = []
+    for name in names:
+        if name == "all":
+            out += sorted(known)
+        elif name == "mt_bench":
+            out += [c for c in MT_BENCH if c in known]
+        elif name in known:
+            out.append(name)
+        else:
+            raise QuestionsError(f"categories: unknown category {name!r}; this file has "
+                                 f"{', '.join(sorted(known))} (or mt_bench, all)")
+    return list(dict.fromkeys(out))
+
+
+def select(questions: list[Question], categories: list[str], limit: int) -> list[Question]:
+    """The first `limit` questions of each category, categories in the order given."""
+    cats = expand_categories(categories, {q.category for q in questions})
+    return [q for c in cats for q in [q for q in questions if q.category == c][:limit]]

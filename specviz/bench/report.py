@@ -1,0 +1,112 @@
+"""Benchmark output: results.json (everything), summary.csv, summary.md and report.html.
+
+`results.json` holds the run's meta data (machine, command, model), the summary rows and
+every measured turn, so a report can be remade, and the explorer can open it
+(`load_results`). The HTML report is self-contained (plotly.js inlined once).
+"""
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import SpecvizError
+from .figures import all_figures
+from .metrics import Run
+
+RESULTS_VERSION = 1
+CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "speedup",
+               "speedup_question_min", "speedup_question_median", "speedup_question_max",
+               "speedup_repeat_min", "speedup_repeat_median", "speedup_repeat_max",
+               "fraction_of_oracle", "mean_accepted", "draft_overhead", "peak_memory_mb",
+               "identical_to_vanilla", "mismatches")
+
+
+class ResultsFormatError(SpecvizError):
+    """A results file is missing, malformed or from another version."""
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| category | method | tokens/s | speedup | per question min / median / max | "
+             "of oracle | mean accepted | drafting | identical |", "|" + "---|" * 9]
+    for r in rows:
+        lo, med, hi = r["speedup_question_spread"]
+        lines.append(
+            f"| {r['category']} | {r['method']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{lo:.2f} / {med:.2f} / {hi:.2f} | {_fmt(r.get('fraction_of_oracle'), '.0%')} | "
+            f"{_fmt(r['mean_accepted'], '.2f')} | {r['draft_overhead'] * 100:.1f}% | "
+            f"{r['identical_to_vanilla']} |")
+    return "\n".join(lines)
+
+
+def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
+    out = {k: r.get(k) for k in CSV_COLUMNS}
+    for prefix, key in (("speedup_question", "speedup_question_spread"),
+                        ("speedup_repeat", "speedup_repeat_spread")):
+        out[f"{prefix}_min"], out[f"{prefix}_median"], out[f"{prefix}_max"] = r[key]
+    out["mismatches"] = " ".join(r["mismatches"])
+    return out
+
+
+def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+    figs = all_figures(rows)
+    parts = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
+             for i, fig in enumerate(figs)]
+    table = markdown_table(rows).splitlines()
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    rows_html = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body)
+    meta_html = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>"
+                        for k, v in meta.items())
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>specviz benchmark</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
+td:nth-child(-n+2){{text-align:left}}</style></head><body>
+<h1>specviz benchmark</h1><ul>{meta_html}</ul>
+<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>{rows_html}</table>
+{''.join(parts)}</body></html>"""
+
+
+def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]],
+                  runs: Sequence[Run]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"version": RESULTS_VERSION, "meta": meta, "rows": list(rows),
+            "runs": [{**r.__dict__, "output_ids": list(r.output_ids)} for r in runs]}
+    files = {
+        "results.json": json.dumps(data, indent=1),
+        "summary.md": markdown_table(rows) + "\n",
+        "report.html": html_report(meta, rows),
+    }
+    for name, text in files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    with (out / "summary.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(_csv_row(r) for r in rows)
+    return [out / n for n in (*files, "summary.csv")]
+
+
+def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(meta, rows) of a results.json; ResultsFormatError with the reason otherwise."""
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ResultsFormatError(f"results: cannot read {str(file)!r} ({err.strerror or err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ResultsFormatError(f"results: {file.name} is not JSON ({err})") from None
+    if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
+        raise ResultsFormatError(f"results: {file.name} is not a specviz results file of version "
+                                 f"{RESULTS_VERSION} (written by `python -m specviz bench`)")
+    rows = data.get("rows")
+    needed = {"category", "method", "speedup", "speedup_question_spread", "phase_seconds_per_token",
+              "accepted_length_histogram", "acceptance_by_depth", "depth_tested"}
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and needed <= set(r) for r in rows):
+        raise ResultsFormatError(f"results: {file.name} has malformed rows")
+    return data.get("meta", {}), rows

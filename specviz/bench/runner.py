@@ -1,0 +1,147 @@
+"""Run the methods over the questions, interleaved, and measure each turn.
+
+Order: for each question, for each repeat, every method back to back (A B C, A B C, ...),
+so drift of the machine (heat, other load) hits all methods alike. The first `warmup`
+questions run through every method unrecorded. Multi-turn questions run turn by turn as
+Spec-Bench does: each method's own answer to turn 1 goes into the conversation of turn 2.
+`oracle` replays vanilla's output of the same turn. A question that does not fit the
+model's context is skipped (for every method) and counted; Ctrl-C stops after the current
+method and keeps every question that was finished.
+"""
+from __future__ import annotations
+
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ..decoding import DecodingConfig
+from ..engine import generate
+from ..errors import PromptError
+from ..models import LoadedModel
+from ..prompts import build_prompt
+from .methods import Method
+from .metrics import Run, depth_acceptance
+from .questions import Question
+
+
+@contextmanager
+def peak_memory(device: torch.device) -> Iterator[Callable[[], float | None]]:
+    """Peak memory (MiB) while the block runs: CUDA max allocated; on Linux CPUs the peak
+    resident set of the process (VmHWM, reset through /proc/self/clear_refs); else None."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        yield lambda: torch.cuda.max_memory_allocated(device) / 2**20
+        return
+    status, clear = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+    try:
+        clear.write_text("5")                       # "5": reset the peak RSS
+        ok = True
+    except OSError:
+        ok = False
+
+    def read() -> float | None:
+        if not ok:
+            return None
+        match = re.search(r"VmHWM:\s+(\d+) kB", status.read_text())
+        return int(match.group(1)) / 1024 if match else None
+
+    yield read
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int,
+             assistant: LoadedModel | None) -> tuple[tuple[int, ...], float]:
+    """transformers' own generate() as a row of the same table: (new ids, seconds)."""
+    extra: dict[str, Any] = {}
+    if method.name == "hf_prompt_lookup":
+        extra["prompt_lookup_num_tokens"] = 10
+    elif method.name == "hf_assisted" and assistant is not None:
+        extra["assistant_model"] = assistant.model
+    input_ids = torch.tensor([ids], device=lm.device)                  # [1, L]
+    eos = sorted(lm.eos_ids)
+    _sync(lm.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                max_new_tokens=max_new, do_sample=False, eos_token_id=eos or None,
+                                pad_token_id=eos[0] if eos else 0, **extra)
+    _sync(lm.device)
+    return tuple(out[0, len(ids):].tolist()), time.perf_counter() - start
+
+
+@dataclass
+class Bench:
+    """The state of one benchmark run."""
+    lm: LoadedModel
+    methods: list[Method]
+    max_new_tokens: int
+    assistant: LoadedModel | None = None
+    runs: list[Run] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)   # questions left out, with the reason
+
+    def run_question(self, q: Question, repeat: int) -> list[Run]:
+        """Every method on every turn of `q`; raises PromptError if it does not fit."""
+        decoding = DecodingConfig(max_new_tokens=self.max_new_tokens)
+        vanilla_out: list[tuple[int, ...]] = []
+        out: list[Run] = []
+        for method in self.methods:
+            history: list[tuple[str, str]] = []
+            for turn, message in enumerate(q.turns):
+                prompt = build_prompt(self.lm.tokenizer, message, history=history)
+                with peak_memory(self.lm.device) as peak:
+                    if method.kind == "peer":
+                        ids, seconds = run_peer(self.lm, method, prompt.ids, self.max_new_tokens,
+                                                self.assistant)
+                        run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
+                                  seconds, None, output_ids=ids)
+                    else:
+                        config: dict[str, Any] = dict(method.settings)
+                        if method.name == "oracle":
+                            config["tokens"] = vanilla_out[turn]
+                        trace = generate(self.lm, prompt, method.name, config, decoding)
+                        tested, accepted = depth_acceptance(trace.steps)
+                        run = Run(q.question_id, q.category, turn, method.label, repeat,
+                                  trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,
+                                  tuple(s.accepted_len for s in trace.steps), tested, accepted,
+                                  dict(trace.totals.phase_seconds), output_ids=trace.output_ids)
+                    run = replace(run, peak_memory_mb=peak())
+                out.append(run)
+                if method.label == "vanilla":
+                    vanilla_out.append(run.output_ids)
+                history.append((message, self.lm.tokenizer.decode(list(run.output_ids),
+                                                                  skip_special_tokens=True)))
+        return out
+
+    def measure(self, questions: list[Question], repeats: int, warmup: int,
+                bar: Any = None) -> bool:
+        """Run everything; False if interrupted (every finished question is kept).
+        `bar` is a progress bar with update(n) (tqdm), or None."""
+        try:
+            for q in questions[:warmup]:
+                try:
+                    self.run_question(q, -1)
+                except PromptError:
+                    pass
+            for q in questions:
+                for rep in range(repeats):
+                    try:
+                        self.runs.extend(self.run_question(q, rep))
+                    except PromptError as err:
+                        self.skipped.append(f"{q.category} q{q.question_id}: {err}")
+                        if bar is not None:
+                            bar.update(repeats - rep)
+                        break
+                    if bar is not None:
+                        bar.update(1)
+        except KeyboardInterrupt:
+            return False
+        return True

@@ -1,0 +1,267 @@
+"""The benchmark: metrics against hand-computed examples, question files, method parsing,
+sweeps, and a tiny end-to-end run (files written, vanilla exactly 1.00 accepted/step)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specviz.bench import figures
+from specviz.bench.methods import MethodError, expand_sweep, parse_methods, split_top
+from specviz.bench.metrics import Run, depth_acceptance, mean_accepted, speedup, summarise
+from specviz.bench.questions import QuestionsError, read_questions, select
+from specviz.bench.report import ResultsFormatError, load_results
+from specviz.cli import main
+from specviz.errors import UnknownDrafterError
+from specviz.trace import StepRecord
+from specviz.tree import DraftTree
+
+
+# ---- metrics -------------------------------------------------------------------------------
+
+def test_speedup_is_a_ratio_of_means_not_a_mean_of_ratios():
+    # method 20 and 10 tokens/s, vanilla 10 and 10: mean ratio would be 1.5, Spec-Bench's is 1.5 too;
+    # vanilla 5 and 20 makes them differ: ratio of means 15 / 12.5 = 1.2, mean of ratios 2.25
+    assert speedup([20.0, 10.0], [10.0, 10.0]) == pytest.approx(1.5)
+    assert speedup([20.0, 10.0], [5.0, 20.0]) == pytest.approx(15 / 12.5)
+
+
+def test_mean_accepted_counts_the_bonus_token():
+    assert mean_accepted(new_tokens=10, steps=10) == 1.0        # plain decoding
+    assert mean_accepted(new_tokens=12, steps=4) == 3.0         # e.g. 2 accepted + bonus per step
+
+
+def _step(tree: DraftTree, accepted: tuple[int, ...]) -> StepRecord:
+    return StepRecord(0, 5, tree, accepted, 0, (0,) * (len(accepted) + 1), (), (), {}, 0.0)
+
+
+# root -> a(0), b(1); a -> c(2); c -> d(3)
+TREE = DraftTree((10, 11, 12, 13), (-1, -1, 0, 2), ("context",) * 4)
+
+
+def test_depth_acceptance_by_hand():
+    steps = [
+        _step(TREE, ()),               # tried depth 1, accepted none
+        _step(TREE, (0,)),             # depth 1 ok, tried depth 2 (c), rejected
+        _step(TREE, (0, 2, 3)),        # depths 1, 2, 3 ok; d is a leaf: depth 4 not tried
+        _step(TREE, (1,)),             # depth 1 ok via b; b has no child: depth 2 not tried
+        _step(DraftTree.empty(), ()),  # no draft: nothing tried
+    ]
+    tested, accepted = depth_acceptance(steps)
+    assert tested == (4, 2, 1)
+    assert accepted == (3, 1, 1)
+
+
+def _run(qid, method, tokens, seconds, steps=None, cat="qa", out=(1, 2), turn=0, acc=()):
+    return Run(qid, cat, turn, method, 0, tokens, seconds, steps, accepted_lengths=acc,
+               phase_seconds={"verify.forward": seconds * 0.9, "draft.search": seconds * 0.1},
+               output_ids=out)
+
+
+def test_summarise_rows_by_hand():
+    runs = [
+        _run(1, "vanilla", 10, 1.0, steps=10, acc=(1,) * 10), _run(2, "vanilla", 10, 2.0, steps=10, acc=(1,) * 10),
+        _run(1, "x", 10, 0.5, steps=4, acc=(4, 3, 2, 1)), _run(2, "x", 10, 2.0, steps=10, acc=(1,) * 10, out=(9,)),
+        _run(1, "oracle", 10, 0.25, steps=2, acc=(5, 5)), _run(2, "oracle", 10, 0.5, steps=2, acc=(5, 5)),
+    ]
+    rows = {(r["category"], r["method"]): r for r in summarise(runs, ["vanilla", "x", "oracle"])}
+    v, x, o = rows[("qa", "vanilla")], rows[("qa", "x")], rows[("qa", "oracle")]
+    assert v["mean_accepted"] == 1.0 and v["speedup"] == 1.0
+    assert x["tokens_per_s"] == pytest.approx(12.5)                 # (20 + 5) / 2
+    assert x["speedup"] == pytest.approx(12.5 / 7.5)                # vanilla (10 + 5) / 2
+    assert x["speedup_question_spread"] == pytest.approx((1.0, 1.5, 2.0))
+    assert x["mean_accepted"] == pytest.approx(20 / 14)
+    assert x["identical_to_vanilla"] == "1/2" and x["mismatches"] == ["2/t1"]
+    assert x["accepted_length_histogram"] == {"1": 11, "2": 1, "3": 1, "4": 1}
+    assert x["draft_overhead"] == pytest.approx(0.1)
+    assert o["speedup"] == pytest.approx(30 / 7.5)
+    assert x["fraction_of_oracle"] == pytest.approx((12.5 / 7.5) / (30 / 7.5))
+    assert rows[("all", "x")]["speedup"] == pytest.approx(x["speedup"])
+
+
+def test_summarise_joins_turns_of_a_question():
+    runs = [_run(1, "vanilla", 10, 1.0, steps=10, turn=0), _run(1, "vanilla", 30, 2.0, steps=30, turn=1),
+            _run(1, "x", 10, 0.5, steps=5, turn=0), _run(1, "x", 30, 1.5, steps=10, turn=1)]
+    row = next(r for r in summarise(runs, ["vanilla", "x"]) if r["method"] == "x" and r["category"] == "qa")
+    assert row["tokens_per_s"] == pytest.approx(40 / 2.0)           # both turns together
+    assert row["speedup"] == pytest.approx((40 / 2.0) / (40 / 3.0))
+    assert row["identical_to_vanilla"] == "2/2"
+
+
+# ---- question files ---------------------------------------------------------------------------
+
+def _write(tmp_path: Path, lines: list[str], end: str = "\n") -> Path:
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(lines) + end, encoding="utf-8")
+    return path
+
+
+Q = [json.dumps({"question_id": 1, "category": "qa", "turns": ["What is a trie?"]}),
+     json.dumps({"question_id": 2, "category": "writing", "turns": ["Write a haiku.", "Now another."]}),
+     json.dumps({"question_id": 3, "category": "qa", "turns": ["Name a prime."]})]
+
+
+def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
+    path = _write(tmp_path, Q + ['{"question_id": 4, "category": "qa", "tu'], end="")
+    questions, warnings = read_questions(path)
+    assert [q.question_id for q in questions] == [1, 2, 3]
+    assert len(warnings) == 1 and "line 4" in warnings[0] and "cut off" in warnings[0]
+
+
+def test_malformed_line_in_the_middle_is_an_error(tmp_path):
+    path = _write(tmp_path, [Q[0], "{not json", Q[1]])
+    with pytest.raises(QuestionsError, match="line 2"):
+        read_questions(path)
+
+
+@pytest.mark.parametrize("content, words", [(None, "no such file"), ("", "no questions"),
+                                            (json.dumps({"question_id": 1, "category": "qa", "turns": []}) + "\n",
+                                             "turns")])
+def test_bad_question_files(tmp_path, content, words):
+    path = tmp_path / "q.jsonl"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(QuestionsError, match=words):
+        read_questions(path)
+
+
+def test_select_categories_limit_and_mt_bench(tmp_path):
+    questions, _ = read_questions(_write(tmp_path, Q))
+    assert [q.question_id for q in select(questions, ["qa"], 1)] == [1]
+    assert [q.question_id for q in select(questions, ["mt_bench", "qa"], 5)] == [2, 1, 3]
+    with pytest.raises(QuestionsError, match="unknown category 'nope'"):
+        select(questions, ["nope"], 5)
+
+
+def test_the_shipped_specbench_file_reads_whole():
+    from specviz.bench.questions import DEFAULT_QUESTIONS
+    questions, warnings = read_questions(DEFAULT_QUESTIONS)
+    assert len(questions) == 480 and not warnings
+    assert all(len(q.turns) == 2 for q in select(questions, ["mt_bench"], 10))
+
+
+# ---- methods and sweeps -------------------------------------------------------------------------
+
+def test_parse_methods_vanilla_first_settings_and_peers():
+    methods, notes = parse_methods("ngram_trie[num_draft=8;prefix_len=2],prompt_lookup,vanilla",
+                                   "hf_prompt_lookup")
+    assert [m.label for m in methods] == ["vanilla", "ngram_trie[num_draft=8;prefix_len=2]",
+                                          "prompt_lookup", "hf_prompt_lookup"]
+    assert methods[1].settings == (("num_draft", "8"), ("prefix_len", "2"))
+    assert methods[-1].kind == "peer" and not notes
+    assert split_top("a[x=1,2],b") == ["a[x=1,2]", "b"]
+
+
+@pytest.mark.parametrize("drafters, peers, error, words", [
+    ("nope", "", UnknownDrafterError, "unknown drafter"),
+    ("ngram_trie[prefix_len=13]", "", MethodError, "prefix_len"),
+    ("ngram_trie[num_draft]", "", MethodError, "key=value"),
+    ("vanilla", "hf_nope", MethodError, "unknown peer"),
+    ("vanilla", "hf_assisted", MethodError, "--draft-model"),
+    ("prompt_lookup,prompt_lookup", "", MethodError, "twice"),
+])
+def test_parse_methods_errors(drafters, peers, error, words):
+    with pytest.raises(error, match=words):
+        parse_methods(drafters, peers)
+
+
+def test_sweep_grid_leaves_out_invalid_combinations():
+    methods, refused = expand_sweep("ngram_trie:n=3,13;prefix_len=2,3")
+    assert [m.label for m in methods] == ["ngram_trie[n=3;prefix_len=2]", "ngram_trie[n=13;prefix_len=2]",
+                                          "ngram_trie[n=13;prefix_len=3]"]
+    assert len(refused) == 1 and "n=3;prefix_len=3" in refused[0]
+
+
+def test_sweep_heatmap_places_each_point():
+    rows = [{"category": "all", "method": f"ngram_trie[n={n};prefix_len={lp}]", "speedup": n + lp / 10}
+            for n in (8, 13) for lp in (2, 3)]
+    fig = figures.sweep_figure(rows, "ngram_trie")
+    heat = fig.data[0]
+    assert list(heat.x) == ["8", "13"] and list(heat.y) == ["2", "3"]
+    assert heat.z[1][0] == pytest.approx(8.3) and heat.z[0][1] == pytest.approx(13.2)
+
+
+# ---- end to end -------------------------------------------------------------------------------
+
+def test_bench_end_to_end_on_the_tiny_model(tmp_path, capsys):
+    questions = _write(tmp_path, Q)
+    out = tmp_path / "out"
+    code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(questions),
+                 "--categories", "qa,writing", "--limit", "2", "--max-new-tokens", "12", "--warmup", "0",
+                 "--drafters", "vanilla,prompt_lookup,ngram_trie,oracle", "--peers", "hf_greedy",
+                 "--repeats", "2", "--out", str(out)])
+    assert code == 0
+    for name in ("results.json", "summary.csv", "summary.md", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    meta, rows = load_results(out / "results.json")
+    assert meta["questions_measured"] == 3 and meta["repeats"] == 2
+    by = {(r["category"], r["method"]): r for r in rows}
+    assert by[("all", "vanilla")]["mean_accepted"] == 1.0
+    assert by[("all", "vanilla")]["speedup"] == 1.0
+    for method in ("prompt_lookup", "ngram_trie", "oracle", "hf_greedy"):
+        row = by[("all", method)]
+        assert row["identical_to_vanilla"] == "8/8", (method, row["mismatches"])   # 3 q, 4 turns, 2 repeats
+    assert by[("all", "oracle")]["fraction_of_oracle"] == 1.0
+    data = json.loads((out / "results.json").read_text())
+    turns = {(r["question_id"], r["turn"]) for r in data["runs"]}
+    assert (2, 1) in turns                                  # the second turn of the MT-bench question ran
+    html = (out / "report.html").read_text()
+    assert "plotly" in html.lower() and "Speedup vs vanilla" in html
+    assert "| all | ngram_trie |" in capsys.readouterr().out
+
+
+def test_bench_interrupted_keeps_finished_questions(tmp_path, monkeypatch):
+    from specviz.bench import runner
+
+    calls = {"n": 0}
+    real = runner.Bench.run_question
+
+    def flaky(self, q, rep):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(self, q, rep)
+
+    monkeypatch.setattr(runner.Bench, "run_question", flaky)
+    out = tmp_path / "out"
+    code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_write(tmp_path, Q)),
+                 "--categories", "qa", "--limit", "2", "--max-new-tokens", "6", "--warmup", "0",
+                 "--drafters", "vanilla,ngram_trie", "--peers", "", "--out", str(out)])
+    assert code == 130
+    meta, rows = load_results(out / "results.json")
+    assert meta["interrupted"] is True and meta["questions_measured"] == 1
+
+
+def test_bench_skips_questions_longer_than_the_context(tmp_path, monkeypatch, capsys):
+    from specviz import models
+    long_q = json.dumps({"question_id": 9, "category": "qa", "turns": ["word " * 5000]})
+    code = main(["bench", "--model", "tiny-random", "--device", "cpu",
+                 "--questions", str(_write(tmp_path, [Q[0], long_q])), "--categories", "qa",
+                 "--max-new-tokens", "4", "--warmup", "0", "--drafters", "vanilla", "--peers", "",
+                 "--out", str(tmp_path / "out")])
+    assert code == 0
+    meta, _ = load_results(tmp_path / "out" / "results.json")
+    assert meta["questions_measured"] == 1 and len(meta["skipped"]) == 1
+    assert "q9" in meta["skipped"][0] and "context" in meta["skipped"][0]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--categories", "nope"], "unknown category"),
+    (["--drafters", "nope"], "unknown drafter"),
+    (["--questions", "/no/such.jsonl"], "no such file"),
+    (["--limit", "0"], "--limit"),
+])
+def test_bench_bad_input_exits_2_with_one_line(argv, words, capsys):
+    assert main(["bench", "--model", "tiny-random", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+def test_load_results_refuses_other_files(tmp_path):
+    (tmp_path / "x.json").write_text('{"version": 99}')
+    with pytest.raises(ResultsFormatError, match="version"):
+        load_results(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text("{oops")
+    with pytest.raises(ResultsFormatError, match="not JSON"):
+        load_results(tmp_path / "y.json")
