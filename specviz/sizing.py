@@ -15,6 +15,13 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 
+def free_prefix(cost: Callable[[int], float], available: int) -> int:
+    """The most nodes (<= available) whose verify step costs no more than one node's:
+    once one draft token is verified, padding makes a few more free (cost.py)."""
+    one = cost(1)
+    return max((k for k in range(1, available + 1) if cost(k) <= one), default=0)
+
+
 def best_prefix(path_probs: Sequence[float], cost: Callable[[int], float]) -> int:
     best_k, best_rate, expected = 0, 1.0 / cost(0), 1.0
     for k, p in enumerate(path_probs, start=1):
@@ -40,11 +47,17 @@ class Calibration:
         self.prior, self.prior_weight = prior, prior_weight
         self._acc: dict[int, float] = {}
         self._pred: dict[int, float] = {}
+        self._tests: dict[int, int] = {}
+
+    def tests(self, bucket: int) -> int:
+        """How many draft tokens of this bucket the verifier has tested so far."""
+        return self._tests.get(bucket, 0)
 
     def factor(self, bucket: int) -> float:
         acc, pred = self._acc.get(bucket, 0.0), self._pred.get(bucket, 0.0)
         return min(1.0, (acc + self.prior_weight * self.prior) / (pred + self.prior_weight))
 
-    def update(self, bucket: int, predicted: float, accepted: float) -> None:
+    def update(self, bucket: int, predicted: float, accepted: float, tests: int = 1) -> None:
+        self._tests[bucket] = self._tests.get(bucket, 0) + tests
         self._acc[bucket] = self._acc.get(bucket, 0.0) + accepted
         self._pred[bucket] = self._pred.get(bucket, 0.0) + predicted

@@ -124,3 +124,53 @@ def test_ngram_trie_tree_is_valid_and_bounded(num_draft):
         assert len(tree) <= num_draft
         if config.get("size_by_cost", True) is False:
             assert len(tree) == num_draft        # without sizing the heap is always full here
+
+
+# ---- ngram_trie sizing: exploration and the recorded decision -------------------------------------
+
+def _flat_then_steep(n: int) -> float:
+    """Verify cost: 1 row 1.0 s, up to 3 nodes 2.0 s (padded), more nodes far more."""
+    return 1.0 if n == 0 else (2.0 if n <= 3 else 2.0 + n)
+
+
+def test_free_prefix_counts_the_nodes_that_cost_what_one_costs():
+    from specviz.sizing import free_prefix
+    assert free_prefix(_flat_then_steep, 10) == 3
+    assert free_prefix(_flat_then_steep, 2) == 2
+    assert free_prefix(lambda n: 1.0 + n, 5) == 1
+
+
+@pytest.mark.parametrize("explore_every", [0, 3])
+def test_ngram_trie_explores_when_the_prior_says_never(explore_every):
+    """With a cost model that never pays for drafting, the trie drafts nothing, except an
+    exploration chain of the free nodes every `explore_every` steps (while few were tested)."""
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8] * 3
+    d = make("ngram_trie", prompt, {"first_prior": 0.01, "explore_every": explore_every})
+    sizes, infos = [], []
+    for step in range(8):
+        c = DraftContext(list(prompt), len(prompt), step, 100, _flat_then_steep, PhaseTimer())
+        tree = d.propose(c)
+        sizes.append(len(tree))
+        infos.append(c.info)
+        d.observe(StepView(tree, (), (99,), prompt + [99], (99,) * (len(tree) + 1)))
+    if explore_every == 0:
+        assert sizes == [0] * 8
+    else:
+        assert sizes == [0, 0, 0, 3, 0, 0, 0, 3]         # rejected, so trust stays low: explore again
+        assert infos[3]["explore"] is True and infos[3]["kept"] == 3
+    assert all(i["candidates"] > 0 and i["plain_ms"] == 1000.0 for i in infos)
+    assert infos[0]["kept"] == 0 and infos[0]["expected_tokens"] == 1.0
+
+
+def test_ngram_trie_stops_exploring_after_enough_tests():
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8] * 3
+    d = make("ngram_trie", prompt, {"first_prior": 0.01, "explore_every": 1})
+    explored = 0
+    for step in range(40):
+        c = DraftContext(list(prompt), len(prompt), step, 100, _flat_then_steep, PhaseTimer())
+        tree = d.propose(c)
+        explored += bool(c.info.get("explore"))
+        d.observe(StepView(tree, (), (99,), prompt + [99], (99,) * (len(tree) + 1)))
+    from specviz.drafters.ngram_trie import EXPLORE_TESTS
+    assert d.first.tests(3) >= EXPLORE_TESTS          # exploration ran until enough were tested
+    assert 1 <= explored <= EXPLORE_TESTS             # then stopped: at least one test per exploring step

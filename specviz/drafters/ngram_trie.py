@@ -16,7 +16,13 @@ Extensions, each a switch, for the limits the paper names:
   (33% after 2-3 tokens), but once it is, a unique continuation is accepted 60-90% of the
   time. The verify cost of k nodes is the engine's calibrated cost model. Where the
   context does not predict the output the tree shrinks to nothing, and the step costs what
-  a vanilla step costs.
+  a vanilla step costs. A trust is learned only from tokens the verifier tested, so a prior
+  too pessimistic for the machine would never be corrected: while a match length has had
+  fewer than EXPLORE_TESTS draft tokens tested, every `explore_every` steps without a draft
+  verify the best chain anyway (only as many nodes as cost what one costs).
+
+Each step's info says what the sizing decided: candidates found, nodes kept, the expected
+committed tokens and predicted milliseconds of the chosen tree, and of plain decoding.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..index.ngram_trie import NgramTrie
 from ..settings import Settings, setting
-from ..sizing import Calibration, best_prefix
+from ..sizing import Calibration, best_prefix, free_prefix
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
 
@@ -43,10 +49,16 @@ class NgramTrieConfig(Settings):
                                  low=0.0, high=1.0, low_open=True)
     continue_prior: float = setting(0.7, "Prior chance a later draft token is accepted after its parent.",
                                     low=0.0, high=1.0, low_open=True)
+    explore_every: int = setting(8, "With size_by_cost: while a match length has few tested drafts, "
+                                    "verify the best chain after this many steps without a draft (0 = never).",
+                                 low=0, high=1000)
 
     def check(self) -> None:
         if self.prefix_len >= self.n:
             raise ConfigError("prefix_len", f"Lp must be smaller than n ({self.n}), got {self.prefix_len}")
+
+
+EXPLORE_TESTS = 4   # tested first draft tokens per match length before exploration stops
 
 
 class NgramTrieDrafter:
@@ -57,8 +69,14 @@ class NgramTrieDrafter:
         self.first = Calibration(prior=config.first_prior)       # buckets: matched length
         self.later = Calibration(prior=config.continue_prior)
         self._last: tuple[int, list[float]] | None = None   # (match length, raw ratio per node)
+        self._since_draft = 0                               # steps since the last non-empty tree
 
     def propose(self, ctx: DraftContext) -> DraftTree:
+        tree = self._propose(ctx)
+        self._since_draft = 0 if len(tree) else self._since_draft + 1
+        return tree
+
+    def _propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
         with ctx.timer("draft.search"):
             matched, m = self.trie.match(ctx.tokens)
@@ -68,20 +86,29 @@ class NgramTrieDrafter:
             t1, t2 = (self.first.factor(m), self.later.factor(m)) if cfg.size_by_cost else (1.0, 1.0)
             cands = NgramTrie.top_nodes(matched, cfg.num_draft, t1, t2, cfg.recency_ties)
         with ctx.timer("draft.tree"):
+            ctx.info.update(match_len=m, candidates=len(cands))
             if cfg.size_by_cost:
                 path: list[float] = []
                 for c in cands:
                     p = c.ratio * (t2 * path[c.parent] if c.parent >= 0 else t1)
                     path.append(p)
                 k = best_prefix(path, ctx.verify_cost)
+                if (k == 0 and cfg.explore_every and self._since_draft >= cfg.explore_every
+                        and self.first.tests(m) < EXPLORE_TESTS):
+                    k = free_prefix(ctx.verify_cost, len(cands))
+                    ctx.info["explore"] = True
+                ctx.info.update(trust_first=round(t1, 4), trust_later=round(t2, 4),
+                                expected_tokens=round(1 + sum(path[:k]), 3),
+                                predicted_ms=round(1000 * ctx.verify_cost(k), 2),
+                                plain_ms=round(1000 * ctx.verify_cost(0), 2))
                 cands = cands[:k]
+            ctx.info["kept"] = len(cands)
             positions = [c.node.last + (m + c.depth) - 1 for c in cands]  # latest occurrence
             sources = tuple("context" if p < ctx.prompt_len else "output" for p in positions)
             tree = DraftTree(tuple(c.node.token for c in cands), tuple(c.parent for c in cands),
                              sources, tuple(c.node.count for c in cands))
             self._last = (m, [c.ratio for c in cands])
-            ctx.info.update(match_len=m, trust_first=round(t1, 4), trust_later=round(t2, 4),
-                            positions=positions)
+            ctx.info["positions"] = positions
             return tree
 
     def observe(self, step: StepView) -> None:
@@ -97,7 +124,7 @@ class NgramTrieDrafter:
                      if par in tested and (par < 0) == first]
             if nodes:
                 (self.first if first else self.later).update(
-                    m, sum(ratios[i] for i in nodes), sum(i in accepted for i in nodes))
+                    m, sum(ratios[i] for i in nodes), sum(i in accepted for i in nodes), len(nodes))
 
 
 SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
