@@ -75,9 +75,12 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             if prompt_len > 1:
                 model(input_ids=torch.tensor([tokens[:-1]], device=lm.device),
                       past_key_values=cache, use_cache=True)
-        check_supported(cache)
-        drafter_ok, step = True, 0
-        while True:
+    check_supported(cache)
+    drafter_ok, step = True, 0
+    while True:
+        # inference mode per step, never across the yield: it is per thread, and a consumer
+        # (a web server) may resume this generator on another thread
+        with torch.inference_mode():
             past_len, budget = len(tokens) - 1, decoding.max_new_tokens - (len(tokens) - prompt_len)
             # 1. draft (the drafter charges draft.search / draft.tree itself)
             ctx = DraftContext(tokens, prompt_len, step, budget, cost.predict, timer)
@@ -123,11 +126,11 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
                                 verdict.target_top, verdict.target_prob, timer.take(), now - clock,
                                 ctx.info, stop)
-            yield record
-            clock = timer.now()                   # time spent by the consumer is not ours
-            if stop:
-                return
-            step += 1
+        yield record
+        clock = timer.now()                       # time spent by the consumer is not ours
+        if stop:
+            return
+        step += 1
 
 
 def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str = "vanilla",

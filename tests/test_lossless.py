@@ -12,6 +12,7 @@ from transformers import GenerationConfig
 from conftest import run_ids
 from specviz.cost import VerifyCost
 from specviz.drafters import REGISTRY
+from specviz.tree import DraftTree
 
 NEW = 64
 
@@ -157,3 +158,67 @@ def test_embedded_drafters_equal_vanilla(embedded_lm):
         assert out == vanilla, drafter
     # the context is copied from, so drafts do get accepted
     assert sum(len(s.accepted) for s in runs["prompt_lookup"][1]) > 0
+
+
+class _SecondSiblingDrafter:
+    """Proposes [wrong, right] as siblings (right = vanilla's next token, then its successor as
+    a child), so the accepted path is never the first branch and the KV commit moves rows."""
+
+    def __init__(self, config, setup) -> None:
+        self.prompt_len, self.reference = len(setup.prompt_ids), config.tokens
+        self.modes: list[bool] = []
+
+    def propose(self, ctx):
+        self.modes.append(torch.is_inference_mode_enabled())
+        done = len(ctx.tokens) - self.prompt_len
+        nxt = self.reference[done: done + 2]
+        if len(nxt) < 2:
+            return DraftTree.empty()
+        wrong = (nxt[0] + 1) % 64
+        return DraftTree((wrong, nxt[0], nxt[1]), (-1, -1, 1), ("test",) * 3)
+
+    def observe(self, step) -> None:
+        pass
+
+
+def test_steps_may_be_resumed_on_other_threads(tiny_lm, cases):
+    """A web server resumes the step generator on any worker thread: each step must set up
+    its own inference mode (it is per thread; the KV commit updates the cache in place) and
+    still give vanilla's output."""
+    import threading
+
+    from specviz.decoding import DecodingConfig
+    from specviz.drafters.base import DrafterSpec, register
+    from specviz.drafters.oracle import OracleConfig
+    from specviz.engine import generate_steps
+
+    prompt, vanilla = cases["distinct"]
+    made: list[_SecondSiblingDrafter] = []
+
+    def factory(config, setup):
+        made.append(_SecondSiblingDrafter(config, setup))
+        return made[-1]
+
+    register(DrafterSpec("test_second_sibling", OracleConfig, factory, "test", "-"))
+    steps = generate_steps(tiny_lm, prompt, "test_second_sibling", {"tokens": tuple(vanilla)},
+                           DecodingConfig(max_new_tokens=NEW))
+    records: list = []
+    errors: list[BaseException] = []
+
+    def advance() -> None:
+        try:
+            records.append(next(steps))
+        except StopIteration:
+            pass
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    while sum(len(r.new_tokens) for r in records) < NEW and not errors:
+        worker = threading.Thread(target=advance)
+        worker.start()
+        worker.join()
+    REGISTRY.pop("test_second_sibling")
+    assert not errors, repr(errors[0])
+    assert [t for r in records for t in r.new_tokens] == vanilla
+    assert any(r.accepted and r.accepted[0] == 1 for r in records)     # rows were moved
+    assert made[0].modes and all(made[0].modes)       # every step ran in inference mode (no autograd)
