@@ -62,7 +62,7 @@ def make_compare_handler(panel: SetupPanel):
             base = panel.spec(values)
             specs = {n: base.with_drafter(n, panel.drafter_form.values(n, values[4 + len(panel.decoding_form.components):]))
                      for n in names}
-            yield f"⏳ loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
+            yield f"… loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
             runner.run_to_end(RunSpec(base.model_id, "vanilla", (), DecodingConfig(max_new_tokens=WARMUP_TOKENS),
                                       base.context, base.message))      # untimed warm-up
             runs: dict[str, list[Trace]] = {n: [] for n in names}
@@ -72,7 +72,7 @@ def make_compare_handler(panel: SetupPanel):
                     if session.stop_requested:
                         break
                     done = sum(map(len, runs.values()))
-                    yield f"⏳ round {r + 1}: running `{n}` ({done + 1}/{total})...", gr.skip(), gr.skip(), gr.skip(), session
+                    yield f"… round {r + 1}: running `{n}` ({done + 1}/{total})...", gr.skip(), gr.skip(), gr.skip(), session
                     spec = specs[n]
                     if n == "oracle" and not dict(spec.drafter_values).get("tokens"):
                         spec = spec.with_drafter(n, {**dict(spec.drafter_values),
@@ -80,13 +80,13 @@ def make_compare_handler(panel: SetupPanel):
                     runs[n].append(runner.run_to_end(spec))
         done_runs = [runs[n] for n in names if runs[n]]
         if not done_runs or not runs["vanilla"]:
-            yield "⏹ stopped before vanilla finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
+            yield "■ stopped before vanilla finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
             return
         k = min(len(v) for v in done_runs)
         rows = viz.compare_rows([v[:k] for v in done_runs])
         session.compared = {v[0].drafter: v[0] for v in done_runs}
         ref = runs["vanilla"][0]
-        note = (f"✅ {k} round(s) on `{ref.model_id}` ({ref.device}), {ref.totals.new_tokens} vanilla tokens, "
+        note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}), {ref.totals.new_tokens} vanilla tokens, "
                 f"one warm-up excluded." + (" Stopped early." if session.stop_requested else ""))
         yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
                gr.update(choices=list(session.compared), value=None), session)

@@ -34,8 +34,10 @@ def build_run_panel() -> RunPanel:
     with gr.Row():
         generate = gr.Button("Generate", variant="primary", elem_id="generate-btn")
         stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-        step = gr.Button("Step ▶ (teaching mode)", elem_id="teach-step-btn")
-        reset = gr.Button("Reset steps", size="md", elem_id="teach-reset-btn")
+        step = gr.Button("Step ▶", elem_id="teach-step-btn")
+        reset = gr.Button("Reset steps", elem_id="teach-reset-btn")
+    gr.Markdown("*Generate runs to the end (Stop keeps what was generated); **Step ▶** runs one "
+                "speculative step per click (teaching mode) and shows it below.*")
     counters = gr.Markdown("*Pick an example or type a message, then Generate (all at once) or "
                            "Step (one speculative step per click).*", elem_id="counters")
     output = gr.HTML(viz.output_html([]), label="Output", elem_id="output-html")
@@ -67,7 +69,7 @@ def make_stream_handler(panel: SetupPanel):
         session.stop_requested = False
         with shown_to_user():
             spec = panel.spec(values)
-            yield gr.skip(), f"⏳ loading `{spec.model_id}` and preparing `{spec.drafter}`...", session
+            yield gr.skip(), f"… loading `{spec.model_id}` and preparing `{spec.drafter}`...", session
             run = runner.start(spec)
         names = runner.TokenText(run.lm.tokenizer)
         vanilla = _vanilla_tps(session, run)
@@ -79,12 +81,12 @@ def make_stream_handler(panel: SetupPanel):
             run.steps.append(step)
             if time.perf_counter() - last > STREAM_EVERY_S:
                 last = time.perf_counter()
-                yield (*_live_view(run.steps, names, vanilla, f"⏳ generating with `{spec.drafter}`..."), session)
+                yield (*_live_view(run.steps, names, vanilla, f"… generating with `{spec.drafter}`..."), session)
         stopped = session.stop_requested
         runner.stop(run)
         trace = runner.finish(run)
         _remember(session, trace)
-        status = ("⏹ stopped: kept what was generated" if stopped else f"✅ done ({trace.stop_reason})")
+        status = ("■ stopped: kept what was generated" if stopped else f"✓ done ({trace.stop_reason})")
         yield (*_live_view(trace.steps, trace.token_text, vanilla, status), session)
 
     return stream_generate
@@ -114,7 +116,7 @@ def make_teach_handler(panel: SetupPanel):
             run.steps.append(step)
         trace = runner.finish(run)
         _remember(session, trace)
-        status = (f"🧑‍🏫 teaching mode: step {len(run.steps) - 1} done"
+        status = (f"Teaching mode: step {len(run.steps) - 1} done"
                   + (f"; the run is over ({trace.stop_reason}); the next click starts again" if run.done else ""))
         html, counters = _live_view(trace.steps, trace.token_text, _vanilla_tps(session, run), status)
         return html, counters, session

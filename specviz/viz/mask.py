@@ -57,10 +57,14 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
         colorscale=[[0, "#f8f9fa"], [1, "#1c7ed6"]], zmin=0, zmax=1, showscale=False,
         hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
     n = view.shape[0]
+    pads = n - 1 - len(step.tree)
     fig.update_layout(
-        title=dict(text=f"Tree-attention mask: {n} rows x ({past_len} prefix + {n}) columns", font=dict(size=14)),
-        template="plotly_white", height=max(260, min(720, 22 * n + 130)),
-        margin=dict(l=20, r=20, t=40, b=20),
+        title=dict(text=f"Rows: the model's inputs (root, {len(step.tree)} draft nodes"
+                        + (f", {pads} inert pad rows" if pads else "") + f"); blue = may attend. "
+                        f"First column: the {past_len} committed tokens", font=dict(size=12), y=0.01,
+                   yanchor="bottom"),
+        template="plotly_white", height=max(300, min(900, 16 * n + 200)),
+        margin=dict(l=20, r=20, t=90, b=50),
         xaxis=dict(tickmode="array", tickvals=list(range(len(cols))), ticktext=cols, side="top",
                    tickangle=-60, tickfont=dict(size=10)),
         yaxis=dict(tickmode="array", tickvals=list(range(n)), ticktext=rows, autorange="reversed",

@@ -34,7 +34,7 @@ def step_markdown(trace: Trace, step_index: int) -> str:
              f"`{show_token(text.get(s.bonus, '?'))}` · committed {len(s.new_tokens)} token(s) "
              f"· {s.wall * 1e3:.1f} ms"]
     if acc:
-        lines.append(f"accepted draft: `{show_token(acc)}`")
+        lines.append(f"accepted draft: “{acc[:300]}”" + ("…" if len(acc) > 300 else ""))
     notes = {k: v for k, v in s.info.items() if k != "positions"}
     if notes:
         lines.append("drafter notes: " + ", ".join(f"{k}={v}" for k, v in notes.items()))

@@ -1,6 +1,6 @@
 """The draft tree of one step as a plotly figure.
 
-The root (the last committed token) sits on the left, draft depth grows to the right. Nodes
+The root (the last committed token) sits on top, draft depth grows downwards. Nodes
 carry their token; the accepted path is green, nodes the target tested and rejected are red,
 nodes never tested (an ancestor was rejected) are grey. The target's bonus token hangs off
 the end of the accepted path as a star. Hover shows the node's source, draft score, target
@@ -29,8 +29,8 @@ def node_status(step: StepRecord) -> list[str]:
 
 
 def tree_layout(step: StepRecord) -> tuple[list[float], list[float]]:
-    """(x, y) per node: x = depth, y = leaves one unit apart in depth-first order, parents
-    centred over their children. The root is at (0, mean of its children)."""
+    """(x, y) per node: y = -depth (the root on top), x = leaves one unit apart in depth-first
+    order, parents centred over their children. The root is at (mean of its children, 0)."""
     tree = step.tree
     ys: dict[int, float] = {}
     next_leaf = [0.0]
@@ -45,7 +45,7 @@ def tree_layout(step: StepRecord) -> tuple[list[float], list[float]]:
         return ys[node]
 
     place(-1)
-    return [float(d) for d in tree.depths], [-ys[i] for i in range(len(tree))]
+    return [ys[i] for i in range(len(tree))], [-float(d) for d in tree.depths]
 
 
 def tree_figure(trace: Trace, step_index: int) -> go.Figure:
@@ -55,7 +55,7 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
     committed = (*trace.prompt_ids, *trace.output_ids)
     root_tok = committed[step.committed_len - 1]
     xs, ys = tree_layout(step)
-    root_y = -0.0 if not len(tree) else sum(ys[i] for i in tree.children[-1]) / len(tree.children[-1])
+    root_x = 0.0 if not len(tree) else sum(xs[i] for i in tree.children[-1]) / len(tree.children[-1])
     status = node_status(step)
     fig = go.Figure()
     # edges: one line trace per status so the accepted path stands out
@@ -63,13 +63,13 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
         ex, ey = [], []
         for i, p in enumerate(tree.parents):
             if status[i] == kind:
-                px, py = (0.0, root_y) if p < 0 else (xs[p], ys[p])
+                px, py = (root_x, 0.0) if p < 0 else (xs[p], ys[p])
                 ex += [px, xs[i], None]
                 ey += [py, ys[i], None]
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
                                  line=dict(color=KIND_COLOURS[kind], width=width)))
     fig.add_trace(go.Scatter(
-        x=[0.0], y=[root_y], mode="markers+text", name="root", text=[show_token(text.get(root_tok, "?"))],
+        x=[root_x], y=[0.0], mode="markers+text", name="root", text=[show_token(text.get(root_tok, "?"))],
         textposition="middle left", marker=dict(size=16, color=KIND_COLOURS["root"], symbol="square"),
         hovertext=[f"root: the last committed token {text.get(root_tok, '?')!r}"], hoverinfo="text",
         showlegend=False))
@@ -91,22 +91,24 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
     # the bonus token, after the accepted path (absent when a stop cut the step short)
     if len(step.new_tokens) > len(step.accepted):
         last = step.accepted[-1] if step.accepted else -1
-        bx, by = (0.0, root_y) if last < 0 else (xs[last], ys[last])
-        fig.add_trace(go.Scatter(x=[bx, bx + 1], y=[by, by], mode="lines", hoverinfo="skip",
+        bx, by = (root_x, 0.0) if last < 0 else (xs[last], ys[last])
+        fig.add_trace(go.Scatter(x=[bx, bx], y=[by, by - 1], mode="lines", hoverinfo="skip",
                                  showlegend=False, line=dict(color="#f08c00", width=2, dash="dot")))
         fig.add_trace(go.Scatter(
-            x=[bx + 1], y=[by], mode="markers+text", name="bonus", text=[show_token(text.get(step.bonus, "?"))],
+            x=[bx], y=[by - 1], mode="markers+text", name="bonus", text=[show_token(text.get(step.bonus, "?"))],
             textposition="middle right", marker=dict(size=18, color="#f08c00", symbol="star"),
             hovertext=[f"bonus token {text.get(step.bonus, '?')!r}: the target's own choice after the accepted draft"],
             hoverinfo="text", showlegend=False))
     depth = max(tree.depths, default=0) + 1
+    width = max(1, len(tree.leaves()))
     n_acc = len(step.accepted)
     title = (f"Step {step.index}: {len(tree)} draft node(s), {n_acc} accepted + bonus"
              if len(tree) else f"Step {step.index}: no draft (plain decoding)")
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)), template="plotly_white",
-        height=max(260, min(720, 34 * max(1, len(tree.leaves())) + 90)),
-        margin=dict(l=70, r=20, t=40, b=20), hovermode="closest",
-        xaxis=dict(title="draft depth", dtick=1, range=[-0.8, depth + 0.8], zeroline=False),
-        yaxis=dict(visible=False))
+        height=max(300, min(900, 30 * (depth + 1) + 90)), hovermode="closest",
+        margin=dict(l=20, r=20, t=40, b=20), showlegend=False,
+        xaxis=dict(visible=False, range=[-0.6, width + 0.4]),
+        yaxis=dict(title="draft depth", tickmode="array", tickvals=[-d for d in range(depth + 1)],
+                   ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], zeroline=False))
     return fig
