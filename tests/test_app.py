@@ -217,3 +217,24 @@ def test_api_returns_a_trace_that_round_trips_over_http() -> None:
             client.predict("tiny-random", "ngram_trie", "hi", "", '{"num_draft": 0}', 8, 0.0, 0, api_name="/trace")
     finally:
         demo.close()
+
+
+@pytest.mark.slow
+def test_embedded_model_drafts_a_summary_from_its_context(panel: SetupPanel) -> None:
+    """The newcomer's tour: the bakery preset with ngram_trie copies from the context, and the
+    inspector can show where from."""
+    from specviz import viz
+    from specviz.ui.inspector import most_accepted_step
+    from specviz.ui.presets import load_presets
+    from specviz.viz.spans import context_sources
+
+    preset = load_presets()[0]
+    session = Session()
+    _run(panel, session, model="embedded", drafter="ngram_trie", context=preset.context,
+         message=preset.message, max_new_tokens=64, size_by_cost=False)   # the paper's trees
+    trace = session.trace
+    spans = viz.output_spans(trace.steps, trace.token_text)
+    assert any(sp.kind == "draft" and sp.source == "context" for sp in spans)
+    k = most_accepted_step(trace)
+    assert len(trace.steps[k].accepted) >= 2
+    assert context_sources(trace, k)["accepted"]

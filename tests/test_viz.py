@@ -187,6 +187,8 @@ def test_context_highlight_marks_accepted_sources() -> None:
     assert "<b>1</b> accepted" in html and "1 drafted but rejected" in html
     bare = dataclasses.replace(trace, steps=(dataclasses.replace(step, info={}),))
     assert "does not record" in viz.context_highlight_html(bare, 0)
+    empty = dataclasses.replace(step, tree=DraftTree.empty(), accepted=(), info={})
+    assert "No draft in this step" in viz.context_highlight_html(dataclasses.replace(trace, steps=(empty,)), 0)
 
 
 def test_run_figures(oracle_trace, spied) -> None:

@@ -124,6 +124,8 @@ def context_highlight_html(trace: Trace, step_index: int) -> str:
     rejected ones' origins underlined)."""
     if trace.context_char_span is None:
         return "<p><i>No context in this run.</i></p>"
+    if not len(trace.steps[step_index].tree):
+        return "<p><i>No draft in this step (plain decoding).</i></p>"
     if not trace.steps[step_index].info.get("positions"):
         return (f"<p><i>The drafter <code>{html.escape(trace.drafter)}</code> does not record where "
                 "its drafts came from; the N-gram trie drafter does.</i></p>")
