@@ -81,7 +81,7 @@ def build_demo() -> gr.Blocks:
                         context = gr.Textbox(label="Context (optional)", lines=7, max_lines=14, elem_id="context",
                                              placeholder="A document to summarise, passages to answer from, code to edit...")
                         files = gr.File(label=f"...or upload .txt / .md files (max {CONTEXT_LIMIT_BYTES // 1_000_000} MB each)",
-                                        file_types=[".txt", ".md"], file_count="multiple", height=90)
+                                        file_types=[".txt", ".md"], file_count="multiple", height=120)
                         message = gr.Textbox(label="Message", lines=2, elem_id="message",
                                              placeholder="Summarise the text above.")
                     with gr.Tab("Retrieve"):

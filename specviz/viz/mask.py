@@ -59,9 +59,8 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     n = view.shape[0]
     pads = n - 1 - len(step.tree)
     fig.update_layout(
-        title=dict(text=f"Rows: the model's inputs (root, {len(step.tree)} draft nodes"
-                        + (f", {pads} inert pad rows" if pads else "") + f"); blue = may attend. "
-                        f"First column: the {past_len} committed tokens", font=dict(size=12), y=0.01,
+        title=dict(text=f"blue = may attend · first column: the {past_len} committed tokens"
+                        + (f" · {pads} inert pad rows" if pads else ""), font=dict(size=12), y=0.01,
                    yanchor="bottom"),
         template="plotly_white", height=max(300, min(900, 16 * n + 200)),
         margin=dict(l=20, r=20, t=90, b=50),
