@@ -4,12 +4,12 @@ API returns a Trace that round-trips."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 import pytest
+from serving import launch_local
 
 import app
 from specviz import models
@@ -200,13 +200,10 @@ def test_context_uploads_are_checked(tmp_path: Path, monkeypatch) -> None:
 def test_api_returns_a_trace_that_round_trips_over_http() -> None:
     from gradio_client import Client
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     demo = app.build_demo()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    url = launch_local(demo)
     try:
-        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        client = Client(url, verbose=False)
         text = client.predict("tiny-random", "prompt_lookup", "Repeat.", CONTEXT, '{"max_ngram": 3}', 8, 0.0, 0,
                               api_name="/trace")
         trace = Trace.from_json(text)

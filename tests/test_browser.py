@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
+from serving import launch_local
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -27,22 +27,14 @@ DRAFTER = os.environ.get("SPECVIZ_BROWSER_DRAFTER", "oracle")   # every draft ac
 WAIT_MS = 60_000 if MODEL == "tiny-random" else 300_000          # page updates on a busy machine
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url():
     from specviz.ui import LAUNCH_OPTIONS, build_demo
 
-    port = _free_port()
     demo = build_demo()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **LAUNCH_OPTIONS)
+    url = launch_local(demo, **LAUNCH_OPTIONS)
     try:
-        yield f"http://127.0.0.1:{port}/"
+        yield url
     finally:
         demo.close()
 
@@ -90,5 +82,14 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
         assert page.locator("#step-details").inner_text() != before
         assert page.locator("#output-html span[style*='outline']").count() > 0   # step 1 outlined
         page.locator("#tree-plot .js-plotly-plot").wait_for()
+        if MODEL == "tiny-random":   # compare drafters (seconds on the tiny model)
+            page.get_by_role("tab", name="Compare drafters").click()
+            page.locator("#compare-btn").click()
+            page.locator("#compare-status").get_by_text(re.compile("round.s. on")).wait_for(timeout=WAIT_MS)
+            table = page.locator("#compare-table").inner_text()
+            for name in ("vanilla", "prompt_lookup", "ngram_trie"):
+                assert name in table
+            assert len(re.findall(r"\byes\b", table)) == 3            # greedy: identical to vanilla
+            page.screenshot(path=str(shot.with_name(shot.stem + "-compare.png")), full_page=True)
         browser.close()
     assert shot.stat().st_size > 10_000

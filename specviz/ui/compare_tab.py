@@ -44,7 +44,7 @@ def build_compare_tab() -> CompareTab:
         rounds = gr.Slider(1, 5, value=1, step=1, label="Rounds", scale=1,
                            info="each round runs every drafter once")
     run = gr.Button("Compare", variant="primary", elem_id="compare-btn")
-    status = gr.Markdown()
+    status = gr.Markdown(elem_id="compare-status")
     table = gr.Dataframe(headers=viz.CompareRow.columns(), interactive=False, elem_id="compare-table")
     plot = gr.Plot(label="Comparison")
     pick = gr.Dropdown([], label="Open a compared run in the inspector and summary", interactive=True)
