@@ -16,8 +16,6 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # runs offline; no u
 import gradio as gr  # noqa: E402
 
 from .. import viz  # noqa: E402
-from ..decoding import DecodingConfig  # noqa: E402
-from ..settings import to_dict  # noqa: E402
 from . import runner  # noqa: E402
 from .compare_tab import build_compare_tab, make_compare_handler, pick_compared  # noqa: E402
 from .errors import shown_to_user  # noqa: E402

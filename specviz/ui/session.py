@@ -52,9 +52,9 @@ class Session:
             self.live = None
 
 
-def reference_key(trace_or_spec_model: str, prompt_text: str, decoding: dict) -> tuple:
+def reference_key(model_id: str, prompt_text: str, decoding: dict) -> tuple:
     """The input a vanilla tokens/s reference is valid for."""
-    return (trace_or_spec_model, prompt_text, tuple(sorted((k, str(v)) for k, v in decoding.items())))
+    return (model_id, prompt_text, tuple(sorted((k, str(v)) for k, v in decoding.items())))
 
 
 def new_session() -> Session:
