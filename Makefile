@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo test test-fast browser screenshot clean
 
 setup: $(STAMP)
 
@@ -22,8 +22,19 @@ $(STAMP): requirements.txt requirements-dev.txt
 demo: setup
 	$(PY) app.py
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q
+
+# Debian's chromium for tests/test_browser.py (Playwright drives it by path; Playwright's own
+# browser download is not used). Needs root for apt-get; without it the browser test is skipped.
+browser:
+	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
+		|| echo "make browser: could not install chromium; tests/test_browser.py will be skipped"
+
+# the README picture: the browser test on the embedded model with the n-gram trie drafter
+screenshot: setup browser
+	SPECVIZ_SCREENSHOT=assets/explorer.png SPECVIZ_BROWSER_MODEL=embedded SPECVIZ_BROWSER_DRAFTER=ngram_trie \
+		$(PY) -m pytest -q tests/test_browser.py
 
 # the tests that do not run the embedded model
 test-fast: setup

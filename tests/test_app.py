@@ -1,15 +1,27 @@
-"""The Gradio demo (app.py): builds without a model, generates through its handler, serves."""
+"""The Gradio explorer (app.py, specviz/ui): builds without a model, its handlers stream,
+stop, step, compare, load traces and report bad input as gr.Error; served over HTTP, its
+API returns a Trace that round-trips."""
 from __future__ import annotations
 
-import socket
+import json
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 import pytest
+from serving import launch_local
 
 import app
 from specviz import models
+from specviz.drafters.base import REGISTRY, DrafterSpec
+from specviz.settings import describe
 from specviz.trace import Trace
+from specviz.ui import compare_tab, replay_tab, run_panel
+from specviz.ui.session import Session
+from specviz.ui.setup_panel import SetupPanel, build_setup_panel
+from specviz.ui.uploads import read_context_files
+
+CONTEXT = "a b c d e f a b c d e f a b c d e f"
 
 
 def test_build_demo_loads_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,50 +37,201 @@ def test_build_demo_loads_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(app.demo, gr.Blocks)         # the module-level demo that Spaces launch
 
 
-def test_generate_handler_returns_text_summary_and_trace() -> None:
-    text, summary, path = app.run_generation("tiny-random", "ngram_trie", app.EXAMPLE_CONTEXT,
-                                             app.EXAMPLE_MESSAGE, 16, 0.0)
-    trace = Trace.from_json(Path(path).read_text(encoding="utf-8"))
-    assert text == trace.output_text
-    assert trace.model_id == "tiny-random" and trace.drafter == "ngram_trie"
-    assert trace.totals.new_tokens > 0
-    assert f"**{trace.totals.new_tokens} tokens**" in summary
-    assert f"**{trace.totals.steps} steps**" in summary and "tokens/s" in summary
-    assert f"{trace.totals.mean_accepted:.2f}" in summary
+@pytest.fixture()
+def panel() -> SetupPanel:
+    with gr.Blocks():
+        p = build_setup_panel()
+        p.context, p.message = gr.Textbox(), gr.Textbox()
+    return p
 
 
-def test_generate_handler_oracle_replays_vanilla() -> None:
-    _, _, path = app.run_generation("tiny-random", "oracle", "", "hi", 12, 0.0)
-    trace = Trace.from_json(Path(path).read_text(encoding="utf-8"))
-    assert trace.drafter_config["tokens"] == list(trace.output_ids)
+def values(panel: SetupPanel, model: str = "tiny-random", drafter: str = "ngram_trie",
+           context: str = CONTEXT, message: str = "Repeat.", **overrides: Any) -> list[Any]:
+    """The inputs' values as the page would send them: defaults, with some overridden."""
+    flat = [model, drafter, context, message]
+    for comp, (group, name) in zip([*panel.decoding_form.components, *panel.drafter_form.components],
+                                   [*panel.decoding_form.keys, *panel.drafter_form.keys]):
+        key = name if group in ("decoding", drafter) else None
+        flat.append(overrides.get(key, comp.value))
+    return flat
 
 
-@pytest.mark.parametrize("args, words", [
-    (("tiny-random", "ngram_trie", "", "", 16, 0.0), "prompt"),
-    (("tiny-random", "ngram_trie", "", "hi", 16, -1.0), "temperature"),
-    (("tiny-random", "nope", "", "hi", 16, 0.0), "unknown drafter"),
-    (("/no/such/model-dir", "vanilla", "", "hi", 16, 0.0), "model"),
+def test_every_drafter_gets_its_settings_from_its_config(panel: SetupPanel) -> None:
+    for name, spec in REGISTRY.items():
+        ui = [i.name for i in describe(spec.config_cls) if i.ui]
+        assert [s for g, s in panel.drafter_form.keys if g == name] == ui
+    assert [s for _, s in panel.decoding_form.keys] == ["max_new_tokens", "temperature", "top_p", "top_k", "seed"]
+
+
+def test_a_newly_registered_drafter_is_rendered_without_ui_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import dataclass
+
+    from specviz.settings import Settings, setting
+
+    @dataclass(frozen=True)
+    class ToyConfig(Settings):
+        width: int = setting(3, "How wide.", low=1, high=9)
+        greedy_only: bool = setting(False, "A switch.")
+
+    monkeypatch.setitem(REGISTRY, "toy", DrafterSpec("toy", ToyConfig, lambda c, s: None, "A toy.", "-"))
+    with gr.Blocks():
+        p = build_setup_panel()
+    assert [s for g, s in p.drafter_form.keys if g == "toy"] == ["width", "greedy_only"]
+    width = p.drafter_form.components[p.drafter_form.keys.index(("toy", "width"))]
+    assert isinstance(width, gr.Slider) and (width.minimum, width.maximum, width.value) == (1, 9, 3)
+    assert "toy" in p.drafter.choices[-1]
+
+
+def _run(panel: SetupPanel, session: Session, **kw: Any) -> list[tuple]:
+    return list(run_panel.make_stream_handler(panel)(session, *values(panel, **kw)))
+
+
+def test_generate_streams_every_step_and_keeps_the_trace(panel: SetupPanel, monkeypatch) -> None:
+    monkeypatch.setattr(run_panel, "STREAM_EVERY_S", -1.0)       # a page update after every step
+    session = Session()
+    updates = _run(panel, session, max_new_tokens=12)
+    trace = session.trace
+    assert trace is not None and trace.model_id == "tiny-random" and trace.totals.new_tokens == 12
+    assert len(updates) == 1 + len(trace.steps) + 1              # loading, one per step, final
+    counts = [u[1].count("title=") for u in updates[1:-1]]
+    assert counts == sorted(counts) and updates[-1][0].count('title="step') == 12
+    assert "done (length)" in updates[-1][1] and "**12** tokens" in updates[-1][1]
+
+
+def test_stop_keeps_what_was_generated(panel: SetupPanel, monkeypatch) -> None:
+    monkeypatch.setattr(run_panel, "STREAM_EVERY_S", -1.0)
+    session = Session()
+    handler = run_panel.make_stream_handler(panel)(session, *values(panel, drafter="vanilla", max_new_tokens=40))
+    next(handler)                                   # loading
+    for _ in range(3):
+        next(handler)                               # three steps
+    run_panel.request_stop(session)
+    rest = list(handler)
+    trace = session.trace
+    assert trace.stop_reason == "stopped" and 3 <= len(trace.steps) < 40
+    assert len(trace.output_ids) == len(trace.steps)             # vanilla: one token per step
+    assert "stopped" in rest[-1][1] and rest[-1][0].count('title="step') == len(trace.output_ids)
+    assert Trace.from_json(trace.to_json()) == trace
+
+
+def test_speedup_appears_once_a_vanilla_reference_exists(panel: SetupPanel) -> None:
+    session = Session()
+    first = _run(panel, session, drafter="ngram_trie", max_new_tokens=6)
+    assert "speedup" not in first[-1][1]
+    _run(panel, session, drafter="vanilla", max_new_tokens=6)
+    again = _run(panel, session, drafter="ngram_trie", max_new_tokens=6)
+    assert "speedup vs vanilla" in again[-1][1]
+
+
+def test_teaching_mode_runs_one_step_per_click(panel: SetupPanel) -> None:
+    session = Session()
+    teach = run_panel.make_teach_handler(panel)
+    args = values(panel, drafter="prompt_lookup", max_new_tokens=5)
+    for n in (1, 2, 3):
+        html, counters, session = teach(session, *args)
+        assert len(session.trace.steps) == n and f"step {n - 1} done" in counters
+    first_ids = session.trace.output_ids
+    html, counters, session = teach(session, *values(panel, drafter="vanilla", max_new_tokens=5))
+    assert len(session.trace.steps) == 1                         # a changed input starts again
+    assert session.trace.output_ids == first_ids[:1]
+    _, note, session = run_panel.teach_reset(session)
+    assert session.live is None and "reset" in note
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"message": "", "context": ""}, "message is empty"),
+    ({"temperature": -1.0}, "temperature"),
+    ({"num_draft": 0}, "num_draft"),
+    ({"model": "/no/such/model-dir"}, "no such directory"),
 ])
-def test_generate_handler_errors_are_shown_to_the_user(args: tuple, words: str) -> None:
+def test_bad_input_is_shown_to_the_user(panel: SetupPanel, kw: dict, words: str) -> None:
     with pytest.raises(gr.Error) as info:
-        app.run_generation(*args)
+        _run(panel, Session(), **kw)
     assert words in info.value.message
 
 
-def test_demo_serves_and_generates_over_http() -> None:
+def test_compare_runs_vanilla_and_the_chosen_drafters(panel: SetupPanel) -> None:
+    session = Session()
+    handler = compare_tab.make_compare_handler(panel)
+    out = list(handler(session, ["prompt_lookup", "oracle"], 1, *values(panel, max_new_tokens=10)))
+    note, table, fig, pick, session = out[-1]
+    assert [row[0] for row in table] == ["vanilla", "prompt_lookup", "oracle"]
+    assert [row[6] for row in table] == ["yes", "yes", "yes"]       # greedy: identical to vanilla
+    assert table[0][2] == 1.0 and "1 round" in note
+    assert set(session.compared) == {"vanilla", "prompt_lookup", "oracle"}
+    assert compare_tab.pick_compared(session, "oracle").trace.drafter == "oracle"
+
+
+def test_trace_upload_replays_or_explains(tmp_path: Path, panel: SetupPanel) -> None:
+    session = Session()
+    _run(panel, session, max_new_tokens=6)
+    path = Path(replay_tab.write_trace(session.trace))
+    fresh = replay_tab.load_uploaded(Session(), str(path))
+    assert fresh.trace == session.trace
+    bad = {"not json": "{oops", "other schema": json.dumps({**json.loads(path.read_text()), "schema_version": 99}),
+           "missing field": json.dumps({"schema_version": 1})}
+    expected = {"not json": "not valid JSON", "other schema": "schema_version 99", "missing field": "malformed"}
+    for name, text in bad.items():
+        f = tmp_path / f"{name}.json"
+        f.write_text(text)
+        with pytest.raises(gr.Error) as info:
+            replay_tab.load_uploaded(Session(), str(f))
+        assert expected[name] in info.value.message
+
+
+def test_context_uploads_are_checked(tmp_path: Path, monkeypatch) -> None:
+    from specviz.ui import uploads
+
+    good = tmp_path / "a.md"
+    good.write_text("# notes\nsome text")
+    assert read_context_files([good]) == "# notes\nsome text"
+    binary = tmp_path / "b.txt"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    exe = tmp_path / "c.exe"
+    exe.write_text("x")
+    monkeypatch.setattr(uploads, "CONTEXT_LIMIT_BYTES", 10)
+    big = tmp_path / "d.txt"
+    big.write_text("x" * 11)
+    for path, words in ((binary, "not UTF-8"), (exe, "only .txt, .md"), (big, "the limit is")):
+        with pytest.raises(uploads.UploadError, match=words):
+            read_context_files([path])
+
+
+def test_api_returns_a_trace_that_round_trips_over_http() -> None:
     from gradio_client import Client
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     demo = app.build_demo()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    url = launch_local(demo)
     try:
-        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        text, summary, path = client.predict("tiny-random", "prompt_lookup", "a b c a b c", "Repeat.",
-                                             8, 0.0, api_name="/run_generation")
-        trace = Trace.from_json(Path(path).read_text(encoding="utf-8"))
-        assert text == trace.output_text and trace.drafter == "prompt_lookup"
-        assert "tokens/s" in summary
+        client = Client(url, verbose=False)
+        text = client.predict("tiny-random", "prompt_lookup", "Repeat.", CONTEXT, '{"max_ngram": 3}', 8, 0.0, 0,
+                              api_name="/trace")
+        trace = Trace.from_json(text)
+        assert trace.drafter == "prompt_lookup" and trace.drafter_config["max_ngram"] == 3
+        assert trace.totals.new_tokens == 8 and trace.context_char_span is not None
+        assert Trace.from_json(trace.to_json()) == trace and trace.to_json() == text
+        with pytest.raises(Exception, match="num_draft"):
+            client.predict("tiny-random", "ngram_trie", "hi", "", '{"num_draft": 0}', 8, 0.0, 0, api_name="/trace")
     finally:
         demo.close()
+
+
+@pytest.mark.slow
+def test_embedded_model_drafts_a_summary_from_its_context(panel: SetupPanel) -> None:
+    """The newcomer's tour: the bakery preset with ngram_trie copies from the context, and the
+    inspector can show where from."""
+    from specviz import viz
+    from specviz.ui.inspector import most_accepted_step
+    from specviz.ui.presets import load_presets
+    from specviz.viz.spans import context_sources
+
+    preset = load_presets()[0]
+    session = Session()
+    _run(panel, session, model="embedded", drafter="ngram_trie", context=preset.context,
+         message=preset.message, max_new_tokens=64, size_by_cost=False)   # the paper's trees
+    trace = session.trace
+    spans = viz.output_spans(trace.steps, trace.token_text)
+    assert any(sp.kind == "draft" and sp.source == "context" for sp in spans)
+    k = most_accepted_step(trace)
+    assert len(trace.steps[k].accepted) >= 2
+    assert context_sources(trace, k)["accepted"]

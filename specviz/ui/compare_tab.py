@@ -1,0 +1,100 @@
+"""The "Compare drafters" tab: vanilla plus the selected drafters on the same input, run one
+after another (rounds interleaved, after one untimed warm-up), then a table and bar charts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import gradio as gr
+
+from .. import viz
+from ..decoding import DecodingConfig
+from ..trace import Trace
+from . import runner
+from .errors import shown_to_user
+from .gpu import gpu
+from .session import RunSpec, Session
+from .setup_panel import SetupPanel, drafter_names
+
+DEFAULT_PEERS = ("prompt_lookup", "ngram_trie")
+WARMUP_TOKENS = 4
+
+
+@dataclass
+class CompareTab:
+    drafters: gr.CheckboxGroup
+    rounds: gr.Slider
+    run: gr.Button
+    status: gr.Markdown
+    table: gr.Dataframe
+    plot: gr.Plot
+    pick: gr.Dropdown
+
+
+def build_compare_tab() -> CompareTab:
+    names = [n for n in drafter_names() if n != "vanilla"]
+    gr.Markdown("Runs **vanilla** (plain decoding) and each selected drafter on the current model, "
+                "input and settings. Each drafter uses the settings in the panel on the left. "
+                "Speedup is the ratio to vanilla measured in the same comparison; tokens/s is the median "
+                "over the rounds, which are interleaved. Under greedy decoding every drafter must give "
+                "vanilla's exact output.")
+    with gr.Row():
+        drafters = gr.CheckboxGroup(names, value=[n for n in DEFAULT_PEERS if n in names],
+                                    label="Drafters to compare with vanilla", scale=3)
+        rounds = gr.Slider(1, 5, value=1, step=1, label="Rounds", scale=1,
+                           info="each round runs every drafter once")
+    run = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+    status = gr.Markdown(elem_id="compare-status")
+    table = gr.Dataframe(headers=viz.CompareRow.columns(), interactive=False, elem_id="compare-table")
+    plot = gr.Plot(label="Comparison")
+    pick = gr.Dropdown([], label="Open a compared run in the inspector and summary", interactive=True)
+    return CompareTab(drafters, rounds, run, status, table, plot, pick)
+
+
+def make_compare_handler(panel: SetupPanel):
+    @gpu
+    def compare(session: Session, chosen: list[str], rounds: float, *values: Any
+                ) -> Iterator[tuple[Any, Any, Any, Any, Session]]:
+        session = session if isinstance(session, Session) else Session()
+        session.stop_requested = False
+        names = ["vanilla", *[n for n in (chosen or []) if n != "vanilla"]]
+        with shown_to_user():
+            base = panel.spec(values)
+            specs = {n: base.with_drafter(n, panel.drafter_form.values(n, values[4 + len(panel.decoding_form.components):]))
+                     for n in names}
+            yield f"… loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
+            runner.run_to_end(RunSpec(base.model_id, "vanilla", (), DecodingConfig(max_new_tokens=WARMUP_TOKENS),
+                                      base.context, base.message))      # untimed warm-up
+            runs: dict[str, list[Trace]] = {n: [] for n in names}
+            total = int(rounds) * len(names)
+            for r in range(int(rounds)):
+                for n in names:
+                    if session.stop_requested:
+                        break
+                    done = sum(map(len, runs.values()))
+                    yield f"… round {r + 1}: running `{n}` ({done + 1}/{total})...", gr.skip(), gr.skip(), gr.skip(), session
+                    spec = specs[n]
+                    if n == "oracle" and not dict(spec.drafter_values).get("tokens"):
+                        spec = spec.with_drafter(n, {**dict(spec.drafter_values),
+                                                     "tokens": runs["vanilla"][-1].output_ids})
+                    runs[n].append(runner.run_to_end(spec))
+        done_runs = [runs[n] for n in names if runs[n]]
+        if not done_runs or not runs["vanilla"]:
+            yield "■ stopped before vanilla finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
+            return
+        k = min(len(v) for v in done_runs)
+        rows = viz.compare_rows([v[:k] for v in done_runs])
+        session.compared = {v[0].drafter: v[0] for v in done_runs}
+        ref = runs["vanilla"][0]
+        note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}), {ref.totals.new_tokens} vanilla tokens, "
+                f"one warm-up excluded." + (" Stopped early." if session.stop_requested else ""))
+        yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
+               gr.update(choices=list(session.compared), value=None), session)
+
+    return compare
+
+
+def pick_compared(session: Session, name: str | None) -> Session:
+    if isinstance(session, Session) and name in session.compared:
+        session.trace = session.compared[name]
+    return session

@@ -1,0 +1,162 @@
+"""The page: set-up on the left, input and run on the right, then the tabs that read the
+session's Trace (inspect a step, run summary, compare drafters, export / replay).
+
+Concurrency: every event that runs the model shares one queue slot (concurrency_id "model",
+limit 1), so two users' runs never interleave on the shared model; views and Stop run beside
+it. Each browser tab has its own Session in gr.State.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # runs offline; no usage pings
+
+import gradio as gr  # noqa: E402
+
+from .. import viz  # noqa: E402
+from . import runner  # noqa: E402
+from .compare_tab import build_compare_tab, make_compare_handler, pick_compared  # noqa: E402
+from .errors import shown_to_user  # noqa: E402
+from .gpu import gpu  # noqa: E402
+from .inspector import build_inspector, clamp, most_accepted_step, render_step  # noqa: E402
+from .presets import load_presets  # noqa: E402
+from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E402
+from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
+from .session import RunSpec, Session, close_session, new_session  # noqa: E402
+from .setup_panel import build_setup_panel  # noqa: E402
+from .summary_tab import build_summary, render_summary  # noqa: E402
+from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
+
+try:  # the retrieval tab comes from another branch (issue 5); the page works without it
+    from .retrieval_tab import build_retrieval_tab
+except ImportError:
+    build_retrieval_tab = None
+
+CSS = """
+.gradio-container {max-width: 1500px !important}
+#counters p {font-size: 1.02em}
+"""
+LAUNCH_OPTIONS: dict[str, Any] = {"theme": gr.themes.Soft(primary_hue="blue"), "css": CSS,
+                                  "max_file_size": UPLOAD_LIMIT}
+
+INTRO = """# specviz: speculative decoding, step by step
+A cheap **drafter** guesses the next tokens (a chain or a tree); the model checks all guesses in
+**one** forward pass, keeps the longest run it agrees with and adds one token of its own (the
+**bonus** token). Output tokens below are coloured by how they came; the tabs underneath show each
+step's draft tree, the attention mask the model was given, and where the time went."""
+
+
+def api_trace(model: str = "tiny-random", drafter: str = "ngram_trie", message: str = "Hello",
+              context: str = "", settings_json: str = "{}", max_new_tokens: int = 64,
+              temperature: float = 0.0, seed: int = 0) -> str:
+    """Run one generation and return its Trace as JSON (specviz.Trace.from_json reads it)."""
+    with shown_to_user():
+        try:
+            settings = json.loads(settings_json or "{}")
+        except json.JSONDecodeError as err:
+            raise gr.Error(f"settings_json: not valid JSON ({err})", print_exception=False) from None
+        if not isinstance(settings, dict):
+            raise gr.Error("settings_json: must be a JSON object of drafter settings", print_exception=False)
+        decoding = runner.decoding_of({"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed})
+        spec = RunSpec(model, drafter, tuple(settings.items()), decoding, context, message)
+        return runner.run_to_end(spec).to_json()
+
+
+def build_demo() -> gr.Blocks:
+    """The explorer page; loads no model (the first run does)."""
+    presets = load_presets()
+    with gr.Blocks(title="specviz explorer") as demo:
+        session = gr.State(new_session, delete_callback=close_session)
+        gr.Markdown(INTRO)
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                panel = build_setup_panel()
+            with gr.Column(scale=2):
+                with gr.Tabs():
+                    with gr.Tab("Input"):
+                        context = gr.Textbox(label="Context (optional)", lines=7, max_lines=14, elem_id="context",
+                                             placeholder="A document to summarise, passages to answer from, code to edit...")
+                        files = gr.File(label=f"...or upload .txt / .md files (max {CONTEXT_LIMIT_BYTES // 1_000_000} MB each)",
+                                        file_types=[".txt", ".md"], file_count="multiple", height=120)
+                        message = gr.Textbox(label="Message", lines=2, elem_id="message",
+                                             placeholder="Summarise the text above.")
+                    with gr.Tab("Retrieve"):
+                        if build_retrieval_tab is not None:
+                            build_retrieval_tab(context, message)
+                        else:
+                            gr.Markdown("*Retrieval is not installed in this build.*")
+                panel.context, panel.message = context, message
+                max_new = panel.decoding_form.components[panel.decoding_form.keys.index(("decoding", "max_new_tokens"))]
+                if presets:
+                    gr.Examples([[p.context, p.message, p.max_new_tokens] for p in presets],
+                                inputs=[context, message, max_new], example_labels=[p.name for p in presets],
+                                label="Worked examples")
+                run = build_run_panel()
+        with gr.Tabs():
+            with gr.Tab("Inspect a step"):
+                inspector = build_inspector()
+            with gr.Tab("Run summary"):
+                summary = build_summary()
+            with gr.Tab("Compare drafters"):
+                compare = build_compare_tab()
+            with gr.Tab("Export / replay"):
+                replay = build_replay_tab()
+
+        # ---- views: everything below the run reads session.trace ------------------------------
+        step_outputs = [*inspector.outputs, run.output]
+        all_outputs = [*step_outputs, *summary.outputs, replay.download]
+
+        def show_step(s: Session, k: Any) -> list[Any]:
+            trace = s.trace if isinstance(s, Session) else None
+            k = clamp(trace, k)
+            html = viz.output_html(viz.output_spans(trace.steps, trace.token_text), highlight_step=k) \
+                if trace is not None else gr.skip()
+            return [*render_step(trace, k), html]
+
+        def show_run(s: Session, where: str) -> list[Any]:
+            trace = s.trace if isinstance(s, Session) else None
+            k = 0
+            if trace is not None and trace.steps:
+                k = len(trace.steps) - 1 if where == "last" else most_accepted_step(trace)
+            return [*show_step(s, k), *render_summary(trace), write_trace(trace)]
+
+        views = dict(concurrency_limit=8, concurrency_id="views", api_visibility="private")
+        first, last = gr.State("best"), gr.State("last")
+        inspector.slider.input(show_step, [session, inspector.slider], step_outputs, trigger_mode="always_last", **views)
+        inspector.prev.click(lambda s, k: show_step(s, int(k or 0) - 1), [session, inspector.slider], step_outputs, **views)
+        inspector.next.click(lambda s, k: show_step(s, int(k or 0) + 1), [session, inspector.slider], step_outputs, **views)
+
+        # ---- runs: one at a time on the shared model ------------------------------------------
+        model_slot = dict(concurrency_limit=1, concurrency_id="model")
+        inputs = [session, *panel.inputs]
+        gen = run.generate.click(make_stream_handler(panel), inputs, [run.output, run.counters, session],
+                                 api_name="generate", **model_slot)
+        gen.then(show_run, [session, first], all_outputs, **views)
+        run.stop.click(request_stop, session, None, concurrency_limit=None, api_visibility="private")
+        teach = run.step.click(make_teach_handler(panel), inputs, [run.output, run.counters, session],
+                               api_name="teach_step", **model_slot)
+        teach.success(show_run, [session, last], all_outputs, **views)
+        run.reset.click(teach_reset, session, [run.output, run.counters, session], api_visibility="private")
+
+        cmp = compare.run.click(make_compare_handler(panel), [session, compare.drafters, compare.rounds, *panel.inputs],
+                                [compare.status, compare.table, compare.plot, compare.pick, session],
+                                api_name="compare", **model_slot)
+        compare.pick.input(pick_compared, [session, compare.pick], session, api_visibility="private") \
+            .then(show_run, [session, first], all_outputs, **views)
+
+        # ---- uploads ---------------------------------------------------------------------------
+        def fill_context(paths: list[str] | None) -> Any:
+            if not paths:
+                return gr.skip()
+            with shown_to_user():
+                return read_context_files(paths)
+
+        files.upload(fill_context, files, context, api_visibility="private")
+        replay.upload.upload(load_uploaded, [session, replay.upload], session, api_visibility="private") \
+            .success(show_run, [session, first], all_outputs, **views)
+
+        gr.api(gpu(api_trace), api_name="trace", concurrency_limit=1, concurrency_id="model")
+    demo.queue(default_concurrency_limit=1)
+    return demo

@@ -1,0 +1,57 @@
+"""The "Export / replay" tab: download the current Trace as JSON; upload a Trace to view it
+in every tab without a model."""
+from __future__ import annotations
+
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from ..trace import Trace
+from .errors import shown_to_user
+from .session import Session
+from .uploads import TRACE_LIMIT_BYTES, read_trace_file
+
+TRACE_DIR = Path(tempfile.gettempdir()) / "specviz-traces"
+
+
+@dataclass
+class ReplayTab:
+    download: gr.File
+    upload: gr.File
+
+
+def build_replay_tab() -> ReplayTab:
+    gr.Markdown("A **trace** holds everything the views show: every step's draft tree, what was "
+                "accepted, the target's choices and the timings. Download it to share a run; upload "
+                f"one (a specviz trace JSON, at most {TRACE_LIMIT_BYTES // 1_000_000} MB) to view it "
+                "here without loading any model.")
+    with gr.Row():
+        download = gr.File(label="Download the current trace (JSON)", interactive=False, elem_id="trace-download")
+        upload = gr.File(label=f"Upload a trace to replay (.json, max {TRACE_LIMIT_BYTES // 1_000_000} MB)",
+                         file_types=[".json"], file_count="single", elem_id="trace-upload")
+    return ReplayTab(download, upload)
+
+
+def write_trace(trace: Trace | None) -> str | None:
+    if trace is None:
+        return None
+    TRACE_DIR.mkdir(parents=True, exist_ok=True)
+    path = TRACE_DIR / f"trace-{trace.drafter}-{uuid.uuid4().hex[:8]}.json"
+    path.write_text(trace.to_json(), encoding="utf-8")
+    return str(path)
+
+
+def load_uploaded(session: Session, path: str | None) -> Session:
+    """Replace the session's trace by the uploaded one; a bad file raises gr.Error."""
+    session = session if isinstance(session, Session) else Session()
+    if not path:
+        return session
+    with shown_to_user():
+        trace = read_trace_file(path)
+    session.close()
+    session.trace = trace
+    gr.Info(f"Loaded a trace of {len(trace.steps)} steps ({trace.drafter} on {trace.model_id}).")
+    return session

@@ -1,0 +1,90 @@
+"""Starting and advancing runs through the engine's public API (no gradio here).
+
+The engine's step generator runs its loop inside `torch.inference_mode()`, which is
+per-thread; gradio resumes a handler on whichever worker thread is free, so every resume
+(`advance`) re-enters inference mode on the current thread. Otherwise the KV cache,
+created in inference mode, would be updated outside it (an error) or tracked by autograd.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from ..decoding import DecodingConfig
+from ..engine import build_trace, generate, generate_steps
+from ..models import LoadedModel, load_model
+from ..prompts import build_prompt
+from ..trace import StepRecord, Trace
+from ..drafters.base import get
+from .session import LiveRun, RunSpec
+
+
+def drafter_config(spec: RunSpec, lm: LoadedModel, prompt: Any) -> Any:
+    """The validated drafter config; the oracle replays vanilla's output on this input."""
+    values = dict(spec.drafter_values)
+    if spec.drafter == "oracle" and not values.get("tokens"):
+        values["tokens"] = generate(lm, prompt, "vanilla", None, spec.decoding).output_ids
+    return get(spec.drafter).config(values)
+
+
+def start(spec: RunSpec) -> LiveRun:
+    """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError."""
+    get(spec.drafter).config(dict(spec.drafter_values))     # bad settings fail before loading
+    lm = load_model(spec.model_id or "embedded")
+    prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
+    with torch.inference_mode():
+        config = drafter_config(spec, lm, prompt)
+    return LiveRun(spec, lm, prompt, config, generate_steps(lm, prompt, spec.drafter, config, spec.decoding))
+
+
+def advance(steps_iter: Iterator[StepRecord]) -> StepRecord | None:
+    """The next step, or None when the run is over."""
+    with torch.inference_mode():
+        return next(steps_iter, None)
+
+
+def stop(run: LiveRun) -> None:
+    with torch.inference_mode():
+        close = getattr(run.steps_iter, "close", None)
+        if close:
+            close()
+    run.done = True
+
+
+def finish(run: LiveRun) -> Trace:
+    return build_trace(run.lm, run.prompt, run.spec.drafter, run.config, run.spec.decoding, run.steps)
+
+
+def run_to_end(spec: RunSpec) -> Trace:
+    run = start(spec)
+    while (step := advance(run.steps_iter)) is not None:
+        run.steps.append(step)
+    return finish(run)
+
+
+class TokenText(Mapping[int, str]):
+    """id -> decoded piece, decoded lazily with the model's tokenizer (for streaming, before a
+    Trace with its own token_text exists)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tok, self._cache = tokenizer, {}
+
+    def __getitem__(self, tok: int) -> str:
+        if tok not in self._cache:
+            self._cache[tok] = self._tok.decode([tok])
+        return self._cache[tok]
+
+    def get(self, tok: int, default: Any = None) -> Any:  # type: ignore[override]
+        return self[tok]
+
+    def __iter__(self):
+        return iter(self._cache)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+def decoding_of(values: Mapping[str, Any]) -> DecodingConfig:
+    from ..settings import build
+    return build(DecodingConfig, dict(values))

@@ -1,0 +1,50 @@
+"""The "Run summary" tab: time per step by phase, totals by phase, accepted lengths,
+acceptance by draft depth, tokens over time."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from .. import viz
+from ..trace import Trace
+
+
+@dataclass
+class Summary:
+    about: gr.Markdown
+    plots: list[gr.Plot]
+
+    @property
+    def outputs(self) -> list[Any]:
+        return [self.about, *self.plots]
+
+
+def build_summary() -> Summary:
+    about = gr.Markdown("*No run yet.*")
+    with gr.Row():
+        stack, totals = gr.Plot(label="Time per step"), gr.Plot(label="Time by phase")
+    with gr.Row():
+        hist, depth, over_time = (gr.Plot(label="Accepted per step"), gr.Plot(label="Acceptance by depth"),
+                                  gr.Plot(label="Tokens over time"))
+    return Summary(about, [stack, totals, hist, depth, over_time])
+
+
+def about_markdown(trace: Trace) -> str:
+    t = trace.totals
+    config = ", ".join(f"{k}={v}" for k, v in trace.drafter_config.items() if k != "tokens") or "defaults"
+    lines = [f"**{t.new_tokens} tokens in {t.steps} steps**, {t.tokens_per_s:.1f} tokens/s "
+             f"({t.seconds:.2f} s, prefill {t.prefill_seconds * 1e3:.0f} ms), mean "
+             f"{t.mean_accepted:.2f} tokens per step, stop: {trace.stop_reason}",
+             f"model `{trace.model_id}` on {trace.device} ({trace.dtype}) · drafter `{trace.drafter}` "
+             f"({config}) · decoding {trace.decoding}"]
+    lines += [f"⚠️ {e}" for e in trace.errors]
+    return "  \n".join(lines)
+
+
+def render_summary(trace: Trace | None) -> list[Any]:
+    if trace is None or not trace.steps:
+        return ["*No run yet.*", None, None, None, None, None]
+    return [about_markdown(trace), viz.timing_stack_figure(trace), viz.phase_totals_figure(trace),
+            viz.accepted_hist_figure(trace), viz.acceptance_figure(trace), viz.tokens_over_time_figure(trace)]

@@ -1,0 +1,51 @@
+"""Reading user uploads with stated limits: context files (.txt / .md) and Trace JSON."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import SpecvizError, TraceFormatError
+from ..trace import Trace
+
+CONTEXT_SUFFIXES = (".txt", ".md")
+CONTEXT_LIMIT_BYTES = 1_000_000          # per file
+TRACE_LIMIT_BYTES = 50_000_000
+UPLOAD_LIMIT = "50MB"                    # gradio's own cap on any upload (launch max_file_size)
+
+
+class UploadError(SpecvizError):
+    """An upload that is not what the page accepts."""
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:g} MB"
+
+
+def read_context_files(paths: Sequence[str | Path]) -> str:
+    """The files' text, joined by blank lines; raises UploadError naming the bad file."""
+    texts = []
+    for p in paths:
+        path = Path(p)
+        if path.suffix.lower() not in CONTEXT_SUFFIXES:
+            raise UploadError(f"context file {path.name!r}: only {', '.join(CONTEXT_SUFFIXES)} text files are accepted")
+        size = path.stat().st_size
+        if size > CONTEXT_LIMIT_BYTES:
+            raise UploadError(f"context file {path.name!r} is {_mb(size)}; the limit is {_mb(CONTEXT_LIMIT_BYTES)}")
+        try:
+            texts.append(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise UploadError(f"context file {path.name!r} is not UTF-8 text") from None
+    return "\n\n".join(t.strip() for t in texts)
+
+
+def read_trace_file(path: str | Path) -> Trace:
+    """A Trace from an uploaded JSON file; raises TraceFormatError / UploadError with the reason."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > TRACE_LIMIT_BYTES:
+        raise UploadError(f"trace file {path.name!r} is {_mb(size)}; the limit is {_mb(TRACE_LIMIT_BYTES)}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise TraceFormatError(f"trace file {path.name!r} is not UTF-8 JSON text") from None
+    return Trace.from_json(text)

@@ -1,0 +1,26 @@
+"""Pictures of a speculative-decoding run, from a Trace / StepRecord only (no gradio here).
+
+Every function takes a `specviz.trace.Trace` (and a step index where it draws one step) and
+returns a plotly Figure, an HTML string or plain rows, so the same pictures serve the Gradio
+explorer, notebooks and scripts.
+
+    from specviz.viz import tree_figure, mask_figure, output_html
+    tree_figure(trace, 3); mask_figure(trace, 3); output_html(trace)
+"""
+from .compare import CompareRow, compare_figure, compare_rows
+from .mask import mask_figure, mask_view, verifier_mask
+from .palette import KIND_COLOURS, source_colour
+from .run_figures import acceptance_by_depth, acceptance_figure, accepted_hist_figure, tokens_over_time_figure
+from .spans import Span, context_highlight_html, legend_html, output_html, output_spans, prompt_char_spans
+from .summary import counters_markdown, step_markdown
+from .timing import phase_totals_figure, step_timing_figure, timing_by_step, timing_stack_figure
+from .tree import node_status, tree_figure, tree_layout
+
+__all__ = [
+    "CompareRow", "KIND_COLOURS", "Span", "acceptance_by_depth", "acceptance_figure",
+    "accepted_hist_figure", "compare_figure", "compare_rows", "context_highlight_html",
+    "counters_markdown", "legend_html", "mask_figure", "mask_view", "node_status",
+    "output_html", "output_spans", "phase_totals_figure", "prompt_char_spans", "source_colour",
+    "step_markdown", "step_timing_figure", "timing_by_step", "timing_stack_figure",
+    "tokens_over_time_figure", "tree_figure", "tree_layout", "verifier_mask",
+]

@@ -1,0 +1,84 @@
+"""Compare drafters on the same input: a table row per run and bar charts.
+
+The vanilla run (plain decoding) of the same input, measured in the same session, is the
+reference for speedup and for the "identical output" check, which is only a claim under
+greedy decoding (under sampling, outputs differ run to run by design).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..trace import Trace
+from .palette import show_token
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    drafter: str
+    tokens_per_s: float
+    speedup: float
+    mean_accepted: float
+    steps: int
+    new_tokens: int
+    identical: str          # "yes" / "no" / "n/a (sampling)"
+    first_difference: str   # "" when identical
+
+    @staticmethod
+    def columns() -> list[str]:
+        return ["drafter", "tokens/s", "speedup vs vanilla", "mean accepted", "steps",
+                "new tokens", "identical to vanilla", "first differing token"]
+
+    def cells(self) -> list:
+        return [self.drafter, round(self.tokens_per_s, 1), round(self.speedup, 2),
+                round(self.mean_accepted, 2), self.steps, self.new_tokens, self.identical,
+                self.first_difference]
+
+
+def first_difference(ref: Trace, other: Trace) -> str:
+    a, b = ref.output_ids, other.output_ids
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return (f"#{i}: vanilla {show_token(ref.token_text.get(x, '?'))!r} vs "
+                    f"{show_token(other.token_text.get(y, '?'))!r}")
+    if len(a) != len(b):
+        return f"#{min(len(a), len(b))}: one output is longer ({len(a)} vs {len(b)} tokens)"
+    return ""
+
+
+def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
+    """One row per drafter; `runs[0]` are vanilla's repeats, each later entry a drafter's
+    repeats (the same number, interleaved in time). tokens/s is the median over repeats."""
+    vanilla = runs[0]
+    v_tps = median(t.totals.tokens_per_s for t in vanilla)
+    ref = vanilla[0]
+    greedy = float(ref.decoding.get("temperature", 0.0)) == 0.0
+    rows = []
+    for traces in runs:
+        tps = median(t.totals.tokens_per_s for t in traces)
+        diff = first_difference(ref, traces[0])
+        rows.append(CompareRow(
+            traces[0].drafter, tps, tps / v_tps if v_tps > 0 else 0.0,
+            median(t.totals.mean_accepted for t in traces), traces[0].totals.steps,
+            traces[0].totals.new_tokens,
+            ("no" if diff else "yes") if greedy else "n/a (sampling)", diff))
+    return rows
+
+
+def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
+    names = [r.drafter for r in rows]
+    colours = ["#868e96" if n == "vanilla" else "#1c7ed6" for n in names]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", "speedup vs vanilla",
+                                                        "mean tokens per step"))
+    for col, vals, fmt in ((1, [r.tokens_per_s for r in rows], "{:.1f}"),
+                           (2, [r.speedup for r in rows], "{:.2f}x"),
+                           (3, [r.mean_accepted for r in rows], "{:.2f}")):
+        fig.add_trace(go.Bar(x=names, y=vals, marker_color=colours, showlegend=False,
+                             text=[fmt.format(v) for v in vals], textposition="auto"), row=1, col=col)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#868e96", row=1, col=2)
+    fig.update_layout(template="plotly_white", height=340, margin=dict(l=20, r=20, t=50, b=30))
+    return fig

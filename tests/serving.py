@@ -1,0 +1,30 @@
+"""Launching the explorer on a free local port for tests (shared by test_app and test_browser).
+
+gradio's launch() checks that the page answers within 3 s and raises otherwise; on a busy
+machine the first answer can be late, so the launch is retried on a fresh port.
+"""
+from __future__ import annotations
+
+import socket
+
+import gradio as gr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_local(demo: gr.Blocks, tries: int = 3, **options) -> str:
+    """Launch without blocking; returns the URL."""
+    for attempt in range(tries):
+        port = free_port()
+        try:
+            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **options)
+            return f"http://127.0.0.1:{port}/"
+        except ValueError as err:            # "When localhost is not accessible..."
+            demo.close()
+            if attempt == tries - 1 or "localhost is not accessible" not in str(err):
+                raise
+    raise AssertionError("unreachable")

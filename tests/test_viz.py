@@ -1,0 +1,246 @@
+"""specviz.viz: figures and highlighted text drawn from real traces of the tiny random model.
+
+The mask test spies on the model's forward to capture the attention masks the engine really
+gave it, and checks the heatmap's matrix against them, step by step.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from specviz import build_prompt, generate
+from specviz.decoding import DecodingConfig
+from specviz.models import LoadedModel
+from specviz.trace import StepRecord, Totals, Trace
+from specviz.tree import DraftTree
+from specviz import viz
+from specviz.viz.palette import SOURCE_COLOURS, source_colour
+from specviz.viz.spans import context_sources
+
+# repeated n-grams with different continuations: the trie branches
+CONTEXT = ("the red fox jumps over the lazy dog. the red fox runs past the old barn. "
+           "the red hen sits on the lazy dog. the old barn is red. ") * 2
+
+
+class SpyModel:
+    """Delegates to the real model; records every attention mask it is given."""
+
+    def __init__(self, model: Any) -> None:
+        self._model, self.masks = model, []
+
+    def __call__(self, **kwargs: Any) -> Any:
+        if kwargs.get("attention_mask") is not None:
+            self.masks.append(kwargs["attention_mask"].detach().clone())
+        return self._model(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+@pytest.fixture(scope="module")
+def spied(tiny_lm_tok: LoadedModel) -> tuple[Trace, list[torch.Tensor]]:
+    spy = SpyModel(tiny_lm_tok.model)
+    lm = dataclasses.replace(tiny_lm_tok, model=spy)
+    # no chat template: the prompt ends with a phrase of the context, so the trie drafts from it
+    prompt = build_prompt(lm.tokenizer, "Once more: the red fox", context=CONTEXT, chat=False)
+    trace = generate(lm, prompt, "ngram_trie", {"size_by_cost": False, "num_draft": 12},
+                     DecodingConfig(max_new_tokens=24))
+    return trace, spy.masks
+
+
+@pytest.fixture(scope="module")
+def oracle_trace(tiny_lm_tok: LoadedModel) -> Trace:
+    prompt = build_prompt(tiny_lm_tok.tokenizer, "Say something.")
+    decoding = DecodingConfig(max_new_tokens=20)
+    vanilla = generate(tiny_lm_tok, prompt, "vanilla", None, decoding)
+    return generate(tiny_lm_tok, prompt, "oracle", {"tokens": vanilla.output_ids, "max_tokens": 6}, decoding)
+
+
+def test_heatmap_is_the_mask_the_verifier_used(spied) -> None:
+    trace, masks = spied
+    assert len(masks) == len(trace.steps) and any(len(s.tree) > 1 for s in trace.steps)
+    for k, used in enumerate(masks):
+        visible = (used[0, 0] == 0).numpy()                    # additive mask: 0 = attend
+        np.testing.assert_array_equal(viz.verifier_mask(trace, k), visible)
+        view, labels = viz.mask_view(trace, k)
+        past_len = trace.steps[k].committed_len - 1
+        assert view.shape == (visible.shape[0], 1 + visible.shape[0]) and len(labels) == visible.shape[0]
+        np.testing.assert_array_equal(view[:, 0], visible[:, :past_len].all(axis=1))   # the prefix band
+        np.testing.assert_array_equal(view[:, 1:], visible[:, past_len:])
+        fig = viz.mask_figure(trace, k)
+        np.testing.assert_array_equal(np.asarray(fig.data[0].z), view.astype(int))
+
+
+def test_mask_shows_ancestors_only(spied) -> None:
+    trace, _ = spied
+    k = max(range(len(trace.steps)), key=lambda i: len(trace.steps[i].tree.leaves()))
+    tree = trace.steps[k].tree
+    assert len(tree.leaves()) > 1                              # a real branching tree
+    view, _ = viz.mask_view(trace, k)
+    n = len(tree) + 1
+    np.testing.assert_array_equal(view[:n, 1:n + 1], tree.ancestor_matrix())
+    assert view[:, 0].all()                                    # every row sees the whole prefix
+
+
+def test_tree_figure_has_one_node_per_draft_node(spied, oracle_trace) -> None:
+    for trace in (spied[0], oracle_trace):
+        for k, step in enumerate(trace.steps):
+            fig = viz.tree_figure(trace, k)
+            nodes = next(t for t in fig.data if t.name == "draft nodes")
+            assert len(nodes.x) == len(step.tree) == len(nodes.text)
+            assert list(nodes.customdata) == list(range(len(step.tree)))
+            status = viz.node_status(step)
+            assert [status[i] for i in step.accepted] == ["accepted"] * len(step.accepted)
+            assert status.count("accepted") == len(step.accepted)
+            bonus = [t for t in fig.data if t.name == "bonus"]
+            assert len(bonus) == (1 if len(step.new_tokens) > len(step.accepted) else 0)
+
+
+def test_tree_layout_puts_children_below_their_parent(spied) -> None:
+    trace, _ = spied
+    for step in trace.steps:
+        xs, ys = viz.tree_layout(step)
+        for i, p in enumerate(step.tree.parents):
+            assert ys[i] == -step.tree.depths[i]
+            if p >= 0:
+                kids = step.tree.children[p]
+                assert xs[p] == pytest.approx(sum(xs[c] for c in kids) / len(kids))
+
+
+def test_timing_bars_sum_to_the_step_times(spied) -> None:
+    trace, _ = spied
+    by_step = viz.timing_by_step(trace)
+    fig = viz.timing_stack_figure(trace)
+    for k, step in enumerate(trace.steps):
+        total = sum(v[k] for v in by_step.values())
+        assert total == pytest.approx(max(step.wall, sum(step.timings.values())), rel=1e-9)
+        drawn = sum(bar.y[k] for bar in fig.data) / 1e3
+        assert drawn == pytest.approx(total, rel=1e-9)
+        one = viz.step_timing_figure(trace, k).data[0]
+        assert sum(one.x) / 1e3 == pytest.approx(total, rel=1e-9)
+    assert set(by_step) >= {"verify.forward", "draft.search", "other"}
+
+
+def test_output_spans_cover_the_output_and_say_how_each_token_came(oracle_trace, spied) -> None:
+    for trace in (oracle_trace, spied[0]):
+        spans = viz.output_spans(trace.steps, trace.token_text)
+        assert [s.token for s in spans] == list(trace.output_ids)
+        for s in trace.steps:
+            mine = [sp for sp in spans if sp.step == s.index]
+            kinds = [sp.kind for sp in mine]
+            assert kinds[:len(s.accepted)] == ["draft"] * len(s.accepted)
+            assert kinds[len(s.accepted):] == ([("bonus" if len(s.tree) else "plain")]
+                                               * (len(s.new_tokens) - len(s.accepted)))
+    spans = viz.output_spans(oracle_trace.steps, oracle_trace.token_text)
+    assert sum(sp.kind == "draft" for sp in spans) > len(spans) // 2    # the oracle is always right
+    html = viz.output_html(spans, highlight_step=1)
+    assert html.count("title=\"step ") == len(spans) and "outline" in html
+    assert source_colour("oracle") in html
+
+
+def test_output_html_escapes_token_text() -> None:
+    tree = DraftTree.chain([5], "context")
+    step = StepRecord(0, 3, tree, (0,), 6, (5, 6), (5, 6), (0.9,), {}, 0.01)
+    spans = viz.output_spans([step], {5: "<b>", 6: "&x"})
+    html = viz.output_html(spans)
+    assert "&lt;b&gt;" in html and "&amp;x" in html and "<b>" not in html.split("</div>", 1)[1]
+
+
+def test_draft_positions_point_at_the_drafted_token_in_the_context(spied) -> None:
+    """ngram_trie's positions index the prompt; the highlighted characters are that token's text."""
+    trace, _ = spied
+    c0, c1 = trace.context_char_span
+    chars = viz.prompt_char_spans(trace.prompt_text, trace.prompt_ids, trace.token_text)
+    assert "".join(trace.prompt_text[a:b] for a, b in chars) == trace.prompt_text
+    checked = 0
+    for k, step in enumerate(trace.steps):
+        positions = step.info.get("positions", [])
+        assert len(positions) == len(step.tree)
+        for node, pos in enumerate(positions):
+            if pos < len(trace.prompt_ids):
+                assert trace.prompt_ids[pos] == step.tree.tokens[node]
+        src = context_sources(trace, k)
+        in_context = [n for n, p in enumerate(positions) if p < len(trace.prompt_ids)
+                      and c0 <= chars[p][0] and chars[p][1] <= c1]
+        assert len(src["accepted"]) + len(src["proposed"]) == len(in_context)
+        texts = sorted(trace.prompt_text[c0 + a:c0 + b] for a, b in src["accepted"] + src["proposed"])
+        assert texts == sorted(trace.token_text[step.tree.tokens[n]] for n in in_context)
+        checked += len(in_context)
+    assert checked > 0
+
+
+def test_context_highlight_marks_accepted_sources() -> None:
+    """A hand-made trace: prompt 'A B C D', context 'B C D'; the draft copied 'C' (accepted) and 'D'."""
+    token_text = {1: "A", 2: " B", 3: " C", 4: " D", 9: "!"}
+    tree = DraftTree.chain([3, 4], "context")
+    step = StepRecord(0, 4, tree, (0,), 9, (3, 9), (3, 3, 9), (0.9, 0.1), {}, 0.01,
+                      info={"positions": [2, 3]})
+    trace = Trace("m", "ngram_trie", {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
+                  token_text, Totals.of([step]), "length", context_char_span=(2, 7))
+    src = context_sources(trace, 0)
+    assert src["accepted"] == [(1, 3)] and src["proposed"] == [(3, 5)]   # ' C' and ' D' within 'B C D'
+    html = viz.context_highlight_html(trace, 0)
+    assert "<b>1</b> accepted" in html and "1 drafted but rejected" in html
+    bare = dataclasses.replace(trace, steps=(dataclasses.replace(step, info={}),))
+    assert "does not record" in viz.context_highlight_html(bare, 0)
+    empty = dataclasses.replace(step, tree=DraftTree.empty(), accepted=(), info={})
+    assert "No draft in this step" in viz.context_highlight_html(dataclasses.replace(trace, steps=(empty,)), 0)
+
+
+def test_run_figures(oracle_trace, spied) -> None:
+    for trace in (oracle_trace, spied[0]):
+        hist = viz.accepted_hist_figure(trace).data[0]
+        assert sum(hist.y) == len(trace.steps)
+        assert sum(x * y for x, y in zip(hist.x, hist.y)) == len(trace.output_ids)
+        over = viz.tokens_over_time_figure(trace).data[0]
+        assert over.y[-1] == len(trace.output_ids)
+        assert over.x[-1] == pytest.approx(trace.totals.seconds)
+        viz.phase_totals_figure(trace)
+    stats = viz.acceptance_by_depth(oracle_trace)
+    assert stats and all(a == t for t, a in list(stats.values())[:-1])   # the oracle is never wrong
+    assert viz.acceptance_figure(oracle_trace).data[0].y[0] == 1.0
+
+
+def test_acceptance_by_depth_counts_only_tested_depths() -> None:
+    tree = DraftTree((5, 6, 7), (-1, 0, -1), ("context",) * 3)     # 5 -> 6, and 7 beside 5
+    def step(i: int, acc: tuple[int, ...]) -> StepRecord:
+        return StepRecord(i, 3, tree, acc, 1, tuple(tree.tokens[a] for a in acc) + (1,), (0,) * 4,
+                          (0.5,) * 3, {}, 0.01)
+    trace = Trace("m", "x", {}, {}, "", (1, 2, 3), (step(0, ()), step(1, (0,)), step(2, (0, 1))),
+                  (), "", {}, Totals.of([]), "length")
+    assert viz.acceptance_by_depth(trace) == {1: (3, 2), 2: (2, 1)}
+
+
+def test_replayed_trace_draws_the_same(spied) -> None:
+    trace, _ = spied
+    back = Trace.from_json(trace.to_json())
+    k = len(trace.steps) // 2
+    assert viz.tree_figure(back, k).to_json() == viz.tree_figure(trace, k).to_json()
+    np.testing.assert_array_equal(viz.mask_view(back, k)[0], viz.mask_view(trace, k)[0])
+    assert viz.context_highlight_html(back, k) == viz.context_highlight_html(trace, k)
+
+
+def test_compare_rows(oracle_trace, tiny_lm_tok) -> None:
+    prompt = build_prompt(tiny_lm_tok.tokenizer, "Say something.")
+    vanilla = generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=20))
+    other = dataclasses.replace(oracle_trace, output_ids=oracle_trace.output_ids[:5] + (0,) + oracle_trace.output_ids[6:])
+    rows = viz.compare_rows([[vanilla], [oracle_trace], [other]])
+    assert [r.identical for r in rows] == ["yes", "yes", "no"]
+    assert rows[0].speedup == pytest.approx(1.0)
+    assert rows[1].speedup == pytest.approx(oracle_trace.totals.tokens_per_s / vanilla.totals.tokens_per_s)
+    assert rows[2].first_difference.startswith("#5:")
+    sampled = dataclasses.replace(vanilla, decoding={**vanilla.decoding, "temperature": 0.7})
+    assert viz.compare_rows([[sampled], [oracle_trace]])[1].identical == "n/a (sampling)"
+    fig = viz.compare_figure(rows)
+    assert list(fig.data[0].x) == ["vanilla", "oracle", "oracle"] and len(fig.data) == 3
+
+
+def test_palette_has_a_stable_fallback_for_unknown_sources() -> None:
+    assert source_colour("context") == SOURCE_COLOURS["context"]
+    assert source_colour("some-new-drafter") == source_colour("some-new-drafter")
+    assert source_colour("some-new-drafter").startswith("#")
+    assert "some-new-drafter" in viz.legend_html(["some-new-drafter"])
