@@ -1,15 +1,11 @@
 """Starting and advancing runs through the engine's public API (no gradio here).
 
-The engine's step generator runs its loop inside `torch.inference_mode()`, which is
-per-thread; gradio resumes a handler on whichever worker thread is free, so every resume
-(`advance`) re-enters inference mode on the current thread. Otherwise the KV cache,
-created in inference mode, would be updated outside it (an error) or tracked by autograd.
+gradio resumes a handler on whichever worker thread is free; the engine enters inference
+mode per step (it is per thread), so a run may be advanced from any thread.
 """
 from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
-
-import torch
 
 from ..decoding import DecodingConfig
 from ..engine import build_trace, generate, generate_steps
@@ -33,22 +29,19 @@ def start(spec: RunSpec) -> LiveRun:
     get(spec.drafter).config(dict(spec.drafter_values))     # bad settings fail before loading
     lm = load_model(spec.model_id or "embedded")
     prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
-    with torch.inference_mode():
-        config = drafter_config(spec, lm, prompt)
+    config = drafter_config(spec, lm, prompt)
     return LiveRun(spec, lm, prompt, config, generate_steps(lm, prompt, spec.drafter, config, spec.decoding))
 
 
 def advance(steps_iter: Iterator[StepRecord]) -> StepRecord | None:
     """The next step, or None when the run is over."""
-    with torch.inference_mode():
-        return next(steps_iter, None)
+    return next(steps_iter, None)
 
 
 def stop(run: LiveRun) -> None:
-    with torch.inference_mode():
-        close = getattr(run.steps_iter, "close", None)
-        if close:
-            close()
+    close = getattr(run.steps_iter, "close", None)
+    if close:
+        close()
     run.done = True
 
 
