@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import TraceFormatError
 from .tree import DraftTree
@@ -48,6 +48,22 @@ class StepRecord:
         for key in ("accepted", "new_tokens", "target_top", "target_prob"):
             d[key] = tuple(d[key])
         return StepRecord(**d)
+
+
+def acceptance_by_depth(steps: "Sequence[StepRecord]") -> dict[int, tuple[int, int]]:
+    """depth -> (steps where a draft token at that depth was tested, steps where one was
+    accepted). Depth d is tested when the accepted path reached depth d - 1 and the node
+    there has draft children; depths come out contiguous from 1."""
+    out: dict[int, list[int]] = {}
+    for s in steps:
+        path = [-1, *s.accepted]                  # root, then the accepted nodes
+        for d in range(1, len(path) + 1):
+            if not s.tree.children.get(path[d - 1]):
+                break                             # nothing drafted below: depth d not tested
+            rec = out.setdefault(d, [0, 0])
+            rec[0] += 1
+            rec[1] += int(len(s.accepted) >= d)
+    return {d: (v[0], v[1]) for d, v in sorted(out.items())}
 
 
 @dataclass(frozen=True)

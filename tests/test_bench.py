@@ -265,3 +265,26 @@ def test_load_results_refuses_other_files(tmp_path):
     (tmp_path / "y.json").write_text("{oops")
     with pytest.raises(ResultsFormatError, match="not JSON"):
         load_results(tmp_path / "y.json")
+
+
+# ---- the explorer's results tab ---------------------------------------------------------------
+
+def test_results_tab_renders_a_results_file_and_refuses_a_bad_one(tmp_path):
+    import gradio as gr
+
+    from specviz.bench.report import write_results
+    from specviz.ui.results_tab import render_results
+
+    runs = [_run(q, m, 10, s, steps=st, acc=(1,) * st) for q in (1, 2)
+            for m, s, st in (("vanilla", 1.0, 10), ("ngram_trie[n=8;prefix_len=2]", 0.5, 5),
+                             ("ngram_trie[n=13;prefix_len=2]", 0.6, 5))]
+    methods = ["vanilla", "ngram_trie[n=8;prefix_len=2]", "ngram_trie[n=13;prefix_len=2]"]
+    write_results(tmp_path, {"model": "tiny", "command": "python -m specviz bench ..."},
+                  summarise(runs, methods), runs)
+    meta, table, speed, phases, hist, depth, sweep = render_results(str(tmp_path / "results.json"))
+    assert "tiny" in meta and "| qa | ngram_trie[n=8;prefix_len=2] |" in table
+    assert {bar.name for bar in speed.data} == set(methods[1:])
+    assert sweep.visible and sweep.value is not None          # a sweep over n: its figure is shown
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(gr.Error, match="not a specviz results file"):
+        render_results(str(tmp_path / "bad.json"))

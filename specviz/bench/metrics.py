@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..trace import StepRecord
+from ..trace import StepRecord, acceptance_by_depth
 
 DRAFTING = ("draft.search", "draft.tree", "draft.update")
 
@@ -51,26 +51,10 @@ class Run:
         return Run(**d)
 
 
-def depth_acceptance(steps: Iterable[StepRecord]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(tested, accepted) per draft depth, index d-1 for depth d (see the module docstring)."""
-    tested: list[int] = []
-    accepted: list[int] = []
-    for s in steps:
-        depth = 1
-        while depth - 1 <= len(s.accepted):
-            parent = -1 if depth == 1 else s.accepted[depth - 2]
-            if not s.tree.children.get(parent):
-                break
-            while len(tested) < depth:
-                tested.append(0)
-                accepted.append(0)
-            tested[depth - 1] += 1
-            if len(s.accepted) >= depth:
-                accepted[depth - 1] += 1
-            else:
-                break
-            depth += 1
-    return tuple(tested), tuple(accepted)
+def depth_acceptance(steps: Sequence[StepRecord]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(tested, accepted) per draft depth, index d-1 for depth d (trace.acceptance_by_depth)."""
+    stats = acceptance_by_depth(steps)
+    return tuple(t for t, _ in stats.values()), tuple(a for _, a in stats.values())
 
 
 def speedup(method_tps: Sequence[float], vanilla_tps: Sequence[float]) -> float:

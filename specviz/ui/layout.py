@@ -23,6 +23,7 @@ from .gpu import gpu  # noqa: E402
 from .inspector import build_inspector, clamp, most_accepted_step, render_step  # noqa: E402
 from .presets import load_presets  # noqa: E402
 from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E402
+from .results_tab import build_results_tab, render_results  # noqa: E402
 from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
 from .session import RunSpec, Session, close_session, new_session  # noqa: E402
 from .setup_panel import build_setup_panel  # noqa: E402
@@ -103,6 +104,8 @@ def build_demo() -> gr.Blocks:
                 compare = build_compare_tab()
             with gr.Tab("Export / replay"):
                 replay = build_replay_tab()
+            with gr.Tab("Benchmark results"):
+                results = build_results_tab()
 
         # ---- views: everything below the run reads session.trace ------------------------------
         step_outputs = [*inspector.outputs, run.output]
@@ -156,6 +159,9 @@ def build_demo() -> gr.Blocks:
         files.upload(fill_context, files, context, api_visibility="private")
         replay.upload.upload(load_uploaded, [session, replay.upload], session, api_visibility="private") \
             .success(show_run, [session, first], all_outputs, **views)
+
+        results.shipped.input(render_results, results.shipped, results.outputs, api_visibility="private", **views)
+        results.upload.upload(render_results, results.upload, results.outputs, api_visibility="private", **views)
 
         gr.api(gpu(api_trace), api_name="trace", concurrency_limit=1, concurrency_id="model")
     demo.queue(default_concurrency_limit=1)

@@ -6,6 +6,7 @@ from collections import Counter
 import plotly.graph_objects as go
 
 from ..trace import Trace
+from ..trace import acceptance_by_depth as steps_acceptance_by_depth
 
 
 def accepted_hist_figure(trace: Trace) -> go.Figure:
@@ -21,18 +22,8 @@ def accepted_hist_figure(trace: Trace) -> go.Figure:
 
 
 def acceptance_by_depth(trace: Trace) -> dict[int, tuple[int, int]]:
-    """depth -> (steps where some node at that depth was tested, steps where one was accepted).
-    A depth is tested when the accepted path reached depth - 1 and that node has draft children."""
-    out: dict[int, list[int]] = {}
-    for s in trace.steps:
-        path = [-1, *s.accepted]                  # root, then the accepted nodes
-        for d in range(1, len(path) + 1):
-            if not s.tree.children.get(path[d - 1]):
-                break                             # nothing drafted below: depth d not tested
-            rec = out.setdefault(d, [0, 0])
-            rec[0] += 1
-            rec[1] += int(len(s.accepted) >= d)
-    return {d: (v[0], v[1]) for d, v in sorted(out.items())}
+    """depth -> (steps that tested a draft token at that depth, steps that accepted one)."""
+    return steps_acceptance_by_depth(trace.steps)
 
 
 def acceptance_figure(trace: Trace) -> go.Figure:

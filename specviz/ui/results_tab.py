@@ -1,0 +1,71 @@
+"""The "Benchmark results" tab: open a results.json of `python -m specviz bench` (one shipped
+under benchmarks/, or an upload) and see the report's table and figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from ..bench import figures
+from ..bench.report import load_results, markdown_table
+from .errors import shown_to_user
+from .uploads import TRACE_LIMIT_BYTES, UploadError
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def shipped_results() -> list[str]:
+    """results.json files under benchmarks/ (relative paths, newest folder names last)."""
+    if not BENCHMARKS.is_dir():
+        return []
+    return sorted(str(p.relative_to(BENCHMARKS.parent)) for p in BENCHMARKS.glob("*/results.json"))
+
+
+@dataclass
+class ResultsTab:
+    shipped: gr.Dropdown
+    upload: gr.File
+    outputs: list[Any]          # meta, table, then the plots
+
+
+def build_results_tab() -> ResultsTab:
+    gr.Markdown("Results of `python -m specviz bench` (Spec-Bench questions, every method against vanilla "
+                "in one interleaved run). Pick one shipped with the project or upload a `results.json`.")
+    with gr.Row():
+        shipped = gr.Dropdown(choices=shipped_results(), value=None, label="Shipped results",
+                              elem_id="results-shipped")
+        upload = gr.File(label=f"...or upload a results.json (max {TRACE_LIMIT_BYTES // 1_000_000} MB)",
+                         file_types=[".json"], file_count="single", height=100)
+    meta = gr.Markdown()
+    table = gr.Markdown()
+    plots = [gr.Plot(label=name) for name in ("Speedup", "Time by phase", "Tokens per step",
+                                                "Acceptance by depth", "Sweep")]
+    return ResultsTab(shipped, upload, [meta, table, *plots])
+
+
+def _meta_markdown(meta: dict[str, Any]) -> str:
+    keys = ("date", "command", "model", "device", "dtype", "cpu", "cores", "torch_threads", "max_new_tokens",
+            "questions_measured", "repeats", "interrupted")
+    lines = [f"- **{k}**: `{meta[k]}`" for k in keys if meta.get(k) not in (None, "")]
+    lines += [f"- note: {n}" for n in meta.get("notes", [])] + [f"- skipped: {s}" for s in meta.get("skipped", [])]
+    return "\n".join(lines)
+
+
+def render_results(path: str | None) -> list[Any]:
+    """The tab's outputs for a results file; a bad file raises gr.Error with the reason."""
+    if not path:
+        return [gr.skip()] * 7
+    file = Path(path)
+    if not file.is_absolute():
+        file = BENCHMARKS.parent / file
+    with shown_to_user():
+        if file.is_file() and file.stat().st_size > TRACE_LIMIT_BYTES:
+            raise UploadError(f"results file {file.name!r} is larger than {TRACE_LIMIT_BYTES // 1_000_000} MB")
+        meta, rows = load_results(file)
+    swept = figures.swept_drafters(rows)
+    sweep = figures.sweep_figure(rows, swept[0]) if swept else None
+    return [_meta_markdown(meta), markdown_table(rows), figures.speedup_bars(rows), figures.phase_stack(rows),
+            figures.accepted_histograms(rows), figures.depth_acceptance_lines(rows),
+            gr.Plot(value=sweep, visible=sweep is not None)]
