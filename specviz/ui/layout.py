@@ -160,8 +160,8 @@ def build_demo() -> gr.Blocks:
         replay.upload.upload(load_uploaded, [session, replay.upload], session, api_visibility="private") \
             .success(show_run, [session, first], all_outputs, **views)
 
-        results.shipped.input(render_results, results.shipped, results.outputs, api_visibility="private", **views)
-        results.upload.upload(render_results, results.upload, results.outputs, api_visibility="private", **views)
+        results.shipped.input(render_results, results.shipped, results.outputs, **views)
+        results.upload.upload(render_results, results.upload, results.outputs, **views)
 
         gr.api(gpu(api_trace), api_name="trace", concurrency_limit=1, concurrency_id="model")
     demo.queue(default_concurrency_limit=1)
