@@ -78,7 +78,10 @@ def build_command(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(f"\r{fraction:4.0%} {desc:<60}", end="", file=sys.stderr, flush=True)
 
-    index = build_passage_index(docs, embedder, chunking, index_config, progress, args.batch_size)
+    try:
+        index = build_passage_index(docs, embedder, chunking, index_config, progress, args.batch_size)
+    except ConfigError as err:          # nlist / m / nbits that this collection cannot train
+        raise _usage(f"{_flag(err.field, IndexConfig)}: {str(err).split(': ', 1)[-1]}") from None
     if sys.stderr.isatty():
         print(file=sys.stderr)
     out = index.save(args.out)

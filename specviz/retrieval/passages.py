@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from .chunks import Chunk, ChunkingConfig, chunk_documents
 from .documents import Document, require_documents
 from .embed import Embedder
-from .errors import IndexMismatchError, QuestionError
+from .errors import DocumentError, IndexMismatchError, QuestionError
 from .faiss_index import IndexConfig, PassageIndex, build_faiss, make_manifest, resolve
 from .rerank import Reranker, rerank
 
@@ -24,13 +24,20 @@ MAX_K = 50
 
 def build_passage_index(docs: Sequence[Document], embedder: Embedder,
                         chunking: ChunkingConfig | None = None, index_config: IndexConfig | None = None,
-                        progress: Progress | None = None, batch_size: int = 64) -> PassageIndex:
-    """Chunk, embed and index `docs`. Settings errors surface before any embedding."""
+                        progress: Progress | None = None, batch_size: int = 64,
+                        max_chunks: int | None = None) -> PassageIndex:
+    """Chunk, embed and index `docs`. Settings errors surface before any embedding.
+
+    `max_chunks` (the web app's limit) refuses a larger collection before embedding it.
+    """
     started = time.perf_counter()
     docs = require_documents(docs)
     chunking = chunking or ChunkingConfig()
     index_config = index_config or IndexConfig()
     chunks = chunk_documents(docs, chunking)
+    if max_chunks is not None and len(chunks) > max_chunks:
+        raise DocumentError(f"documents: {len(chunks)} chunks is over the limit of {max_chunks} here; "
+                            "index fewer documents, use larger chunks, or build with the CLI")
     params = resolve(index_config, len(chunks), embedder.dim)
     say = progress or (lambda fraction, desc: None)
     say(0.0, f"embedding {len(chunks)} chunks of {len(docs)} documents")
