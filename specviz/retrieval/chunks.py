@@ -68,10 +68,14 @@ def _spans(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
             spans.append((start, start + stripped))
         if end >= len(text):
             break
+        kept_end = start + stripped
         nxt = max(end - overlap, start + 1)
-        if overlap and nxt > start + 1:       # begin the overlap at a word start
-            space = text.find(" ", nxt, end)
-            nxt = space + 1 if 0 <= space < end - 1 else nxt
+        if overlap:                           # begin the overlap at a word start inside the chunk
+            space = text.find(" ", nxt, kept_end)
+            word = space + 1 if space >= 0 else nxt
+            while word < kept_end and text[word].isspace():
+                word += 1
+            nxt = word if word < kept_end else nxt
         while nxt < len(text) and text[nxt].isspace():
             nxt += 1
         start = nxt

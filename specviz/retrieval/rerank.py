@@ -7,12 +7,12 @@ cross-encoder scores highest; the scores shown become the cross-encoder's.
 """
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from .chunks import Chunk
+from .embed import local_only
 from .errors import EmbedderLoadError
 
 
@@ -46,10 +46,9 @@ def load_reranker(model_id: str, device: str = "cpu") -> Reranker:
     with _LOCK:
         if mid in _CACHE:
             return _CACHE[mid]
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
             from sentence_transformers import CrossEncoder
-            model = CrossEncoder(mid, device=device)
+            model = CrossEncoder(mid, device=device, local_files_only=local_only())
         except Exception as err:   # noqa: BLE001 - any loading failure is the user's model id
             first = str(err).splitlines()[0][:200] if str(err) else ""
             raise EmbedderLoadError(f"reranker: cannot load {model_id!r} as a cross-encoder "
