@@ -84,7 +84,7 @@ def test_load_folder_of_txt_md_jsonl(tmp_path: Path) -> None:
     (b"", "empty"),
     (b"  \n\t ", "empty"),
     (b"abc\x00def", "binary"),
-    (b"\xff\xfe\x00bad", "not UTF-8"),
+    (b"\xff\xfebad", "not UTF-8"),
 ])
 def test_bad_files_are_refused(tmp_path: Path, content: bytes, match: str) -> None:
     path = tmp_path / "doc.txt"

@@ -32,14 +32,13 @@ def decode_text(data: bytes, name: str) -> str:
     if len(data) > MAX_FILE_BYTES:
         raise DocumentError(f"{name}: {len(data) / 2**20:.1f} MiB is over the {MAX_FILE_MB} MiB "
                             "limit per file; split it into smaller files")
+    if b"\x00" in data:
+        raise DocumentError(f"{name}: looks binary (it contains NUL bytes); give .txt, .md or .jsonl files")
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise DocumentError(f"{name}: not UTF-8 text (undecodable byte at offset {err.start}); "
                             "give .txt, .md or .jsonl files") from None
-    if "\x00" in text:
-        raise DocumentError(f"{name}: looks binary (it contains NUL bytes); give .txt, .md or .jsonl files")
-    return text
 
 
 def _read(path: Path, name: str) -> str:
