@@ -99,7 +99,7 @@ def test_oversized_file_is_refused_before_reading(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(documents_module, "MAX_FILE_BYTES", 100)
     path = tmp_path / "big.md"
     path.write_text("x" * 101, encoding="utf-8")
-    with pytest.raises(DocumentError, match=r"big.md: .*over the .* limit"):
+    with pytest.raises(DocumentError, match=r"big.md: 101 bytes is over the limit of 100 bytes"):
         load_documents(path)
 
 

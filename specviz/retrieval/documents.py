@@ -27,11 +27,15 @@ class Document:
     text: str
 
 
+def _too_big(name: str, size: int) -> DocumentError:
+    return DocumentError(f"{name}: {size:,} bytes is over the limit of {MAX_FILE_BYTES:,} bytes "
+                         f"({MAX_FILE_BYTES / 2**20:g} MiB) per file; split it into smaller files")
+
+
 def decode_text(data: bytes, name: str) -> str:
     """UTF-8 text of a file's bytes, or a DocumentError saying why it is not text."""
     if len(data) > MAX_FILE_BYTES:
-        raise DocumentError(f"{name}: {len(data) / 2**20:.1f} MiB is over the {MAX_FILE_MB} MiB "
-                            "limit per file; split it into smaller files")
+        raise _too_big(name, len(data))
     if b"\x00" in data:
         raise DocumentError(f"{name}: looks binary (it contains NUL bytes); give .txt, .md or .jsonl files")
     try:
@@ -45,8 +49,7 @@ def _read(path: Path, name: str) -> str:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:      # refuse before reading a huge file into memory
-            raise DocumentError(f"{name}: {size / 2**20:.1f} MiB is over the {MAX_FILE_MB} MiB "
-                                "limit per file; split it into smaller files")
+            raise _too_big(name, size)
         data = path.read_bytes()
     except OSError as err:
         raise DocumentError(f"{name}: cannot read it ({err.strerror or err})") from None
