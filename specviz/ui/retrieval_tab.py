@@ -38,7 +38,7 @@ EMBEDDERS = ["default", "hashing"]
 HEADERS = ["rank", "score", "source", "characters", "text"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)       # identity hash: gr.State may hash its value
 class SessionIndex:
     """What one browser session has built: the index and the embedder id it was built with."""
     index: PassageIndex
