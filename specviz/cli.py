@@ -1,8 +1,10 @@
-"""Command line: `python -m specviz generate | drafters | bench`.
+"""Command line: `python -m specviz generate | drafters | bench | index build`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
     python -m specviz drafters
+    python -m specviz index build --kind passages --docs assets/docs --out out/demo-index
+    python -m specviz generate --index out/demo-index --question "What do honeybees dance about?" --k 3
 
 Bad input (an empty prompt, a setting out of range, an unknown drafter or model, a context
 file that is not UTF-8 text...) ends in one line on stderr naming the field and what is
@@ -172,8 +174,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         decoding = settings.build(DecodingConfig, _decoding_values(args))
     except ConfigError as err:
         raise UsageError(f"{_flag(err.field)}: {_message(err)}") from None
+    from .retrieval import cli as retrieval_cli
+    retrieval_cli.check_generate_arguments(args)
     context = read_context(args.context_file)
-    if not (args.prompt or "").strip() and not context.strip():
+    if not (args.prompt or "").strip() and not context.strip() and not args.index:
         raise UsageError("--prompt: the prompt is empty; give a question or instruction "
                          "(or a non-empty --context-file)")
     _check_trace_path(args.trace)
@@ -184,8 +188,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()      # "Loading weights" bars would clutter the output
+    message = args.prompt or ""
+    if args.index:                       # retrieved chunks become the context the trie drafts from
+        context, message = retrieval_cli.retrieved_context(args)
     lm = load_model(args.model, args.device, args.dtype)
-    prompt = build_prompt(lm.tokenizer, args.prompt or "", context=context, chat=args.chat)
+    prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
     if spec.name == "oracle" and not getattr(drafter_config, "tokens", True):
         # the oracle replays a known continuation: take vanilla's, under the same settings
         print("oracle: no --set tokens=...; running vanilla first to get the continuation to replay",
@@ -311,6 +318,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return int(bench.run(args) or 0)
 
 
+# --- index build -------------------------------------------------------------------------------
+
+def _index_kinds() -> dict[str, Any]:
+    """--kind -> (add_arguments, command); each kind keeps its options and work in its own module."""
+    from .retrieval import cli as passages
+    return {"passages": (passages.add_build_arguments, passages.build_command)}
+
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    return int(_index_kinds()[args.kind][1](args) or 0)
+
+
 # --- parser and main --------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -318,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .settings import describe
 
     parser = _Parser(prog="specviz", description="See, teach and debug speculative decoding.")
-    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,index}", parser_class=_Parser)
     sub.required = True
 
     gen = sub.add_parser("generate", help="generate text with a drafter and print a summary",
@@ -348,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--trace", metavar="FILE", help="write the full trace (JSON) to FILE")
     gen.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
                      help="print tokens as they are committed (default: when stdout is a terminal)")
+    from .retrieval import cli as retrieval_cli
+    retrieval_cli.add_generate_arguments(gen)
     gen.set_defaults(handler=cmd_generate)
 
     lst = sub.add_parser("drafters", help="list the drafters and their settings")
@@ -361,6 +382,18 @@ def build_parser() -> argparse.ArgumentParser:
     if module is not None and hasattr(module, "add_arguments"):
         module.add_arguments(bench)
     bench.set_defaults(handler=cmd_bench)
+
+    index = sub.add_parser("index", help="build indexes (retrieval passages, ...)")
+    index_sub = index.add_subparsers(dest="index_command", metavar="{build}", parser_class=_Parser)
+    index_sub.required = True
+    kinds = _index_kinds()
+    ib = index_sub.add_parser("build", help="build an index and save it to a folder",
+                              description="Build an index of the given --kind and save it to --out.")
+    ib.add_argument("--kind", required=True, choices=sorted(kinds), help="what to index")
+    ib.add_argument("--out", required=True, metavar="DIR", help="folder to write the index to")
+    for add_arguments, _ in kinds.values():
+        add_arguments(ib)
+    ib.set_defaults(handler=cmd_index_build)
     return parser
 
 

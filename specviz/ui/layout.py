@@ -30,10 +30,7 @@ from .setup_panel import build_setup_panel  # noqa: E402
 from .summary_tab import build_summary, render_summary  # noqa: E402
 from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
 
-try:  # the retrieval tab comes from another branch (issue 5); the page works without it
-    from .retrieval_tab import build_retrieval_tab
-except ImportError:
-    build_retrieval_tab = None
+from .retrieval_tab import build_retrieval_tab  # noqa: E402
 
 CSS = """
 .gradio-container {max-width: 1500px !important}
@@ -84,10 +81,7 @@ def build_demo() -> gr.Blocks:
                         message = gr.Textbox(label="Message", lines=2, elem_id="message",
                                              placeholder="Summarise the text above.")
                     with gr.Tab("Retrieve"):
-                        if build_retrieval_tab is not None:
-                            build_retrieval_tab(context, message)
-                        else:
-                            gr.Markdown("*Retrieval is not installed in this build.*")
+                        build_retrieval_tab(context, message)
                 panel.context, panel.message = context, message
                 max_new = panel.decoding_form.components[panel.decoding_form.keys.index(("decoding", "max_new_tokens"))]
                 if presets:

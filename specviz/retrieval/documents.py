@@ -1,0 +1,142 @@
+"""Load documents: .txt / .md files, a folder of them, or a .jsonl with a `text` field.
+
+A `Document` is a source name and its text. Every file is checked before it is used:
+it must exist, be at most `MAX_FILE_BYTES`, be UTF-8 text (no NUL bytes) and hold some
+non-whitespace text. A .jsonl line is one JSON object with a non-empty string `text`; its
+source name is `file.jsonl#<id>` (the `id`, `title` or line number).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from .errors import DocumentError
+
+TEXT_SUFFIXES = (".txt", ".md")
+JSONL_SUFFIXES = (".jsonl",)
+SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES
+MAX_FILE_BYTES = 20 * 1024 * 1024       # 20 MiB per file: larger collections go in several files
+MAX_FILE_MB = MAX_FILE_BYTES // (1024 * 1024)
+
+
+@dataclass(frozen=True)
+class Document:
+    source: str          # a name shown to the user: file name, or file.jsonl#id
+    text: str
+
+
+def _too_big(name: str, size: int) -> DocumentError:
+    return DocumentError(f"{name}: {size:,} bytes is over the limit of {MAX_FILE_BYTES:,} bytes "
+                         f"({MAX_FILE_BYTES / 2**20:g} MiB) per file; split it into smaller files")
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """UTF-8 text of a file's bytes, or a DocumentError saying why it is not text."""
+    if len(data) > MAX_FILE_BYTES:
+        raise _too_big(name, len(data))
+    if b"\x00" in data:
+        raise DocumentError(f"{name}: looks binary (it contains NUL bytes); give .txt, .md or .jsonl files")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DocumentError(f"{name}: not UTF-8 text (undecodable byte at offset {err.start}); "
+                            "give .txt, .md or .jsonl files") from None
+
+
+def _read(path: Path, name: str) -> str:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:      # refuse before reading a huge file into memory
+            raise _too_big(name, size)
+        data = path.read_bytes()
+    except OSError as err:
+        raise DocumentError(f"{name}: cannot read it ({err.strerror or err})") from None
+    return decode_text(data, name)
+
+
+def parse_jsonl(text: str, name: str) -> list[Document]:
+    """One Document per line with a non-empty `text`; a malformed line is named by number."""
+    docs: list[Document] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DocumentError(f"{name}:{number}: not a JSON object ({err.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise DocumentError(f"{name}:{number}: expected an object with a string field 'text'")
+        if not record["text"].strip():
+            continue                   # an empty record is skipped, not fatal
+        label = record.get("id", record.get("title", number))
+        docs.append(Document(f"{name}#{label}", record["text"]))
+    if not docs:
+        raise DocumentError(f"{name}: no line has a non-empty 'text' field")
+    return docs
+
+
+def document_from_bytes(data: bytes, name: str) -> list[Document]:
+    """The documents in one uploaded file (its name decides the format)."""
+    suffix = Path(name).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise DocumentError(f"{name}: unsupported file type {suffix or '(none)'!r}; "
+                            f"give {', '.join(SUFFIXES)} files")
+    text = decode_text(data, name)
+    if suffix in JSONL_SUFFIXES:
+        return parse_jsonl(text, name)
+    if not text.strip():
+        raise DocumentError(f"{name}: the file is empty (or whitespace only)")
+    return [Document(name, text)]
+
+
+def load_file(path: Path, name: str | None = None) -> list[Document]:
+    name = name or path.name
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise DocumentError(f"{name}: unsupported file type {suffix or '(none)'!r}; "
+                            f"give {', '.join(SUFFIXES)} files")
+    text = _read(path, name)
+    if suffix in JSONL_SUFFIXES:
+        return parse_jsonl(text, name)
+    if not text.strip():
+        raise DocumentError(f"{name}: the file is empty (or whitespace only)")
+    return [Document(name, text)]
+
+
+def load_documents(path: str | Path) -> list[Document]:
+    """Documents from a file or a folder (searched recursively for .txt, .md and .jsonl)."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise DocumentError(f"documents: no such file or folder {str(path)!r}")
+    if root.is_file():
+        return load_file(root)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+    if not files:
+        raise DocumentError(f"documents: the folder {str(path)!r} has no {', '.join(SUFFIXES)} files")
+    docs: list[Document] = []
+    for file in files:
+        docs.extend(load_file(file, str(file.relative_to(root))))
+    return docs
+
+
+def split_pasted(text: str, name: str = "pasted") -> list[Document]:
+    """Pasted text: documents separated by a line holding only '---'; blank ones are dropped."""
+    parts: list[str] = []
+    current: list[str] = []
+    for line in (text or "").splitlines(keepends=True):
+        if line.strip() == "---":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(line)
+    parts.append("".join(current))
+    return [Document(f"{name}-{i + 1}", p) for i, p in enumerate(q for q in parts if q.strip())]
+
+
+def require_documents(docs: Iterable[Document]) -> list[Document]:
+    docs = list(docs)
+    if not docs:
+        raise DocumentError("documents: none given; upload or paste some text, or use the demo collection")
+    return docs

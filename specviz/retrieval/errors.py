@@ -1,0 +1,32 @@
+"""Errors of the retrieval package: each names what was wrong and what is allowed.
+
+All are `SpecvizError`s, so the CLI prints them as one line with exit code 2 and the UI
+shows them as a gr.Error.
+"""
+from __future__ import annotations
+
+from ..errors import SpecvizError
+
+
+class RetrievalError(SpecvizError):
+    """Base class for problems with documents, indexes, questions or embedders."""
+
+
+class DocumentError(RetrievalError, ValueError):
+    """No documents, an empty, binary, unreadable or oversized file, a malformed .jsonl line."""
+
+
+class QuestionError(RetrievalError, ValueError):
+    """The question is empty or whitespace only, or k is out of range for the collection."""
+
+
+class EmbedderLoadError(RetrievalError):
+    """The embedding (or re-ranking) model could not be loaded."""
+
+
+class IndexFormatError(RetrievalError):
+    """An index folder is missing, incomplete or damaged."""
+
+
+class IndexMismatchError(RetrievalError):
+    """An index was built with another embedding model, dimension or chunking than asked for."""

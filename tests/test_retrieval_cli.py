@@ -1,0 +1,136 @@
+"""The retrieval CLI: `index build --kind passages` and `generate --index`, end to end and bad input.
+
+End to end runs the real CLI in subprocesses with the hashing embedder and the tiny random
+model; the bad-input cases call `cli.main()` in-process (one line on stderr, exit 2).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specviz import cli
+from specviz.retrieval.faiss_index import PassageIndex
+from specviz.trace import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "assets" / "docs"
+QUESTION = "When is the Veldmoor Lantern Festival held?"
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def hashing_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("idx") / "demo"
+    assert cli.main(["index", "build", "--kind", "passages", "--docs", str(DEMO), "--out", str(out),
+                     "--embedder", "hashing", "--chunk-chars", "500", "--overlap-chars", "50"]) == 0
+    return out
+
+
+def test_build_then_generate_end_to_end(tmp_path: Path) -> None:
+    out, trace_path = tmp_path / "index", tmp_path / "trace.json"
+    proc = run_cli("index", "build", "--kind", "passages", "--docs", str(DEMO), "--out", str(out),
+                   "--embedder", "hashing")
+    assert proc.returncode == 0, proc.stderr
+    assert "chunks from 34 documents, hashing (384 dims), kind=flat" in proc.stdout
+    index = PassageIndex.load(out)
+    assert index.manifest.chunking == {"chunk_chars": 600, "overlap_chars": 100}
+    proc = run_cli("generate", "--model", "tiny-random", "--index", str(out), "--question", QUESTION,
+                   "--k", "2", "--max-new-tokens", "6", "--trace", str(trace_path))
+    assert proc.returncode == 0, proc.stderr
+    retrieved = [line for line in proc.stderr.splitlines() if line.startswith("retrieved [")]
+    assert len(retrieved) == 2 and "veldmoor-lantern-festival.md" in retrieved[0]
+    trace = Trace.from_json(trace_path.read_text(encoding="utf-8"))
+    assert trace.drafter == "ngram_trie"
+    assert "[1] veldmoor-lantern-festival.md (characters " in trace.prompt_text
+    assert trace.prompt_text.index("[2] ") < trace.prompt_text.index("Question: " + QUESTION)
+    chunk = next(c for c in index.chunks if c.source == "veldmoor-lantern-festival.md")
+    assert chunk.text in trace.prompt_text or any(c.text in trace.prompt_text for c in index.chunks)
+
+
+def test_index_build_options_are_applied(hashing_index: Path) -> None:
+    m = PassageIndex.load(hashing_index).manifest
+    assert m.chunking == {"chunk_chars": 500, "overlap_chars": 50} and m.n_documents == 34
+    assert json.loads((hashing_index / "manifest.json").read_text())["model_id"] == "hashing"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--docs", "{missing}"], "documents: no such file or folder"),
+    (["--docs", "{binary}"], "looks binary"),
+    (["--docs", "{empty}"], "the file is empty"),
+    (["--docs", "{demo}", "--chunk-chars", "10"], "--chunk-chars: "),
+    (["--docs", "{demo}", "--overlap-chars", "400"], "--overlap-chars: must be less than half"),
+    (["--docs", "{demo}", "--index-type", "hnsw"], "--index-type: "),
+    (["--docs", "{demo}", "--index-type", "ivfpq", "--nlist", "4096"], "--nlist: 4096 lists need at least"),
+    (["--docs", "{demo}", "--index-type", "ivfpq", "--m", "7"], "--m: must divide the embedding dimension 384"),
+    (["--docs", "{demo}", "--embedder", "no-such-org/no-such-model"], "embedder: cannot load"),
+    ([], "--docs: required with --kind passages"),
+])
+def test_index_build_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str],
+                               message: str) -> None:
+    (tmp_path / "bin.txt").write_bytes(b"\x00\x01\x02")
+    (tmp_path / "empty.md").write_text("  \n", encoding="utf-8")
+    paths = {"missing": tmp_path / "nope", "binary": tmp_path / "bin.txt", "empty": tmp_path / "empty.md",
+             "demo": DEMO}
+    argv = [a.format(**paths) for a in argv]
+    if "--embedder" not in argv:
+        argv += ["--embedder", "hashing"]
+    code = cli.main(["index", "build", "--kind", "passages", "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_index_build_needs_a_known_kind(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["index", "build", "--kind", "nonsense", "--out", "x"])
+    assert exit_info.value.code == 2 and "invalid choice: 'nonsense'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--question", QUESTION], "--question: needs --index DIR"),
+    (["--index", "{index}"], "--question: it is empty"),
+    (["--index", "{index}", "--question", "  \t "], "--question: it is empty"),
+    (["--index", "{index}", "--question", QUESTION, "--prompt", "hi"], "give the question with --question"),
+    (["--index", "{index}", "--question", QUESTION, "--context-file", "{index}/manifest.json"],
+     "leave out --context-file"),
+    (["--index", "{index}", "--question", QUESTION, "--k", "0"], "--k: must be at least 1"),
+    (["--index", "{index}", "--question", QUESTION, "--k", "100000"], "--k: 100000 is more than the"),
+    (["--index", "{index}", "--question", QUESTION, "--embedder", "default"],
+     "built with the embedding model 'hashing'"),
+    (["--index", "{missing}", "--question", QUESTION], "index: no such folder"),
+    (["--index", "{index}", "--question", QUESTION, "--rerank", "no-such/reranker"], "reranker: cannot load"),
+])
+def test_generate_index_bad_input(tmp_path: Path, hashing_index: Path, capsys: pytest.CaptureFixture,
+                                  argv: list[str], message: str) -> None:
+    argv = [a.format(index=hashing_index, missing=tmp_path / "none") for a in argv]
+    code = cli.main(["generate", "--model", "tiny-random", "--max-new-tokens", "2", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert len([l for l in err.splitlines() if l.startswith("specviz: error")]) == 1
+
+
+def test_generate_refuses_a_damaged_index(tmp_path: Path, hashing_index: Path,
+                                          capsys: pytest.CaptureFixture) -> None:
+    import shutil
+    broken = tmp_path / "broken"
+    shutil.copytree(hashing_index, broken)
+    (broken / "chunks.jsonl").write_text("", encoding="utf-8")
+    code = cli.main(["generate", "--model", "tiny-random", "--index", str(broken), "--question", QUESTION])
+    assert code == 2 and "is inconsistent: 0 chunks" in capsys.readouterr().err
+
+
+def test_prompt_still_works_without_index(capsys: pytest.CaptureFixture) -> None:
+    code = cli.main(["generate", "--model", "tiny-random", "--prompt", "Hello there", "--max-new-tokens", "3",
+                     "--no-stream"])
+    out = capsys.readouterr().out
+    assert code == 0 and "[3 tokens," in out
