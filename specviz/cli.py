@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | drafters | bench`.
+"""Command line: `python -m specviz generate | drafters | bench | index build`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -224,7 +224,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # --- drafters -------------------------------------------------------------------------------
 
-LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "oracle")   # baseline first, others after
+LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead", "oracle")   # baseline first, others after
 
 
 def drafter_listing() -> list[dict[str, Any]]:
@@ -311,6 +311,42 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return int(bench.run(args) or 0)
 
 
+# --- index -----------------------------------------------------------------------------------
+
+def index_builders() -> dict[str, Any]:
+    """--kind -> builder(args) -> exit code; each kind's work lives in its own module."""
+    from .index import build as corpus_build
+    return dict(corpus_build.BUILDERS)
+
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    builders = index_builders()
+    kinds = [k.strip() for k in (args.kind or "").split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in builders]
+    if not kinds or unknown:
+        raise UsageError(f"--kind: unknown {', '.join(unknown) or 'kind'}; known: {', '.join(builders)}")
+    if len({builders[k] for k in kinds}) > 1:
+        raise UsageError(f"--kind: {', '.join(kinds)} cannot be built in one command")
+    return int(builders[kinds[0]](args) or 0)
+
+
+def _add_index_parser(sub: Any) -> None:
+    from .index import build as corpus_build
+
+    idx = sub.add_parser("index", help="build corpus indexes for the corpus drafters",
+                         description="Build an index folder for the corpus drafters (rest, hierarchy, aded).")
+    isub = idx.add_subparsers(dest="index_command", metavar="{build}", parser_class=_Parser)
+    isub.required = True
+    build = isub.add_parser("build", help="build one kind of index into a folder")
+    build.add_argument("--kind", required=True,
+                       help=f"what to build: {', '.join(index_builders())} (suffix,trigram builds both)")
+    build.add_argument("--out", required=True, metavar="DIR", help="index folder (created; parts are added)")
+    build.add_argument("--model", default="embedded", help="the model whose tokenizer the index is for")
+    build.add_argument("--device", default="auto", help="device for kinds that run the model")
+    corpus_build.add_arguments(build.add_argument_group("corpus kinds (suffix, trigram, model-db)"))
+    build.set_defaults(handler=cmd_index_build)
+
+
 # --- parser and main --------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -318,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .settings import describe
 
     parser = _Parser(prog="specviz", description="See, teach and debug speculative decoding.")
-    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,index}", parser_class=_Parser)
     sub.required = True
 
     gen = sub.add_parser("generate", help="generate text with a drafter and print a summary",
@@ -361,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     if module is not None and hasattr(module, "add_arguments"):
         module.add_arguments(bench)
     bench.set_defaults(handler=cmd_bench)
+    _add_index_parser(sub)
     return parser
 
 
