@@ -41,28 +41,34 @@ def rank_continuations(conts: np.ndarray, limit: int) -> Candidates:
     total = int(valid[:, 0].sum())
     if total == 0:
         return Candidates((), (), (), ())
-    # one entry per (depth, group): first row of the group
-    rows, cols = np.nonzero(boundary & valid)                  # node = (row, depth col)
-    counts = np.zeros(len(rows), dtype=np.int64)
-    # count of a node = rows in its group at that depth (valid rows only: validity is per group)
-    node_of = {}
+    # a node = (first row of its group, depth column); groups share their token, SEP included
+    is_node = boundary & valid                                 # [M, L]
+    rows, cols = np.nonzero(is_node)                           # row-major: node ids in this order
+    node_id = np.full((m, length), -1, dtype=np.int64)
+    node_id[rows, cols] = np.arange(len(rows))
+    size = np.zeros((m, length), dtype=np.int64)               # group size at its first row
+    parent = np.full(len(rows), -1, dtype=np.int64)
+    prev_starts = np.zeros(0, dtype=np.int64)
     for d in range(length):
-        c = np.bincount(gid[:, d][valid[:, d]], minlength=int(gid[-1, d]) + 1)
-        sel = cols == d
-        counts[sel] = c[gid[rows[sel], d]]
-        node_of[d] = dict(zip(gid[rows[sel], d].tolist(), np.flatnonzero(sel).tolist()))
+        starts = np.flatnonzero(boundary[:, d])                # first row of each group, by gid
+        size[starts, d] = np.diff(np.append(starts, m))
+        if d:
+            sel = cols == d
+            parent[sel] = node_id[prev_starts[gid[rows[sel], d - 1]], d - 1]
+        prev_starts = starts
+    counts = size[rows, cols]
     depth = cols + 1
     keep = np.lexsort((depth, -counts))[:limit]                # best first, parents before children
     keep = keep[np.lexsort((np.arange(len(keep)), depth[keep]))]  # topological: by depth, then rank
-    new_index = {int(n): i for i, n in enumerate(keep)}
-    tokens, parents, cnts, ratios = [], [], [], []
-    for n in keep.tolist():
-        r, d = int(rows[n]), int(cols[n])
-        par = -1 if d == 0 else new_index[node_of[d - 1][int(gid[r, d - 1])]]
-        tokens.append(int(s[r, d]))
-        parents.append(par)
-        cnts.append(int(counts[n]))
-        ratios.append(int(counts[n]) / (total if par < 0 else cnts[par]))
+    remap = np.full(len(rows), -1, dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    par = np.where(parent[keep] >= 0, remap[np.maximum(parent[keep], 0)], -1)
+    cnt = counts[keep]
+    parent_count = np.where(par >= 0, cnt[np.maximum(par, 0)], total)
+    tokens = s[rows[keep], cols[keep]].tolist()
+    parents = par.tolist()
+    cnts = cnt.tolist()
+    ratios = (cnt / parent_count).tolist()
     return Candidates(tuple(tokens), tuple(parents), tuple(cnts), tuple(ratios))
 
 

@@ -138,6 +138,8 @@ class SuffixArray:
         best = SuffixMatch(1, lo, hi) if hi > lo else SuffixMatch(0, 0, 0)
         for k in range(2, max_span + 1):
             want = int(query[-k])
+            if want < 0:                                   # SEP / padding never matches
+                break
             col = _Column(self._tok, self._ord, k - 1)
             nlo = bisect_left(col, want, lo, hi)           # type: ignore[arg-type]
             nhi = bisect_right(col, want, nlo, hi)          # type: ignore[arg-type]
