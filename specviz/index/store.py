@@ -65,7 +65,7 @@ def build_hint(out: str | Path = "DIR", kind: str = "suffix") -> str:
 
 # ---- tokenizer identity --------------------------------------------------------------------
 
-_FP_CACHE: dict[int, dict[str, Any]] = {}
+_FP_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}   # id -> (tokenizer kept alive, identity)
 
 
 def tokenizer_identity(tokenizer: Any, vocab_size: int) -> dict[str, Any]:
@@ -74,13 +74,13 @@ def tokenizer_identity(tokenizer: Any, vocab_size: int) -> dict[str, Any]:
         return {"name": "token ids (no tokenizer)", "vocab_size": int(vocab_size),
                 "fingerprint": f"ids-{int(vocab_size)}"}
     hit = _FP_CACHE.get(id(tokenizer))
-    if hit is not None and hit["vocab_size"] == int(vocab_size):
-        return hit
+    if hit is not None and hit[0] is tokenizer and hit[1]["vocab_size"] == int(vocab_size):
+        return hit[1]
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
     name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
     ident = {"name": Path(name).name or name, "vocab_size": int(vocab_size), "fingerprint": digest}
-    _FP_CACHE[id(tokenizer)] = ident
+    _FP_CACHE[id(tokenizer)] = (tokenizer, ident)
     return ident
 
 
