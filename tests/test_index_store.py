@@ -196,6 +196,26 @@ def test_cli_index_build_and_use(tmp_path, capsys):
     assert code == 0, err
 
 
+def test_cli_model_db_build(tmp_path, capsys):
+    """The model-db kind: greedy answers of the target to the corpus's first user turns."""
+    corpus = tmp_path / "chats.jsonl"
+    corpus.write_text("".join(json.dumps({"turns": [f"Question number {i}: what is {i} plus {i}?"]}) + "\n"
+                              for i in range(5)), encoding="utf-8")
+    out = tmp_path / "idx"
+    code = cli.main(["index", "build", "--kind", "model-db", "--corpus", str(corpus), "--model", "tiny-random",
+                     "--out", str(out), "--prompts", "3", "--max-new-tokens", "12", "--ngram", "3",
+                     "--batch-size", "2"])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    assert "from 3 answers" in stdout
+    index = load_index(out)
+    part = index.manifest["parts"]["model-db"]
+    assert part["prompts"] == 3 and 0 < part["generated_tokens"] <= 36 and index.model_db.n == 3
+    assert len(index.model_db) == min(part["distinct_ngrams"], 100_000) > 0
+    token = int(index.model_db.grams[0, 0])
+    assert index.model_db.lookup(token, 10)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--kind", "bogus"], "--kind: unknown bogus"),
     (["--kind", "suffix", "--corpus", "/no/such/file.json"], "no such file"),
