@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | drafters | bench`.
+"""Command line: `python -m specviz generate | drafters | bench | train-glide`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .settings import describe
 
     parser = _Parser(prog="specviz", description="See, teach and debug speculative decoding.")
-    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,train-glide}", parser_class=_Parser)
     sub.required = True
 
     gen = sub.add_parser("generate", help="generate text with a drafter and print a summary",
@@ -361,6 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
     if module is not None and hasattr(module, "add_arguments"):
         module.add_arguments(bench)
     bench.set_defaults(handler=cmd_bench)
+
+    from .glide import train as glide_train
+    tg = sub.add_parser("train-glide", help="train a GLIDE draft model for a target (CPU or GPU)",
+                        description="Train GLIDE (or, with --no-cross-attention, the vanilla "
+                                    "drafter) for a frozen target; resumable checkpoints.")
+    glide_train.add_arguments(tg)
+    tg.set_defaults(handler=glide_train.run)
     return parser
 
 
