@@ -173,8 +173,9 @@ class GlideDraft(nn.Module):
 
     @torch.no_grad()
     def init_from_target(self, layer: int | None = None) -> None:
-        """Copy a target decoder layer into each draft layer (default: the layer its
-        cross-attention reads); the cross-attention's q/o from the attended layer's q/o."""
+        """Copy target decoder layer `layer` (None: the layer its cross-attention reads) into
+        each draft layer's self-attention, norms and MLP; the cross-attention's norm and q/o
+        from the attended layer's input norm and q/o projections."""
         tl = self.target.model.layers
         for m, dl in enumerate(self.layers):
             src = tl[self.spec.cross_layer(m) if layer is None else layer]

@@ -39,7 +39,10 @@ class TrainConfig:
     layers: int = 1
     cross_attention: bool = True
     distill: float = 0.0                 # weight of KL(target || draft); 0 = plain cross-entropy
-    init_layer: int | None = None        # target layer copied into the draft (None: the attended one)
+    # target layer copied into the draft's self-attention, norms and MLP (None: the attended one).
+    # Layer 0 (which reads raw embeddings, as the draft does) starts at a loss of ~15 nats on
+    # SmolLM2-135M, the attended top layer at ~54 and random weights at ~34 (probe in the report).
+    init_layer: int | None = 0
     block: int = 5
     epochs: int = 1
     save_every: int = 100
@@ -114,7 +117,8 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     spec = GlideSpec.for_target(target.config, cfg.layers, cfg.cross_attention)
     draft = GlideDraft(spec, target)
     draft.init_from_target(cfg.init_layer)
-    draft.train()
+    device = next(target.parameters()).device
+    draft.to(device).train()
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.0)
     start_step, consumed, history = 0, 0, []
     if resume and out is not None and Path(out).is_file():
@@ -135,6 +139,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     def stream() -> Iterator[tuple[torch.Tensor, list | None, torch.Tensor | None]]:
         n = 0
         for ids in batch_source:
+            ids = ids.to(device)
             n += 1
             if n <= consumed and cfg.epochs == 1:
                 continue                                   # resuming: skip the batches already seen
@@ -165,6 +170,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     try:
         source = stream()
         while step < cfg.steps:
+            t0 = time.perf_counter()                   # tokens/s end to end: data + target + draft
             try:
                 ids, cross, tl = next(source)
             except StopIteration:
@@ -172,7 +178,6 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
                     raise DataError("data: no training batches (the data is empty or shorter than "
                                     f"one batch of {cfg.batch} x {cfg.seq_len} tokens)") from None
                 break
-            t0 = time.perf_counter()
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
             loss = loss_fn(draft, ids, cross, tl, cfg.distill, cfg.block)
@@ -223,12 +228,15 @@ def add_arguments(p: Any) -> None:
                    help="train the paper's vanilla drafter (no glimpse of the target's cache)")
     p.add_argument("--distill", type=float, default=d.distill,
                    help="weight of the KL to the target's distribution (0 = cross-entropy only)")
-    p.add_argument("--init-layer", type=int, default=None,
-                   help="target layer copied into the draft (default: the layer it attends to)")
+    p.add_argument("--init-layer", type=int, default=d.init_layer,
+                   help="target layer copied into the draft's self-attention and MLP (default 0: it "
+                        "reads embeddings like the draft); the cross-attention starts from the "
+                        "attended layer's q/o projections")
     p.add_argument("--epochs", type=int, default=d.epochs,
                    help="passes over the data; > 1 keeps the target's KV in memory after the first")
     p.add_argument("--save-every", type=int, default=d.save_every)
     p.add_argument("--resume", action="store_true", help="continue from --out")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=d.seed)
 
@@ -244,7 +252,7 @@ def run(args: Any) -> int:
                       distill=args.distill, init_layer=args.init_layer, epochs=args.epochs,
                       save_every=args.save_every, seed=args.seed)
     cfg.check()
-    lm = load_model(args.model, device="cpu", dtype="float32")
+    lm = load_model(args.model, device=args.device, dtype="float32")
     if lm.tokenizer is None:
         raise SpecvizError(f"model: {args.model!r} has no tokenizer to read training text with")
     layers = lm.model.config.num_hidden_layers
