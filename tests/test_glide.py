@@ -205,3 +205,44 @@ def test_glide_sampling_lossless(tiny_lm, glide_ckpt, extra):
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
+
+
+# ---- command line ---------------------------------------------------------------------------------
+
+def test_train_glide_cli(tmp_path, capsys):
+    from specviz.cli import main
+
+    data = tmp_path / "d.txt"
+    data.write_text("One small text about cats and dogs.\n\nAnother one, about the sea and the sky.\n")
+    out = tmp_path / "g.pt"
+    assert main(["train-glide", "--model", "tiny-random", "--data", str(data), "--steps", "2",
+                 "--batch", "1", "--seq-len", "8", "--out", str(out), "--threads", "1"]) == 0
+    assert out.is_file() and out.with_suffix(".json").is_file()
+    assert "saved" in capsys.readouterr().out
+    for args, needle in ((["--data", str(tmp_path / "none.txt")], "no such file"),
+                         (["--data", str(data), "--seq-len", "4096"], "no training batches"),
+                         (["--data", str(data), "--steps", "0"], "steps"),
+                         (["--data", str(data), "--init-layer", "7"], "init_layer")):
+        code = main(["train-glide", "--model", "tiny-random", "--out", str(tmp_path / "x.pt"), *args])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and err[-1].startswith("specviz: error: ") and needle in err[-1], err
+
+
+# ---- the embedded model ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_model_drafters_lossless_on_embedded(embedded_lm, tmp_path):
+    """Greedy output of self_draft, draft_model (the embedded model drafting for itself) and
+    glide+CAPE (a checkpoint after one training step) equals vanilla's."""
+    from specviz.prompts import build_prompt
+
+    prompt = build_prompt(embedded_lm.tokenizer, "Name three colours of the rainbow.").ids
+    ref, _ = run_ids(embedded_lm, prompt, "vanilla", None, max_new_tokens=16)
+    ids = torch.tensor([prompt[:40] * 2])
+    path = tmp_path / "g.pt"
+    train(embedded_lm.model, embedded_lm.model_id, [ids], TrainConfig(steps=1, warmup=1), path, progress=False)
+    for drafter, config in (("self_draft", {"k": 8}), ("draft_model", {"model": "embedded", "gamma": 3}),
+                            ("glide", {"checkpoint": str(path), "cape": True})):
+        out, steps = run_ids(embedded_lm, prompt, drafter, config, max_new_tokens=16)
+        assert out == ref, (drafter, config)
+        assert not any("drafter_error" in s.info for s in steps)
