@@ -185,5 +185,32 @@ def accepted_proposals(tree: DraftTree, accepted: Sequence[int]) -> int:
     return sum(1 for i in accepted if tree.sources[i] == PROPOSAL)
 
 
+class ChainModelDrafter:
+    """propose / observe shared by the model drafters: gamma capped by the token budget,
+    the step's metrics in ctx.info, gamma adapted after each step when `adaptive` is on.
+    Subclasses set self.config (with gamma, adaptive, gamma_max), self.chain, self.bins."""
+    config: Any
+    chain: ChainDrafter
+    bins: Sequence[tuple[float, int]] | None = None
+
+    def start(self) -> None:
+        self.gamma = int(self.config.gamma)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        gamma = min(self.gamma, ctx.budget - 1)
+        if gamma < 1:
+            return DraftTree.empty()
+        with ctx.timer("draft.search"):
+            result = self.chain.draft(ctx, gamma, self.bins)
+        step_info(ctx, result, gamma)
+        return result.tree
+
+    def observe(self, step: Any) -> None:
+        if self.config.adaptive:
+            drafted = sum(1 for s in step.tree.sources if s == PROPOSAL)
+            self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,
+                                     1, max(self.config.gamma_max, self.config.gamma))
+
+
 def no_model_error(name: str) -> Any:
     return ConfigError("target", f"drafter {name} needs the target model (DraftSetup.target)")

@@ -19,8 +19,8 @@ from ..errors import SpecvizError
 from ..kvcache import crop_to
 from ..settings import Settings, setting
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .chain import ChainDrafter, accepted_proposals, adapt_gamma, no_model_error, step_info
+from .base import DraftContext, DrafterSpec, DraftSetup, register
+from .chain import ChainDrafter, ChainModelDrafter, no_model_error
 
 
 class TokenizerMismatchError(SpecvizError):
@@ -82,7 +82,7 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
             f"{target.model_id!r}: {why}; pick a draft model of the same family")
 
 
-class DraftModel:
+class DraftModel(ChainModelDrafter):
     def __init__(self, config: DraftModelConfig, setup: DraftSetup) -> None:
         if setup.target is None:
             raise no_model_error("draft_model")
@@ -92,23 +92,13 @@ class DraftModel:
         self.model_id = draft.model_id
         seed = setup.decoding.seed if setup.decoding is not None else 0
         self.chain = ChainDrafter(HFDraftLM(draft.model), setup.vocab_size, setup.decoding, seed)
-        self.gamma = config.gamma
+        self.start()
 
     def propose(self, ctx: DraftContext) -> DraftTree:
-        gamma = min(self.gamma, ctx.budget - 1)
-        if gamma < 1:
-            return DraftTree.empty()
-        with ctx.timer("draft.search"):
-            result = self.chain.draft(ctx, gamma)
-        step_info(ctx, result, gamma)
-        ctx.info["draft_model"] = self.model_id
-        return result.tree
-
-    def observe(self, step: StepView) -> None:
-        if self.config.adaptive:
-            drafted = sum(1 for s in step.tree.sources if s == "draft-model")
-            self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,
-                                     1, max(self.config.gamma_max, self.config.gamma))
+        tree = super().propose(ctx)
+        if tree.tokens:
+            ctx.info["draft_model"] = self.model_id
+        return tree
 
 
 SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,

@@ -21,9 +21,8 @@ import torch
 from ..glide.checkpoint import CheckpointError, load
 from ..glide.model import GlideDraft, inference_cross_mask
 from ..settings import Settings, setting
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .chain import ChainDrafter, accepted_proposals, adapt_gamma, no_model_error, parse_bins, step_info
+from .base import DraftContext, DrafterSpec, DraftSetup, register
+from .chain import ChainDrafter, ChainModelDrafter, no_model_error, parse_bins
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
@@ -103,7 +102,7 @@ def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
     return draft
 
 
-class Glide:
+class Glide(ChainModelDrafter):
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
         if setup.target is None:
             raise no_model_error("glide")
@@ -112,23 +111,7 @@ class Glide:
         seed = setup.decoding.seed if setup.decoding is not None else 0
         self.chain = ChainDrafter(GlideDraftLM(draft), setup.vocab_size, setup.decoding, seed)
         self.bins = parse_bins(config.cape_bins) if config.cape else None
-        self.gamma = config.gamma
-
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        gamma = min(self.gamma, ctx.budget - 1)
-        if gamma < 1:
-            return DraftTree.empty()
-        with ctx.timer("draft.search"):
-            result = self.chain.draft(ctx, gamma, self.bins)
-        step_info(ctx, result, gamma)
-        return result.tree
-
-    def observe(self, step: StepView) -> None:
-        if self.config.adaptive:
-            drafted = sum(1 for s in step.tree.sources if s == "draft-model")
-            self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,
-                                     1, max(self.config.gamma_max, self.config.gamma))
-
+        self.start()
 
 SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "

@@ -23,8 +23,8 @@ from transformers import DynamicCache
 from ..errors import ConfigError
 from ..settings import Settings, setting
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .chain import ChainDrafter, accepted_proposals, adapt_gamma, no_model_error, step_info
+from .base import DraftContext, DrafterSpec, DraftSetup, register
+from .chain import ChainDrafter, ChainModelDrafter, no_model_error
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class SelfDraftLM:
         return out.logits[0]                                          # [n, V]
 
 
-class SelfDraft:
+class SelfDraft(ChainModelDrafter):
     def __init__(self, config: SelfDraftConfig, setup: DraftSetup) -> None:
         if setup.target is None:
             raise no_model_error("self_draft")
@@ -101,23 +101,13 @@ class SelfDraft:
         seed = setup.decoding.seed if setup.decoding is not None else 0
         self.chain = ChainDrafter(SelfDraftLM(setup.target.model, config.k), setup.vocab_size,
                                   setup.decoding, seed)
-        self.gamma = config.gamma
+        self.start()
 
     def propose(self, ctx: DraftContext) -> DraftTree:
-        gamma = min(self.gamma, ctx.budget - 1)
-        if gamma < 1:
-            return DraftTree.empty()
-        with ctx.timer("draft.search"):
-            result = self.chain.draft(ctx, gamma)
-        step_info(ctx, result, gamma)
-        ctx.info["draft_fed_tokens"] = result.forwards      # the root and the chain: no catch-up
-        return result.tree
-
-    def observe(self, step: StepView) -> None:
-        if self.config.adaptive:
-            drafted = sum(1 for s in step.tree.sources if s == "draft-model")
-            self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,
-                                     1, max(self.config.gamma_max, self.config.gamma))
+        tree = super().propose(ctx)
+        if tree.tokens:
+            ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up
+        return tree
 
 
 SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
