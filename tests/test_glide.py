@@ -118,6 +118,13 @@ def test_checkpoint_round_trip(tiny_lm, glide_ckpt, tmp_path):
         assert n1 == n2 and torch.equal(p1, p2)
     assert not any(k.startswith("target") for k in draft.state_dict())     # shared weights not saved
     assert (tmp_path / "again.json").is_file()
+    slim = tmp_path / "slim.pt"
+    ckpt.export(glide_ckpt, slim)
+    assert ckpt.read(slim)["training"] is None and slim.stat().st_size < glide_ckpt.stat().st_size
+    draft3, _ = ckpt.load(slim, tiny_lm.model, tiny_lm.model_id)
+    for p1, p3 in zip(draft.state_dict().values(), draft3.state_dict().values()):
+        assert p3.dtype == torch.float32
+        torch.testing.assert_close(p1, p3, atol=1e-2, rtol=1e-2)
 
 
 def test_checkpoint_for_another_target_is_refused(tiny_lm_tok, glide_ckpt):
@@ -162,6 +169,20 @@ def test_resume_continues(tiny_lm, tmp_path):
                     path, resume=True, progress=False)
     assert [h.step for h in hist] == [1, 2, 3, 4, 5, 6]
     assert ckpt.read(path)["training"]["batches"] == 6
+
+
+def test_epochs_replay_the_first_batches(tiny_lm):
+    """epochs=2, steps=6: 3 batches read from the source, each trained on twice."""
+    read = []
+
+    def source():
+        for ids in _random_batches(10):
+            read.append(ids)
+            yield ids
+
+    _, hist = train(tiny_lm.model, tiny_lm.model_id, source(), TrainConfig(steps=6, warmup=1, epochs=2),
+                    None, progress=False)
+    assert len(hist) == 6 and len(read) == 4           # the 4th is read, then left unused
 
 
 def test_empty_data_is_an_error(tiny_lm):
