@@ -93,6 +93,10 @@ class SelfDraft(ChainModelDrafter):
     def __init__(self, config: SelfDraftConfig, setup: DraftSetup) -> None:
         if setup.target is None:
             raise no_model_error("self_draft")
+        inner = getattr(setup.target.model, "model", None)
+        if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm"):
+            raise ConfigError("drafter", f"self_draft needs a Llama-style model (model.layers, "
+                                         f"model.norm, lm_head); {setup.target.model_id!r} is not one")
         layers = num_layers(setup.target.model)
         if not 1 <= config.k <= layers - 1:
             raise ConfigError("k", f"k={config.k} must be in 1..L-1 = 1..{layers - 1}: the target "
