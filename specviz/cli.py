@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | drafters | bench | index build`.
+"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -231,7 +231,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # --- drafters -------------------------------------------------------------------------------
 
-LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead", "oracle")   # baseline first, others after
+LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead",
+                 "draft_model", "self_draft", "glide", "oracle")   # baseline first, others after
 
 
 def drafter_listing() -> list[dict[str, Any]]:
@@ -377,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .settings import describe
 
     parser = _Parser(prog="specviz", description="See, teach and debug speculative decoding.")
-    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,index}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,index,train-glide}",
+                                parser_class=_Parser)
     sub.required = True
 
     gen = sub.add_parser("generate", help="generate text with a drafter and print a summary",
@@ -423,6 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(bench)
     bench.set_defaults(handler=cmd_bench)
     _add_index_parser(sub)
+
+    from .glide import train as glide_train
+    tg = sub.add_parser("train-glide", help="train a GLIDE draft model for a target (CPU or GPU)",
+                        description="Train GLIDE (or, with --no-cross-attention, the vanilla "
+                                    "drafter) for a frozen target; resumable checkpoints.")
+    glide_train.add_arguments(tg)
+    tg.set_defaults(handler=glide_train.run)
     return parser
 
 

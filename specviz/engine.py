@@ -20,7 +20,7 @@ from . import drafters as _drafters  # noqa: F401  (registers the built-in draft
 from .decoding import DecodingConfig
 from .drafters.base import DraftContext, Drafter, DraftSetup, StepView, get
 from .errors import PromptError
-from .kvcache import check_supported, commit
+from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
 from .prompts import Prompt
 from .settings import to_dict
@@ -83,7 +83,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
         with torch.inference_mode():
             past_len, budget = len(tokens) - 1, decoding.max_new_tokens - (len(tokens) - prompt_len)
             # 1. draft (the drafter charges draft.search / draft.tree itself)
-            ctx = DraftContext(tokens, prompt_len, step, budget, cost.predict, timer)
+            ctx = DraftContext(tokens, prompt_len, step, budget, cost.predict, timer,
+                               target_cache=CacheView(cache, past_len))
             tree = DraftTree.empty()
             if drafter_ok:
                 try:
@@ -144,7 +145,7 @@ def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str
     if not ids:
         raise PromptError("prompt: no tokens to start from")
     check_fits(len(ids), decoding.max_new_tokens, lm.max_positions)
-    setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm)
+    setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding)
     return _run(lm, ids, spec.make(config, setup), drafter, decoding)
 
 

@@ -38,3 +38,44 @@ def check_supported(cache: object) -> None:
             raise NotImplementedError(
                 f"cache layer type {type(layer).__name__} (sliding window / linear attention) "
                 "is not supported by tree verification yet")
+
+
+class CacheView:
+    """Read-only view of the target's committed KV cache, handed to drafters each step.
+
+    It covers the committed tokens except the root (the last committed token, whose KV is
+    computed by the coming verify forward): `length == len(ctx.tokens) - 1` rows per layer.
+    `keys(i)` / `values(i)` are the cache's own tensors [B, H_kv, length, D] (no copy), so a
+    drafter MUST NOT modify them in place; appending to them with torch.cat (what
+    DynamicLayer.update does) makes a new tensor and is fine. The view is valid for the
+    current step only: the engine appends to and commits the cache after the draft.
+    """
+
+    def __init__(self, cache: DynamicCache, length: int) -> None:
+        self._cache = cache
+        self.length = length
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._cache.layers)
+
+    def _layer(self, i: int) -> object:
+        if not -self.num_layers <= i < self.num_layers:
+            raise IndexError(f"layer {i} out of range for a cache of {self.num_layers} layers")
+        return self._cache.layers[i]
+
+    def keys(self, i: int) -> torch.Tensor:
+        k = self._layer(i).keys                                    # [B, H_kv, S, D]
+        return k[:, :, : self.length] if k is not None else k
+
+    def values(self, i: int) -> torch.Tensor:
+        v = self._layer(i).values                                  # [B, H_kv, S, D]
+        return v[:, :, : self.length] if v is not None else v
+
+
+def crop_to(cache: DynamicCache, length: int) -> None:
+    """Keep the first `length` rows of every layer (a drafter rolling back its own cache)."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            layer.keys = layer.keys[:, :, :length]
+            layer.values = layer.values[:, :, :length]

@@ -47,7 +47,11 @@ def cases(tiny_lm):
 PAPER_MODE = {"insert_output": False, "recency_ties": False, "size_by_cost": False}
 
 # (drafter, config) pairs: every registered drafter with its defaults, plus variants
-CONFIGS = [(name, {}) for name in sorted(REGISTRY) if name not in ("vanilla", "oracle")] + [
+# (model drafters need a draft model / checkpoint of their own, or k < the tiny model's 2 layers:
+# draft_model and glide are covered in test_model_drafters.py / test_glide.py)
+NEEDS_MODEL = {"vanilla", "oracle", "draft_model", "glide", "self_draft"}
+CONFIGS = [(name, {}) for name in sorted(REGISTRY) if name not in NEEDS_MODEL] + [
+    ("self_draft", {"k": 1}),
     ("ngram_trie", PAPER_MODE),
     ("ngram_trie", {"size_by_cost": False}),
     ("ngram_trie", {"size_by_cost": False, "num_draft": 48, "prefix_len": 1, "n": 4}),

@@ -25,6 +25,9 @@ class DraftSetup:
     max_new_tokens: int
     # the loaded target (models.LoadedModel), for drafters that run a model; None in unit tests
     target: Any = None
+    # the generation's decoding.DecodingConfig, so a model drafter can draft from the same
+    # (temperature / top-k / top-p warped) distribution it will be verified against
+    decoding: Any = None
 
 
 @dataclass
@@ -37,6 +40,10 @@ class DraftContext:
     verify_cost: Callable[[int], float]      # predicted seconds of a verify step with n nodes
     timer: PhaseTimer                        # drafters charge "draft.search" / "draft.tree"
     info: dict[str, Any] = field(default_factory=dict)  # JSON-able notes for the StepRecord
+    # READ-ONLY view of the target's committed KV cache (kvcache.CacheView: rows for
+    # tokens[:-1], i.e. as verified up to the last step); for drafters that reuse the target's
+    # keys and values (self_draft, glide). Never modify its tensors in place. None in unit tests.
+    target_cache: Any = None
 
 
 class Drafter(Protocol):

@@ -92,11 +92,16 @@ def iter_json_array(text: str, stats: CorpusStats) -> Iterator[object]:
         yield obj
 
 
+def sharegpt_records(path: Path | None = None, stats: CorpusStats | None = None) -> Iterator[object]:
+    """Every complete record of a ShareGPT JSON file (default: the packaged one), as decoded
+    JSON; the cut-off last record is dropped (and noted in `stats`)."""
+    path = path or sharegpt_path()
+    return iter_json_array(_read_text(path), stats or CorpusStats(str(path)))
+
+
 def read_sharegpt(path: Path | None, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
     """Conversations (lists of turn texts) from a ShareGPT JSON file; `limit` > 0 stops early."""
-    path = path or sharegpt_path()
-    text = _read_text(path)
-    for record in iter_json_array(text, stats):
+    for record in sharegpt_records(path, stats):
         segments = _conversation_segments(record)
         if not segments:
             stats.skipped += 1

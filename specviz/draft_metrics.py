@@ -1,0 +1,78 @@
+"""The analytic view of model drafting (Leviathan et al. 2023; GLIDE paper eq. 1), pure functions.
+
+- acceptance rate alpha: the probability that a drafted token is accepted given all before it
+  were. From chains that stop at the first rejection, its maximum-likelihood estimate is
+  accepted / (accepted + rejections), a rejection being a step that did not accept its whole
+  chain.
+- cost coefficient c: the time of one draft-model forward over the time of one target step.
+- expected speedup: (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + 1)), the expected tokens
+  per step over the relative cost of a step.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def acceptance_rate(accepted: Sequence[int], drafted: Sequence[int]) -> float:
+    """alpha from per-step accepted and drafted chain lengths (steps with no draft ignored)."""
+    if len(accepted) != len(drafted):
+        raise ValueError("accepted and drafted need one entry per step")
+    acc = rej = 0
+    for a, d in zip(accepted, drafted):
+        if d <= 0:
+            continue
+        if not 0 <= a <= d:
+            raise ValueError(f"accepted {a} outside [0, drafted {d}]")
+        acc += a
+        rej += a < d
+    if acc + rej == 0:
+        return 0.0
+    return acc / (acc + rej)
+
+
+def cost_coefficient(draft_seconds: float, draft_forwards: int, target_step_seconds: float) -> float:
+    """c = (draft time per forward) / (target time per step)."""
+    if draft_forwards <= 0 or target_step_seconds <= 0:
+        raise ValueError("need at least one draft forward and a positive target step time")
+    return (draft_seconds / draft_forwards) / target_step_seconds
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Expected tokens per step with gamma drafts: (1 - alpha^(gamma+1)) / (1 - alpha)."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha {alpha} outside [0, 1]")
+    if alpha == 1:
+        return float(gamma + 1)
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def expected_speedup(alpha: float, gamma: int, c: float) -> float:
+    """(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))."""
+    if gamma < 1:
+        raise ValueError(f"gamma {gamma} must be >= 1")
+    if c < 0:
+        raise ValueError(f"cost coefficient {c} must be >= 0")
+    return expected_tokens(alpha, gamma) / (gamma * c + 1)
+
+
+def summarize(steps: Sequence[object]) -> dict[str, float]:
+    """alpha, c, gamma and the expected speedup from StepRecords of a model drafter: draft
+    time and forwards from `info`, target step time from the verify forward."""
+    acc, drafted, dsec, dfw, vsec, gammas = [], [], 0.0, 0, 0.0, []
+    for s in steps:
+        info = getattr(s, "info", {}) or {}
+        if "proposal_len" not in info:
+            continue
+        tree = s.tree
+        acc.append(sum(1 for i in s.accepted if tree.sources[i] == "draft-model"))
+        drafted.append(int(info["proposal_len"]))
+        dsec += float(info["draft_s"])
+        dfw += int(info["draft_forwards"])
+        vsec += float(s.timings.get("verify.forward", 0.0))
+        gammas.append(int(info["gamma"]))
+    if not acc or dfw == 0 or vsec <= 0:
+        return {}
+    alpha = acceptance_rate(acc, drafted)
+    c = cost_coefficient(dsec, dfw, vsec / len(acc))
+    gamma = round(sum(gammas) / len(gammas))
+    return {"alpha": alpha, "c": c, "gamma": gamma, "expected_speedup": expected_speedup(alpha, max(gamma, 1), c)}

@@ -1,0 +1,216 @@
+"""The drafting loop shared by the model drafters (draft_model, self_draft, glide).
+
+A `DraftLM` is a small autoregressive model with its own KV cache of `length` rows; the
+loop keeps it in step with the committed sequence (crop to the common prefix, forward only
+the tokens it has not seen: no accepted token is forwarded twice), then drafts gamma tokens
+one forward each. Under greedy decoding the draft is the draft model's argmax (point
+masses, `draft_probs` None); under sampling each token is drawn from the draft model's
+distribution warped like the target's (temperature / top-k / top-p) and that distribution
+is recorded as the node's `draft_probs`, so verification is exact speculative sampling.
+
+CAPE (confidence-aware proposal expansion, GLIDE paper section 4): at each position the
+top-1 probability picks an expansion set size from bins; the extra tokens become leaf
+siblings of the proposal token (drawn without replacement under sampling, the next most
+likely tokens under greedy), labelled `cape-expansion`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import torch
+
+from ..decoding import DecodingConfig, target_probs
+from ..errors import ConfigError
+from ..tree import DraftTree
+from .base import DraftContext
+
+PROPOSAL = "draft-model"
+EXPANSION = "cape-expansion"
+
+
+class DraftLM(Protocol):
+    length: int                                   # rows in its own KV cache
+
+    def crop(self, length: int) -> None: ...
+
+    def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
+        """Append `ids` (positions length.. length+n-1) to the cache; logits [n, V_draft]."""
+        ...
+
+
+def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], ...]:
+    """'0.3:7,0.6:5,0.8:3,1:1' -> ((0.3, 7), (0.6, 5), (0.8, 3), (1.0, 1)): top-1 probability
+    up to the bound -> expansion set size (the proposal token included)."""
+    bins = []
+    try:
+        for part in text.split(","):
+            bound, size = part.split(":")
+            bins.append((float(bound), int(size)))
+    except ValueError:
+        raise ConfigError(field, f"expected 'p:size,...' like '0.3:7,0.6:5,0.8:3,1:1', got {text!r}") from None
+    bounds = [b for b, _ in bins]
+    if not bins or bounds != sorted(bounds) or len(set(bounds)) != len(bounds) or bounds[-1] != 1.0 \
+            or bounds[0] <= 0:
+        raise ConfigError(field, f"bounds must increase strictly within (0, 1] and end at 1, got {text!r}")
+    if any(not 1 <= s <= 64 for _, s in bins):
+        raise ConfigError(field, f"sizes must be in [1, 64], got {text!r}")
+    return tuple(bins)
+
+
+def expansion_size(top1: float, bins: Sequence[tuple[float, int]]) -> int:
+    """The bin of the top-1 probability: (0, b0] -> s0, (b0, b1] -> s1, ..."""
+    for bound, size in bins:
+        if top1 <= bound:
+            return size
+    return bins[-1][1]
+
+
+@dataclass
+class ChainResult:
+    tree: DraftTree
+    forwards: int                 # draft-model forwards this step
+    fed: int                      # tokens fed in those forwards (catch-up included)
+    seconds: float
+
+
+class ChainDrafter:
+    """Keeps a DraftLM in step with the committed tokens and drafts chains (+ CAPE)."""
+
+    def __init__(self, lm: DraftLM, vocab_size: int, decoding: DecodingConfig | None, seed: int = 0) -> None:
+        self.lm = lm
+        self.vocab = vocab_size
+        self.decoding = decoding or DecodingConfig()
+        self.gen = torch.Generator().manual_seed(seed)
+        self.seen: list[int] = []            # tokens whose KV rows the DraftLM holds, in order
+
+    def _sync(self, tokens: Sequence[int]) -> list[int]:
+        """Crop the draft cache to the common prefix with `tokens`; the tokens still to feed."""
+        keep = 0
+        limit = min(len(self.seen), len(tokens) - 1)   # always feed at least the root
+        while keep < limit and self.seen[keep] == tokens[keep]:
+            keep += 1
+        if keep < self.lm.length:
+            self.lm.crop(keep)
+        self.seen = self.seen[:keep]
+        return list(tokens[keep:])
+
+    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """[V_draft] logits -> [V_target] draft distribution (vocab padded / cut to the target's)."""
+        logits = logits.float()
+        if logits.shape[-1] > self.vocab:
+            logits = logits[: self.vocab]
+        elif logits.shape[-1] < self.vocab:
+            pad = torch.full((self.vocab - logits.shape[-1],), float("-inf"))
+            logits = torch.cat([logits, pad.to(logits.device)])
+        if self.decoding.greedy:
+            return torch.softmax(logits, -1)
+        return target_probs(logits, self.decoding)
+
+    def _draw(self, q: torch.Tensor, n: int) -> tuple[list[int], list[torch.Tensor]]:
+        """n distinct tokens from q [V]: greedy = the n most likely; sampling = one after another
+        without replacement, each with the renormalised distribution it was drawn from."""
+        n = min(n, int((q > 0).sum()))
+        if self.decoding.greedy:
+            return torch.topk(q, n).indices.tolist(), []
+        rows, toks, rest = [], [], q.clone()
+        for _ in range(n):
+            row = rest / rest.sum()
+            x = int(torch.multinomial(row, 1, generator=self.gen))
+            toks.append(x)
+            rows.append(row)
+            rest[x] = 0.0
+        return toks, rows
+
+    def draft(self, ctx: DraftContext, gamma: int, cape: Sequence[tuple[float, int]] | None = None) -> ChainResult:
+        start = time.perf_counter()
+        feed = self._sync(ctx.tokens)
+        fed, forwards = len(feed), 1
+        logits = self.lm.forward(feed, ctx)[-1]                       # [V_draft]
+        self.seen.extend(feed)
+        tokens: list[int] = []
+        parents: list[int] = []
+        sources: list[str] = []
+        scores: list[float] = []
+        rows: list[torch.Tensor] = []
+        parent = -1
+        for i in range(gamma):
+            q = self._probs(logits.cpu())                              # [V]
+            top1 = float(q.max())
+            size = expansion_size(top1, cape) if cape else 1
+            drawn, drawn_rows = self._draw(q, size)
+            if not drawn:
+                break
+            proposal_idx = len(tokens)
+            for j, x in enumerate(drawn):
+                tokens.append(x)
+                parents.append(parent)
+                sources.append(PROPOSAL if j == 0 else EXPANSION)
+                scores.append(float(q[x]))
+                if drawn_rows:
+                    rows.append(drawn_rows[j])
+            parent = proposal_idx
+            if i + 1 < gamma:
+                logits = self.lm.forward([drawn[0]], ctx)[-1]
+                self.seen.append(drawn[0])
+                forwards += 1
+                fed += 1
+        probs = torch.stack(rows) if rows else None                    # [N, V] or None (greedy)
+        tree = DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(scores), probs)
+        return ChainResult(tree, forwards, fed, time.perf_counter() - start)
+
+
+def adapt_gamma(gamma: int, accepted: int, drafted: int, low: int, high: int) -> int:
+    """Hugging Face's heuristic: +2 after a fully accepted chain, -1 otherwise."""
+    if drafted == 0:
+        return gamma
+    return min(high, gamma + 2) if accepted >= drafted else max(low, gamma - 1)
+
+
+def step_info(ctx: DraftContext, result: ChainResult, gamma: int) -> None:
+    """The metrics a model drafter records per step (JSON-able)."""
+    ctx.info.update({
+        "gamma": gamma,
+        "draft_s": result.seconds,
+        "draft_forwards": result.forwards,
+        "draft_fed_tokens": result.fed,
+        "proposal_len": sum(1 for s in result.tree.sources if s == PROPOSAL),
+        "expansion_tokens": sum(1 for s in result.tree.sources if s == EXPANSION),
+    })
+
+
+def accepted_proposals(tree: DraftTree, accepted: Sequence[int]) -> int:
+    """How many accepted nodes are proposal (chain) tokens."""
+    return sum(1 for i in accepted if tree.sources[i] == PROPOSAL)
+
+
+class ChainModelDrafter:
+    """propose / observe shared by the model drafters: gamma capped by the token budget,
+    the step's metrics in ctx.info, gamma adapted after each step when `adaptive` is on.
+    Subclasses set self.config (with gamma, adaptive, gamma_max), self.chain, self.bins."""
+    config: Any
+    chain: ChainDrafter
+    bins: Sequence[tuple[float, int]] | None = None
+
+    def start(self) -> None:
+        self.gamma = int(self.config.gamma)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        gamma = min(self.gamma, ctx.budget - 1)
+        if gamma < 1:
+            return DraftTree.empty()
+        with ctx.timer("draft.search"):
+            result = self.chain.draft(ctx, gamma, self.bins)
+        step_info(ctx, result, gamma)
+        return result.tree
+
+    def observe(self, step: Any) -> None:
+        if self.config.adaptive:
+            drafted = sum(1 for s in step.tree.sources if s == PROPOSAL)
+            self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,
+                                     1, max(self.config.gamma_max, self.config.gamma))
+
+
+def no_model_error(name: str) -> Any:
+    return ConfigError("target", f"drafter {name} needs the target model (DraftSetup.target)")

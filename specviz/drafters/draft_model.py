@@ -1,0 +1,108 @@
+"""draft_model: classic speculative decoding with a small draft model (Leviathan et al. 2023;
+Chen et al. 2023).
+
+The draft model shares the target's tokenizer (checked: a different vocabulary is refused),
+keeps its own KV cache, rolled back by cropping on rejection (accepted tokens are never
+forwarded again), and drafts gamma tokens per step, fixed or adapted from the acceptance
+(+2 after a fully accepted chain, -1 otherwise). Under sampling the drafts are drawn from
+the draft model's warped distribution, recorded as draft_probs: exact speculative sampling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from ..errors import SpecvizError
+from ..kvcache import crop_to
+from ..settings import Settings, setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, register
+from .chain import ChainDrafter, ChainModelDrafter, no_model_error
+
+
+class TokenizerMismatchError(SpecvizError):
+    """The draft model's tokenizer is not the target's."""
+
+
+@dataclass(frozen=True)
+class DraftModelConfig(Settings):
+    model: str = setting("embedded", "Draft model: 'embedded' (SmolLM2-135M, drafts for larger "
+                         "SmolLM2 targets), a hub id, a local path or 'tiny-random'; it must share "
+                         "the target's tokenizer.")
+    gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
+    adaptive: bool = setting(False, "Adapt gamma from the acceptance: +2 after a fully accepted "
+                             "chain, -1 otherwise, within [1, gamma_max].")
+    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
+
+
+class HFDraftLM:
+    """A Hugging Face causal LM with its own DynamicCache, as a chain.DraftLM."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        crop_to(self.cache, length)
+        self.length = length
+
+    def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
+        pos = torch.arange(self.length, self.length + len(ids), device=self.device)[None]
+        out = self.model(input_ids=torch.tensor([list(ids)], device=self.device), position_ids=pos,
+                         past_key_values=self.cache, use_cache=True)
+        self.length += len(ids)
+        return out.logits[0]                                          # [n, V_draft]
+
+
+def load_draft(model_id: str, target: Any) -> Any:
+    """The draft LoadedModel, on the target's device and dtype (tests replace this)."""
+    from ..models import load_model
+
+    return load_model(model_id, device=str(target.device), dtype=str(target.dtype).replace("torch.", ""))
+
+
+def check_same_tokenizer(draft: Any, target: Any) -> None:
+    """Refuse a draft model whose tokenizer maps tokens to other ids than the target's."""
+    dt, tt = getattr(draft, "tokenizer", None), getattr(target, "tokenizer", None)
+    why = ""
+    if dt is None or tt is None:
+        if (dt is None) != (tt is None):
+            why = "one of them has no tokenizer"
+        elif draft.vocab_size != target.vocab_size:
+            why = f"vocabulary sizes {draft.vocab_size} vs {target.vocab_size}"
+    elif dt.get_vocab() != tt.get_vocab():
+        why = f"vocabularies differ ({len(dt)} vs {len(tt)} tokens)"
+    if why:
+        raise TokenizerMismatchError(
+            f"draft model {draft.model_id!r} does not share the tokenizer of the target "
+            f"{target.model_id!r}: {why}; pick a draft model of the same family")
+
+
+class DraftModel(ChainModelDrafter):
+    def __init__(self, config: DraftModelConfig, setup: DraftSetup) -> None:
+        if setup.target is None:
+            raise no_model_error("draft_model")
+        self.config = config
+        draft = load_draft(config.model, setup.target)
+        check_same_tokenizer(draft, setup.target)
+        self.model_id = draft.model_id
+        seed = setup.decoding.seed if setup.decoding is not None else 0
+        self.chain = ChainDrafter(HFDraftLM(draft.model), setup.vocab_size, setup.decoding, seed)
+        self.start()
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        tree = super().propose(ctx)
+        if tree.tokens:
+            ctx.info["draft_model"] = self.model_id
+        return tree
+
+
+SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,
+                            "A small draft model with the target's tokenizer drafts gamma tokens "
+                            "(exact speculative sampling, own KV cache rolled back on rejection).",
+                            "Leviathan et al. 2023; Chen et al. 2023"))

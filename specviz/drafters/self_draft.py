@@ -1,0 +1,120 @@
+"""self_draft: early-exit self-speculation (Schuster et al. 2022 / Zhang et al. 2023 style):
+the target's first k layers, then its final norm and LM head, draft for the full model.
+No extra weights.
+
+KV cache: the draft reuses the target's committed cache for its k layers instead of keeping
+its own. That is exact: a committed row of layer i < k was computed by the same layer from
+the same token at the same position, seeing exactly its committed ancestors (the verify
+forward's tree mask shows each node only its own path, and only the accepted path is
+committed), so it equals what the first k layers alone would compute. Each step the draft
+starts a DynamicCache whose first k layers point at the committed tensors (read-only:
+DynamicLayer.update concatenates into new tensors, never writing in place) and forwards
+only the root and its own drafted tokens: no catch-up forward, nothing to roll back.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from ..errors import ConfigError
+from ..settings import Settings, setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, register
+from .chain import ChainDrafter, ChainModelDrafter, no_model_error
+
+
+@dataclass(frozen=True)
+class SelfDraftConfig(Settings):
+    k: int = setting(8, "Layers of the target used as the draft (1 .. L-1 for a target of L layers).",
+                     low=1, high=1024)
+    gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
+    adaptive: bool = setting(False, "Adapt gamma from the acceptance (+2 / -1).")
+    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
+
+
+def num_layers(model: Any) -> int:
+    return int(model.config.num_hidden_layers)
+
+
+def truncated_model(model: Any, k: int) -> Any:
+    """A shallow copy of a Llama-style causal LM that runs only its first k decoder layers
+    (the modules and weights are the target's own; transformers' decoder loops over
+    layers[: config.num_hidden_layers])."""
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = k
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types)[:k]
+    inner = copy.copy(model.model)
+    inner._modules = dict(model.model._modules)        # never share the module dict itself
+    inner.config = config
+    outer = copy.copy(model)
+    outer._modules = dict(model._modules)
+    outer._modules["model"] = inner
+    outer.config = config
+    return outer
+
+
+class SelfDraftLM:
+    """chain.DraftLM over the target's first k layers, reading the committed cache."""
+
+    def __init__(self, model: Any, k: int) -> None:
+        self.k = k
+        self.model = truncated_model(model, k)
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=self.model.config)
+        self.length = 0
+        self._step = -1
+
+    def crop(self, length: int) -> None:
+        self.length = length          # the rows are rebuilt from the target's cache in forward
+
+    def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
+        if self._step != ctx.step:                         # a new step: start from the committed rows
+            self._step = ctx.step
+            view = ctx.target_cache
+            self.cache = DynamicCache(config=self.model.config)
+            if view.length:
+                for i in range(self.k):                    # cat onto an empty layer: new tensors
+                    self.cache.update(view.keys(i), view.values(i), i)
+            self.length = view.length
+            ids = list(ids)[-1:]                           # the root; rows before it are the view's
+        pos = torch.arange(self.length, self.length + len(ids), device=self.device)[None]
+        out = self.model(input_ids=torch.tensor([list(ids)], device=self.device), position_ids=pos,
+                         past_key_values=self.cache, use_cache=True)
+        self.length += len(ids)
+        return out.logits[0]                                          # [n, V]
+
+
+class SelfDraft(ChainModelDrafter):
+    def __init__(self, config: SelfDraftConfig, setup: DraftSetup) -> None:
+        if setup.target is None:
+            raise no_model_error("self_draft")
+        inner = getattr(setup.target.model, "model", None)
+        if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm"):
+            raise ConfigError("drafter", f"self_draft needs a Llama-style model (model.layers, "
+                                         f"model.norm, lm_head); {setup.target.model_id!r} is not one")
+        layers = num_layers(setup.target.model)
+        if not 1 <= config.k <= layers - 1:
+            raise ConfigError("k", f"k={config.k} must be in 1..L-1 = 1..{layers - 1}: the target "
+                                   f"{setup.target.model_id!r} has L={layers} layers")
+        self.config = config
+        seed = setup.decoding.seed if setup.decoding is not None else 0
+        self.chain = ChainDrafter(SelfDraftLM(setup.target.model, config.k), setup.vocab_size,
+                                  setup.decoding, seed)
+        self.start()
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        tree = super().propose(ctx)
+        if tree.tokens:
+            ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up
+        return tree
+
+
+SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
+                            "Early exit: the target's first k layers + its norm and LM head draft "
+                            "gamma tokens (no extra weights; reuses the target's committed KV).",
+                            "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)"))

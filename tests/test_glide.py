@@ -1,0 +1,269 @@
+"""GLIDE: masks (block-wise training mask, inference delayed-cache mask) against hand-computed
+cases, the cross-attention reading exactly the committed cache, training/inference agreement,
+checkpoints (round trip, wrong target, missing), a few training steps lowering the loss,
+resume, and lossless greedy / sampling decoding with and without CAPE on the tiny model."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from specviz.drafters import glide as gmod
+from specviz.engine import generate_steps
+from specviz.errors import ConfigError, SpecvizError
+from specviz.glide import checkpoint as ckpt
+from specviz.glide.model import GlideDraft, GlideSpec, block_cross_mask, inference_cross_mask
+from specviz.glide.train import TrainConfig, train
+from tests.conftest import run_ids
+from tests.test_sampling import ALPHA, COST, PROMPT, SAMPLES, T1, exact_pairs, fit_pvalues, sample
+
+# 11 tokens: the root sits at position 10, the start of a training block of 5
+TEXT_PROMPT = [5, 9, 33, 12, 7, 40, 22, 9, 33, 12, 61]
+
+
+def _random_batches(n: int, batch: int = 4, length: int = 40, seed: int = 0):
+    """Token windows with structure to learn: a repeated random motif per row."""
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(n):
+        motif = torch.randint(3, 64, (batch, 7), generator=gen)
+        yield motif.repeat(1, length // 7 + 1)[:, :length]
+
+
+@pytest.fixture(scope="module")
+def glide_ckpt(tiny_lm, tmp_path_factory):
+    path = tmp_path_factory.mktemp("glide") / "glide-tiny.pt"
+    train(tiny_lm.model, tiny_lm.model_id, _random_batches(6), TrainConfig(steps=6, warmup=1), path,
+          progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def vanilla_ckpt(tiny_lm, tmp_path_factory):
+    path = tmp_path_factory.mktemp("glide") / "vanilla-tiny.pt"
+    train(tiny_lm.model, tiny_lm.model_id, _random_batches(3), TrainConfig(steps=3, warmup=1, cross_attention=False),
+          path, progress=False)
+    return path
+
+
+# ---- masks ------------------------------------------------------------------------------------
+
+def test_block_cross_mask_hand_computed():
+    # 7 positions, block 5: rows 0-4 see nothing; rows 5, 6 see target rows 0-4
+    expect = torch.zeros(7, 7, dtype=torch.bool)
+    expect[5, :5] = expect[6, :5] = True
+    assert torch.equal(block_cross_mask(7, 5), expect)
+    # block 2 over 5 positions: [[],[],[0,1],[0,1],[0..3]]
+    m = block_cross_mask(5, 2).int().tolist()
+    assert m == [[0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]]
+
+
+def test_inference_cross_mask_is_the_delayed_cache():
+    # drafting: root at position 4 over S = 4 committed rows; every query sees all 4 rows
+    assert inference_cross_mask(4, 3, 4).all()
+    # catching up tokens at positions 2, 3 (S = 4): each sees only the rows before it
+    assert inference_cross_mask(2, 2, 4).int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
+    assert inference_cross_mask(0, 1, 0).shape == (1, 0)
+
+
+# ---- the cross-attention reads the committed cache ---------------------------------------------
+
+def test_cross_attention_reads_exactly_the_committed_cache(tiny_lm, glide_ckpt, monkeypatch):
+    seen = []
+    original = gmod.GlideDraftLM.cross_inputs
+
+    def spy(self, ctx):
+        out = original(self, ctx)
+        seen.append((list(ctx.tokens), [k.clone() for k, _ in out], [v.clone() for _, v in out]))
+        return out
+
+    monkeypatch.setattr(gmod.GlideDraftLM, "cross_inputs", spy)
+    run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), "gamma": 3}, max_new_tokens=15)
+    assert len(seen) > 5
+    top = tiny_lm.model.config.num_hidden_layers - 1             # L_target - L_draft + 0
+    for tokens, keys, values in seen:
+        with torch.inference_mode():
+            ref = tiny_lm.model(input_ids=torch.tensor([tokens[:-1]]), use_cache=True).past_key_values.layers[top]
+        assert keys[0].shape == (1, 2, len(tokens) - 1, 16)          # [B, H_kv, committed - root, D]
+        torch.testing.assert_close(keys[0], ref.keys, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(values[0], ref.values, atol=1e-4, rtol=1e-4)
+
+
+def test_inference_chain_matches_training_forward(tiny_lm, glide_ckpt):
+    """With the root at a block start (position 10), the drafted chain's logits equal the
+    training forward's (block mask) over prompt + chain: training matches the delayed cache."""
+    draft, _ = ckpt.load(glide_ckpt, tiny_lm.model, tiny_lm.model_id)
+    steps = list(generate_steps(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), "gamma": 4}))
+    chain = list(steps[0].tree.tokens)
+    assert len(chain) == 4
+    seq = torch.tensor([TEXT_PROMPT + chain[:-1]])
+    with torch.inference_mode():
+        cache = tiny_lm.model(input_ids=seq, use_cache=True).past_key_values
+        cross = [(cache.layers[1].keys, cache.layers[1].values)]
+        logits = draft.logits(draft.train_forward(seq, cross))[0]       # [T, V]
+    assert logits[10:].argmax(-1).tolist() == chain
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+
+def test_checkpoint_round_trip(tiny_lm, glide_ckpt, tmp_path):
+    draft, blob = ckpt.load(glide_ckpt, tiny_lm.model, tiny_lm.model_id)
+    assert blob["manifest"]["target"] == "tiny-64" and blob["manifest"]["steps"] == 6
+    assert blob["manifest"]["glide"]["cross_attention"] is True
+    again = tmp_path / "again.pt"
+    ckpt.save(again, draft, blob["manifest"])
+    draft2, _ = ckpt.load(again, tiny_lm.model, tiny_lm.model_id)
+    for (n1, p1), (n2, p2) in zip(draft.state_dict().items(), draft2.state_dict().items()):
+        assert n1 == n2 and torch.equal(p1, p2)
+    assert not any(k.startswith("target") for k in draft.state_dict())     # shared weights not saved
+    assert (tmp_path / "again.json").is_file()
+    slim = tmp_path / "slim.pt"
+    ckpt.export(glide_ckpt, slim)
+    assert ckpt.read(slim)["training"] is None and slim.stat().st_size < glide_ckpt.stat().st_size
+    draft3, _ = ckpt.load(slim, tiny_lm.model, tiny_lm.model_id)
+    for p1, p3 in zip(draft.state_dict().values(), draft3.state_dict().values()):
+        assert p3.dtype == torch.float32
+        torch.testing.assert_close(p1, p3, atol=1e-2, rtol=1e-2)
+
+
+def test_checkpoint_for_another_target_is_refused(tiny_lm_tok, glide_ckpt):
+    with pytest.raises(ckpt.CheckpointError) as err:
+        generate_steps(tiny_lm_tok, [5, 6, 7], "glide", {"checkpoint": str(glide_ckpt)})
+    assert "tiny-64" in str(err.value) and "tiny-random" in str(err.value) and "train-glide" in str(err.value)
+
+
+def test_missing_checkpoint_says_how_to_train(tiny_lm, tmp_path):
+    with pytest.raises(SpecvizError, match="train-glide --model tiny-64"):
+        generate_steps(tiny_lm, [5, 6, 7], "glide", {"checkpoint": str(tmp_path / "none.pt")})
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a checkpoint")
+    with pytest.raises(ckpt.CheckpointError, match="not a GLIDE checkpoint"):
+        generate_steps(tiny_lm, [5, 6, 7], "glide", {"checkpoint": str(bad)})
+    with pytest.raises(ConfigError):
+        generate_steps(tiny_lm, [5, 6, 7], "glide", {"cape_bins": "0.5:3"})
+
+
+# ---- training -----------------------------------------------------------------------------------
+
+def test_training_lowers_the_loss(tiny_lm):
+    """Fitting one fixed batch: 20 steps take the loss far below its start."""
+    fixed = next(_random_batches(1, length=32, seed=3))
+    _, hist = train(tiny_lm.model, tiny_lm.model_id, itertools.repeat(fixed, 20),
+                    TrainConfig(steps=20, warmup=2, lr=3e-3), None, progress=False)
+    assert hist[-1].loss < 0.5 * hist[0].loss, [h.loss for h in hist]
+    assert all(p.requires_grad is False for p in tiny_lm.model.parameters())
+
+
+def test_distillation_and_vanilla_drafter_train(tiny_lm):
+    _, hist = train(tiny_lm.model, tiny_lm.model_id, _random_batches(2),
+                    TrainConfig(steps=2, warmup=1, distill=0.5, cross_attention=False), None, progress=False)
+    assert len(hist) == 2 and all(h.loss > 0 for h in hist)
+
+
+def test_resume_continues(tiny_lm, tmp_path):
+    path = tmp_path / "r.pt"
+    cfg = TrainConfig(steps=4, warmup=1, save_every=2)
+    train(tiny_lm.model, tiny_lm.model_id, _random_batches(4), cfg, path, progress=False)
+    _, hist = train(tiny_lm.model, tiny_lm.model_id, _random_batches(8), dataclasses.replace(cfg, steps=6),
+                    path, resume=True, progress=False)
+    assert [h.step for h in hist] == [1, 2, 3, 4, 5, 6]
+    assert ckpt.read(path)["training"]["batches"] == 6
+
+
+def test_epochs_replay_the_first_batches(tiny_lm):
+    """epochs=2, steps=6: 3 batches read from the source, each trained on twice."""
+    read = []
+
+    def source():
+        for ids in _random_batches(10):
+            read.append(ids)
+            yield ids
+
+    _, hist = train(tiny_lm.model, tiny_lm.model_id, source(), TrainConfig(steps=6, warmup=1, epochs=2),
+                    None, progress=False)
+    assert len(hist) == 6 and len(read) == 4           # the 4th is read, then left unused
+
+
+def test_empty_data_is_an_error(tiny_lm):
+    with pytest.raises(SpecvizError, match="no training batches"):
+        train(tiny_lm.model, tiny_lm.model_id, iter(()), TrainConfig(steps=2), None, progress=False)
+    with pytest.raises(ConfigError):
+        TrainConfig(steps=0).check()
+
+
+# ---- lossless decoding -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra", [{}, {"cape": True}, {"cape": True, "cape_bins": "0.5:3,1:2"},
+                                   {"adaptive": True}])
+def test_glide_greedy_lossless(tiny_lm, glide_ckpt, extra):
+    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=40)
+    out, steps = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), **extra},
+                         max_new_tokens=40)
+    assert out == ref
+    assert not any("drafter_error" in s.info for s in steps)
+    sources = {src for s in steps for src in s.tree.sources}
+    assert "draft-model" in sources
+    assert ("cape-expansion" in sources) == bool(extra.get("cape"))
+    for s in steps:                     # expansions are leaves hanging off proposal tokens / the root
+        for i, src in enumerate(s.tree.sources):
+            if src == "cape-expansion":
+                assert not s.tree.children[i]
+                assert s.tree.parents[i] == -1 or s.tree.sources[s.tree.parents[i]] == "draft-model"
+
+
+def test_vanilla_drafter_checkpoint_runs(tiny_lm, vanilla_ckpt):
+    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=20)
+    out, _ = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(vanilla_ckpt)}, max_new_tokens=20)
+    assert out == ref
+
+
+@pytest.mark.parametrize("extra", [{"gamma": 2}, {"gamma": 2, "cape": True}], ids=["glide", "glide+cape"])
+def test_glide_sampling_lossless(tiny_lm, glide_ckpt, extra):
+    lm = dataclasses.replace(tiny_lm, verify_cost=COST)
+    p1, p12 = exact_pairs(lm, PROMPT, T1)
+    s = sample(lm, "glide", {"checkpoint": str(glide_ckpt), **extra}, T1)
+    pv1, pv2 = fit_pvalues(s, p1, p12)
+    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
+
+
+# ---- command line ---------------------------------------------------------------------------------
+
+def test_train_glide_cli(tmp_path, capsys):
+    from specviz.cli import main
+
+    data = tmp_path / "d.txt"
+    data.write_text("One small text about cats and dogs.\n\nAnother one, about the sea and the sky.\n")
+    out = tmp_path / "g.pt"
+    assert main(["train-glide", "--model", "tiny-random", "--data", str(data), "--steps", "2",
+                 "--batch", "1", "--seq-len", "8", "--out", str(out), "--threads", "1"]) == 0
+    assert out.is_file() and out.with_suffix(".json").is_file()
+    assert "saved" in capsys.readouterr().out
+    for args, needle in ((["--data", str(tmp_path / "none.txt")], "no such file"),
+                         (["--data", str(data), "--seq-len", "4096"], "no training batches"),
+                         (["--data", str(data), "--steps", "0"], "steps"),
+                         (["--data", str(data), "--init-layer", "7"], "init_layer")):
+        code = main(["train-glide", "--model", "tiny-random", "--out", str(tmp_path / "x.pt"), *args])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and err[-1].startswith("specviz: error: ") and needle in err[-1], err
+
+
+# ---- the embedded model ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_model_drafters_lossless_on_embedded(embedded_lm, tmp_path):
+    """Greedy output of self_draft, draft_model (the embedded model drafting for itself) and
+    glide+CAPE (a checkpoint after one training step) equals vanilla's."""
+    from specviz.prompts import build_prompt
+
+    prompt = build_prompt(embedded_lm.tokenizer, "Name three colours of the rainbow.").ids
+    ref, _ = run_ids(embedded_lm, prompt, "vanilla", None, max_new_tokens=16)
+    ids = torch.tensor([prompt[:40] * 2])
+    path = tmp_path / "g.pt"
+    train(embedded_lm.model, embedded_lm.model_id, [ids], TrainConfig(steps=1, warmup=1), path, progress=False)
+    for drafter, config in (("self_draft", {"k": 8}), ("draft_model", {"model": "embedded", "gamma": 3}),
+                            ("glide", {"checkpoint": str(path), "cape": True})):
+        out, steps = run_ids(embedded_lm, prompt, drafter, config, max_new_tokens=16)
+        assert out == ref, (drafter, config)
+        assert not any("drafter_error" in s.info for s in steps)
