@@ -36,6 +36,16 @@ class CorpusStats:
     truncated_tail: bool = False  # the file ended inside a record (dropped)
     notes: list[str] = field(default_factory=list)
 
+    def add(self, segments: list[str]) -> bool:
+        """Count one record: a document if it has text (True), else a skipped record."""
+        if not segments:
+            self.skipped += 1
+            return False
+        self.documents += 1
+        self.segments += len(segments)
+        self.characters += sum(map(len, segments))
+        return True
+
     def to_dict(self) -> dict:
         return {"source": self.source, "documents": self.documents, "segments": self.segments,
                 "characters": self.characters, "skipped": self.skipped,
@@ -103,12 +113,8 @@ def read_sharegpt(path: Path | None, stats: CorpusStats, limit: int = 0) -> Iter
     """Conversations (lists of turn texts) from a ShareGPT JSON file; `limit` > 0 stops early."""
     for record in sharegpt_records(path, stats):
         segments = _conversation_segments(record)
-        if not segments:
-            stats.skipped += 1
+        if not stats.add(segments):
             continue
-        stats.documents += 1
-        stats.segments += len(segments)
-        stats.characters += sum(map(len, segments))
         yield segments
         if limit and stats.documents >= limit:
             stats.notes.append(f"stopped after {limit} conversations (limit)")
@@ -118,10 +124,7 @@ def read_sharegpt(path: Path | None, stats: CorpusStats, limit: int = 0) -> Iter
 def read_txt(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
     """Paragraphs (blank-line separated) of a UTF-8 text file, each a document."""
     for para in _read_text(path).split("\n\n"):
-        if para.strip():
-            stats.documents += 1
-            stats.segments += 1
-            stats.characters += len(para)
+        if para.strip() and stats.add([para]):
             yield [para]
             if limit and stats.documents >= limit:
                 return
@@ -142,12 +145,8 @@ def read_jsonl(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[
             segments = [t for t in rec["turns"] if isinstance(t, str) and t.strip()]
         else:
             segments = _conversation_segments(rec)
-        if not segments:
-            stats.skipped += 1
+        if not stats.add(segments):
             continue
-        stats.documents += 1
-        stats.segments += len(segments)
-        stats.characters += sum(map(len, segments))
         yield segments
         if limit and stats.documents >= limit:
             return
