@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+from dataclasses import astuple, dataclass
 from typing import Sequence
 
 
@@ -55,24 +56,49 @@ def expected_speedup(alpha: float, gamma: int, c: float) -> float:
     return expected_tokens(alpha, gamma) / (gamma * c + 1)
 
 
-def summarize(steps: Sequence[object]) -> dict[str, float]:
-    """alpha, c, gamma and the expected speedup from StepRecords of a model drafter: draft
-    time and forwards from `info`, target step time from the verify forward."""
-    acc, drafted, dsec, dfw, vsec, gammas = [], [], 0.0, 0, 0.0, []
+@dataclass(frozen=True)
+class Tally:
+    """The sums behind alpha and c over a model drafter's steps; tallies of several runs add
+    up (the benchmark pools a method's turns before computing its figures)."""
+    steps: int = 0                 # steps with a model proposal
+    accepted: int = 0              # proposal tokens accepted
+    rejections: int = 0            # steps that did not accept their whole proposal
+    draft_seconds: float = 0.0
+    draft_forwards: int = 0
+    verify_seconds: float = 0.0    # target verify forwards of those steps
+    gamma_sum: int = 0
+
+    def __add__(self, other: "Tally") -> "Tally":
+        return Tally(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+    def metrics(self) -> dict[str, float]:
+        """alpha, c, mean gamma and the expected speedup; {} without a measured proposal."""
+        if not self.steps or self.draft_forwards == 0 or self.verify_seconds <= 0:
+            return {}
+        alpha = self.accepted / (self.accepted + self.rejections) if self.accepted + self.rejections else 0.0
+        c = cost_coefficient(self.draft_seconds, self.draft_forwards, self.verify_seconds / self.steps)
+        gamma = max(1, round(self.gamma_sum / self.steps))
+        return {"alpha": alpha, "c": c, "gamma": gamma, "expected_speedup": expected_speedup(alpha, gamma, c)}
+
+
+def tally(steps: Sequence[object]) -> Tally:
+    """The Tally of StepRecords: draft time and forwards from each step's `info` (written by
+    drafters/chain.py), target step time from its verify forward."""
+    t = Tally()
     for s in steps:
         info = getattr(s, "info", {}) or {}
         if "proposal_len" not in info:
             continue
-        tree = s.tree
-        acc.append(sum(1 for i in s.accepted if tree.sources[i] == "draft-model"))
-        drafted.append(int(info["proposal_len"]))
-        dsec += float(info["draft_s"])
-        dfw += int(info["draft_forwards"])
-        vsec += float(s.timings.get("verify.forward", 0.0))
-        gammas.append(int(info["gamma"]))
-    if not acc or dfw == 0 or vsec <= 0:
-        return {}
-    alpha = acceptance_rate(acc, drafted)
-    c = cost_coefficient(dsec, dfw, vsec / len(acc))
-    gamma = round(sum(gammas) / len(gammas))
-    return {"alpha": alpha, "c": c, "gamma": gamma, "expected_speedup": expected_speedup(alpha, max(gamma, 1), c)}
+        drafted = int(info["proposal_len"])
+        if drafted <= 0:
+            continue
+        acc = sum(1 for i in s.accepted if s.tree.sources[i] == "draft-model")
+        t = t + Tally(1, acc, int(acc < drafted), float(info["draft_s"]), int(info["draft_forwards"]),
+                      float(s.timings.get("verify.forward", 0.0)), int(info["gamma"]))
+    return t
+
+
+def summarize(steps: Sequence[object]) -> dict[str, float]:
+    """alpha, c, gamma and the expected speedup from StepRecords of a model drafter ({} for
+    any other drafter)."""
+    return tally(steps).metrics()

@@ -118,7 +118,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             if drafter_ok:
                 with timer("draft.update"):
                     try:
-                        drafter.observe(StepView(tree, acc.accepted, tuple(new), tokens, verdict.target_top))
+                        drafter.observe(StepView(tree, acc.accepted, tuple(new), tokens,
+                                                 verdict.target_top, verdict.target_topk))
                     except Exception as err:  # noqa: BLE001
                         drafter_ok = False
                         ctx.info["drafter_error"] = f"drafter {name!r} failed in observe at step {step}: {type(err).__name__}: {err}"

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+# a drafter that cuts trees by a learned trust explores (verifies a draft it would have cut)
+# until a bucket has had this many draft tokens tested: see ngram_trie and corpus_support
+EXPLORE_TESTS = 4
+
 
 def free_prefix(cost: Callable[[int], float], available: int) -> int:
     """The most nodes (<= available) whose verify step costs no more than one node's:

@@ -109,6 +109,12 @@ class Trace:
     context_char_span: tuple[int, int] | None = None   # where the user's context sits in prompt_text
     schema_version: int = SCHEMA_VERSION
 
+    def draft_metrics(self) -> dict[str, float]:
+        """For model drafters (draft_model, self_draft, glide): acceptance rate alpha, cost
+        coefficient c, gamma and the expected speedup (draft_metrics.py); {} otherwise."""
+        from .draft_metrics import summarize
+        return summarize(self.steps)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["steps"] = [s.to_dict() for s in self.steps]

@@ -26,6 +26,12 @@ class Verdict:
     acceptance: Acceptance              # accepted node ids (root's child first) + bonus token
     target_top: tuple[int, ...]         # target argmax per input row: root, then each node
     target_prob: tuple[float, ...]      # target probability of each node's token given its parent
+    # the target's TOP_K most likely tokens per input row, best first (drafters that recycle
+    # what the verifier saw, e.g. hierarchy; not stored in the trace)
+    target_topk: tuple[tuple[int, ...], ...] = ()
+
+
+TOP_K = 4
 
 
 def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
@@ -44,7 +50,8 @@ def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
     `target_prob` is what the explorer shows per node: softmax under greedy decoding, the
     sampling distribution otherwise.
     """
-    argmax = logits.argmax(-1).tolist()                          # [N+1]
+    argmax = logits.argmax(-1).tolist()                          # [N+1] (first max on ties)
+    topk = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1).indices.tolist()   # [N+1, K]
     if decoding.greedy:
         probs = torch.softmax(logits, -1)                        # [N+1, V], for display only
         acceptance = accept_greedy(tree, argmax)
@@ -56,4 +63,4 @@ def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
         rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long, device=probs.device)
         toks = torch.tensor(tree.tokens, dtype=torch.long, device=probs.device)
         node_prob = probs[rows, toks].tolist()                   # [N]: p(node token | its parent)
-    return Verdict(acceptance, tuple(argmax), tuple(node_prob))
+    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)))

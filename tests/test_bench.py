@@ -89,6 +89,34 @@ def test_summarise_joins_turns_of_a_question():
     assert row["identical_to_vanilla"] == "2/2"
 
 
+def test_model_drafter_metrics_pool_the_turns():
+    """alpha from the pooled counts of both turns: (6 + 2) accepted, (2 + 1) rejections;
+    c = (draft s / forward) / (verify s / step) = (0.8 / 16) / (1.0 / 4)."""
+    from dataclasses import asdict, replace
+
+    from specviz import draft_metrics as dm
+    from specviz.bench.report import model_table, summary_markdown
+    t1 = dm.Tally(steps=3, accepted=6, rejections=2, draft_seconds=0.6, draft_forwards=12, verify_seconds=0.75,
+                  gamma_sum=12)
+    t2 = dm.Tally(steps=1, accepted=2, rejections=1, draft_seconds=0.2, draft_forwards=4, verify_seconds=0.25,
+                  gamma_sum=4)
+    runs = [_run(1, "vanilla", 10, 1.0, steps=10, acc=(1,) * 10),
+            _run(2, "vanilla", 10, 1.0, steps=10, acc=(1,) * 10),
+            replace(_run(1, "glide", 10, 0.5, steps=4, acc=(3, 3, 3, 1)), model_tally=asdict(t1)),
+            replace(_run(2, "glide", 10, 0.5, steps=4, acc=(3, 3, 3, 1)), model_tally=asdict(t2))]
+    rows = summarise(runs, ["vanilla", "glide"])
+    g = next(r for r in rows if r["method"] == "glide" and r["category"] == "qa")
+    assert g["alpha"] == pytest.approx(8 / 11)
+    assert g["cost_c"] == pytest.approx((0.8 / 16) / (1.0 / 4))
+    assert g["gamma"] == 4
+    assert g["expected_speedup"] == pytest.approx(dm.expected_speedup(8 / 11, 4, 0.2))
+    v = next(r for r in rows if r["method"] == "vanilla")
+    assert v["alpha"] is None and "vanilla" not in model_table(rows)
+    assert "| qa | glide | 0.73 | 0.200 | 4 |" in model_table(rows)
+    assert "analytic vs measured" in summary_markdown(rows)
+    assert Run.from_dict(json.loads(json.dumps(runs[2].__dict__))) == runs[2]
+
+
 # ---- question files ---------------------------------------------------------------------------
 
 def _write(tmp_path: Path, lines: list[str], end: str = "\n") -> Path:

@@ -19,7 +19,7 @@ from specviz.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = re.compile(r"^\[(\d+) tokens, (\d+) steps, [\d.]+ tokens/s, ([\d.]+) mean accepted "
-                     r"tokens/step, stop: (\w+)\]$")
+                     r"tokens/step(?:, alpha [\d.]+, c [\d.]+, expected speedup [\d.]+x)?, stop: (\w+)\]$")
 CONTEXT = "The quick brown fox jumps over the lazy dog. " * 6
 
 
@@ -186,6 +186,20 @@ def test_oracle_without_tokens_replays_vanilla(capsys: pytest.CaptureFixture, tm
     trace = Trace.from_json(path.read_text(encoding="utf-8"))
     assert trace.drafter_config["tokens"] == list(trace.output_ids)   # replayed exactly
     assert trace.totals.steps < trace.totals.new_tokens               # chains were accepted
+
+
+def test_model_drafter_summary_line_has_alpha_c_and_expected_speedup(capsys: pytest.CaptureFixture,
+                                                                       tmp_path: Path) -> None:
+    from specviz import draft_metrics
+    path = tmp_path / "t.json"
+    code, out, err = call(capsys, "generate", "--model", "tiny-random", "--prompt", "hi", "--drafter",
+                          "self_draft", "--set", "k=1", "--max-new-tokens", "12", "--trace", str(path))
+    assert code == 0, err
+    m = Trace.from_json(path.read_text(encoding="utf-8")).draft_metrics()
+    assert m == draft_metrics.summarize(Trace.from_json(path.read_text(encoding="utf-8")).steps) and m
+    line = out.rstrip("\n").split("\n")[-1]
+    assert f"alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x" in line
+    assert SUMMARY.match(line), line
 
 
 def test_drafter_listing_as_json(capsys: pytest.CaptureFixture) -> None:

@@ -19,11 +19,12 @@ import pytest
 from conftest import run_ids
 from specviz.decoding import DecodingConfig
 from specviz.drafters import get
-from specviz.drafters.base import DraftSetup
+from specviz.drafters.base import DraftSetup, StepView
 from specviz.errors import SpecvizError
 from specviz.index.model_db import ModelDB, count_ngrams
 from specviz.index.store import build_corpus_parts, save_model_db, tokenizer_identity
 from specviz.index.suffix_array import SEP
+from specviz.tree import DraftTree
 from test_sampling import COST, PROMPT, SAMPLES, ALPHA, exact_pairs, fit_pvalues, sample
 
 NEW = 48
@@ -126,6 +127,52 @@ def test_hierarchy_reads_the_dbs_in_order(tiny_lm, ids_index):
         [tree.tokens[i] for i in tree.path_to(3)] == [2, 3, 4, 5]   # LRU: most recent n-gram first
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_hierarchy_recycles_the_targets_top_k(ids_index, k):
+    """A rejected node puts the n-grams ending in each of the target's k best next tokens into
+    the context DB, the best one leading its LRU list."""
+    from test_drafters import ctx
+    spec = get("hierarchy")
+    prompt = (10, 11, 12, 13, 14)
+    d = spec.make(spec.config({"use_model_db": False, "use_corpus": False, "size_by_cost": False,
+                               "level": 3, "recycle_k": k}), DraftSetup(prompt, 64, frozenset(), 10))
+    tree = DraftTree((20, 21), (-1, 0), ("context", "context"), (1.0, 1.0))
+    # rows: root, node 0, node 1; the target wanted 30 after the root, so both nodes are rejected
+    topk = ((30, 31, 32, 33), (40, 41, 42, 43), (50, 51, 52, 53))
+    tokens = list(prompt) + [30]
+    d.observe(StepView(tree, (), (30,), tokens, tuple(r[0] for r in topk), topk))
+    assert d.pool.get((14,))[:k] == [(20, t) for t in (40, 41, 42)[:k]]   # 14 20 -> top-k after 20
+    assert d.pool.get((20,))[:k] == [(21, t) for t in (50, 51, 52)[:k]]
+
+
+def test_tree_cutter_explores_a_source_it_never_tested():
+    """A prior that never pays for drafting cuts every tree to nothing, except a tree of the
+    free nodes every `explore_every` steps until the source has had EXPLORE_TESTS tests."""
+    from specviz.drafters.corpus_support import TreeCutter
+    from specviz.sizing import EXPLORE_TESTS
+
+    def cost(n: int) -> float:                     # 1 row 1 s, up to 3 nodes 2 s, then steep
+        return 1.0 if n == 0 else (2.0 if n <= 3 else 2.0 + n)
+
+    tree = DraftTree((1, 2, 3, 4), (-1, 0, 1, -1), ("corpus",) * 4, (1.0,) * 4)
+    for every, expect in ((0, [0] * 12), (3, [0, 0, 3, 0, 0, 3])):
+        cutter = TreeCutter(0.01, 0.01, every)
+        sizes, explored = [], 0
+        for _ in range(len(expect)):
+            info: dict = {}
+            kept, _ = cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, cost, True, info)
+            sizes.append(len(kept))
+            explored += bool(info.get("explore"))
+            cutter.observe(StepView(kept, (), (99,), [99], (99,) * (len(kept) + 1)))
+        assert sizes == expect and explored == sum(1 for k in expect if k)
+    cutter = TreeCutter(0.01, 0.01, 1)
+    for _ in range(40):                             # rejected every time: stops once tested enough
+        kept, _ = cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, cost, True, {})
+        cutter.observe(StepView(kept, (), (99,), [99], (99,) * (len(kept) + 1)))
+    assert cutter.first.tests(0) >= EXPLORE_TESTS
+    assert len(cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, cost, True, {})[0]) == 0
+
+
 def test_lookahead_comb_is_the_lookahead_mask():
     """Token (l, j) sees level 0 up to column j and its own column below l: its ancestors."""
     spec = get("lookahead")
@@ -171,16 +218,22 @@ def test_settings_out_of_range_name_the_field():
         assert err.value.field == field
 
 
-def test_hierarchy_sampling_is_lossless(tiny_lm, ids_index):
-    """Deterministic drafts from all three DBs, accepted by the multi-candidate rule."""
+@pytest.mark.parametrize("drafter", CORPUS_DRAFTERS + ("lookahead",))
+def test_sampling_is_lossless(tiny_lm, ids_index, drafter):
+    """Deterministic drafts (from the DBs, the MCTS, the Jacobi window), accepted by the
+    multi-candidate rule: the first two sampled tokens follow the target's distribution."""
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
-    folder, _ = ids_index
+    folder, outputs = ids_index
     cfg = DecodingConfig(temperature=1.0)
-    p1, p12 = exact_pairs(lm, PROMPT, cfg)
-    s = sample(lm, "hierarchy", {"index": folder}, cfg)
+    # a prompt whose greedy continuation is in the corpus, so corpus drafts are often accepted
+    prompt, config = (PROMPT, {}) if drafter == "lookahead" else (
+        outputs[3][:8], {"index": folder, "size_by_cost": False})
+    p1, p12 = exact_pairs(lm, prompt, cfg)
+    s = sample(lm, drafter, config, cfg, prompt=prompt)
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
-    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 3
+    # accepted drafts on 17-25% of runs here (rest, hierarchy, aded): enough that a biased rule shows
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 8
 
 
 # ---- the embedded model (slow) ------------------------------------------------------------------

@@ -23,7 +23,7 @@ from ..errors import SpecvizError
 from .methods import PEERS, MethodError, parse_methods
 from .metrics import Run, summarise
 from .questions import DEFAULT_QUESTIONS, read_questions, select
-from .report import load_results, markdown_table, write_results
+from .report import load_results, summary_markdown, write_results
 
 __all__ = ["Run", "add_arguments", "load_results", "run", "summarise"]
 
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         "skipped": bench.skipped, "notes": notes + warnings, "interrupted": not finished,
     }
     write_results(out, meta, rows, bench.runs)
-    print(markdown_table(rows))
+    print(summary_markdown(rows))
     for line in notes + [f"skipped {s}" for s in bench.skipped]:
         print(f"note: {line}", file=sys.stderr)
     print(f"results written to {out}/ (results.json, summary.csv, summary.md, report.html)", file=sys.stderr)

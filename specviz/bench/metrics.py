@@ -8,6 +8,9 @@
 - acceptance rate at draft depth d = of the steps whose accepted path reached depth d - 1
   and whose tree had a node at depth d below it, the share that accepted one.
 - the accepted-length histogram counts steps by the tokens they committed.
+- model drafters (draft_model, self_draft, glide): acceptance rate alpha, cost coefficient c
+  and the expected speedup (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) from the
+  method's turns pooled (draft_metrics.Tally), beside the measured speedup.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from ..draft_metrics import Tally
 from ..trace import StepRecord, acceptance_by_depth
 
 DRAFTING = ("draft.search", "draft.tree", "draft.update")
@@ -38,6 +42,7 @@ class Run:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     peak_memory_mb: float | None = None      # peak memory during the run (None: not measured)
     output_ids: tuple[int, ...] = ()
+    model_tally: dict[str, float] | None = None   # draft_metrics.Tally as a dict (model drafters)
 
     @property
     def draft_seconds(self) -> float:
@@ -145,6 +150,7 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str = "oracle
             seconds = sum(r.seconds for r in mine_runs)
             tokens = sum(r.new_tokens for r in mine_runs)
             mems = [r.peak_memory_mb for r in mine_runs if r.peak_memory_mb is not None]
+            model = sum((Tally(**r.model_tally) for r in mine_runs if r.model_tally), Tally()).metrics()
             cat_rows.append({
                 "category": cat, "method": method, "questions": len({q.question_id for q in mine}),
                 "repeats": len(repeats), "new_tokens": tokens, "seconds": seconds,
@@ -163,6 +169,8 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str = "oracle
                 "identical_to_vanilla": f"{len(mine_runs) - len(mismatches)}/{len(mine_runs)}",
                 "mismatches": mismatches,
                 "slower_than_vanilla": sorted({q.question_id for q, s in zip(mine, per_q) if s < 1.0}),
+                "alpha": model.get("alpha"), "cost_c": model.get("c"), "gamma": model.get("gamma"),
+                "expected_speedup": model.get("expected_speedup"),
             })
         top = next((r["speedup"] for r in cat_rows if r["method"] == oracle), None)
         for r in cat_rows:

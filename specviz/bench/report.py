@@ -21,7 +21,7 @@ CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "sp
                "speedup_question_min", "speedup_question_median", "speedup_question_max",
                "speedup_repeat_min", "speedup_repeat_median", "speedup_repeat_max",
                "fraction_of_oracle", "mean_accepted", "draft_overhead", "peak_memory_mb",
-               "identical_to_vanilla", "mismatches")
+               "identical_to_vanilla", "mismatches", "alpha", "cost_c", "gamma", "expected_speedup")
 
 
 class ResultsFormatError(SpecvizError):
@@ -45,6 +45,19 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def model_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The model drafters' analytic view beside the measured speedup ('' if none ran)."""
+    rows = [r for r in rows if r.get("alpha") is not None]
+    if not rows:
+        return ""
+    lines = ["| category | method | alpha | c | gamma | expected speedup | measured speedup | mean accepted |",
+             "|" + "---|" * 8]
+    for r in rows:
+        lines.append(f"| {r['category']} | {r['method']} | {r['alpha']:.2f} | {r['cost_c']:.3f} | {r['gamma']} | "
+                     f"{r['expected_speedup']:.2f}x | {r['speedup']:.2f}x | {_fmt(r['mean_accepted'], '.2f')} |")
+    return "\n".join(lines)
+
+
 def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
     out = {k: r.get(k) for k in CSV_COLUMNS}
     for prefix, key in (("speedup_question", "speedup_question_spread"),
@@ -54,14 +67,28 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _html_table(markdown: str) -> str:
+    """A markdown table of ours (one header line, one rule, rows) as HTML; '' for ''."""
+    lines = markdown.splitlines()
+    if not lines:
+        return ""
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    rows_html = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body)
+    return (f"<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>{rows_html}</table>"
+            "<p></p>")
+
+
+def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """summary.md: the main table, then the model drafters' table when any ran."""
+    model = model_table(rows)
+    return markdown_table(rows) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
+
+
 def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     figs = all_figures(rows)
     parts = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
              for i, fig in enumerate(figs)]
-    table = markdown_table(rows).splitlines()
-    head = [c.strip() for c in table[0].strip("|").split("|")]
-    body = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
-    rows_html = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body)
     meta_html = "".join(f"<li><b>{html.escape(str(k))}</b>: {html.escape(str(v))}</li>"
                         for k, v in meta.items())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>specviz benchmark</title>
@@ -69,7 +96,7 @@ def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 td:nth-child(-n+2){{text-align:left}}</style></head><body>
 <h1>specviz benchmark</h1><ul>{meta_html}</ul>
-<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>{rows_html}</table>
+{_html_table(markdown_table(rows))}{_html_table(model_table(rows))}
 {''.join(parts)}</body></html>"""
 
 
@@ -80,7 +107,7 @@ def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]
             "runs": [{**r.__dict__, "output_ids": list(r.output_ids)} for r in runs]}
     files = {
         "results.json": json.dumps(data, indent=1),
-        "summary.md": markdown_table(rows) + "\n",
+        "summary.md": summary_markdown(rows) + "\n",
         "report.html": html_report(meta, rows),
     }
     for name, text in files.items():

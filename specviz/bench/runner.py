@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 
 from ..decoding import DecodingConfig
+from ..draft_metrics import tally
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
@@ -78,6 +79,11 @@ def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int
     return tuple(out[0, len(ids):].tolist()), time.perf_counter() - start
 
 
+def _tally_dict(steps: Any) -> dict[str, float] | None:
+    t = tally(steps)
+    return asdict(t) if t.steps else None
+
+
 @dataclass
 class Bench:
     """The state of one benchmark run."""
@@ -112,7 +118,8 @@ class Bench:
                         run = Run(q.question_id, q.category, turn, method.label, repeat,
                                   trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,
                                   tuple(s.accepted_len for s in trace.steps), tested, accepted,
-                                  dict(trace.totals.phase_seconds), output_ids=trace.output_ids)
+                                  dict(trace.totals.phase_seconds), output_ids=trace.output_ids,
+                                  model_tally=_tally_dict(trace.steps))
                     run = replace(run, peak_memory_mb=peak())
                 out.append(run)
                 if method.label == "vanilla":

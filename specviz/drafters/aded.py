@@ -24,7 +24,7 @@ from ..index.trigram import AdaptiveTrigrams
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, merge_chains, resolve_index
+from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, merge_chains, resolve_index
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class AdedConfig(Settings):
                                  low=0.0, high=1.0, low_open=True)
     continue_prior: float = setting(0.7, "Prior trust in later tokens' visit shares (learned online).",
                                     low=0.0, high=1.0, low_open=True)
+    explore_every: int = explore_setting()
     seed: int = setting(0, "Seed of the rollouts (drafts never change the output, only the speed).",
                         low=0, ui=False)
 
@@ -59,7 +60,7 @@ class AdedDrafter:
         self.model = AdaptiveTrigrams(table, config.increment, config.cap)
         if config.adapt_prompt:
             self.model.adapt(setup.prompt_ids, window=len(setup.prompt_ids))
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior)
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
@@ -98,7 +99,8 @@ class AdedDrafter:
                     ratios.append(visits_of[i] / max(1, denom))
             tree = DraftTree(tree.tokens, tree.parents, tuple(sources), tree.scores)
             buckets = [s for s in sources]
-            tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost)
+            tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost,
+                                      ctx.info)
             ctx.info.update(mcts=search.to_info(), mcts_root=[t1, t2], mcts_seconds=round(seconds, 6),
                             candidates=len(chains), kept=len(tree))
             if self.model.table is None:

@@ -60,6 +60,9 @@ class StepView:
     new_tokens: tuple[int, ...]
     tokens: Sequence[int]                    # the committed sequence after the step
     target_top: tuple[int, ...]              # target argmax per input row (root first)
+    # per input row, the target's verify.TOP_K best tokens, best first (on exact ties its order
+    # may differ from target_top's); empty where the caller has no logits (unit tests)
+    target_topk: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

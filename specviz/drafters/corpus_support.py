@@ -8,7 +8,10 @@
   node's chance of acceptance given its parent's is its raw ratio (its share of the
   candidates through its parent) times a trust learned online per bucket (source and first
   / later token), as ngram_trie does; where drafts are rarely accepted the tree shrinks to
-  nothing and the step costs what a vanilla step costs.
+  nothing and the step costs what a vanilla step costs. Bounded exploration, as in
+  ngram_trie: a trust moves only on tested drafts, so while the best candidate's first-token
+  bucket has had fewer than sizing.EXPLORE_TESTS tests, every `explore_every` steps whose
+  tree was cut to nothing verify the best nodes anyway (as many as cost what one costs).
 - `merge_chains`: candidate sequences -> one trie-shaped DraftTree, each node labelled with
   the source of the first candidate that reached it.
 """
@@ -17,9 +20,16 @@ from __future__ import annotations
 from typing import Any, Hashable, Sequence
 
 from ..index.store import CorpusIndex, default_index, open_index, tokenizer_identity
-from ..sizing import Calibration, best_prefix
+from ..settings import setting
+from ..sizing import EXPLORE_TESTS, Calibration, best_prefix, free_prefix
 from ..tree import DraftTree
 from .base import DraftSetup, StepView
+
+def explore_setting() -> object:
+    """The `explore_every` field every TreeCutter drafter's config has."""
+    return setting(8, "With size_by_cost: while a source has few tested drafts, verify its best nodes "
+                      "after this many steps whose tree was cut to nothing (0 = never).", low=0, high=1000)
+
 
 INDEX_HELP = ("Index folder (python -m specviz index build); empty = the default index for the "
               "model's tokenizer, built from ShareGPT on first use and cached.")
@@ -76,9 +86,11 @@ def merge_chains(chains: Sequence[tuple[Sequence[int], str]], limit: int | None 
 class TreeCutter:
     """Cut a tree to the best expected tokens/s; learn trust per bucket from what was accepted."""
 
-    def __init__(self, first_prior: float, later_prior: float) -> None:
+    def __init__(self, first_prior: float, later_prior: float, explore_every: int = 0) -> None:
         self.first = Calibration(prior=first_prior)
         self.later = Calibration(prior=later_prior)
+        self.explore_every = explore_every
+        self._idle = 0                   # steps in a row whose tree was cut to nothing
         self._buckets: dict[Hashable, int] = {}
         self._last: tuple[DraftTree, list[float], list[int]] | None = None
 
@@ -86,8 +98,10 @@ class TreeCutter:
         return self._buckets.setdefault(key, len(self._buckets))
 
     def cut(self, tree: DraftTree, ratios: Sequence[float], buckets: Sequence[Hashable],
-            verify_cost: Any, enabled: bool = True) -> tuple[DraftTree, list[float]]:
-        """(the kept subtree, estimated path probability per kept node)."""
+            verify_cost: Any, enabled: bool = True, info: dict | None = None
+            ) -> tuple[DraftTree, list[float]]:
+        """(the kept subtree, estimated path probability per kept node); `info` gets
+        "explore": True on a step kept only to explore."""
         ids = [self._bucket(b) for b in buckets]
         path: list[float] = []
         for i, par in enumerate(tree.parents):
@@ -96,6 +110,13 @@ class TreeCutter:
         if enabled and len(tree):
             order = sorted(range(len(tree)), key=lambda i: (-path[i], tree.depths[i], i))
             k = best_prefix([path[i] for i in order], verify_cost)
+            self._idle = 0 if k else self._idle + 1
+            best_first = tree.path_to(order[0])[0]
+            if (not k and self.explore_every and self._idle >= self.explore_every
+                    and self.first.tests(ids[best_first]) < EXPLORE_TESTS):
+                k, self._idle = free_prefix(verify_cost, len(tree)), 0
+                if info is not None:
+                    info["explore"] = True
             keep = sorted(order[:k])
             if len(keep) < len(tree):
                 tree = tree.prune(keep)

@@ -7,9 +7,9 @@ holds `draft_set` candidates:
 1. context-dependent DB (source "context"): an n-gram pool with an LRU list per key
    (index/ngram_pool.py), reset per generation, filled with the prompt's n-grams, the
    committed output's, and recycled tokens: for every verified draft node, the n-gram that
-   ends with the target's own next token after it (what the verifier saw but the step did
-   not commit). The engine reports the target's argmax per verified row, so the recycled
-   token is the top-1 of each row (the paper uses the top-k).
+   ends with one of the target's `recycle_k` most likely next tokens after it (what the
+   verifier saw but the step did not commit: the paper's recycled tokens, after Token
+   Recycling's top-k). The most likely is added last, so it leads its LRU list.
 2. model-dependent DB (source "model-db"): the most frequent n-grams of the target's own
    greedy answers to chat prompts (`index build --kind model-db`), static.
 3. statistics DB (source "corpus"): REST's suffix array over a chat corpus; the
@@ -29,7 +29,7 @@ import numpy as np
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, merge_chains, resolve_index
+from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, merge_chains, resolve_index
 from ..index.ngram_pool import NgramPool
 
 DBS = ("context", "model-db", "corpus")
@@ -43,7 +43,9 @@ class HierarchyConfig(Settings):
     draft_set: int = setting(7, "Candidates gathered across the DBs per step (the paper's N: 7).", low=1, high=64)
     use_model_db: bool = setting(True, "Read the model-dependent DB (if the index has one).")
     use_corpus: bool = setting(True, "Read the statistics DB (the corpus suffix array).")
-    recycle: bool = setting(True, "Put the target's next token after every verified node into the context DB.")
+    recycle: bool = setting(True, "Put the target's next tokens after every rejected node into the context DB.")
+    recycle_k: int = setting(2, "How many of the target's most likely next tokens are recycled per node "
+                                "(at most verify.TOP_K = 4).", low=1, high=4)
     corpus_span: int = setting(16, "Longest suffix looked up in the corpus (REST: 16; the authors use 2).",
                                low=1, high=16)
     corpus_matches: int = setting(500, "Corpus matches whose continuations are counted.", low=1, high=20000)
@@ -52,6 +54,7 @@ class HierarchyConfig(Settings):
                                  low=0.0, high=1.0, low_open=True)
     continue_prior: float = setting(0.7, "Prior chance a later token is accepted after its parent.",
                                     low=0.0, high=1.0, low_open=True)
+    explore_every: int = explore_setting()
 
 
 class HierarchyDrafter:
@@ -62,7 +65,7 @@ class HierarchyDrafter:
         self.index, self.note = resolve_index(config.index, setup)
         self.model_db = self.index.model_db if self.index is not None and config.use_model_db else None
         self.sa = self.index.suffix if self.index is not None and config.use_corpus else None
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior)
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
         self._seen = len(setup.prompt_ids)
 
     def _corpus(self, tokens: list[int], want: int) -> list[tuple[int, ...]]:
@@ -112,7 +115,8 @@ class HierarchyDrafter:
                 for node in nodes:
                     rank.setdefault(node, (db, min(r, 3)))
             buckets = [rank[i] for i in range(len(tree))]
-            tree, _ = self.cutter.cut(tree, [1.0] * len(tree), buckets, ctx.verify_cost, cfg.size_by_cost)
+            tree, _ = self.cutter.cut(tree, [1.0] * len(tree), buckets, ctx.verify_cost, cfg.size_by_cost,
+                                      ctx.info)
             ctx.info.update(db_hits=hits, candidates=len(chains), kept=len(tree))
             if self.index is None:
                 ctx.info["corpus"] = self.note
@@ -131,9 +135,11 @@ class HierarchyDrafter:
                 if i in accepted:
                     continue
                 path = [step.tree.tokens[j] for j in step.tree.path_to(i)]
-                seq = (before + path + [step.target_top[i + 1]])[-cfg.level:]
-                if len(seq) == cfg.level:
-                    self.pool.add(seq[:1], seq[1:])
+                row = step.target_topk[i + 1] if step.target_topk else (step.target_top[i + 1],)
+                for nxt in reversed(row[: cfg.recycle_k]):      # best last: it leads the LRU
+                    seq = (before + path + [nxt])[-cfg.level:]
+                    if len(seq) == cfg.level:
+                        self.pool.add(seq[:1], seq[1:])
         # committed n-grams that are new since the last step
         self.pool.add_sequence(tokens, start=max(0, self._seen - cfg.level + 1))
         self._seen = len(tokens)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..index.ngram_trie import NgramTrie
 from ..settings import Settings, setting
-from ..sizing import Calibration, best_prefix, free_prefix
+from ..sizing import EXPLORE_TESTS, Calibration, best_prefix, free_prefix
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
 
@@ -56,9 +56,6 @@ class NgramTrieConfig(Settings):
     def check(self) -> None:
         if self.prefix_len >= self.n:
             raise ConfigError("prefix_len", f"Lp must be smaller than n ({self.n}), got {self.prefix_len}")
-
-
-EXPLORE_TESTS = 4   # tested first draft tokens per match length before exploration stops
 
 
 class NgramTrieDrafter:

@@ -20,7 +20,7 @@ from ..index.candidates import rank_continuations
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, resolve_index
+from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, resolve_index
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class RestConfig(Settings):
                                  low=0.0, high=1.0, low_open=True)
     continue_prior: float = setting(0.8, "Prior trust in later tokens' frequencies (learned online).",
                                     low=0.0, high=1.0, low_open=True)
+    explore_every: int = explore_setting()
 
     def check(self) -> None:
         if self.min_span > self.max_span:
@@ -50,7 +51,7 @@ class RestDrafter:
         self.sa = self.index.suffix if self.index is not None else None
         if self.index is not None and self.sa is None:
             self.note = f"index {self.index.path} has no suffix part; build it with --kind suffix"
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior)
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
@@ -69,7 +70,8 @@ class RestDrafter:
             tree = DraftTree(cands.tokens, cands.parents, ("corpus",) * len(cands),
                              tuple(float(c) for c in cands.counts))
             buckets = [min(m.length, 8)] * len(tree)
-            tree, path = self.cutter.cut(tree, cands.ratios, buckets, ctx.verify_cost, cfg.size_by_cost)
+            tree, path = self.cutter.cut(tree, cands.ratios, buckets, ctx.verify_cost, cfg.size_by_cost,
+                                           ctx.info)
             ctx.info.update(match_len=m.length, matches=m.count, counted=len(ends),
                             candidates=len(cands), kept=len(tree))
             return tree

@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from ..bench import figures
-from ..bench.report import load_results, markdown_table
+from ..bench.report import load_results, summary_markdown
 from .errors import shown_to_user
 from .uploads import TRACE_LIMIT_BYTES, UploadError
 
@@ -66,6 +66,6 @@ def render_results(path: str | None) -> list[Any]:
         meta, rows = load_results(file)
     swept = figures.swept_drafters(rows)
     sweep = figures.sweep_figure(rows, swept[0]) if swept else None
-    return [_meta_markdown(meta), markdown_table(rows), figures.speedup_bars(rows), figures.phase_stack(rows),
+    return [_meta_markdown(meta), summary_markdown(rows), figures.speedup_bars(rows), figures.phase_stack(rows),
             figures.accepted_histograms(rows), figures.depth_acceptance_lines(rows),
             gr.Plot(value=sweep, visible=sweep is not None)]

@@ -39,6 +39,12 @@ def about_markdown(trace: Trace) -> str:
              f"{t.mean_accepted:.2f} tokens per step, stop: {trace.stop_reason}",
              f"model `{trace.model_id}` on {trace.device} ({trace.dtype}) · drafter `{trace.drafter}` "
              f"({config}) · decoding {trace.decoding}"]
+    m = trace.draft_metrics()
+    if m:
+        lines.append(f"model drafting: acceptance rate α {m['alpha']:.2f}, cost coefficient c {m['c']:.2f} "
+                     f"(draft forward / target step), γ {m['gamma']} → expected speedup "
+                     f"(1 − α^(γ+1)) / ((1 − α)(γc + 1)) = **{m['expected_speedup']:.2f}x**; the measured "
+                     f"speedup needs a vanilla run beside it (Compare tab, or `specviz bench`)")
     lines += [f"⚠️ {e}" for e in trace.errors]
     return "  \n".join(lines)
 

@@ -27,16 +27,22 @@ class CompareRow:
     new_tokens: int
     identical: str          # "yes" / "no" / "n/a (sampling)"
     first_difference: str   # "" when identical
+    # model drafters only (draft_metrics): acceptance rate and the analytic expected speedup,
+    # beside the measured one; None for the others
+    alpha: float | None = None
+    expected_speedup: float | None = None
 
     @staticmethod
     def columns() -> list[str]:
         return ["drafter", "tokens/s", "speedup vs vanilla", "mean accepted", "steps",
-                "new tokens", "identical to vanilla", "first differing token"]
+                "new tokens", "identical to vanilla", "first differing token", "alpha",
+                "expected speedup"]
 
     def cells(self) -> list:
         return [self.drafter, round(self.tokens_per_s, 1), round(self.speedup, 2),
                 round(self.mean_accepted, 2), self.steps, self.new_tokens, self.identical,
-                self.first_difference]
+                self.first_difference, "" if self.alpha is None else round(self.alpha, 2),
+                "" if self.expected_speedup is None else round(self.expected_speedup, 2)]
 
 
 def first_difference(ref: Trace, other: Trace) -> str:
@@ -61,11 +67,13 @@ def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
     for traces in runs:
         tps = median(t.totals.tokens_per_s for t in traces)
         diff = first_difference(ref, traces[0])
+        model = traces[0].draft_metrics()
         rows.append(CompareRow(
             traces[0].drafter, tps, tps / v_tps if v_tps > 0 else 0.0,
             median(t.totals.mean_accepted for t in traces), traces[0].totals.steps,
             traces[0].totals.new_tokens,
-            ("no" if diff else "yes") if greedy else "n/a (sampling)", diff))
+            ("no" if diff else "yes") if greedy else "n/a (sampling)", diff,
+            model.get("alpha"), model.get("expected_speedup")))
     return rows
 
 
