@@ -185,6 +185,16 @@ def test_epochs_replay_the_first_batches(tiny_lm):
     assert len(hist) == 6 and len(read) == 4           # the 4th is read, then left unused
 
 
+def test_stop_after_keeps_the_schedule_and_stops(tiny_lm):
+    from specviz.glide.train import lr_at
+    cfg = TrainConfig(steps=10, warmup=1, stop_after=4)
+    _, hist = train(tiny_lm.model, tiny_lm.model_id, _random_batches(10), cfg, None, progress=False)
+    assert [h.step for h in hist] == [1, 2, 3, 4]
+    assert lr_at(3, cfg) == lr_at(3, dataclasses.replace(cfg, stop_after=0)) > cfg.lr * 0.5
+    with pytest.raises(ConfigError):
+        TrainConfig(steps=3, stop_after=4).check()
+
+
 def test_empty_data_is_an_error(tiny_lm):
     with pytest.raises(SpecvizError, match="no training batches"):
         train(tiny_lm.model, tiny_lm.model_id, iter(()), TrainConfig(steps=2), None, progress=False)
@@ -267,3 +277,21 @@ def test_model_drafters_lossless_on_embedded(embedded_lm, tmp_path):
         out, steps = run_ids(embedded_lm, prompt, drafter, config, max_new_tokens=16)
         assert out == ref, (drafter, config)
         assert not any("drafter_error" in s.info for s in steps)
+
+
+@pytest.mark.slow
+def test_shipped_checkpoints_draft_for_the_embedded_model(embedded_lm):
+    """assets/glide-embedded.pt is what `glide` loads by default for the embedded model; it and
+    the vanilla drafter shipped beside it are lossless and their drafts do get accepted
+    (a trained draft, unlike the one-step checkpoint above)."""
+    from specviz.drafters.glide import ASSETS, default_checkpoint
+    from specviz.prompts import build_prompt
+
+    assert default_checkpoint(embedded_lm.model_id) == ASSETS / "glide-embedded.pt"
+    prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids
+    ref, _ = run_ids(embedded_lm, prompt, "vanilla", None, max_new_tokens=32)
+    for config in ({}, {"checkpoint": str(ASSETS / "vanilla-drafter-embedded.pt")}):
+        out, steps = run_ids(embedded_lm, prompt, "glide", config, max_new_tokens=32)
+        assert out == ref, config
+        assert not any("drafter_error" in s.info for s in steps)
+        assert sum(len(s.accepted) for s in steps) >= 8, config     # a trained draft is accepted

@@ -48,12 +48,17 @@ class TrainConfig:
     epochs: int = 1
     save_every: int = 100
     seed: int = 0
+    # stop after this many steps of the `steps`-long schedule (0 = run it all): the learning
+    # rate follows the full schedule, so this reproduces a run stopped early
+    stop_after: int = 0
 
     def check(self) -> None:
         for name, low in (("steps", 1), ("batch", 1), ("seq_len", 2), ("layers", 1), ("block", 1),
                           ("epochs", 1), ("save_every", 1), ("warmup", 0)):
             if getattr(self, name) < low:
                 raise ConfigError(name, f"must be >= {low}, got {getattr(self, name)}")
+        if not 0 <= self.stop_after <= self.steps:
+            raise ConfigError("stop_after", f"must be in 0..steps ({self.steps}), got {self.stop_after}")
         if not 0 < self.lr < 1:
             raise ConfigError("lr", f"must be in (0, 1), got {self.lr}")
         if not 0 <= self.distill <= 1:
@@ -173,7 +178,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
                                                "history": [h.__dict__ for h in history]})
     try:
         source = stream()
-        while step < cfg.steps:
+        while step < (cfg.stop_after or cfg.steps):
             t0 = time.perf_counter()                   # tokens/s end to end: data + target + draft
             try:
                 ids, cross, tl = next(source)
@@ -239,6 +244,9 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs,
                    help="passes over the data; > 1 keeps the target's KV in memory after the first")
     p.add_argument("--save-every", type=int, default=d.save_every)
+    p.add_argument("--stop-after", type=int, default=d.stop_after, metavar="N",
+                   help="stop after N steps of the --steps schedule (0 = all); the learning rate "
+                        "follows the whole schedule")
     p.add_argument("--resume", action="store_true", help="continue from --out")
     p.add_argument("--export", default=None, metavar="FILE",
                    help="also write a slim fp16 copy without the optimiser state (what assets/ ships)")
@@ -256,7 +264,7 @@ def run(args: Any) -> int:
     cfg = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                       warmup=args.warmup, layers=args.layers, cross_attention=not args.no_cross_attention,
                       distill=args.distill, init_layer=args.init_layer, epochs=args.epochs,
-                      save_every=args.save_every, seed=args.seed)
+                      save_every=args.save_every, seed=args.seed, stop_after=args.stop_after)
     cfg.check()
     lm = load_model(args.model, device=args.device, dtype="float32")
     if lm.tokenizer is None:
