@@ -158,6 +158,7 @@ def test_select_categories_limit_and_mt_bench(tmp_path):
     questions, _ = read_questions(_write(tmp_path, Q))
     assert [q.question_id for q in select(questions, ["qa"], 1)] == [1]
     assert [q.question_id for q in select(questions, ["mt_bench", "qa"], 5)] == [2, 1, 3]
+    assert [q.question_id for q in select(questions, ["qa", "mt_bench"], 5)] == [1, 2, 3]   # round-robin
     with pytest.raises(QuestionsError, match="unknown category 'nope'"):
         select(questions, ["nope"], 5)
 

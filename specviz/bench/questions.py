@@ -84,6 +84,9 @@ def expand_categories(names: list[str], known: set[str]) -> list[str]:
 
 
 def select(questions: list[Question], categories: list[str], limit: int) -> list[Question]:
-    """The first `limit` questions of each category, categories in the order given."""
+    """The first `limit` questions of each category, dealt round-robin (the first of each
+    category in the order given, then the second of each, ...), so that drift of the machine
+    and an interrupted run hit every category alike."""
     cats = expand_categories(categories, {q.category for q in questions})
-    return [q for c in cats for q in [q for q in questions if q.category == c][:limit]]
+    per_cat = [[q for q in questions if q.category == c][:limit] for c in cats]
+    return [qs[i] for i in range(max(map(len, per_cat), default=0)) for qs in per_cat if i < len(qs)]
