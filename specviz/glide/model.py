@@ -5,7 +5,7 @@ whose queries attend to the target's cached keys and values of layer L_target - 
 (its top layers; GQA heads repeated; RoPE on the query only, the cached keys carry theirs)
 -> MLP (SwiGLU). Pre-norm residual blocks as in Llama. Token embeddings, the final norm and
 the LM head are the frozen target's own (not stored in the checkpoint), so the draft adds only
-its layers: about 11M parameters for SmolLM2-135M.
+its layers: 4.2M parameters for SmolLM2-135M (3.5M without cross-attention).
 
 Cross-attention masks (`cross_mask`), the delayed cache:
 - inference: the target cache holds the committed tokens before the root (S rows); a query at
