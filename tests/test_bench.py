@@ -202,6 +202,14 @@ def test_sweep_grid_leaves_out_invalid_combinations():
     assert len(refused) == 1 and "n=3;prefix_len=3" in refused[0]
 
 
+def test_variants_with_different_settings_are_not_a_sweep():
+    """glide[cape=true] and glide[checkpoint=...] in one run: no heatmap, and no crash."""
+    rows = [{"category": "all", "method": m, "speedup": 1.0, "tokens_per_s": 1.0}
+            for m in ("glide", "glide[cape=true]", "glide[checkpoint=a.pt]")]
+    assert figures.sweep_figure(rows, "glide") is None
+    assert figures.sweep_figure(rows, "glide", "tokens_per_s") is None
+
+
 def test_sweep_heatmap_places_each_point():
     rows = [{"category": "all", "method": f"ngram_trie[n={n};prefix_len={lp}]", "speedup": n + lp / 10}
             for n in (8, 13) for lp in (2, 3)]

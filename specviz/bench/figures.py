@@ -105,8 +105,8 @@ def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "sp
         if name == drafter and settings:
             points.append((settings, r[metric]))
     keys = sorted({k for s, _ in points for k in s})
-    if not points or len(keys) > 2:
-        return None
+    if not points or len(keys) > 2 or len({frozenset(s) for s, _ in points}) != 1:
+        return None                 # not a grid: variants that set different settings
     if len(keys) == 1:
         pts = sorted(points, key=lambda p: _num(p[0][keys[0]]))
         fig = go.Figure(go.Bar(x=[str(s[keys[0]]) for s, _ in pts], y=[v for _, v in pts]))

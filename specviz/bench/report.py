@@ -105,13 +105,12 @@ def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]
     out.mkdir(parents=True, exist_ok=True)
     data = {"version": RESULTS_VERSION, "meta": meta, "rows": list(rows),
             "runs": [{**r.__dict__, "output_ids": list(r.output_ids)} for r in runs]}
-    files = {
-        "results.json": json.dumps(data, indent=1),
-        "summary.md": summary_markdown(rows) + "\n",
-        "report.html": html_report(meta, rows),
-    }
+    # results.json first: whatever goes wrong in rendering later, the measurements are kept
+    (out / "results.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    files = {"results.json": None, "summary.md": summary_markdown(rows) + "\n", "report.html": html_report(meta, rows)}
     for name, text in files.items():
-        (out / name).write_text(text, encoding="utf-8")
+        if text is not None:
+            (out / name).write_text(text, encoding="utf-8")
     with (out / "summary.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         writer.writeheader()
