@@ -270,6 +270,72 @@ def test_bench_interrupted_keeps_finished_questions(tmp_path, monkeypatch):
     assert meta["interrupted"] is True and meta["questions_measured"] == 1
 
 
+def _bench_qa(tmp_path, out, *extra):
+    return main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_write(tmp_path, Q)),
+                 "--categories", "qa", "--limit", "2", "--max-new-tokens", "6", "--warmup", "0",
+                 "--drafters", "vanilla,ngram_trie", "--peers", "", "--out", str(out), *extra])
+
+
+def test_bench_saves_after_every_question_and_resume_measures_only_the_rest(tmp_path, monkeypatch):
+    from specviz.bench import runner
+
+    real = runner.Bench.run_question
+    measured: list[int] = []
+
+    def killed_after_one(self, q, rep):           # as if the process were killed (no Ctrl-C handler)
+        if measured:
+            raise SystemExit(137)
+        measured.append(q.question_id)
+        return real(self, q, rep)
+
+    monkeypatch.setattr(runner.Bench, "run_question", killed_after_one)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit):
+        _bench_qa(tmp_path, out)
+    meta, _ = load_results(out / "results.json")           # saved after the first question
+    assert meta["questions_measured"] == 1 and meta["interrupted"] is True
+    first = measured[0]
+
+    resumed: list[int] = []
+
+    def counting(self, q, rep):
+        resumed.append(q.question_id)
+        return real(self, q, rep)
+
+    monkeypatch.setattr(runner.Bench, "run_question", counting)
+    assert _bench_qa(tmp_path, out, "--resume") == 0
+    assert first not in resumed and len(resumed) == 1      # only the unfinished question ran
+    meta, rows = load_results(out / "results.json")
+    assert meta["questions_measured"] == 2 and meta["interrupted"] is False
+    assert [s["questions"] for s in meta["sittings"]] == [1, 1]
+    data = json.loads((out / "results.json").read_text())
+    assert {r["question_id"] for r in data["runs"]} == {first, resumed[0]}
+    by = {(r["category"], r["method"]): r for r in rows}
+    assert by[("all", "ngram_trie")]["identical_to_vanilla"] == "2/2"
+
+
+def test_resume_refuses_another_setup_and_a_missing_run(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _bench_qa(tmp_path, tmp_path / "none", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and "results.json" in err
+    assert _bench_qa(tmp_path, out) == 0
+    capsys.readouterr()
+    code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_write(tmp_path, Q)),
+                 "--categories", "qa", "--limit", "2", "--max-new-tokens", "7", "--warmup", "0",
+                 "--drafters", "vanilla,ngram_trie", "--peers", "", "--out", str(out), "--resume"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "max_new_tokens = 6" in err[0]
+
+
+def test_finished_questions_need_every_method_and_repeat():
+    from specviz.bench.resume import finished_questions
+    runs = [_run(1, "vanilla", 5, 1.0), _run(1, "x", 5, 1.0), _run(2, "vanilla", 5, 1.0)]
+    assert finished_questions(runs, ["vanilla", "x"], 1) == {1}
+    assert finished_questions(runs, ["vanilla", "x"], 2) == set()
+
+
 def test_bench_skips_questions_longer_than_the_context(tmp_path, monkeypatch, capsys):
     from specviz import models
     long_q = json.dumps({"question_id": 9, "category": "qa", "turns": ["word " * 5000]})

@@ -23,7 +23,8 @@ from ..errors import SpecvizError
 from .methods import PEERS, MethodError, parse_methods
 from .metrics import Run, summarise
 from .questions import DEFAULT_QUESTIONS, read_questions, select
-from .report import load_results, summary_markdown, write_results
+from .report import load_results, summary_markdown, write_results, write_results_json
+from .resume import check_compatible, load_previous, still_to_do
 
 __all__ = ["Run", "add_arguments", "load_results", "run", "summarise"]
 
@@ -51,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded warm-up questions")
     parser.add_argument("--out", default="benchmarks/results/latest", help="folder for the results")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out: keep its finished questions, measure the "
+                             "rest (same model, methods, --max-new-tokens and --repeats)")
 
 
 def _cpu_name() -> str:
@@ -61,6 +65,25 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _commit() -> str | None:
+    """The specviz checkout's git commit (short), '+dirty' with uncommitted changes; None
+    outside a git checkout."""
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -94,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecvizError(f"--out: {args.out!r} is a file; give a folder")
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
+    previous, old_runs = load_previous(out) if args.resume else ({}, [])
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
@@ -102,30 +126,51 @@ def run(args: argparse.Namespace) -> int:
     if args.draft_model:
         assistant = load_model(args.draft_model, args.device, args.dtype)
         _check_assistant(lm, assistant)
+    labels = [m.label for m in methods]
+    setup = {"model": lm.model_id, "max_new_tokens": args.max_new_tokens, "methods": labels,
+             "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", "")}
     bench = Bench(lm, methods, args.max_new_tokens, assistant)
+    sittings: list[dict[str, Any]] = []
+    if args.resume:
+        check_compatible(previous, setup, out / "results.json")
+        questions, bench.runs = still_to_do(questions, old_runs, labels, args.repeats)
+        sittings = list(previous.get("sittings") or [])
+        print(f"resuming {out}: {len({r.question_id for r in bench.runs})} questions kept, "
+              f"{len(questions)} to measure", file=sys.stderr)
+    command = "python -m specviz bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
+    sitting = {"date": _now(), "command": command, "cpu": _cpu_name(), "commit": _commit(),
+               "questions": 0}
+    sittings.append(sitting)
+    kept = len(bench.runs)
+
+    def meta(finished: bool) -> dict[str, Any]:
+        sitting["questions"] = len({r.question_id for r in bench.runs[kept:]})
+        return {
+            "command": command, "date": _now(), **setup, "draft_model": args.draft_model,
+            "device": str(lm.device), "cpu": _cpu_name(), "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "questions_file": str(args.questions), "categories": args.categories,
+            "limit": args.limit, "warmup": args.warmup,
+            "questions_measured": len({r.question_id for r in bench.runs}),
+            "skipped": bench.skipped, "notes": notes + warnings, "interrupted": not finished,
+            "sittings": sittings,
+        }
+
+    def checkpoint() -> None:                      # after each question: a kill loses at most one
+        write_results_json(out, meta(False), summarise(bench.runs, labels), bench.runs)
+
     with tqdm(total=len(questions) * args.repeats, desc="bench", unit="question", file=sys.stderr,
               dynamic_ncols=True) as bar:
-        finished = bench.measure(questions, args.repeats, args.warmup, bar)
+        finished = bench.measure(questions, args.repeats, args.warmup, bar, checkpoint)
     if not finished:
         print("interrupted: writing what was measured", file=sys.stderr)
     if not bench.runs:
         print("nothing was measured", file=sys.stderr)
         return 130 if not finished else 1
-    labels = [m.label for m in methods]
     rows = summarise(bench.runs, labels)
-    meta = {
-        "command": "python -m specviz bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "model": lm.model_id, "draft_model": args.draft_model, "device": str(lm.device),
-        "dtype": str(lm.dtype).replace("torch.", ""), "cpu": _cpu_name(), "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "max_new_tokens": args.max_new_tokens,
-        "questions_file": str(args.questions), "categories": args.categories,
-        "limit": args.limit, "repeats": args.repeats, "warmup": args.warmup,
-        "questions_measured": len({(r.question_id) for r in bench.runs}),
-        "skipped": bench.skipped, "notes": notes + warnings, "interrupted": not finished,
-    }
-    write_results(out, meta, rows, bench.runs)
+    meta_now = meta(finished)
+    write_results(out, meta_now, rows, bench.runs)
     print(summary_markdown(rows))
     for line in notes + [f"skipped {s}" for s in bench.skipped]:
         print(f"note: {line}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -100,13 +101,23 @@ td:nth-child(-n+2){{text-align:left}}</style></head><body>
 {''.join(parts)}</body></html>"""
 
 
-def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]],
-                  runs: Sequence[Run]) -> list[Path]:
+def write_results_json(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]],
+                       runs: Sequence[Run]) -> Path:
+    """out/results.json, written atomically (a temporary file renamed): a run killed while
+    saving keeps the previous save."""
     out.mkdir(parents=True, exist_ok=True)
     data = {"version": RESULTS_VERSION, "meta": meta, "rows": list(rows),
             "runs": [{**r.__dict__, "output_ids": list(r.output_ids)} for r in runs]}
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    os.replace(tmp, out / "results.json")
+    return out / "results.json"
+
+
+def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]],
+                  runs: Sequence[Run]) -> list[Path]:
     # results.json first: whatever goes wrong in rendering later, the measurements are kept
-    (out / "results.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    write_results_json(out, meta, rows, runs)
     files = {"results.json": None, "summary.md": summary_markdown(rows) + "\n", "report.html": html_report(meta, rows)}
     for name, text in files.items():
         if text is not None:

@@ -129,9 +129,10 @@ class Bench:
         return out
 
     def measure(self, questions: list[Question], repeats: int, warmup: int,
-                bar: Any = None) -> bool:
+                bar: Any = None, on_question: Callable[[], None] | None = None) -> bool:
         """Run everything; False if interrupted (every finished question is kept).
-        `bar` is a progress bar with update(n) (tqdm), or None."""
+        `bar` is a progress bar with update(n) (tqdm), or None; `on_question` is called after
+        each finished question (the command line saves the results there)."""
         try:
             for q in questions[:warmup]:
                 try:
@@ -149,6 +150,8 @@ class Bench:
                         break
                     if bar is not None:
                         bar.update(1)
+                if on_question is not None:
+                    on_question()
         except KeyboardInterrupt:
             return False
         return True
