@@ -4,9 +4,11 @@
         --drafters vanilla,prompt_lookup,ngram_trie,oracle --peers hf_prompt_lookup --out DIR
     python -m specviz bench --categories summarization --limit 5 --drafters vanilla \\
         --sweep "ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5" --peers "" --out DIR
+    python -m specviz bench ... --out DIR --resume     # continue a stopped run (resume.py)
 
 Modules: questions.py (Spec-Bench files), methods.py (what is compared), runner.py (the
-interleaved measurement), metrics.py (Spec-Bench's definitions), figures.py and report.py
+interleaved measurement), resume.py (continuing a stopped run), metrics.py (Spec-Bench's
+definitions), figures.py and report.py
 (JSON, CSV, Markdown, self-contained HTML). This module is the command line.
 """
 from __future__ import annotations
