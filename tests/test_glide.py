@@ -195,6 +195,35 @@ def test_stop_after_keeps_the_schedule_and_stops(tiny_lm):
         TrainConfig(steps=3, stop_after=4).check()
 
 
+def test_held_out_evaluation_by_hand(tiny_lm):
+    """HeldOut's cross-entropy is the training loss on the same batch (no step taken on it),
+    its agreement the share of positions where draft and target argmax coincide; train()
+    writes it into the manifest."""
+    from specviz.glide.train import evaluate, loss_fn, target_kv
+
+    draft, _ = train(tiny_lm.model, tiny_lm.model_id, _random_batches(3), TrainConfig(steps=3, warmup=1),
+                     None, progress=False)
+    held = next(_random_batches(1, seed=9))
+    layers = [draft.spec.cross_layer(0)]
+    kv, target_logits = target_kv(tiny_lm.model, held, layers, True)
+    with torch.no_grad():
+        want_ce = float(loss_fn(draft, held, kv, None, 0.0, 5))
+        draft_top = draft.logits(draft.train_forward(held, kv, 5))[:, :-1].argmax(-1)
+    want_agree = float((draft_top == target_logits[:, :-1].argmax(-1)).float().mean())
+    got = evaluate(draft, [held], 5)
+    assert got.tokens == held[:, 1:].numel()
+    assert got.ce == pytest.approx(want_ce, rel=1e-5) and got.top1_agreement == pytest.approx(want_agree)
+    assert evaluate(draft, [], 5) is None
+
+
+def test_train_writes_the_held_out_figures(tiny_lm, tmp_path):
+    path = tmp_path / "h.pt"
+    train(tiny_lm.model, tiny_lm.model_id, _random_batches(2), TrainConfig(steps=2, warmup=1), path,
+          progress=False, held=list(_random_batches(1, seed=5)))
+    held = ckpt.read(path)["manifest"]["held_out"]
+    assert held["tokens"] == 4 * 39 and held["ce"] > 0 and 0 <= held["top1_agreement"] <= 1
+
+
 def test_empty_data_is_an_error(tiny_lm):
     with pytest.raises(SpecvizError, match="no training batches"):
         train(tiny_lm.model, tiny_lm.model_id, iter(()), TrainConfig(steps=2), None, progress=False)
@@ -246,14 +275,18 @@ def test_train_glide_cli(tmp_path, capsys):
     data = tmp_path / "d.txt"
     data.write_text("One small text about cats and dogs.\n\nAnother one, about the sea and the sky.\n")
     out = tmp_path / "g.pt"
-    assert main(["train-glide", "--model", "tiny-random", "--data", str(data), "--steps", "2",
+    assert main(["train-glide", "--model", "tiny-random", "--data", str(data), "--steps", "2", "--held-out", "0",
                  "--batch", "1", "--seq-len", "8", "--out", str(out), "--threads", "1"]) == 0
     assert out.is_file() and out.with_suffix(".json").is_file()
     assert "saved" in capsys.readouterr().out
+    assert main(["train-glide", "--model", "tiny-random", "--data", str(data), "--steps", "1", "--held-out", "1",
+                 "--batch", "1", "--seq-len", "8", "--out", str(out), "--threads", "1"]) == 0
+    assert "held-out (7 tokens): cross-entropy" in capsys.readouterr().out
     for args, needle in ((["--data", str(tmp_path / "none.txt")], "no such file"),
                          (["--data", str(data), "--seq-len", "4096"], "no training batches"),
                          (["--data", str(data), "--steps", "0"], "steps"),
-                         (["--data", str(data), "--init-layer", "7"], "init_layer")):
+                         (["--data", str(data), "--init-layer", "7"], "init_layer"),
+                         (["--data", str(data), "--held-out", "-1"], "held_out")):
         code = main(["train-glide", "--model", "tiny-random", "--out", str(tmp_path / "x.pt"), *args])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and err[-1].startswith("specviz: error: ") and needle in err[-1], err

@@ -16,6 +16,7 @@ position: `--resume` continues a run where it stopped (Ctrl-C saves first).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -103,6 +104,37 @@ def loss_fn(draft: GlideDraft, ids: torch.Tensor, cross: list | None, target_log
     return (1 - distill) * ce + distill * kl
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """The draft on batches it was not trained on: cross-entropy on the next tokens, and the
+    share of positions where its argmax is the target's argmax (the greedy acceptance rate of
+    a first draft token, before any speculative step is run)."""
+    tokens: int
+    ce: float
+    top1_agreement: float
+
+
+def evaluate(draft: GlideDraft, held: Iterable[torch.Tensor], block: int) -> HeldOut | None:
+    """HeldOut over `held` batches [B, T] (None if there are none)."""
+    spec, target = draft.spec, draft.target
+    layers = [spec.cross_layer(m) for m in range(spec.n_layers)] if spec.cross_attention else []
+    device = next(target.parameters()).device
+    was_training, n, ce, agree = draft.training, 0, 0.0, 0
+    draft.eval()
+    with torch.no_grad():
+        for ids in held:
+            ids = ids.to(device)
+            kv, target_logits = target_kv(target, ids, layers, True)
+            logits = draft.logits(draft.train_forward(ids, kv or None, block))[:, :-1].float()  # [B, T-1, V]
+            labels = ids[:, 1:]
+            ce += float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                          labels.reshape(-1), reduction="sum"))
+            agree += int((logits.argmax(-1) == target_logits[:, :-1].argmax(-1)).sum())
+            n += labels.numel()
+    draft.train(was_training)
+    return HeldOut(n, ce / n, agree / n) if n else None
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -112,9 +144,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg: TrainConfig,
           out: str | Path | None = None, resume: bool = False, data_name: str = "",
-          progress: bool = True) -> tuple[GlideDraft, list[StepStats]]:
+          progress: bool = True, held: Iterable[torch.Tensor] = ()) -> tuple[GlideDraft, list[StepStats]]:
     """Train (or resume) a GLIDE draft; returns it and the per-step stats. `batch_source` is
-    re-iterable when epochs > 1 is not needed; with epochs > 1 the first pass is cached."""
+    re-iterable when epochs > 1 is not needed; with epochs > 1 the first pass is cached.
+    `held`: batches kept out of training, evaluated at the end (HeldOut, in the manifest)."""
     cfg.check()
     torch.manual_seed(cfg.seed)
     for p in target.parameters():
@@ -167,9 +200,11 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
         from tqdm import tqdm
         bar = tqdm(total=cfg.steps, initial=start_step, unit="step", dynamic_ncols=True)
     step, t_all, tok_all = start_step, 0.0, 0
+    held_out: dict[str, Any] = {}
     manifest = lambda: ckpt.manifest_for(  # noqa: E731
         draft, target_id, steps=step, tokens=sum(h.tokens for h in history),
-        loss=history[-1].loss if history else None, data=data_name, train_config=cfg.__dict__)
+        loss=history[-1].loss if history else None, data=data_name, train_config=cfg.__dict__,
+        **({"held_out": held_out} if held_out else {}))
 
     def save() -> None:
         if out is not None:
@@ -211,6 +246,9 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     finally:
         if bar is not None:
             bar.close()
+    result = evaluate(draft, held, cfg.block)
+    if result is not None:
+        held_out.update(result.__dict__)
     save()
     draft.eval()
     return draft, history
@@ -243,6 +281,9 @@ def add_arguments(p: Any) -> None:
                         "attended layer's q/o projections")
     p.add_argument("--epochs", type=int, default=d.epochs,
                    help="passes over the data; > 1 keeps the target's KV in memory after the first")
+    p.add_argument("--held-out", type=int, default=4, metavar="K",
+                   help="keep the first K batches of the data out of training and report the draft's "
+                        "cross-entropy and top-1 agreement with the target on them (default 4; 0 = none)")
     p.add_argument("--save-every", type=int, default=d.save_every)
     p.add_argument("--stop-after", type=int, default=d.stop_after, metavar="N",
                    help="stop after N steps of the --steps schedule (0 = all); the learning rate "
@@ -284,11 +325,18 @@ def run(args: Any) -> int:
             from itertools import islice
             texts = islice(texts, args.max_texts)
     eos = lm.tokenizer.eos_token_id
+    if args.held_out < 0:
+        raise ConfigError("held_out", f"must be >= 0, got {args.held_out}")
     source = batches(windows(texts, lm.tokenizer, cfg.seq_len, eos), cfg.batch)
-    _, history = train(lm.model, lm.model_id, source, cfg, out, args.resume, data_name=args.data)
+    held = list(itertools.islice(source, args.held_out))        # never trained on
+    _, history = train(lm.model, lm.model_id, source, cfg, out, args.resume, data_name=args.data,
+                       held=held)
     if args.export:
         ckpt.export(out, args.export)
     done = history[-1] if history else None
+    result = ckpt.read(out)["manifest"].get("held_out")
     print(f"saved {out}: {len(history)} steps, {sum(h.tokens for h in history)} tokens"
-          + (f", last loss {done.loss:.3f}" if done else ""))
+          + (f", last loss {done.loss:.3f}" if done else "")
+          + (f"; held-out ({result['tokens']} tokens): cross-entropy {result['ce']:.3f}, top-1 agreement "
+             f"with the target {result['top1_agreement']:.3f}" if result else ""))
     return 0
