@@ -329,8 +329,29 @@ def test_shipped_checkpoints_are_default_and_lossless(embedded_lm):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known defect (model card): the shipped 200-step GLIDE drafts one "
-                   "repeated token on the embedded model and is never accepted")
+def test_shipped_glide_inference_matches_training_forward_on_embedded(embedded_lm):
+    """The real target, the shipped checkpoint: the chain the engine drafts is the argmax of
+    the training forward (block mask) over prompt + chain. So what the draft learned is what
+    it uses at inference: its low acceptance is its training, not a train/inference mismatch."""
+    from specviz.drafters.glide import default_checkpoint
+    from specviz.prompts import build_prompt
+
+    ids = list(build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids)
+    ids = ids[(len(ids) - 1) % 5:]                       # the root at a block start
+    draft, _ = ckpt.load(default_checkpoint(embedded_lm.model_id), embedded_lm.model, embedded_lm.model_id)
+    chain = list(next(iter(generate_steps(embedded_lm, ids, "glide", {"gamma": 4}))).tree.tokens)
+    assert len(chain) == 4
+    seq = torch.tensor([ids + chain[:-1]])
+    layer = draft.spec.cross_layer(0)
+    with torch.inference_mode():
+        cache = embedded_lm.model(input_ids=seq, use_cache=True).past_key_values
+        logits = draft.logits(draft.train_forward(seq, [(cache.layers[layer].keys, cache.layers[layer].values)]))
+    assert logits[0, len(ids) - 1:].argmax(-1).tolist() == chain
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known defect (model card): the shipped GLIDE is undertrained "
+                   "(200 CPU steps; held-out top-1 agreement with the target 4.6%) and is almost never accepted")
 def test_shipped_glide_drafts_are_accepted(embedded_lm):
     from specviz.prompts import build_prompt
 
