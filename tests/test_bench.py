@@ -329,6 +329,28 @@ def test_resume_refuses_another_setup_and_a_missing_run(tmp_path, capsys):
     assert len(err) == 1 and "max_new_tokens = 6" in err[0]
 
 
+def test_time_limit_stops_between_questions_and_resume_finishes(tmp_path, monkeypatch):
+    from specviz.bench import runner
+
+    clock = {"now": 0.0}
+    real = runner.Bench.run_question
+
+    def a_minute_each(self, q, rep):
+        clock["now"] += 60.0
+        return real(self, q, rep)
+
+    monkeypatch.setattr(runner.Bench, "run_question", a_minute_each)
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock["now"])
+    out = tmp_path / "out"
+    assert _bench_qa(tmp_path, out, "--time-limit", "0.5") == 0       # 1 question started, then the limit
+    meta, _ = load_results(out / "results.json")
+    assert meta["questions_measured"] == 1 and meta["stop_reason"] == "time limit"
+    assert (out / "report.html").is_file()
+    assert _bench_qa(tmp_path, out, "--resume") == 0
+    meta, _ = load_results(out / "results.json")
+    assert meta["questions_measured"] == 2 and meta["stop_reason"] is None
+
+
 def test_finished_questions_need_every_method_and_repeat():
     from specviz.bench.resume import finished_questions
     runs = [_run(1, "vanilla", 5, 1.0), _run(1, "x", 5, 1.0), _run(2, "vanilla", 5, 1.0)]
@@ -354,6 +376,7 @@ def test_bench_skips_questions_longer_than_the_context(tmp_path, monkeypatch, ca
     (["--drafters", "nope"], "unknown drafter"),
     (["--questions", "/no/such.jsonl"], "no such file"),
     (["--limit", "0"], "--limit"),
+    (["--time-limit", "-1"], "--time-limit"),
 ])
 def test_bench_bad_input_exits_2_with_one_line(argv, words, capsys):
     assert main(["bench", "--model", "tiny-random", *argv]) == 2

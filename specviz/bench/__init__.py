@@ -18,6 +18,7 @@ import datetime
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded warm-up questions")
     parser.add_argument("--out", default="benchmarks/results/latest", help="folder for the results")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                        help="start no new question after this many minutes; write what was measured "
+                             "(continue later with --resume)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out: keep its finished questions, measure the "
                              "rest (same model, methods, --max-new-tokens and --repeats)")
@@ -90,7 +94,8 @@ def _commit() -> str | None:
 
 def _check_numbers(args: argparse.Namespace) -> None:
     for flag, value, low in (("--limit", args.limit, 1), ("--max-new-tokens", args.max_new_tokens, 1),
-                             ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0)):
+                             ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
+                             ("--time-limit", args.time_limit if args.time_limit is not None else 1, 0)):
         if value < low:
             raise SpecvizError(f"{flag}: must be >= {low}, got {value}")
 
@@ -156,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             "limit": args.limit, "warmup": args.warmup,
             "questions_measured": len({r.question_id for r in bench.runs}),
             "skipped": bench.skipped, "notes": notes + warnings, "interrupted": not finished,
+            "stop_reason": bench.stop_reason,
             "sittings": sittings,
         }
 
@@ -164,9 +170,11 @@ def run(args: argparse.Namespace) -> int:
 
     with tqdm(total=len(questions) * args.repeats, desc="bench", unit="question", file=sys.stderr,
               dynamic_ncols=True) as bar:
-        finished = bench.measure(questions, args.repeats, args.warmup, bar, checkpoint)
+        deadline = time.monotonic() + 60 * args.time_limit if args.time_limit is not None else None
+        finished = bench.measure(questions, args.repeats, args.warmup, bar, checkpoint, deadline)
     if not finished:
-        print("interrupted: writing what was measured", file=sys.stderr)
+        print(f"stopped ({bench.stop_reason}): writing what was measured; add --resume to the same "
+              "command to measure the rest", file=sys.stderr)
     if not bench.runs:
         print("nothing was measured", file=sys.stderr)
         return 130 if not finished else 1
@@ -177,4 +185,4 @@ def run(args: argparse.Namespace) -> int:
     for line in notes + [f"skipped {s}" for s in bench.skipped]:
         print(f"note: {line}", file=sys.stderr)
     print(f"results written to {out}/ (results.json, summary.csv, summary.md, report.html)", file=sys.stderr)
-    return 0 if finished else 130
+    return 0 if finished or bench.stop_reason == "time limit" else 130

@@ -93,6 +93,7 @@ class Bench:
     assistant: LoadedModel | None = None
     runs: list[Run] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)   # questions left out, with the reason
+    stop_reason: str | None = None                      # why measure() stopped early
 
     def run_question(self, q: Question, repeat: int) -> list[Run]:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
@@ -129,10 +130,12 @@ class Bench:
         return out
 
     def measure(self, questions: list[Question], repeats: int, warmup: int,
-                bar: Any = None, on_question: Callable[[], None] | None = None) -> bool:
+                bar: Any = None, on_question: Callable[[], None] | None = None,
+                deadline: float | None = None) -> bool:
         """Run everything; False if interrupted (every finished question is kept).
         `bar` is a progress bar with update(n) (tqdm), or None; `on_question` is called after
-        each finished question (the command line saves the results there)."""
+        each finished question (the command line saves the results there); no question is
+        started after `deadline` (time.monotonic()), and the run then counts as interrupted."""
         try:
             for q in questions[:warmup]:
                 try:
@@ -140,6 +143,9 @@ class Bench:
                 except PromptError:
                     pass
             for q in questions:
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.stop_reason = "time limit"
+                    return False
                 for rep in range(repeats):
                     try:
                         self.runs.extend(self.run_question(q, rep))
@@ -153,5 +159,6 @@ class Bench:
                 if on_question is not None:
                     on_question()
         except KeyboardInterrupt:
+            self.stop_reason = "Ctrl-C"
             return False
         return True
