@@ -405,10 +405,13 @@ def test_results_tab_renders_a_results_file_and_refuses_a_bad_one(tmp_path):
             for m, s, st in (("vanilla", 1.0, 10), ("ngram_trie[n=8;prefix_len=2]", 0.5, 5),
                              ("ngram_trie[n=13;prefix_len=2]", 0.6, 5))]
     methods = ["vanilla", "ngram_trie[n=8;prefix_len=2]", "ngram_trie[n=13;prefix_len=2]"]
-    write_results(tmp_path, {"model": "tiny", "command": "python -m specviz bench ..."},
+    sittings = [{"date": "2026-11-22 18:05 UTC", "questions": 1, "commit": "abc1234"},
+                {"date": "2026-11-23 09:00 UTC", "questions": 1, "commit": "def5678"}]
+    write_results(tmp_path, {"model": "tiny", "command": "python -m specviz bench ...", "sittings": sittings},
                   summarise(runs, methods), runs)
     meta, table, speed, phases, hist, depth, sweep = render_results(str(tmp_path / "results.json"))
     assert "tiny" in meta and "| qa | ngram_trie[n=8;prefix_len=2] |" in table
+    assert "sitting 2: 2026-11-23 09:00 UTC, 1 questions, commit `def5678`" in meta
     assert {bar.name for bar in speed.data} == set(methods[1:])
     assert sweep.visible and sweep.value is not None          # a sweep over n: its figure is shown
     (tmp_path / "bad.json").write_text("[1, 2]")

@@ -47,8 +47,12 @@ def build_results_tab() -> ResultsTab:
 
 def _meta_markdown(meta: dict[str, Any]) -> str:
     keys = ("date", "command", "model", "device", "dtype", "cpu", "cores", "torch_threads", "max_new_tokens",
-            "questions_measured", "repeats", "interrupted")
+            "questions_measured", "repeats", "interrupted", "stop_reason")
     lines = [f"- **{k}**: `{meta[k]}`" for k in keys if meta.get(k) not in (None, "")]
+    sittings = meta.get("sittings") or []
+    if len(sittings) > 1:                  # a run continued with --resume: say when each part ran
+        lines += [f"- sitting {i}: {s.get('date')}, {s.get('questions')} questions, commit `{s.get('commit')}`"
+                  for i, s in enumerate(sittings, 1)]
     lines += [f"- note: {n}" for n in meta.get("notes", [])] + [f"- skipped: {s}" for s in meta.get("skipped", [])]
     return "\n".join(lines)
 
