@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .cost import VerifyCost, calibrate
+from .cpu_linear import use_few_row_linear
 from .errors import ModelLoadError
 
 EMBEDDED = "embedded"
@@ -161,6 +162,8 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedMode
         elif source:
             eos.update(source)
     max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+    if device.type == "cpu":
+        use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
     cost = calibrate(model)
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), cost)
 

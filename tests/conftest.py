@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from specviz.cost import calibrate
+from specviz.cpu_linear import use_few_row_linear
 from specviz.decoding import DecodingConfig
 from specviz.engine import generate_steps
 from specviz.models import LoadedModel, load_model, tiny_random_model
@@ -37,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def tiny_lm() -> LoadedModel:
     model = tiny_random_model(vocab_size=64, seed=0).eval()
+    use_few_row_linear(model)                      # as load_model does on a CPU
     return LoadedModel(model_id="tiny-64", model=model, tokenizer=None, device=torch.device("cpu"),
                        dtype=torch.float32, max_positions=4096, eos_ids=frozenset(),
                        verify_cost=calibrate(model))
