@@ -113,7 +113,8 @@ def summary_line(trace: Any) -> str:
     t = trace.totals
     m = trace.draft_metrics()
     model = (f", alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x"
-             if m else "")
+             + (f" ({m['priced']:.2f}x with the verify priced at {m['verify_ratio']:.2f} plain steps)"
+                if "priced" in m else "") if m else "")
     return (f"[{t.new_tokens} tokens, {t.steps} steps, {t.tokens_per_s:.1f} tokens/s, "
             f"{t.mean_accepted:.2f} mean accepted tokens/step{model}, stop: {trace.stop_reason}]")
 

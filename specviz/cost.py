@@ -1,14 +1,17 @@
 """What one verify forward costs, as a function of how many rows it feeds the model.
 
-The cost is measured, not assumed linear: on this 2-core CPU with MKL, SmolLM2-135M takes
-~67 ms for 1 row, ~100 ms for 2 or 3 rows (a slow matrix-multiply path), ~70 ms for 4 to 8
-rows, ~100 ms for 16 and ~137 ms for 32. `calibrate()` times a grid of row counts when a
-model loads. Two things follow:
+The cost is measured, not assumed linear: it depends on the BLAS paths of the machine. On
+this project's 2-core CPU, SmolLM2-135M over an 800-token cache took 84 ms for 1 row, 168 ms
+for 4 and 246 ms for 16 with MKL's F.linear, and ~100 ms for 4 rows and ~195 ms for 16 since
+cpu_linear.py (benchmarks/forward_cost.py). `calibrate()` times a grid of row counts when a
+model loads. Three things follow:
 
 - `padded_len(m)`: the verifier pads a forward of m rows up to the grid size >= m that is
   cheapest (3 rows run as 4). Pad rows are inert: they see only the prefix and are dropped.
 - `predict(n)`: the seconds of a verify step with a tree of n nodes (n + 1 rows, padded),
   which drafters use to size their trees. It is non-decreasing in n.
+- `plain_steps(sizes)`: what verify steps with these tree sizes cost in one-row forwards,
+  which prices the verify in the model drafters' expected speedup (draft_metrics.py).
 
 During a generation the engine feeds each measured forward back (`observe`), which keeps a
 running scale factor on top of the calibrated table: measured here, a longer context slows
@@ -57,6 +60,13 @@ class VerifyCost:
     def predict(self, n: int) -> float:
         """Predicted seconds of a verify forward over a tree of n nodes."""
         return self.scale * self._table(self.padded_len(n + 1))
+
+    def plain_steps(self, tree_sizes: list[int]) -> float | None:
+        """The mean calibrated cost of verify steps with these tree sizes, in one-row forwards
+        (plain decoding steps); None for no steps. The context-length scale cancels out."""
+        if not tree_sizes:
+            return None
+        return sum(self._table(self.padded_len(n + 1)) for n in tree_sizes) / len(tree_sizes) / self._table(self.padded_len(1))
 
     def observe(self, rows: int, seconds: float) -> None:
         """A measured forward of `rows` input rows (after padding)."""

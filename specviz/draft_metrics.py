@@ -7,6 +7,10 @@
 - cost coefficient c: the time of one draft-model forward over the time of one target step.
 - expected speedup: (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + 1)), the expected tokens
   per step over the relative cost of a step.
+- verify-priced expected speedup: the same with the verify forward priced as measured. The
+  formula takes the target's verify of gamma + 1 rows to cost one plain decoding step; where
+  it costs v plain steps (v = 2.5 for a 5-row chain on this project's CPU), the expected
+  speedup is divided by v. The benchmark reports both, beside the measured speedup.
 """
 from __future__ import annotations
 
@@ -54,6 +58,13 @@ def expected_speedup(alpha: float, gamma: int, c: float) -> float:
     if c < 0:
         raise ValueError(f"cost coefficient {c} must be >= 0")
     return expected_tokens(alpha, gamma) / (gamma * c + 1)
+
+
+def priced_speedup(alpha: float, gamma: int, c: float, verify_ratio: float) -> float:
+    """The expected speedup with the verify step priced at `verify_ratio` plain decoding steps."""
+    if verify_ratio <= 0:
+        raise ValueError(f"verify ratio {verify_ratio} must be > 0")
+    return expected_speedup(alpha, gamma, c) / verify_ratio
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
     ids_sorted = sorted(ids)
     pieces = lm.tokenizer.batch_decode([[i] for i in ids_sorted])
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
+    verify_ratio = lm.verify_cost.plain_steps([len(s.tree) for s in steps])
     return Trace(
         model_id=lm.model_id, drafter=drafter, drafter_config=to_dict(config),
         decoding=to_dict(decoding), prompt_text=prompt.text, prompt_ids=tuple(prompt.ids),
@@ -170,7 +171,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
         token_text=dict(zip(ids_sorted, pieces)), totals=Totals.of(list(steps)),
         stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
-        context_char_span=prompt.context_char_span)
+        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio)
 
 
 def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",

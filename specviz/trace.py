@@ -107,13 +107,20 @@ class Trace:
     dtype: str = "float32"
     errors: tuple[str, ...] = ()       # e.g. a drafter that failed (decoding went on without it)
     context_char_span: tuple[int, int] | None = None   # where the user's context sits in prompt_text
+    verify_ratio: float | None = None  # mean calibrated cost of this run's verify forwards, in one-row forwards
     schema_version: int = SCHEMA_VERSION
 
     def draft_metrics(self) -> dict[str, float]:
         """For model drafters (draft_model, self_draft, glide): acceptance rate alpha, cost
-        coefficient c, gamma and the expected speedup (draft_metrics.py); {} otherwise."""
-        from .draft_metrics import summarize
-        return summarize(self.steps)
+        coefficient c, gamma and the expected speedup (draft_metrics.py), with `verify_ratio`
+        and `priced` (the expected speedup with the verify forward priced by the model's cost
+        calibration) where the trace has the ratio; {} otherwise."""
+        from .draft_metrics import priced_speedup, summarize
+        m = summarize(self.steps)
+        if m and self.verify_ratio:
+            m["verify_ratio"] = self.verify_ratio
+            m["priced"] = priced_speedup(m["alpha"], int(m["gamma"]), m["c"], self.verify_ratio)
+        return m
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -110,9 +110,14 @@ def test_model_drafter_metrics_pool_the_turns():
     assert g["cost_c"] == pytest.approx((0.8 / 16) / (1.0 / 4))
     assert g["gamma"] == 4
     assert g["expected_speedup"] == pytest.approx(dm.expected_speedup(8 / 11, 4, 0.2))
+    # the verify priced as measured: glide's verify 1.0 s over 4 steps, vanilla's 0.9 s per
+    # 10 steps on the same questions -> 0.25 / 0.09 plain steps
+    assert g["verify_ratio"] == pytest.approx(0.25 / 0.09)
+    assert g["expected_speedup_priced"] == pytest.approx(dm.expected_speedup(8 / 11, 4, 0.2) * 0.09 / 0.25)
     v = next(r for r in rows if r["method"] == "vanilla")
     assert v["alpha"] is None and "vanilla" not in model_table(rows)
     assert "| qa | glide | 0.73 | 0.200 | 4 |" in model_table(rows)
+    assert f"| 2.78 | {g['expected_speedup_priced']:.2f}x |" in model_table(rows)
     assert "analytic vs measured" in summary_markdown(rows)
     assert Run.from_dict(json.loads(json.dumps(runs[2].__dict__))) == runs[2]
 
@@ -217,6 +222,19 @@ def test_sweep_heatmap_places_each_point():
     heat = fig.data[0]
     assert list(heat.x) == ["8", "13"] and list(heat.y) == ["2", "3"]
     assert heat.z[1][0] == pytest.approx(8.3) and heat.z[0][1] == pytest.approx(13.2)
+
+
+def test_sweep_with_a_fixed_setting_keeps_its_axes():
+    """ngram_trie:n=8,13;prefix_len=2,3;size_by_cost=false: two axes, the fixed one in the title."""
+    rows = [{"category": "all", "method": f"ngram_trie[n={n};prefix_len={lp};size_by_cost=false]",
+             "speedup": n + lp / 10} for n in (8, 13) for lp in (2, 3)]
+    fig = figures.sweep_figure(rows, "ngram_trie")
+    assert list(fig.data[0].x) == ["8", "13"] and fig.data[0].z[1][0] == pytest.approx(8.3)
+    assert "size_by_cost=false" in fig.layout.title.text
+    one = [{"category": "all", "method": f"ngram_trie[num_draft={k};size_by_cost=false]", "speedup": k}
+           for k in (4, 16, 8)]
+    bars = figures.sweep_figure(one, "ngram_trie")
+    assert list(bars.data[0].x) == ["4", "8", "16"]
 
 
 # ---- end to end -------------------------------------------------------------------------------

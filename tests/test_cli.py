@@ -19,7 +19,8 @@ from specviz.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = re.compile(r"^\[(\d+) tokens, (\d+) steps, [\d.]+ tokens/s, ([\d.]+) mean accepted "
-                     r"tokens/step(?:, alpha [\d.]+, c [\d.]+, expected speedup [\d.]+x)?, stop: (\w+)\]$")
+                     r"tokens/step(?:, alpha [\d.]+, c [\d.]+, expected speedup [\d.]+x"
+                     r"(?: \([\d.]+x with the verify priced at [\d.]+ plain steps\))?)?, stop: (\w+)\]$")
 CONTEXT = "The quick brown fox jumps over the lazy dog. " * 6
 
 
@@ -195,10 +196,15 @@ def test_model_drafter_summary_line_has_alpha_c_and_expected_speedup(capsys: pyt
     code, out, err = call(capsys, "generate", "--model", "tiny-random", "--prompt", "hi", "--drafter",
                           "self_draft", "--set", "k=1", "--max-new-tokens", "12", "--trace", str(path))
     assert code == 0, err
-    m = Trace.from_json(path.read_text(encoding="utf-8")).draft_metrics()
-    assert m == draft_metrics.summarize(Trace.from_json(path.read_text(encoding="utf-8")).steps) and m
+    trace = Trace.from_json(path.read_text(encoding="utf-8"))
+    m, plain = trace.draft_metrics(), draft_metrics.summarize(trace.steps)
+    assert plain and {k: m[k] for k in plain} == plain
+    # the verify priced by the model's cost calibration: a k=1 self-draft verifies gamma + 1 rows
+    assert trace.verify_ratio is not None and trace.verify_ratio > 0
+    assert m["priced"] == pytest.approx(m["expected_speedup"] / trace.verify_ratio)
     line = out.rstrip("\n").split("\n")[-1]
     assert f"alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x" in line
+    assert f"({m['priced']:.2f}x with the verify priced at {m['verify_ratio']:.2f} plain steps)" in line
     assert SUMMARY.match(line), line
 
 

@@ -161,6 +161,22 @@ def test_expected_speedup_hand_computed():
     assert dm.cost_coefficient(0.03, 3, 0.2) == pytest.approx(0.05)
     with pytest.raises(ValueError):
         dm.expected_speedup(0.5, 0, 0.1)
+    # a verify of gamma + 1 rows costing 2.5 plain steps: 1.5 / 2.5
+    assert dm.priced_speedup(0.5, 1, 0.0, 2.5) == pytest.approx(0.6)
+    with pytest.raises(ValueError):
+        dm.priced_speedup(0.5, 1, 0.0, 0.0)
+
+
+def test_verify_priced_in_plain_steps_by_the_calibration():
+    from specviz.cost import VerifyCost
+    # 1 row 10 ms, 2 rows 20, 3 rows 30, 4 rows 20 (cheaper: 3 rows run padded to 4), 8 rows 40
+    cost = VerifyCost((1, 2, 3, 4, 8), (0.01, 0.02, 0.03, 0.02, 0.04))
+    assert cost.plain_steps([0]) == pytest.approx(1.0)
+    assert cost.plain_steps([1, 2]) == pytest.approx((2.0 + 2.0) / 2)      # 2 rows; 3 rows -> 4
+    assert cost.plain_steps([5]) == pytest.approx(4.0)                      # 6 rows run as 8
+    assert cost.plain_steps([]) is None
+    scaled = VerifyCost(cost.sizes, cost.seconds, scale=1.7)                # a longer context
+    assert scaled.plain_steps([1, 2]) == pytest.approx(2.0)
 
 
 def test_summarize_from_steps(tiny_lm, tiny_draft):

@@ -237,6 +237,18 @@ def test_compare_rows(oracle_trace, tiny_lm_tok) -> None:
     assert viz.compare_rows([[sampled], [oracle_trace]])[1].identical == "n/a (sampling)"
     fig = viz.compare_figure(rows)
     assert list(fig.data[0].x) == ["vanilla", "oracle", "oracle"] and len(fig.data) == 3
+    assert rows[1].alpha is None and rows[1].expected_priced is None        # not a model drafter
+
+
+def test_compare_rows_price_a_model_drafters_verify(tiny_lm_tok) -> None:
+    prompt = build_prompt(tiny_lm_tok.tokenizer, "Say something.")
+    vanilla = generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=16))
+    drafted = generate(tiny_lm_tok, prompt, "self_draft", {"k": 1}, DecodingConfig(max_new_tokens=16))
+    row = viz.compare_rows([[vanilla], [drafted]])[1]
+    ratio = viz.verify_per_step(drafted) / viz.verify_per_step(vanilla)
+    assert row.expected_speedup == pytest.approx(drafted.draft_metrics()["expected_speedup"])
+    assert row.expected_priced == pytest.approx(row.expected_speedup / ratio)
+    assert len(row.cells()) == len(viz.CompareRow.columns())
 
 
 def test_palette_has_a_stable_fallback_for_unknown_sources() -> None:

@@ -104,13 +104,18 @@ def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "sp
         name, settings = parse_label(r["method"])
         if name == drafter and settings:
             points.append((settings, r[metric]))
-    keys = sorted({k for s, _ in points for k in s})
-    if not points or len(keys) > 2 or len({frozenset(s) for s, _ in points}) != 1:
+    if not points or len({frozenset(s) for s, _ in points}) != 1:
         return None                 # not a grid: variants that set different settings
+    # settings with one value in every point are fixed (named in the title), not axes
+    fixed = {k: v for k, v in points[0][0].items() if all(s[k] == v for s, _ in points)}
+    keys = sorted(k for k in points[0][0] if k not in fixed)
+    where = f"{category}" + "".join(f", {k}={v}" for k, v in sorted(fixed.items()))
+    if not keys or len(keys) > 2:
+        return None
     if len(keys) == 1:
         pts = sorted(points, key=lambda p: _num(p[0][keys[0]]))
         fig = go.Figure(go.Bar(x=[str(s[keys[0]]) for s, _ in pts], y=[v for _, v in pts]))
-        fig.update_layout(title=f"{drafter}: {metric} by {keys[0]} ({category})", xaxis_title=keys[0],
+        fig.update_layout(title=f"{drafter}: {metric} by {keys[0]} ({where})", xaxis_title=keys[0],
                           yaxis_title=metric)
         return fig
     xs = sorted({s.get(keys[0], "") for s, _ in points}, key=_num)
@@ -120,7 +125,7 @@ def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "sp
         z[ys.index(s[keys[1]])][xs.index(s[keys[0]])] = v
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale="Viridis", texttemplate="%{z:.2f}",
                                colorbar={"title": metric}))
-    fig.update_layout(title=f"{drafter}: {metric} over {keys[0]} x {keys[1]} ({category})",
+    fig.update_layout(title=f"{drafter}: {metric} over {keys[0]} x {keys[1]} ({where})",
                       xaxis_title=keys[0], yaxis_title=keys[1], xaxis_type="category",
                       yaxis_type="category")
     return fig

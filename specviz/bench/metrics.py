@@ -10,7 +10,9 @@
 - the accepted-length histogram counts steps by the tokens they committed.
 - model drafters (draft_model, self_draft, glide): acceptance rate alpha, cost coefficient c
   and the expected speedup (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) from the
-  method's turns pooled (draft_metrics.Tally), beside the measured speedup.
+  method's turns pooled (draft_metrics.Tally), beside the measured speedup; and the same
+  expected speedup with the verify priced as measured: divided by `verify_ratio`, the
+  method's verify forward per step over vanilla's (one row) on the same questions.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..draft_metrics import Tally
+from ..draft_metrics import Tally, priced_speedup
 from ..trace import StepRecord, acceptance_by_depth
 
 DRAFTING = ("draft.search", "draft.tree", "draft.update")
@@ -76,6 +78,13 @@ def add_up(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     """Element-wise sum of two per-depth count vectors of any lengths."""
     n = max(len(a), len(b))
     return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n))
+
+
+def verify_per_step(runs: Iterable[Run]) -> float | None:
+    """Mean seconds of the verify forward per speculative step over runs (None: no steps)."""
+    runs = [r for r in runs if r.steps]
+    steps = sum(r.steps or 0 for r in runs)
+    return sum(r.phase_seconds.get("verify.forward", 0.0) for r in runs) / steps if steps else None
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float]:
@@ -150,7 +159,13 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str = "oracle
             seconds = sum(r.seconds for r in mine_runs)
             tokens = sum(r.new_tokens for r in mine_runs)
             mems = [r.peak_memory_mb for r in mine_runs if r.peak_memory_mb is not None]
-            model = sum((Tally(**r.model_tally) for r in mine_runs if r.model_tally), Tally()).metrics()
+            pooled = sum((Tally(**r.model_tally) for r in mine_runs if r.model_tally), Tally())
+            model = pooled.metrics()
+            plain_step = verify_per_step(r for q in mine for r in vanilla[(q.question_id, q.repeat)].runs)
+            if model and plain_step:
+                model["verify_ratio"] = pooled.verify_seconds / pooled.steps / plain_step
+                model["priced"] = priced_speedup(model["alpha"], model["gamma"], model["c"],
+                                                 model["verify_ratio"])
             cat_rows.append({
                 "category": cat, "method": method, "questions": len({q.question_id for q in mine}),
                 "repeats": len(repeats), "new_tokens": tokens, "seconds": seconds,
@@ -171,6 +186,7 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str = "oracle
                 "slower_than_vanilla": sorted({q.question_id for q, s in zip(mine, per_q) if s < 1.0}),
                 "alpha": model.get("alpha"), "cost_c": model.get("c"), "gamma": model.get("gamma"),
                 "expected_speedup": model.get("expected_speedup"),
+                "verify_ratio": model.get("verify_ratio"), "expected_speedup_priced": model.get("priced"),
             })
         top = next((r["speedup"] for r in cat_rows if r["method"] == oracle), None)
         for r in cat_rows:

@@ -22,7 +22,8 @@ CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "sp
                "speedup_question_min", "speedup_question_median", "speedup_question_max",
                "speedup_repeat_min", "speedup_repeat_median", "speedup_repeat_max",
                "fraction_of_oracle", "mean_accepted", "draft_overhead", "peak_memory_mb",
-               "identical_to_vanilla", "mismatches", "alpha", "cost_c", "gamma", "expected_speedup")
+               "identical_to_vanilla", "mismatches", "alpha", "cost_c", "gamma", "expected_speedup",
+               "verify_ratio", "expected_speedup_priced")
 
 
 class ResultsFormatError(SpecvizError):
@@ -51,11 +52,14 @@ def model_table(rows: Sequence[dict[str, Any]]) -> str:
     rows = [r for r in rows if r.get("alpha") is not None]
     if not rows:
         return ""
-    lines = ["| category | method | alpha | c | gamma | expected speedup | measured speedup | mean accepted |",
-             "|" + "---|" * 8]
+    lines = ["| category | method | alpha | c | gamma | expected speedup | verify / plain step "
+             "| expected, verify priced | measured speedup | mean accepted |",
+             "|" + "---|" * 10]
     for r in rows:
         lines.append(f"| {r['category']} | {r['method']} | {r['alpha']:.2f} | {r['cost_c']:.3f} | {r['gamma']} | "
-                     f"{r['expected_speedup']:.2f}x | {r['speedup']:.2f}x | {_fmt(r['mean_accepted'], '.2f')} |")
+                     f"{r['expected_speedup']:.2f}x | {_fmt(r.get('verify_ratio'), '.2f')} | "
+                     f"{_fmt(r.get('expected_speedup_priced'), '.2f')}x | {r['speedup']:.2f}x | "
+                     f"{_fmt(r['mean_accepted'], '.2f')} |")
     return "\n".join(lines)
 
 

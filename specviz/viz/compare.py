@@ -28,21 +28,24 @@ class CompareRow:
     identical: str          # "yes" / "no" / "n/a (sampling)"
     first_difference: str   # "" when identical
     # model drafters only (draft_metrics): acceptance rate and the analytic expected speedup,
-    # beside the measured one; None for the others
+    # beside the measured one, and the same with the verify forward priced at its measured
+    # cost in vanilla steps (the formula takes it as one); None for the others
     alpha: float | None = None
     expected_speedup: float | None = None
+    expected_priced: float | None = None
 
     @staticmethod
     def columns() -> list[str]:
         return ["drafter", "tokens/s", "speedup vs vanilla", "mean accepted", "steps",
                 "new tokens", "identical to vanilla", "first differing token", "alpha",
-                "expected speedup"]
+                "expected speedup", "expected, verify priced"]
 
     def cells(self) -> list:
         return [self.drafter, round(self.tokens_per_s, 1), round(self.speedup, 2),
                 round(self.mean_accepted, 2), self.steps, self.new_tokens, self.identical,
                 self.first_difference, "" if self.alpha is None else round(self.alpha, 2),
-                "" if self.expected_speedup is None else round(self.expected_speedup, 2)]
+                "" if self.expected_speedup is None else round(self.expected_speedup, 2),
+                "" if self.expected_priced is None else round(self.expected_priced, 2)]
 
 
 def first_difference(ref: Trace, other: Trace) -> str:
@@ -54,6 +57,11 @@ def first_difference(ref: Trace, other: Trace) -> str:
     if len(a) != len(b):
         return f"#{min(len(a), len(b))}: one output is longer ({len(a)} vs {len(b)} tokens)"
     return ""
+
+
+def verify_per_step(trace: Trace) -> float:
+    """Seconds of the verify forward per step (0.0 without steps)."""
+    return trace.totals.phase_seconds.get("verify.forward", 0.0) / trace.totals.steps if trace.totals.steps else 0.0
 
 
 def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
@@ -68,12 +76,14 @@ def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
         tps = median(t.totals.tokens_per_s for t in traces)
         diff = first_difference(ref, traces[0])
         model = traces[0].draft_metrics()
+        plain, mine = median(verify_per_step(t) for t in vanilla), median(verify_per_step(t) for t in traces)
+        priced = (model["expected_speedup"] * plain / mine) if model and plain > 0 and mine > 0 else None
         rows.append(CompareRow(
             traces[0].drafter, tps, tps / v_tps if v_tps > 0 else 0.0,
             median(t.totals.mean_accepted for t in traces), traces[0].totals.steps,
             traces[0].totals.new_tokens,
             ("no" if diff else "yes") if greedy else "n/a (sampling)", diff,
-            model.get("alpha"), model.get("expected_speedup")))
+            model.get("alpha"), model.get("expected_speedup"), priced))
     return rows
 
 
