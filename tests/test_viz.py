@@ -256,3 +256,15 @@ def test_palette_has_a_stable_fallback_for_unknown_sources() -> None:
     assert source_colour("some-new-drafter") == source_colour("some-new-drafter")
     assert source_colour("some-new-drafter").startswith("#")
     assert "some-new-drafter" in viz.legend_html(["some-new-drafter"])
+
+
+def test_run_summary_gives_the_verify_priced_expectation(tiny_lm_tok) -> None:
+    from specviz.ui.summary_tab import about_markdown
+    prompt = build_prompt(tiny_lm_tok.tokenizer, "Say something.")
+    trace = generate(tiny_lm_tok, prompt, "self_draft", {"k": 1}, DecodingConfig(max_new_tokens=12))
+    m = trace.draft_metrics()
+    text = about_markdown(trace)
+    assert f"**{m['expected_speedup']:.2f}x**" in text
+    assert f"costs {m['verify_ratio']:.2f} plain steps" in text and f"priced so, **{m['priced']:.2f}x**" in text
+    plain = about_markdown(generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=4)))
+    assert "model drafting" not in plain

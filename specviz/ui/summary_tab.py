@@ -45,7 +45,7 @@ def about_markdown(trace: Trace) -> str:
                      f"(draft forward / target step), γ {m['gamma']} → expected speedup "
                      f"(1 − α^(γ+1)) / ((1 − α)(γc + 1)) = **{m['expected_speedup']:.2f}x**"
                      + (f"; the formula prices a verify of γ + 1 rows like one plain step, but on "
-                        f"{trace.device} it costs {m['verify_ratio']:.2f} (the model's cost calibration): "
+                        f"{trace.device} it costs {m['verify_ratio']:.2f} plain steps (the model's cost calibration): "
                         f"priced so, **{m['priced']:.2f}x**" if "priced" in m else "")
                      + "; the measured speedup needs a vanilla run beside it (Compare tab, or `specviz bench`)")
     lines += [f"⚠️ {e}" for e in trace.errors]
