@@ -2,7 +2,7 @@
 
 The cost is measured, not assumed linear: it depends on the BLAS paths of the machine. On
 this project's 2-core CPU, SmolLM2-135M over an 800-token cache took 84 ms for 1 row, 168 ms
-for 4 and 246 ms for 16 with MKL's F.linear, and ~100 ms for 4 rows and ~195 ms for 16 since
+for 4 and 246 ms for 16 with MKL's F.linear, and about 108 ms for 4 rows and 195 ms for 16 since
 cpu_linear.py (benchmarks/forward_cost.py). `calibrate()` times a grid of row counts when a
 model loads. Three things follow:
 
