@@ -145,6 +145,35 @@ def test_hierarchy_recycles_the_targets_top_k(ids_index, k):
     assert d.pool.get((20,))[:k] == [(21, t) for t in (50, 51, 52)[:k]]
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_hierarchy_sizes_by_each_nodes_share_of_the_candidates(share):
+    """With share_chances a node's raw chance is the fraction of the candidates through its
+    parent that go through it (siblings' chances sum to 1); without, every node's is 1."""
+    from test_drafters import ctx
+    spec = get("hierarchy")
+    prompt = (1, 2, 3, 4, 9, 1, 2, 3, 5, 9, 1, 6, 7, 8, 9)       # after 1: 2 3 4, 2 3 5, 6 7 8
+    d = spec.make(spec.config({"use_model_db": False, "use_corpus": False, "level": 4,
+                               "share_chances": share}), DraftSetup(prompt, 64, frozenset(), 10))
+    seen = {}
+    cut = d.cutter.cut
+
+    def spy(tree, ratios, *args, **kwargs):
+        seen.update(tree=tree, ratios=list(ratios))
+        return cut(tree, ratios, *args, **kwargs)
+
+    d.cutter.cut = spy
+    d.propose(ctx(list(prompt) + [1], len(prompt)))
+    tree, ratios = seen["tree"], seen["ratios"]
+    paths = [tuple(tree.tokens[j] for j in tree.path_to(i)) for i in range(len(tree))]
+    by_path = dict(zip(paths, ratios))
+    assert set(paths) == {(2,), (2, 3), (2, 3, 4), (2, 3, 5), (6,), (6, 7), (6, 7, 8)}
+    if share:
+        assert by_path == pytest.approx({(2,): 2 / 3, (2, 3): 1.0, (2, 3, 4): 0.5, (2, 3, 5): 0.5,
+                                         (6,): 1 / 3, (6, 7): 1.0, (6, 7, 8): 1.0})
+    else:
+        assert set(ratios) == {1.0}
+
+
 def test_tree_cutter_explores_a_source_it_never_tested():
     """A prior that never pays for drafting cuts every tree to nothing, except a tree of the
     free nodes every `explore_every` steps until the source has had EXPLORE_TESTS tests."""
