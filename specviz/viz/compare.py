@@ -13,6 +13,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..draft_metrics import priced_speedup
 from ..trace import Trace
 from .palette import show_token
 
@@ -77,7 +78,8 @@ def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
         diff = first_difference(ref, traces[0])
         model = traces[0].draft_metrics()
         plain, mine = median(verify_per_step(t) for t in vanilla), median(verify_per_step(t) for t in traces)
-        priced = (model["expected_speedup"] * plain / mine) if model and plain > 0 and mine > 0 else None
+        priced = (priced_speedup(model["alpha"], int(model["gamma"]), model["c"], mine / plain)
+                  if model and plain > 0 and mine > 0 else None)
         rows.append(CompareRow(
             traces[0].drafter, tps, tps / v_tps if v_tps > 0 else 0.0,
             median(t.totals.mean_accepted for t in traces), traces[0].totals.steps,
