@@ -199,21 +199,108 @@ def test_held_out_evaluation_by_hand(tiny_lm):
     """HeldOut's cross-entropy is the training loss on the same batch (no step taken on it),
     its agreement the share of positions where draft and target argmax coincide; train()
     writes it into the manifest."""
-    from specviz.glide.train import evaluate, loss_fn, target_kv
+    from specviz.glide.target_pass import target_pass
+    from specviz.glide.train import evaluate, loss_fn
 
-    draft, _ = train(tiny_lm.model, tiny_lm.model_id, _random_batches(3), TrainConfig(steps=3, warmup=1),
-                     None, progress=False)
+    cfg = TrainConfig(steps=3, warmup=1)
+    draft, _ = train(tiny_lm.model, tiny_lm.model_id, _random_batches(3), cfg, None, progress=False)
     held = next(_random_batches(1, seed=9))
-    layers = [draft.spec.cross_layer(0)]
-    kv, target_logits = target_kv(tiny_lm.model, held, layers, True)
+    tp = target_pass(tiny_lm.model, held, [draft.spec.cross_layer(0)], logits=True)
     with torch.no_grad():
-        want_ce = float(loss_fn(draft, held, kv, None, 0.0, 5))
-        draft_top = draft.logits(draft.train_forward(held, kv, 5))[:, :-1].argmax(-1)
-    want_agree = float((draft_top == target_logits[:, :-1].argmax(-1)).float().mean())
+        want_ce = float(loss_fn(draft, held, tp, cfg))
+        draft_top = draft.logits(draft.train_forward(held, tp.kv, 5))[:, :-1].argmax(-1)
+    want_agree = float((draft_top == tp.logits[:, :-1].argmax(-1)).float().mean())
     got = evaluate(draft, [held], 5)
     assert got.tokens == held[:, 1:].numel()
     assert got.ce == pytest.approx(want_ce, rel=1e-5) and got.top1_agreement == pytest.approx(want_agree)
     assert evaluate(draft, [], 5) is None
+
+
+def test_target_labels_feature_and_shortlist_objective_by_hand(tiny_lm):
+    """labels='target' trains on the target's argmax, `feature` adds the smooth-L1 to its hidden
+    state, `vocab` restricts the head (labels outside it ignored): loss_fn equals the sum computed
+    here from the pieces."""
+    from specviz.glide.target_pass import target_pass
+    from specviz.glide.train import loss_fn
+
+    cfg = TrainConfig(steps=2, warmup=1, labels="target", feature=2.0, vocab=20)
+    draft, _ = train(tiny_lm.model, tiny_lm.model_id, _random_batches(2), cfg, None, progress=False)
+    assert draft.vocab_ids.numel() == 20 and draft.vocab_ids.unique().numel() == 20
+    ids = next(_random_batches(1, seed=4))
+    tp = target_pass(tiny_lm.model, ids, [draft.spec.cross_layer(0)], labels=True, hidden=True)
+    with torch.no_grad():
+        hidden = draft.train_forward(ids, tp.kv, 5)[:, :-1]
+        short = hidden @ tiny_lm.model.lm_head.weight[draft.vocab_ids].T          # [B, T-1, 20]
+        where = {int(t): i for i, t in enumerate(draft.vocab_ids)}
+        labels = torch.tensor([[where.get(int(t), -100) for t in row] for row in tp.labels[:, :-1]])
+        want = torch.nn.functional.cross_entropy(short.reshape(-1, 20), labels.reshape(-1), ignore_index=-100) \
+            + 2.0 * torch.nn.functional.smooth_l1_loss(hidden, tp.hidden[:, :-1])
+        assert float(loss_fn(draft, ids, tp, cfg)) == pytest.approx(float(want), rel=1e-5)
+        full = draft.logits(hidden)                                                  # [B, T-1, V]
+    outside = torch.ones(full.shape[-1], dtype=torch.bool)
+    outside[draft.vocab_ids] = False
+    assert torch.isneginf(full[..., outside]).all()
+    assert torch.allclose(full[..., draft.vocab_ids], short)
+
+
+def test_shortlist_is_the_most_frequent_tokens():
+    from specviz.glide.train import frequent_tokens
+
+    batches = [torch.tensor([[5, 5, 5, 2, 2, 9]]), torch.tensor([[9, 9, 9, 9, 1, 5]])]
+    assert frequent_tokens(batches, 3, 12).tolist() == [2, 5, 9]   # 9 x5, 5 x4, 2 x2
+    assert frequent_tokens(batches, 5, 12).tolist() == [0, 1, 2, 5, 9]  # then unseen 0 by id
+    with pytest.raises(ConfigError, match="vocab"):
+        train(None, "x", [], TrainConfig(vocab=-1))
+
+
+def test_shortlist_checkpoint_round_trip_and_lossless(tiny_lm, tmp_path):
+    """A shortlist draft saves its token ids, loads them back, drafts only from them, and the
+    output stays vanilla's (greedy)."""
+    path = tmp_path / "short.pt"
+    draft, _ = train(tiny_lm.model, tiny_lm.model_id, _random_batches(3),
+                     TrainConfig(steps=3, warmup=1, vocab=24, labels="target"), path, progress=False)
+    loaded, _ = ckpt.load(path, tiny_lm.model, tiny_lm.model_id)
+    assert loaded.spec.vocab == 24 and torch.equal(loaded.vocab_ids, draft.vocab_ids)
+    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=30)
+    out, steps = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(path)}, max_new_tokens=30)
+    assert out == ref
+    allowed = set(draft.vocab_ids.tolist())
+    drafted = [t for s in steps for t in s.tree.tokens]
+    assert drafted and set(drafted) <= allowed
+
+
+def test_target_cache_is_shared_and_refuses_other_settings(tiny_lm, tmp_path):
+    """fill_cache stores the target's pass of each batch; GLIDE and the vanilla drafter then
+    train from it without running the target, and get what a run without the cache gets;
+    a cache made with other settings, or other tokens, is refused."""
+    from specviz.glide import train as tmod
+    from specviz.glide.target_pass import TargetCache, TargetCacheError
+
+    cfg = TrainConfig(steps=4, warmup=1, epochs=2, labels="target", feature=1.0)
+    meta = {"data": "random", "seq_len": 40, "batch": 4}
+    cache = TargetCache(tmp_path / "tc", meta)
+    assert tmod.fill_cache(tiny_lm.model, _random_batches(5), cfg, cache, progress=False) == 2
+    assert 1 in cache and 2 in cache and 3 not in cache
+    calls = []
+    real = tmod.target_pass
+    tmod.target_pass = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        for cross in (True, False):
+            c = dataclasses.replace(cfg, cross_attention=cross)
+            _, cached = train(tiny_lm.model, tiny_lm.model_id, _random_batches(5), c, None, progress=False,
+                              target_cache=TargetCache(tmp_path / "tc", meta))
+            assert calls == []                                  # the target never ran
+            tmod.target_pass = real
+            _, plain = train(tiny_lm.model, tiny_lm.model_id, _random_batches(5), c, None, progress=False)
+            tmod.target_pass = lambda *a, **k: calls.append(1) or real(*a, **k)
+            assert [h.loss for h in cached] == pytest.approx([h.loss for h in plain], rel=2e-3)
+    finally:
+        tmod.target_pass = real
+    with pytest.raises(TargetCacheError, match="seq_len"):
+        TargetCache(tmp_path / "tc", {**meta, "seq_len": 64})
+    with pytest.raises(TargetCacheError, match="other tokens"):
+        train(tiny_lm.model, tiny_lm.model_id, _random_batches(5, seed=1), cfg, None, progress=False,
+              target_cache=TargetCache(tmp_path / "tc", meta))
 
 
 def test_train_writes_the_held_out_figures(tiny_lm, tmp_path):
@@ -282,11 +369,23 @@ def test_train_glide_cli(tmp_path, capsys):
     assert main(["train-glide", "--model", "tiny-random", "--data", str(data), "--steps", "1", "--held-out", "1",
                  "--batch", "1", "--seq-len", "8", "--out", str(out), "--threads", "1"]) == 0
     assert "held-out (7 tokens): cross-entropy" in capsys.readouterr().out
+    cache = tmp_path / "tc"
+    common = ["--model", "tiny-random", "--data", str(data), "--steps", "2", "--held-out", "0", "--batch", "1",
+              "--seq-len", "8", "--threads", "1", "--labels", "target", "--vocab", "40", "--target-cache", str(cache)]
+    assert main(["train-glide", *common, "--cache-only"]) == 0
+    assert "target cache" in capsys.readouterr().out and (cache / "batch-000001.pt").is_file()
+    assert main(["train-glide", *common, "--no-cross-attention", "--out", str(tmp_path / "v.pt")]) == 0
+    assert ckpt.read(tmp_path / "v.pt")["manifest"]["glide"]["vocab"] == 40
+    capsys.readouterr()
     for args, needle in ((["--data", str(tmp_path / "none.txt")], "no such file"),
                          (["--data", str(data), "--seq-len", "4096"], "no training batches"),
                          (["--data", str(data), "--steps", "0"], "steps"),
                          (["--data", str(data), "--init-layer", "7"], "init_layer"),
-                         (["--data", str(data), "--held-out", "-1"], "held_out")):
+                         (["--data", str(data), "--held-out", "-1"], "held_out"),
+                         (["--data", str(data), "--labels", "mine"], "labels"),
+                         (["--data", str(data), "--feature", "-1"], "feature"),
+                         (["--data", str(data), "--vocab", "999999", "--batch", "1", "--seq-len", "8"], "vocab"),
+                         (["--data", str(data), "--cache-only"], "--target-cache")):
         code = main(["train-glide", "--model", "tiny-random", "--out", str(tmp_path / "x.pt"), *args])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and err[-1].startswith("specviz: error: ") and needle in err[-1], err

@@ -15,6 +15,11 @@ Cross-attention masks (`cross_mask`), the delayed cache:
   cache as it was verified when its block (one speculative step) began.
 A query that sees no row gets a zero cross-attention output.
 `cross_attention=False` removes the sub-layer: the paper's "vanilla drafter" baseline.
+
+Vocabulary shortlist (`vocab` > 0, as in FR-Spec, Zhao et al. 2025): the draft's head is the
+target's LM head restricted to the `vocab` most frequent tokens of its training data (ids in
+the buffer `vocab_ids`), so training and drafting pay K x H instead of V x H per row; every
+other token gets -inf (probability 0), and the target's verify decides as before.
 """
 from __future__ import annotations
 
@@ -43,9 +48,10 @@ class GlideSpec:
     attention_bias: bool
     mlp_bias: bool
     hidden_act: str
+    vocab: int = 0                      # head shortlist size (0: the target's whole vocabulary)
 
     @staticmethod
-    def for_target(config: Any, n_layers: int = 1, cross_attention: bool = True) -> "GlideSpec":
+    def for_target(config: Any, n_layers: int = 1, cross_attention: bool = True, vocab: int = 0) -> "GlideSpec":
         heads = int(config.num_attention_heads)
         return GlideSpec(
             n_layers, cross_attention, int(config.hidden_size), heads,
@@ -53,7 +59,7 @@ class GlideSpec:
             int(getattr(config, "head_dim", None) or config.hidden_size // heads),
             int(config.intermediate_size), int(config.num_hidden_layers), float(config.rms_norm_eps),
             bool(getattr(config, "attention_bias", False)), bool(getattr(config, "mlp_bias", False)),
-            str(config.hidden_act))
+            str(config.hidden_act), int(vocab))
 
     def cross_layer(self, m: int) -> int:
         """The target layer whose cache draft layer m reads."""
@@ -170,12 +176,27 @@ class GlideDraft(nn.Module):
         self.spec = spec
         self.layers = nn.ModuleList(GlideLayer(spec, target.config) for _ in range(spec.n_layers))
         self.__dict__["target"] = target          # not a submodule: not trained, not saved
+        if spec.vocab:
+            self.register_buffer("vocab_ids", torch.arange(spec.vocab))   # [K] set by set_vocab / load
+        self._head: torch.Tensor | None = None                           # [K, H] rows of the LM head
+
+    def set_vocab(self, ids: torch.Tensor) -> None:
+        """The shortlist: `spec.vocab` distinct token ids [K]."""
+        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+        if ids.numel() != self.spec.vocab or ids.unique().numel() != ids.numel():
+            raise ValueError(f"the shortlist needs {self.spec.vocab} distinct ids, got {ids.numel()}")
+        self.vocab_ids.copy_(ids.to(self.vocab_ids.device))
+        self._head = None
 
     @torch.no_grad()
     def init_from_target(self, layer: int | None = None) -> None:
         """Copy target decoder layer `layer` (None: the layer its cross-attention reads) into
-        each draft layer's self-attention, norms and MLP; the cross-attention's norm and q/o
-        from the attended layer's input norm and q/o projections."""
+        each draft layer's self-attention, norms and MLP; the cross-attention's norm and query
+        projection from the attended layer's, and its output projection zero: the untrained
+        glimpse adds nothing, so the draft starts as the vanilla drafter and learns what to
+        take from the cache. (With the attended layer's output projection instead, its large
+        top-layer outputs swamp the embedding-scale residual: on SmolLM2-135M the draft then
+        learned slower than the vanilla drafter.)"""
         tl = self.target.model.layers
         for m, dl in enumerate(self.layers):
             src = tl[self.spec.cross_layer(m) if layer is None else layer]
@@ -188,7 +209,9 @@ class GlideDraft(nn.Module):
             if self.spec.cross_attention:
                 dl.cross_norm.load_state_dict(top.input_layernorm.state_dict())
                 dl.cross_q.load_state_dict(top.self_attn.q_proj.state_dict())
-                dl.cross_o.load_state_dict(top.self_attn.o_proj.state_dict())
+                dl.cross_o.weight.zero_()
+                if dl.cross_o.bias is not None:
+                    dl.cross_o.bias.zero_()
 
     def hidden(self, ids: torch.Tensor, positions: torch.Tensor,
                past: list[tuple[torch.Tensor, torch.Tensor]] | None, self_visible: torch.Tensor,
@@ -205,8 +228,31 @@ class GlideDraft(nn.Module):
             new.append(kv)
         return inner.norm(x), new
 
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, T, H] -> [B, T, K] over the shortlist (K = V, the LM head, without one)."""
+        if not self.spec.vocab:
+            return self.target.lm_head(hidden)
+        if self._head is None or self._head.device != hidden.device or self._head.dtype != hidden.dtype \
+                or self.training:
+            weight = self.target.lm_head.weight
+            self._head = weight[self.vocab_ids.to(weight.device)].to(hidden.dtype)   # [K, H]
+        return torch.nn.functional.linear(hidden, self._head)
+
+    def vocab_index(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids -> their index in the shortlist, -100 (cross-entropy's ignore) outside it."""
+        if not self.spec.vocab:
+            return ids
+        where = torch.full((self.target.lm_head.weight.shape[0],), -100, dtype=torch.long, device=ids.device)
+        where[self.vocab_ids.to(ids.device)] = torch.arange(self.spec.vocab, device=ids.device)
+        return where[ids]
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.target.lm_head(hidden)                                   # [B, T, V]
+        """hidden [B, T, H] -> [B, T, V]; tokens outside the shortlist get -inf."""
+        short = self.head_logits(hidden)
+        if not self.spec.vocab:
+            return short
+        full = short.new_full((*short.shape[:-1], self.target.lm_head.weight.shape[0]), float("-inf"))
+        return full.index_copy_(-1, self.vocab_ids.to(short.device), short)
 
     def train_forward(self, ids: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]] | None,
                       block: int = 5) -> torch.Tensor:

@@ -1,25 +1,32 @@
 """Train a GLIDE draft for a frozen target: `python -m specviz train-glide`.
 
-Each step: a batch of token windows [B, T] -> the frozen target's forward (no LM head) gives
-the keys / values of the layers the draft attends to -> the draft's forward with causal
-self-attention and the block-wise cross mask (block 5: a query sees the target cache as
-verified when its block began, as at inference) -> cross-entropy on the next tokens,
-optionally mixed with the KL divergence to the target's own next-token distribution
-(`distill` weight; needs the target's logits, so the target's LM head runs too).
+Each step: a batch of token windows [B, T] -> the frozen target's forward (target_pass.py)
+gives the keys / values of the layers the draft attends to, and what the objective needs ->
+the draft's forward with causal self-attention and the block-wise cross mask (block 5: a
+query sees the target cache as verified when its block began, as at inference) -> the loss:
+- cross-entropy on the next tokens: the data's (`labels="data"`) or the target's own argmax
+  (`labels="target"`: hard distillation; a greedy draft token is accepted exactly when it is
+  the target's argmax);
+- plus `distill` x the KL divergence to the target's distribution (soft distillation);
+- plus `feature` x smooth-L1 between the draft's final hidden state and the target's (feature
+  regression, as EAGLE does: a dense signal of H numbers a token instead of one label).
+With `vocab` > 0 the draft's head is a shortlist of that many frequent data tokens (model.py),
+which makes the head K/V of its cost; labels outside it are ignored.
 AdamW, linear warm-up then cosine decay. `--no-cross-attention` trains the paper's vanilla
 drafter (same layers without the cross-attention) on the same data.
 
-With `epochs > 1` the first ceil(steps / epochs) batches are used, and the target's KV of
-each is computed once and kept in memory (fp16: 768 bytes per token per attended layer for
-SmolLM2-135M) for the later epochs, which then cost only the draft's forward and backward. Checkpoints (checkpoint.py) carry the optimiser state and the data
-position: `--resume` continues a run where it stopped (Ctrl-C saves first).
+With `epochs > 1` the first ceil(steps / epochs) batches are used again, the target's pass of
+each computed once: kept in memory (fp16), or on disk with `target_cache`, which several runs
+share (`--cache-only` fills it without training). Checkpoints (checkpoint.py) carry the
+optimiser state and the data position: `--resume` continues a run where it stopped (Ctrl-C
+saves first).
 """
 from __future__ import annotations
 
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -28,7 +35,11 @@ import torch
 from ..errors import ConfigError, SpecvizError
 from . import checkpoint as ckpt
 from .data import DataError, batches, file_texts, sharegpt_texts, windows
-from .model import GlideDraft, GlideSpec
+from .model import GlideDraft, GlideSpec, target_fingerprint
+from .target_pass import TargetCache, TargetPass, target_pass
+
+LABELS = ("data", "target")
+SHORTLIST_BATCHES = 1000           # the shortlist counts tokens of at most this many first batches
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,9 @@ class TrainConfig:
     layers: int = 1
     cross_attention: bool = True
     distill: float = 0.0                 # weight of KL(target || draft); 0 = plain cross-entropy
+    labels: str = "data"                 # next-token labels: the data's, or the target's argmax
+    feature: float = 0.0                 # weight of smooth-L1(draft hidden, target hidden)
+    vocab: int = 0                       # head shortlist size (0: the whole vocabulary)
     # target layer copied into the draft's self-attention, norms and MLP (None: the attended one).
     # Layer 0 (which reads raw embeddings, as the draft does) starts at a loss of ~15 nats on
     # SmolLM2-135M, the attended top layer at ~54 and random weights at ~34 (probe in the report).
@@ -64,6 +78,16 @@ class TrainConfig:
             raise ConfigError("lr", f"must be in (0, 1), got {self.lr}")
         if not 0 <= self.distill <= 1:
             raise ConfigError("distill", f"must be in [0, 1], got {self.distill}")
+        if self.labels not in LABELS:
+            raise ConfigError("labels", f"must be one of {', '.join(LABELS)}, got {self.labels!r}")
+        if self.feature < 0:
+            raise ConfigError("feature", f"must be >= 0, got {self.feature}")
+        if self.vocab < 0:
+            raise ConfigError("vocab", f"must be >= 0 (0 = the whole vocabulary), got {self.vocab}")
+
+    def needs(self) -> dict[str, bool]:
+        """What the objective needs from the target's pass (target_pass keywords)."""
+        return {"labels": self.labels == "target", "hidden": self.feature > 0, "logits": self.distill > 0}
 
 
 @dataclass
@@ -74,44 +98,47 @@ class StepStats:
     seconds: float
 
 
-def target_kv(target: Any, ids: torch.Tensor, layers: list[int], want_logits: bool
-              ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
-    """The frozen target over ids [B, T]: (k, v) [B, H_kv, T, D] of `layers`, and its logits
-    [B, T, V] when asked (distillation)."""
-    from transformers import DynamicCache
+def loss_fn(draft: GlideDraft, ids: torch.Tensor, tp: TargetPass, cfg: TrainConfig) -> torch.Tensor:
+    """The objective on one batch: ids [B, T] and the target's pass over them."""
+    hidden = draft.train_forward(ids, tp.kv or None, cfg.block)[:, :-1]     # [B, T-1, H]
+    logits = draft.head_logits(hidden).float()                              # [B, T-1, K]
+    labels = tp.labels[:, :-1] if cfg.labels == "target" else ids[:, 1:]    # [B, T-1]
+    labels = draft.vocab_index(labels)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                             ignore_index=-100) if bool((labels >= 0).any()) \
+        else logits.sum() * 0.0
+    if cfg.distill > 0 and tp.logits is not None:
+        target_logits = tp.logits[:, :-1].float()
+        if draft.spec.vocab:
+            target_logits = target_logits[..., draft.vocab_ids]            # renormalised on the shortlist
+        logp, tlogp = torch.log_softmax(logits, -1), torch.log_softmax(target_logits, -1)
+        kl = (tlogp.exp() * (tlogp - logp)).sum(-1).mean()
+        loss = (1 - cfg.distill) * loss + cfg.distill * kl
+    if cfg.feature > 0 and tp.hidden is not None:
+        loss = loss + cfg.feature * torch.nn.functional.smooth_l1_loss(hidden.float(), tp.hidden[:, :-1].float())
+    return loss
 
-    with torch.no_grad():
-        cache = DynamicCache(config=target.config)
-        if want_logits:
-            logits = target(input_ids=ids, past_key_values=cache, use_cache=True).logits
-        else:
-            target.model(input_ids=ids, past_key_values=cache, use_cache=True)
-            logits = None
-    return [(cache.layers[i].keys, cache.layers[i].values) for i in layers], logits
 
-
-def loss_fn(draft: GlideDraft, ids: torch.Tensor, cross: list | None, target_logits: torch.Tensor | None,
-            distill: float, block: int) -> torch.Tensor:
-    hidden = draft.train_forward(ids, cross, block)                      # [B, T, H]
-    logits = draft.logits(hidden[:, :-1]).float()                        # [B, T-1, V]
-    labels = ids[:, 1:]
-    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-    if distill <= 0 or target_logits is None:
-        return ce
-    logp = torch.log_softmax(logits, -1)
-    tlogp = torch.log_softmax(target_logits[:, :-1].float(), -1)
-    kl = (tlogp.exp() * (tlogp - logp)).sum(-1).mean()
-    return (1 - distill) * ce + distill * kl
+def frequent_tokens(batches: Iterable[torch.Tensor], k: int, vocab_size: int) -> torch.Tensor:
+    """The k most frequent token ids of `batches` [B, T] (ties and unseen ids by id), sorted."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for ids in batches:
+        counts += torch.bincount(ids.flatten().cpu(), minlength=vocab_size)[:vocab_size]
+    return counts.argsort(descending=True, stable=True)[:k].sort().values
 
 
 @dataclass(frozen=True)
 class HeldOut:
     """The draft on batches it was not trained on: cross-entropy on the next tokens, and the
     share of positions where its argmax is the target's argmax (the greedy acceptance rate of
-    a first draft token, before any speculative step is run)."""
+    a first draft token, before any speculative step is run). With a shortlist head the
+    cross-entropy counts the positions whose next token is in the shortlist (`coverage` of
+    them; the target's argmax is in it at `label_coverage` of the positions)."""
     tokens: int
     ce: float
     top1_agreement: float
+    coverage: float = 1.0
+    label_coverage: float = 1.0
 
 
 def evaluate(draft: GlideDraft, held: Iterable[torch.Tensor], block: int) -> HeldOut | None:
@@ -119,20 +146,28 @@ def evaluate(draft: GlideDraft, held: Iterable[torch.Tensor], block: int) -> Hel
     spec, target = draft.spec, draft.target
     layers = [spec.cross_layer(m) for m in range(spec.n_layers)] if spec.cross_attention else []
     device = next(target.parameters()).device
-    was_training, n, ce, agree = draft.training, 0, 0.0, 0
+    was_training, n, covered, ce, agree, label_in = draft.training, 0, 0, 0.0, 0, 0
     draft.eval()
     with torch.no_grad():
         for ids in held:
             ids = ids.to(device)
-            kv, target_logits = target_kv(target, ids, layers, True)
-            logits = draft.logits(draft.train_forward(ids, kv or None, block))[:, :-1].float()  # [B, T-1, V]
-            labels = ids[:, 1:]
-            ce += float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                          labels.reshape(-1), reduction="sum"))
-            agree += int((logits.argmax(-1) == target_logits[:, :-1].argmax(-1)).sum())
-            n += labels.numel()
+            tp = target_pass(target, ids, layers, labels=True)
+            hidden = draft.train_forward(ids, tp.kv or None, block)[:, :-1]
+            logits = draft.head_logits(hidden).float()                      # [B, T-1, K]
+            index = draft.vocab_index(ids[:, 1:])
+            keep = index >= 0
+            if bool(keep.any()):
+                ce += float(torch.nn.functional.cross_entropy(logits[keep], index[keep], reduction="sum"))
+            wanted = tp.labels[:, :-1]
+            chosen = draft.vocab_ids[logits.argmax(-1)] if spec.vocab else logits.argmax(-1)
+            agree += int((chosen == wanted).sum())
+            label_in += int((draft.vocab_index(wanted) >= 0).sum())
+            covered += int(keep.sum())
+            n += index.numel()
     draft.train(was_training)
-    return HeldOut(n, ce / n, agree / n) if n else None
+    if not n:
+        return None
+    return HeldOut(n, ce / max(covered, 1), agree / n, covered / n, label_in / n)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -142,24 +177,82 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+def attended_layers(target: Any, cfg: TrainConfig) -> list[int]:
+    """The target layers GLIDE's cross-attention reads (also stored for a vanilla drafter's run
+    with a target cache, so that GLIDE and the vanilla drafter share one cache)."""
+    n = int(target.config.num_hidden_layers)
+    return [n - cfg.layers + m for m in range(cfg.layers)]
+
+
+def cached_pass(target: Any, n: int, ids: torch.Tensor, layers: list[int], cfg: TrainConfig,
+                cache: TargetCache | None) -> TargetPass:
+    """Batch n's target pass: from the cache when it holds it, else computed (and stored)."""
+    if cache is not None and n in cache:
+        cached_ids, tp = cache.get(n)
+        if not torch.equal(cached_ids, ids.cpu()):
+            from .target_pass import TargetCacheError
+            raise TargetCacheError(f"target cache: batch {n} of {str(cache.dir)!r} holds other tokens than "
+                                   "this run's data; give another --target-cache directory")
+        param = next(target.parameters())
+        return tp.to(param.dtype, param.device)
+    needs = cfg.needs()
+    tp = target_pass(target, ids, layers, **needs) if (layers or any(needs.values())) else TargetPass([])
+    if cache is not None:
+        cache.put(n, ids, tp)
+    return tp
+
+
+def first_pass_batches(cfg: TrainConfig) -> int:
+    """How many batches of the data one run reads (later epochs replay them)."""
+    return math.ceil(cfg.steps / cfg.epochs)
+
+
+def fill_cache(target: Any, batch_source: Iterable[torch.Tensor], cfg: TrainConfig, cache: TargetCache,
+               progress: bool = True) -> int:
+    """The target's pass over the batches a run with `cfg` reads, into `cache`; returns how many
+    batches it holds. Batches already there are kept (a stopped fill resumes)."""
+    cfg.check()
+    target.eval()
+    layers, device, count = attended_layers(target, cfg), next(target.parameters()).device, 0
+    total = first_pass_batches(cfg)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="batch", dynamic_ncols=True)
+    for n, ids in enumerate(itertools.islice(batch_source, total), 1):
+        if n not in cache:
+            cached_pass(target, n, ids.to(device), layers, cfg, cache)
+        count = n
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return count
+
+
 def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg: TrainConfig,
           out: str | Path | None = None, resume: bool = False, data_name: str = "",
-          progress: bool = True, held: Iterable[torch.Tensor] = ()) -> tuple[GlideDraft, list[StepStats]]:
-    """Train (or resume) a GLIDE draft; returns it and the per-step stats. `batch_source` is
-    re-iterable when epochs > 1 is not needed; with epochs > 1 the first pass is cached.
+          progress: bool = True, held: Iterable[torch.Tensor] = (),
+          target_cache: TargetCache | None = None) -> tuple[GlideDraft, list[StepStats]]:
+    """Train (or resume) a GLIDE draft; returns it and the per-step stats. With epochs > 1 the
+    first pass's batches are replayed, their target pass kept in memory or in `target_cache`.
     `held`: batches kept out of training, evaluated at the end (HeldOut, in the manifest)."""
     cfg.check()
     torch.manual_seed(cfg.seed)
     for p in target.parameters():
         p.requires_grad_(False)
     target.eval()
-    spec = GlideSpec.for_target(target.config, cfg.layers, cfg.cross_attention)
+    vocab_size = int(target.lm_head.weight.shape[0])
+    if cfg.vocab > vocab_size:
+        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {cfg.vocab}")
+    spec = GlideSpec.for_target(target.config, cfg.layers, cfg.cross_attention, cfg.vocab)
     draft = GlideDraft(spec, target)
     draft.init_from_target(cfg.init_layer)
     device = next(target.parameters()).device
     draft.to(device).train()
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.0)
     start_step, consumed, history = 0, 0, []
+    source_iter: Iterator[torch.Tensor] = iter(batch_source)
     if resume and out is not None and Path(out).is_file():
         blob = ckpt.read(out)
         ckpt.check_target(blob["manifest"], target, target_id, out)
@@ -172,28 +265,39 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
             opt.load_state_dict(training["optimizer"])
         start_step, consumed = int(training.get("step", 0)), int(training.get("batches", 0))
         history = [StepStats(**s) for s in training.get("history", [])]
-    layers = [spec.cross_layer(m) for m in range(spec.n_layers)] if spec.cross_attention else []
-    store: list[tuple[torch.Tensor, list, torch.Tensor | None]] = []
+    elif cfg.vocab:
+        head = list(itertools.islice(source_iter, min(first_pass_batches(cfg), SHORTLIST_BATCHES)))
+        draft.set_vocab(frequent_tokens(head, cfg.vocab, vocab_size))
+        source_iter = itertools.chain(head, source_iter)
+    layers = attended_layers(target, cfg) if (spec.cross_attention or target_cache is not None) else []
+    store: list[tuple[torch.Tensor, TargetPass]] = []
+    param = next(target.parameters())
 
-    def stream() -> Iterator[tuple[torch.Tensor, list | None, torch.Tensor | None]]:
+    def feed(tp: TargetPass) -> TargetPass:
+        return tp if spec.cross_attention else replace(tp, kv=[])
+
+    def stream() -> Iterator[tuple[torch.Tensor, TargetPass]]:
         n = 0
-        per_epoch = math.ceil(cfg.steps / cfg.epochs) if cfg.epochs > 1 else None
-        for ids in batch_source:
+        per_epoch = first_pass_batches(cfg) if cfg.epochs > 1 else None
+        for ids in source_iter:
             if per_epoch is not None and n >= per_epoch:
                 break                                      # later epochs replay these batches
             ids = ids.to(device)
             n += 1
             if n <= consumed and cfg.epochs == 1:
                 continue                                   # resuming: skip the batches already seen
-            kv, tl = (target_kv(target, ids, layers, cfg.distill > 0) if (layers or cfg.distill > 0)
-                      else ([], None))
-            if cfg.epochs > 1:
-                store.append((ids, [(k.half(), v.half()) for k, v in kv], tl.half() if tl is not None else None))
-            yield ids, kv or None, tl
+            tp = cached_pass(target, n, ids, layers, cfg, target_cache)
+            if cfg.epochs > 1 and target_cache is None:
+                store.append((ids, feed(tp).to(torch.float16)))
+            yield ids, feed(tp)
         for _ in range(cfg.epochs - 1):
-            for ids, kv, tl in store:
-                yield ids, ([(k.float(), v.float()) for k, v in kv] or None), \
-                    (tl.float() if tl is not None else None)
+            if target_cache is not None:
+                for m in range(1, n + 1):
+                    ids, tp = target_cache.get(m)
+                    yield ids.to(device), feed(tp.to(param.dtype, device))
+            else:
+                for ids, tp in store:
+                    yield ids, tp.to(param.dtype)
 
     bar = None
     if progress:
@@ -216,7 +320,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
         while step < (cfg.stop_after or cfg.steps):
             t0 = time.perf_counter()                   # tokens/s end to end: data + target + draft
             try:
-                ids, cross, tl = next(source)
+                ids, tp = next(source)
             except StopIteration:
                 if step == start_step:
                     raise DataError("data: no training batches (the data is empty or shorter than "
@@ -224,7 +328,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
                 break
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            loss = loss_fn(draft, ids, cross, tl, cfg.distill, cfg.block)
+            loss = loss_fn(draft, ids, tp, cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
@@ -275,6 +379,20 @@ def add_arguments(p: Any) -> None:
                    help="train the paper's vanilla drafter (no glimpse of the target's cache)")
     p.add_argument("--distill", type=float, default=d.distill,
                    help="weight of the KL to the target's distribution (0 = cross-entropy only)")
+    p.add_argument("--labels", default=d.labels, metavar="|".join(LABELS),
+                   help="next-token labels: the data's, or the target's own argmax (hard distillation: "
+                        "what a greedy draft must match to be accepted)")
+    p.add_argument("--feature", type=float, default=d.feature,
+                   help="weight of the smooth-L1 between the draft's and the target's final hidden "
+                        "states (feature regression; 0 = off)")
+    p.add_argument("--vocab", type=int, default=d.vocab, metavar="K",
+                   help="draft head over the K most frequent data tokens only (0 = the whole "
+                        "vocabulary); cheaper to train and to draft with")
+    p.add_argument("--target-cache", default=None, metavar="DIR",
+                   help="keep the target's pass over each batch in DIR and read it from there: "
+                        "runs on the same data (GLIDE and the vanilla drafter) share one")
+    p.add_argument("--cache-only", action="store_true",
+                   help="fill --target-cache for these settings and stop (no training)")
     p.add_argument("--init-layer", type=int, default=d.init_layer,
                    help="target layer copied into the draft's self-attention and MLP (default 0: it "
                         "reads embeddings like the draft); the cross-attention starts from the "
@@ -304,7 +422,8 @@ def run(args: Any) -> int:
         torch.set_num_threads(args.threads)
     cfg = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                       warmup=args.warmup, layers=args.layers, cross_attention=not args.no_cross_attention,
-                      distill=args.distill, init_layer=args.init_layer, epochs=args.epochs,
+                      distill=args.distill, labels=args.labels, feature=args.feature, vocab=args.vocab,
+                      init_layer=args.init_layer, epochs=args.epochs,
                       save_every=args.save_every, seed=args.seed, stop_after=args.stop_after)
     cfg.check()
     lm = load_model(args.model, device=args.device, dtype="float32")
@@ -329,8 +448,20 @@ def run(args: Any) -> int:
         raise ConfigError("held_out", f"must be >= 0, got {args.held_out}")
     source = batches(windows(texts, lm.tokenizer, cfg.seq_len, eos), cfg.batch)
     held = list(itertools.islice(source, args.held_out))        # never trained on
+    cache = None
+    if args.target_cache:
+        cache = TargetCache(args.target_cache, {
+            "target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
+            "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,
+            "batch": cfg.batch, "layers": attended_layers(lm.model, cfg), **cfg.needs()})
+    elif args.cache_only:
+        raise ConfigError("cache_only", "needs --target-cache DIR to fill")
+    if args.cache_only:
+        count = fill_cache(lm.model, source, cfg, cache)
+        print(f"target cache {args.target_cache}: {count} batches of {cfg.batch} x {cfg.seq_len} tokens")
+        return 0
     _, history = train(lm.model, lm.model_id, source, cfg, out, args.resume, data_name=args.data,
-                       held=held)
+                       held=held, target_cache=cache)
     if args.export:
         ckpt.export(out, args.export)
     done = history[-1] if history else None
@@ -338,5 +469,7 @@ def run(args: Any) -> int:
     print(f"saved {out}: {len(history)} steps, {sum(h.tokens for h in history)} tokens"
           + (f", last loss {done.loss:.3f}" if done else "")
           + (f"; held-out ({result['tokens']} tokens): cross-entropy {result['ce']:.3f}, top-1 agreement "
-             f"with the target {result['top1_agreement']:.3f}" if result else ""))
+             f"with the target {result['top1_agreement']:.3f}"
+             + (f" (shortlist holds the target's choice at {result['label_coverage']:.3f})"
+                if cfg.vocab else "") if result else ""))
     return 0
