@@ -449,9 +449,9 @@ def test_shipped_glide_inference_matches_training_forward_on_embedded(embedded_l
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known defect (model card): the shipped GLIDE is undertrained "
-                   "(200 CPU steps; held-out top-1 agreement with the target 4.6%) and is almost never accepted")
 def test_shipped_glide_drafts_are_accepted(embedded_lm):
+    """The shipped GLIDE drafts what the target says: at least 4 of 24 tokens accepted on a
+    plain question (the model card's check; the first, undertrained checkpoint got 0)."""
     from specviz.prompts import build_prompt
 
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids
