@@ -7,7 +7,10 @@ with the target on ShareGPT text it was never trained on, and the short training
 
 Held-out text: conversations 2,000 onwards of the packaged ShareGPT (training reads from the
 start), 2 batches of 4 x 256 tokens (1 of 8 x 128 for the `--seq-len 128` probes). Evaluation
-is specviz.glide.train.evaluate, the one train-glide runs at its end. One torch thread.
+is specviz.glide.train.evaluate, the one train-glide runs at its end (for a shortlist head
+its cross-entropy counts the positions whose next token is in the shortlist). One torch thread.
+The probes here train on the next data token with the whole vocabulary (the first
+checkpoints' objective); glide_objectives.py compares the objectives.
 """
 from __future__ import annotations
 

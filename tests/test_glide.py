@@ -40,6 +40,15 @@ def glide_ckpt(tiny_lm, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def shortlist_ckpt(tiny_lm, tmp_path_factory):
+    """A draft whose head holds 40 of the tiny model's 64 tokens (the rest: probability 0)."""
+    path = tmp_path_factory.mktemp("glide") / "short-tiny.pt"
+    train(tiny_lm.model, tiny_lm.model_id, _random_batches(6), TrainConfig(steps=6, warmup=1, vocab=40,
+                                                                           labels="target"), path, progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
 def vanilla_ckpt(tiny_lm, tmp_path_factory):
     path = tmp_path_factory.mktemp("glide") / "vanilla-tiny.pt"
     train(tiny_lm.model, tiny_lm.model_id, _random_batches(3), TrainConfig(steps=3, warmup=1, cross_attention=False),
@@ -349,6 +358,17 @@ def test_glide_sampling_lossless(tiny_lm, glide_ckpt, extra):
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
     p1, p12 = exact_pairs(lm, PROMPT, T1)
     s = sample(lm, "glide", {"checkpoint": str(glide_ckpt), **extra}, T1)
+    pv1, pv2 = fit_pvalues(s, p1, p12)
+    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
+
+
+def test_glide_sampling_lossless_with_a_shortlist_head(tiny_lm, shortlist_ckpt):
+    """A draft that never proposes 24 of the 64 tokens: the target still samples them at its
+    own rate (they come from the residual distribution)."""
+    lm = dataclasses.replace(tiny_lm, verify_cost=COST)
+    p1, p12 = exact_pairs(lm, PROMPT, T1)
+    s = sample(lm, "glide", {"checkpoint": str(shortlist_ckpt), "gamma": 2}, T1)
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
