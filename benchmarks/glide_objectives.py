@@ -28,13 +28,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.glide.data import batches, sharegpt_texts, windows  # noqa: E402
 from specviz.glide.model import GlideDraft, GlideSpec  # noqa: E402
-from specviz.glide.target_pass import target_pass  # noqa: E402
-from specviz.glide.train import TrainConfig, lr_at  # noqa: E402
+from specviz.glide.target_pass import TargetPass, target_pass  # noqa: E402
+from specviz.glide.train import TrainConfig, loss_fn, lr_at  # noqa: E402
 from specviz.models import load_model  # noqa: E402
 
 BATCH, LENGTH = 4, 256
@@ -79,6 +78,8 @@ def train(args: argparse.Namespace) -> None:
     draft.train()
     opt = torch.optim.AdamW(draft.parameters(), lr=args.lr, weight_decay=0.0)
     cfg = TrainConfig(steps=len(train_set) * args.epochs, lr=args.lr, warmup=10)
+    objective = TrainConfig(labels="data" if args.objective.startswith("data") else "target",
+                            feature=10.0 if "feat" in args.objective else 0.0)
     cross = (lambda kv: [(kv[0].float(), kv[1].float())]) if spec.cross_attention else (lambda kv: None)
 
     def agreement() -> float:
@@ -97,12 +98,8 @@ def train(args: argparse.Namespace) -> None:
         for ids, kv, hid, lab in train_set:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            hidden = draft.train_forward(ids, cross(kv), 5)[:, :-1]
-            labels = draft.vocab_index(ids[:, 1:] if args.objective.startswith("data") else lab[:, :-1])
-            logits = draft.head_logits(hidden)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
-            if "feat" in args.objective:
-                loss = loss + 10 * F.smooth_l1_loss(hidden, hid[:, :-1].float())
+            tp = TargetPass(kv=cross(kv) or [], labels=lab, hidden=hid.float())
+            loss = loss_fn(draft, ids, tp, objective)                # train-glide's own objective
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
