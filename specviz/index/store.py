@@ -323,7 +323,7 @@ def save_model_db(folder: str | Path, db: ModelDB, ident: dict[str, Any], info: 
 # ---- the default index ---------------------------------------------------------------------------
 
 def index_root() -> Path:
-    from ..models import cache_dir
+    from ..cachedir import cache_dir
     return cache_dir() / "index"
 
 

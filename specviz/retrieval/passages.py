@@ -1,6 +1,6 @@
 """Build a passage index from documents, and retrieve chunks for a question.
 
-    docs = load_documents("assets/docs")
+    docs = load_documents("specviz/data/docs")
     embedder = load_embedder("default")
     index = build_passage_index(docs, embedder)            # chunk -> embed -> FAISS
     hits = retrieve(index, embedder, "How do bees find flowers?", k=3)

@@ -1,4 +1,4 @@
-"""Worked examples (assets/presets.toml): short original texts for summarization, context
+"""Worked examples (specviz/data/presets.toml): short original texts for summarization, context
 QA, chat and code editing, loaded for the page's example picker."""
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-PRESETS_FILE = Path(__file__).resolve().parents[2] / "assets" / "presets.toml"
+from ..resources import data_path
+
+PRESETS_FILE = data_path("presets.toml")
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,7 @@ class Preset:
 
 
 def load_presets(path: Path = PRESETS_FILE) -> list[Preset]:
-    """The presets, or none if the file is missing (an installed package without assets/)."""
+    """The presets, or none if the file is missing (a package built without its data files)."""
     if not path.is_file():
         return []
     data = tomllib.loads(path.read_text(encoding="utf-8"))

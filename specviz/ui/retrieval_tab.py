@@ -3,7 +3,7 @@
     with gr.Tab("Retrieve"):
         build_retrieval_tab(context_box, message_box)
 
-The user uploads or pastes documents (or keeps the demo collection in assets/docs), builds
+The user uploads or pastes documents (or keeps the demo collection, specviz/data/docs), builds
 an index (progress bar while embedding), asks a question, reads the retrieved chunks with
 their scores, and sends the context + question to the explorer's boxes, where generating
 with ngram_trie shows which context spans the accepted drafts were copied from; the context
@@ -30,9 +30,10 @@ from ..retrieval.embed import canonical_id, load_embedder
 from ..retrieval.faiss_index import PassageIndex
 from ..retrieval.passages import MAX_K, build_passage_index, retrieve
 from ..retrieval.prompt import RetrievedContext, build_context
+from ..resources import data_path
 from ..settings import build
 
-DEMO_DOCS = Path(__file__).resolve().parents[2] / "assets" / "docs"
+DEMO_DOCS = data_path("docs")
 UI_MAX_CHUNKS = 5000          # embedding runs on the server's CPU: keep one build to minutes
 EMBEDDERS = ["default", "hashing"]
 HEADERS = ["rank", "score", "source", "characters", "text"]
