@@ -74,6 +74,32 @@ def _tuple_settings(spec: Any, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> tuple[Any, dict[str, Any]]:
+    """--drafter NAME[@PRESET][[k=v;...]] and --set k=v -> (the DrafterSpec, its setting values:
+    the preset's, the bracketed ones, then --set's)."""
+    from .drafters.choice import parse_choice
+
+    try:
+        choice = parse_choice(text, validate=False)
+    except SpecvizError as err:
+        raise UsageError(f"--drafter: {err}") from None
+    spec = choice.spec
+    return spec, _tuple_settings(spec, choice.values(parse_set(set_items)))
+
+
+_PROCESS_STORE: Any = None
+
+
+def process_store() -> Any:
+    """This process's drafters.store.DrafterStore: what drafters keep across generations (ADED's
+    adapted table) lives as long as the command (a CLI process serves one user)."""
+    global _PROCESS_STORE
+    if _PROCESS_STORE is None:
+        from .drafters.store import DrafterStore
+        _PROCESS_STORE = DrafterStore()
+    return _PROCESS_STORE
+
+
 def read_context(path: str | None) -> str:
     """The text of --context-file, or a UsageError saying why it cannot be used."""
     if not path:
@@ -161,14 +187,9 @@ def _decoding_values(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_generate(args: argparse.Namespace) -> int:
     from . import settings
     from .decoding import DecodingConfig
-    from .drafters import get
 
     # everything that needs no model is checked first, so a mistake fails in a second
-    try:
-        spec = get(args.drafter)
-    except SpecvizError as err:
-        raise UsageError(f"--drafter: {err}") from None
-    drafter_values = _tuple_settings(spec, parse_set(args.set))
+    spec, drafter_values = drafter_choice_values(args.drafter, args.set)
     try:
         drafter_config = spec.config(drafter_values)
     except ConfigError as err:
@@ -208,7 +229,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     streamer = _Streamer(lm.tokenizer, sys.stdout) if stream else None
     steps = []
     try:
-        for record in generate_steps(lm, prompt, spec.name, drafter_config, decoding):
+        for record in generate_steps(lm, prompt, spec.name, drafter_config, decoding, process_store()):
             steps.append(record)
             if streamer:
                 streamer.feed(record.new_tokens)
@@ -244,11 +265,14 @@ def drafter_listing() -> list[dict[str, Any]]:
     from .drafters import REGISTRY
     from .settings import describe
 
+    from .drafters.choice import preset_rows
+
     out = []
     for name in sorted(REGISTRY, key=lambda n: (LISTING_ORDER.index(n) if n in LISTING_ORDER else 99, n)):
         spec = REGISTRY[name]
         out.append({
             "name": name, "summary": spec.summary, "reference": spec.reference,
+            "presets": preset_rows(spec),
             "settings": [{"name": i.name, "type": getattr(i.type, "__name__", str(i.type)),
                           "default": list(i.default) if isinstance(i.default, tuple) else i.default,
                           "range": "true/false" if i.type is bool else i.describe_range(),
@@ -256,6 +280,10 @@ def drafter_listing() -> list[dict[str, Any]]:
                          for i in describe(spec.config_cls)],
         })
     return out
+
+
+def _preset_values(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_cell(v)}" for k, v in values.items())
 
 
 def _cell(value: Any) -> str:
@@ -276,6 +304,10 @@ def drafters_markdown() -> str:
             note = "" if s["ui"] else " (CLI only)"
             lines.append(f"| `{d['name']}` | `{s['name']}` | {_cell(s['default'])} | {_cell(s['range'])} | "
                          f"{_cell(s['help'])}{note} |")
+    lines += ["", "| preset | settings | source |", "| --- | --- | --- |"]
+    for d in listing:
+        for p in d["presets"]:
+            lines.append(f"| `{d['name']}@{p['name']}` | {_cell(_preset_values(p['values']))} | {_cell(p['source'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -301,6 +333,9 @@ def cmd_drafters(args: argparse.Namespace) -> int:
                 note = "" if s["ui"] else "  [CLI only, not in the UI]"
                 print(f"    {s['name']:<{width}}  default {default!s:<6} range {s['range']:<14} "
                       f"{s['help']}{note}")
+        for p in d["presets"]:
+            print(f"  preset {d['name']}@{p['name']}: {_preset_values(p['values'])}")
+            print(f"    source: {p['source']}")
         print()
     print("Decoding settings (generate flags): " + ", ".join(_flag(k) for k in DECODING_FLAGS) + ", --stop")
     return 0
@@ -390,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Generate with speculative decoding; print the text and "
                                      "a summary line (tokens, steps, tokens/s, mean accepted).")
     gen.add_argument("--drafter", default="ngram_trie",
-                     help="drafter name (see `python -m specviz drafters`); default ngram_trie")
+                     help="drafter name, optionally with a preset and settings: ngram_trie@paper, "
+                          "ngram_trie@paper[num_draft=16] (see `python -m specviz drafters`); default ngram_trie")
     gen.add_argument("--prompt", default="", help="the message or instruction")
     gen.add_argument("--context-file", metavar="FILE",
                      help="UTF-8 text placed before the prompt (a document to summarise, passages...)")

@@ -207,18 +207,19 @@ def test_lookahead_comb_is_the_lookahead_mask():
     spec = get("lookahead")
     d = spec.make(spec.config({"level": 4, "window": 3, "guess_set": 0}),
                   DraftSetup(tuple(range(10, 30)), 64, frozenset(), 50))
-    d.levels = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    w = d.window
+    w.levels = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     from test_drafters import ctx
     c = ctx(list(range(10, 30)), 20)
     tree = d.propose(c)
     for l in range(3):
         for j in range(3):
-            node = d._cells[l][j]
-            assert tree.tokens[node] == d.levels[l][j]
+            node = w.cells[l][j]
+            assert tree.tokens[node] == w.levels[l][j]
             seen = [tree.tokens[i] for i in tree.path_to(node)]
-            assert seen == [1, 2, 3][: j + 1] + [d.levels[k][j] for k in range(1, l + 1)]
+            assert seen == [1, 2, 3][: j + 1] + [w.levels[k][j] for k in range(1, l + 1)]
             assert tree.depths[node] == j + 1 + l
-    assert set(tree.sources) == {"lookahead"} and c.info["lookahead"] == d.levels
+    assert set(tree.sources) == {"lookahead"} and c.info["lookahead"] == w.levels
 
 
 def test_lookahead_fills_the_pool_from_jacobi_iterations(tiny_lm):

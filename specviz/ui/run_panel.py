@@ -70,7 +70,7 @@ def make_stream_handler(panel: SetupPanel):
         with shown_to_user():
             spec = panel.spec(values)
             yield gr.skip(), f"… loading `{spec.model_id}` and preparing `{spec.drafter}`...", session
-            run = runner.start(spec)
+            run = runner.start(spec, session.drafter_store)
         names = runner.TokenText(run.lm.tokenizer)
         vanilla = _vanilla_tps(session, run)
         last = 0.0
@@ -107,7 +107,7 @@ def make_teach_handler(panel: SetupPanel):
             spec: RunSpec = panel.spec(values)
             if session.live is None or session.live.spec != spec or session.live.done:
                 session.close()
-                session.live = runner.start(spec)
+                session.live = runner.start(spec, session.drafter_store)
         run = session.live
         step = runner.advance(run.steps_iter)
         if step is None or step.stop:
