@@ -377,6 +377,18 @@ def test_glide_beam_of_one_is_the_greedy_chain(tiny_lm, glide_ckpt):
     assert [s.tree.parents for s in chain] == [s.tree.parents for s in beam]
 
 
+@pytest.mark.parametrize("preset", ["paper", "paper-glide", "paper-beam"])
+def test_glide_paper_presets_greedy_lossless(tiny_lm, glide_ckpt, preset):
+    from specviz.drafters.choice import parse_choice
+
+    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=30)
+    config = parse_choice(f"glide@{preset}").config({"checkpoint": str(glide_ckpt)})
+    out, steps = run_ids(tiny_lm, TEXT_PROMPT, "glide", config, max_new_tokens=30)
+    assert out == ref
+    assert not any("drafter_error" in s.info for s in steps)
+    assert all(len(s.tree) <= 32 for s in steps)
+
+
 def test_glide_beam_refuses_cape_and_adaptive():
     for extra, field in (({"beam": 4, "cape": True}, "beam"), ({"beam": 4, "adaptive": True}, "beam")):
         with pytest.raises(ConfigError) as err:

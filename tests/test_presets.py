@@ -236,3 +236,20 @@ def test_explorer_api_accepts_a_preset(tiny_lm):
     assert dict(resolved.drafter_values)["insert_output"] is False
     trace = runner.run_to_end(spec, DrafterStore())
     assert trace.drafter == "ngram_trie" and trace.drafter_config["num_draft"] == 4
+
+
+# ---- every preset is lossless -----------------------------------------------------------------
+
+PRESET_RUNS = [(n, p) for n in sorted(REGISTRY) for p in REGISTRY[n].presets if n != "glide"]
+
+
+@pytest.mark.parametrize("name, preset", PRESET_RUNS, ids=[f"{n}@{p}" for n, p in PRESET_RUNS])
+def test_every_preset_is_greedy_identical_to_vanilla(tiny_lm, name, preset):
+    """(glide's presets run in tests/test_glide.py's way: they need a trained checkpoint.)"""
+    from conftest import run_ids
+
+    prompt = [5, 6, 7, 8, 9] * 4 + [11, 12]
+    vanilla, _ = run_ids(tiny_lm, prompt, max_new_tokens=32)
+    out, steps = run_ids(tiny_lm, prompt, name, parse_choice(f"{name}@{preset}").config(), max_new_tokens=32)
+    assert out == vanilla
+    assert not any("drafter_error" in s.info for s in steps)
