@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz.cli import drafters_markdown  # noqa: E402
+from specviz.cli.drafters import drafters_markdown  # noqa: E402
 
 START, END = "<!-- drafters:start (scripts/update_readme.py) -->", "<!-- drafters:end -->"
 
