@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz.cli import drafters_markdown  # noqa: E402
+from specviz.cli.drafters import drafters_markdown  # noqa: E402
 
 DOC = ROOT / "docs" / "drafters.md"
 START, END = "<!-- drafters:start (scripts/update_drafters_doc.py) -->", "<!-- drafters:end -->"
