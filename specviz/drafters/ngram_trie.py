@@ -135,6 +135,6 @@ PAPER = Preset(
     "the trie is built before inference and not modified during it (Appendix B); no extensions")
 
 SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
-                            "Draft trees from an n-gram trie over the context (N-Gram Trie speculative decoding).",
+                            "Draft trees from an n-gram trie over the context.",
                             "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
                             "Speculative Decoding", presets={"paper": PAPER}))
