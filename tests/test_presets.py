@@ -8,6 +8,7 @@ import json
 import pytest
 
 from specviz import cli
+from specviz.cli.drafters import drafters_markdown
 from specviz.bench.methods import MethodError, expand_sweep, parse_methods
 from specviz.drafters import REGISTRY, get
 from specviz.drafters.choice import DrafterChoice, DrafterChoiceError, parse_choice
@@ -140,7 +141,7 @@ def test_cli_drafters_lists_presets_with_sources(capsys):
     assert cli.main(["drafters", "--json"]) == 0
     listing = {d["name"]: d for d in json.loads(capsys.readouterr()[0])}
     assert listing["aded"]["presets"][0]["name"] == "paper" and listing["vanilla"]["presets"] == []
-    assert "| `hierarchy@paper` |" in cli.drafters_markdown()
+    assert "| `hierarchy@paper` |" in drafters_markdown()
 
 
 # ---- bench -----------------------------------------------------------------------------------
