@@ -22,6 +22,7 @@ from .errors import ConfigError, SpecvizError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141     # as a process killed by SIGPIPE
 
 
 class UsageError(SpecvizError):
@@ -75,38 +76,28 @@ def _tuple_settings(spec: Any, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_context(path: str | None) -> str:
-    """The text of --context-file, or a UsageError saying why it cannot be used."""
-    if not path:
-        return ""
-    file = Path(path).expanduser()
-    if not file.exists():
-        raise UsageError(f"--context-file: no such file {path!r}")
-    if file.is_dir():
-        raise UsageError(f"--context-file: {path!r} is a directory; give a UTF-8 text file")
-    try:
-        data = file.read_bytes()
-    except OSError as err:
-        raise UsageError(f"--context-file: cannot read {path!r} ({err.strerror or err})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"--context-file: {path!r} is not UTF-8 text (undecodable byte at "
-                         f"offset {err.start}); give a UTF-8 text file") from None
-    if "\x00" in text:
-        raise UsageError(f"--context-file: {path!r} looks binary (it contains NUL bytes); "
-                         "give a UTF-8 text file")
-    return text
+    """The text of --context-file (a regular UTF-8 file under the size limit), checked before reading."""
+    from .user_files import read_text_file
+
+    return read_text_file(path, "--context-file") if path else ""
 
 
 def _check_trace_path(path: str | None) -> None:
-    """Fail before generating, not after, if the trace cannot be written there."""
-    if not path:
+    """Fail before generating, not after, if the trace cannot be written there (`--trace ""` too)."""
+    from .user_files import check_output_file
+
+    if path is not None:
+        check_output_file(path, "--trace")
+
+
+def _write_trace(trace: Any, path: str | None) -> None:
+    if path is None:
         return
-    file = Path(path).expanduser()
-    if file.is_dir():
-        raise UsageError(f"--trace: {path!r} is a directory; give a file name such as trace.json")
-    if not file.parent.is_dir():
-        raise UsageError(f"--trace: the folder {str(file.parent)!r} does not exist")
+    try:
+        Path(path).expanduser().write_text(trace.to_json(), encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"--trace: cannot write {path!r} ({err.strerror or err})") from None
+    print(f"trace written to {path}", file=sys.stderr)
 
 
 def summary_line(trace: Any) -> str:
@@ -213,9 +204,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             if streamer:
                 streamer.feed(record.new_tokens)
     except KeyboardInterrupt:
-        done = sum(len(s.new_tokens) for s in steps)
-        print(f"\nspecviz: interrupted after {done} new tokens", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _finish_interrupted(args, lm, prompt, spec.name, drafter_config, decoding, steps, streamer)
     trace = build_trace(lm, prompt, spec.name, drafter_config, decoding, steps)
     if streamer:
         streamer.finish(trace.output_text)
@@ -224,13 +213,32 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(summary_line(trace), flush=True)
     for message in trace.errors:
         print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
-    if args.trace:
-        try:
-            Path(args.trace).expanduser().write_text(trace.to_json(), encoding="utf-8")
-        except OSError as err:
-            raise UsageError(f"--trace: cannot write {args.trace!r} ({err.strerror or err})") from None
-        print(f"trace written to {args.trace}", file=sys.stderr)
+    _write_trace(trace, args.trace)
     return 0
+
+
+def _finish_interrupted(args: argparse.Namespace, lm: Any, prompt: Any, drafter: str, drafter_config: Any,
+                        decoding: Any, steps: list, streamer: Any) -> int:
+    """Ctrl-C: keep what was generated. The steps so far become a trace marked `stopped` (as
+    the explorer's Stop makes), its text is printed and the trace written; exit 130."""
+    import signal
+
+    from .engine import build_trace
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose it again
+    try:
+        trace = build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
+        if streamer:
+            streamer.finish(trace.output_text)
+        else:
+            print(trace.output_text)
+        print(summary_line(trace), flush=True)
+        print(f"specviz: interrupted after {trace.totals.new_tokens} new tokens (stop: {trace.stop_reason})",
+              file=sys.stderr)
+        _write_trace(trace, args.trace)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return EXIT_INTERRUPTED
 
 
 # --- drafters -------------------------------------------------------------------------------
@@ -348,6 +356,8 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         raise UsageError(f"--kind: {', '.join(wanted)} cannot be built in one command")
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size: must be at least 1, got {args.batch_size}")
+    from .user_files import check_output_dir
+    check_output_dir(args.out, "--out")            # before minutes of building, not after
     return int(kinds[wanted[0]][1](args) or 0)
 
 
@@ -443,10 +453,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()              # a closed pipe shows here, inside the handler below
+        return code
     except SpecvizError as err:
         print(f"specviz: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("\nspecviz: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _closed_stdout()
+
+
+def _closed_stdout() -> int:
+    """The reader of our output went away (`specviz drafters | head -1`): stop quietly.
+    stdout is pointed at /dev/null so the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE
