@@ -197,9 +197,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     stream = args.stream if args.stream is not None else sys.stdout.isatty()
     streamer = _Streamer(lm.tokenizer, sys.stdout) if stream else None
+    steps_iter = generate_steps(lm, prompt, spec.name, drafter_config, decoding)   # validates first
+    if not stream:
+        print("specviz: generating (the text comes at the end; Ctrl-C stops and keeps what was generated)",
+              file=sys.stderr, flush=True)
     steps = []
     try:
-        for record in generate_steps(lm, prompt, spec.name, drafter_config, decoding):
+        for record in steps_iter:
             steps.append(record)
             if streamer:
                 streamer.feed(record.new_tokens)

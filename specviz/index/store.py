@@ -160,16 +160,16 @@ def check_ids(index: CorpusIndex, vocab_size: int) -> None:
         low_ok = (v >= 0) | (v == SEP) if allow_sep else v >= 0
         if not bool(low_ok.all()) or int(v.max()) >= high:
             worst = int(v.max()) if int(v.max()) >= high else int(v[~low_ok][0])
-            raise IndexFileError(f"index: {index.path} holds token id {worst} in its {what}, outside the "
+            raise IndexFileError(f"index: {index.path} holds token id {worst} in {what}, outside the "
                                  f"vocabulary of {vocab_size} ids its manifest names; rebuild with: "
                                  f"{build_hint(index.path)}")
     if index.suffix is not None:
-        bad(index.suffix.tokens, "suffix tokens", vocab_size, allow_sep=True)
+        bad(index.suffix.tokens, "tokens.npy", vocab_size, allow_sep=True)
     if index.trigram is not None:
-        bad(index.trigram.succ, "trigram successors", vocab_size)
-        bad(index.trigram.keys, "trigram keys", vocab_size * vocab_size)
+        bad(index.trigram.succ, "trigram_succ.npy", vocab_size)
+        bad(index.trigram.keys, "trigram_keys.npy", vocab_size * vocab_size)
     if index.model_db is not None:
-        bad(index.model_db.grams, "model-db n-grams", vocab_size)
+        bad(index.model_db.grams, "modeldb_grams.npy", vocab_size)
 
 
 def load_index(folder: str | Path) -> CorpusIndex:

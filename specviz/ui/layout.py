@@ -59,6 +59,9 @@ def api_trace(model: str = "tiny-random", drafter: str = "ngram_trie", message: 
             settings = json.loads(settings_json or "{}")
         except json.JSONDecodeError as err:
             raise gr.Error(f"settings_json: not valid JSON ({err})", print_exception=False) from None
+        except RecursionError:
+            raise gr.Error("settings_json: nested too deeply (a flat object of drafter settings is expected)",
+                           print_exception=False) from None
         if not isinstance(settings, dict):
             raise gr.Error("settings_json: must be a JSON object of drafter settings", print_exception=False)
         decoding = runner.decoding_of({"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed})
