@@ -91,7 +91,7 @@ def read(path: str | Path) -> dict[str, Any]:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file, or one that asks to run code
-        if "weights_only" in str(err) or "Unsupported global" in str(err):
+        if "Unsupported global" in str(err) or "GLOBAL" in str(err):   # the pickle names code to call
             raise CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
                                   "(checkpoints are read with torch.load(weights_only=True), never unpickled)") from None
         raise CheckpointError(f"checkpoint: {str(path)!r} is not a GLIDE checkpoint ({type(err).__name__})") from None
