@@ -411,3 +411,28 @@ def test_eight_clients_at_once_get_their_own_traces(served: Any) -> None:
     # the server is alive and answers afterwards
     assert Trace.from_json(Client(url, verbose=False).predict("tiny-random", "vanilla", "after", "", "{}", 2, 0.0, 0,
                                                               api_name="/trace")).totals.new_tokens == 2
+
+
+def test_out_of_vocabulary_draft_switches_the_drafter_off(tiny_lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drafter whose tree holds an id the model lacks never reaches the forward: the engine
+    switches it off with a note, and the output is plain decoding's."""
+    from conftest import run_ids
+    from specviz.drafters import oracle
+    from specviz.tree import DraftTree
+
+    plain, _ = run_ids(tiny_lm, [5, 6, 7], "vanilla", max_new_tokens=8)
+    monkeypatch.setattr(oracle.Oracle, "propose", lambda self, ctx: DraftTree.chain([3, 10_000], "bad"))
+    out, steps = run_ids(tiny_lm, [5, 6, 7], "oracle", {"tokens": (1, 2)}, max_new_tokens=8)
+    assert out == plain
+    assert "vocabulary" in steps[0].info["drafter_error"] and all(len(s.tree) == 0 for s in steps)
+
+
+@pytest.mark.parametrize("values", [{"temperature": float("nan")}, {"temperature": "inf"}, {"top_p": float("nan")},
+                                    {"max_new_tokens": float("nan")}, {"seed": float("inf")}])
+def test_settings_refuse_non_finite_numbers(values: dict[str, Any]) -> None:
+    from specviz.decoding import DecodingConfig
+    from specviz.errors import ConfigError
+    from specviz.settings import build
+
+    with pytest.raises(ConfigError, match="finite"):
+        build(DecodingConfig, values)
