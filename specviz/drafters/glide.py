@@ -40,7 +40,7 @@ def default_checkpoint(model_id: str) -> Path:
 @dataclass(frozen=True)
 class GlideConfig(Settings):
     checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
-                              "specviz/data/checkpoints/glide-<model>.pt).")
+                              "specviz/data/checkpoints/glide-<model>.pt).", kind="file")
     gamma: int = setting(4, "Proposal tokens per step (default 4 here: on the CPU shorter chains pay, "
                          "benchmarks/models: gamma 2 1.02x, gamma 4 0.84x of vanilla; the paper uses 5, "
                          "section 5.1, as the paper preset does).", low=1, high=32)

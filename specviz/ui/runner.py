@@ -12,6 +12,8 @@ from ..engine import build_trace, generate, generate_steps
 from ..models import LoadedModel, load_model
 from ..prompts import build_prompt
 from ..trace import StepRecord, Trace
+from ..user_files import check_text_size
+from ..web_policy import check_request
 from ..drafters.base import get
 from ..drafters.choice import parse_choice
 from .session import LiveRun, RunSpec
@@ -36,9 +38,16 @@ def resolve(spec: RunSpec) -> RunSpec:
 
 def start(spec: RunSpec, store: Any = None) -> LiveRun:
     """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError.
-    `store`: the session's drafters.store.DrafterStore (what drafters keep across its runs)."""
+    `store`: the session's drafters.store.DrafterStore (what drafters keep across its runs).
+
+    Every web request comes through here: its model and path settings are checked against
+    the server's allow-lists (web_policy) before anything is read."""
     spec = resolve(spec)
-    get(spec.drafter).config(dict(spec.drafter_values))     # bad settings fail before loading
+    values = dict(spec.drafter_values)
+    check_request(spec.model_id, spec.drafter, values)
+    check_text_size(spec.context, "context")
+    check_text_size(spec.message, "message")
+    get(spec.drafter).config(values)                        # bad settings fail before loading
     lm = load_model(spec.model_id or "embedded")
     prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
     config = drafter_config(spec, lm, prompt)
