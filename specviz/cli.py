@@ -375,6 +375,14 @@ def _add_index_parser(sub: Any) -> None:
     build.set_defaults(handler=cmd_index_build)
 
 
+# --- version ---------------------------------------------------------------------------------
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """`specviz --version` prints `specviz <version>` (specviz.__version__)."""
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"specviz {__version__}")
+
+
 # --- parser and main --------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -382,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .settings import describe
 
     parser = _Parser(prog="specviz", description="See, teach and debug speculative decoding.")
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,index,train-glide}",
                                 parser_class=_Parser)
     sub.required = True
