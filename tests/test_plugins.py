@@ -75,7 +75,7 @@ def test_plugins_register_and_broken_ones_are_named(monkeypatch: pytest.MonkeyPa
             assert f"drafter plugin {name!r}" in messages and words in messages
         assert set(plugins.FAILED) == {"broken", "foreign", "clash"}
         # the plugin is listed, with its settings, like a built-in
-        from specviz.cli import drafter_listing
+        from specviz.cli.drafters import drafter_listing
         listed = {d["name"]: d for d in drafter_listing()}
         assert listed["plugin_good"]["settings"][0]["name"] == "n"
     finally:
