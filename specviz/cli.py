@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .errors import ConfigError, SpecvizError
+from .precision import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -115,8 +116,9 @@ def summary_line(trace: Any) -> str:
     model = (f", alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x"
              + (f" ({m['priced']:.2f}x with the verify priced at {m['verify_ratio']:.2f} plain steps)"
                 if "priced" in m else "") if m else "")
+    memory = f", peak GPU memory {trace.peak_memory_mb:,.0f} MiB" if trace.peak_memory_mb is not None else ""
     return (f"[{t.new_tokens} tokens, {t.steps} steps, {t.tokens_per_s:.1f} tokens/s, "
-            f"{t.mean_accepted:.2f} mean accepted tokens/step{model}, stop: {trace.stop_reason}]")
+            f"{t.mean_accepted:.2f} mean accepted tokens/step{model}{memory}, stop: {trace.stop_reason}]")
 
 
 class _Streamer:
@@ -197,6 +199,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         context, message = retrieval_cli.retrieved_context(args)
     lm = load_model(args.model, args.device, args.dtype)
     prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
+    reference = None                     # vanilla's run, when one is made (oracle, --check)
     if spec.name == "oracle" and not getattr(drafter_config, "tokens", True):
         # the oracle replays a known continuation: take vanilla's, under the same settings
         print("oracle: no --set tokens=...; running vanilla first to get the continuation to replay",
@@ -222,6 +225,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         print(trace.output_text)
     print(summary_line(trace), flush=True)
+    status = 0
+    if args.check:
+        trace, status = check_with_vanilla(lm, prompt, decoding, trace, reference)
     for message in trace.errors:
         print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
     if args.trace:
@@ -230,7 +236,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
         except OSError as err:
             raise UsageError(f"--trace: cannot write {args.trace!r} ({err.strerror or err})") from None
         print(f"trace written to {args.trace}", file=sys.stderr)
-    return 0
+    return status
+
+
+EXIT_MISMATCH = 1
+
+
+def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, reference: Any = None) -> tuple[Any, int]:
+    """`generate --check`: run vanilla on the same input (unless `reference` is vanilla's run
+    already), print where the outputs part and why (divergence.py); the trace gains the
+    result. Exit status 1 for a mismatch (a bug), else 0."""
+    from .divergence import MISMATCH, speed_note, with_divergence
+    from .engine import generate
+
+    if reference is None:
+        reference = generate(lm, prompt, "vanilla", None, decoding)
+    trace, d = with_divergence(trace, reference)
+    print(f"check: {d.line({**reference.token_text, **trace.token_text})}")
+    print(f"check: {speed_note(d)} (run {d.run_seconds:.2f} s, vanilla {d.reference_seconds:.2f} s "
+          f"for {d.shared_tokens} tokens, {d.dtype})", flush=True)
+    return trace, (EXIT_MISMATCH if d.verdict == MISMATCH else 0)
 
 
 # --- drafters -------------------------------------------------------------------------------
@@ -304,6 +329,41 @@ def cmd_drafters(args: argparse.Namespace) -> int:
         print()
     print("Decoding settings (generate flags): " + ", ".join(_flag(k) for k in DECODING_FLAGS) + ", --stop")
     return 0
+
+
+# --- doctor ---------------------------------------------------------------------------------
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """`specviz doctor`: the machine report (doctor.py); exit 1 if a drafter mismatches."""
+    from .doctor import format_report, run_doctor
+
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
+    report = run_doctor(args.model, args.device, args.dtype, drafters, args.max_new_tokens, args.prompts,
+                        args.context_len)
+    print(report.to_json() if args.json else format_report(report))
+    return 0 if report.ok else EXIT_MISMATCH
+
+
+def _add_doctor_parser(sub: Any) -> None:
+    from .doctor import CHECK_PROMPTS, DEFAULT_DRAFTERS, MAX_NEW_TOKENS
+
+    doc = sub.add_parser("doctor", help="report device, dtype, forward cost and the drafters' exactness and speed",
+                         description="Device, dtype, attention, versions, cpu_linear; the forward-cost "
+                                     "curve (1..64 rows) against the calibrated cost model; each drafter "
+                                     "against vanilla on a few prompts (identical / near-tie / mismatch, "
+                                     "speedup). Exit 1 on a mismatch.")
+    doc.add_argument("--model", default="embedded", help="'embedded', 'tiny-random', a hub id or a path")
+    doc.add_argument("--device", default="auto", help=DEVICE_HELP)
+    doc.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
+    doc.add_argument("--drafters", default=",".join(DEFAULT_DRAFTERS), help="comma-separated drafters to check")
+    doc.add_argument("--prompts", type=int, default=CHECK_PROMPTS, metavar="N", help="check prompts (worked examples)")
+    doc.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, metavar="N")
+    doc.add_argument("--context-len", type=int, default=None, metavar="N",
+                     help="cached tokens for the cost curve (default: the first check prompt's length)")
+    doc.add_argument("--json", action="store_true", help="machine-readable output")
+    doc.set_defaults(handler=cmd_doctor)
 
 
 # --- bench ----------------------------------------------------------------------------------
@@ -382,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .settings import describe
 
     parser = _Parser(prog="specviz", description="See, teach and debug speculative decoding.")
-    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,index,train-glide}",
+    sub = parser.add_subparsers(dest="command", metavar="{generate,drafters,bench,index,train-glide,doctor}",
                                 parser_class=_Parser)
     sub.required = True
 
@@ -398,9 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="wrap the prompt in the model's chat template (default: on)")
     gen.add_argument("--model", default="embedded",
                      help="'embedded' (offline SmolLM2-135M-Instruct), 'tiny-random', a hub id or a path")
-    gen.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    gen.add_argument("--dtype", default="auto",
-                     help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16, float16")
+    gen.add_argument("--device", default="auto", help=DEVICE_HELP)
+    gen.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
     infos = {i.name: i for i in describe(DecodingConfig)}
     for name in DECODING_FLAGS:
         info = infos[name]
@@ -411,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="a drafter setting (repeatable), e.g. --set num_draft=8")
     gen.add_argument("--trace", metavar="FILE", help="write the full trace (JSON) to FILE")
+    gen.add_argument("--check", action="store_true",
+                     help="also run vanilla and compare: the first differing token, the target's "
+                          "top-2 logits there, near-tie (rounding) or mismatch (a bug; exit 1)")
     gen.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
                      help="print tokens as they are committed (default: when stdout is a terminal)")
     from .retrieval import cli as retrieval_cli
@@ -429,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(bench)
     bench.set_defaults(handler=cmd_bench)
     _add_index_parser(sub)
+    _add_doctor_parser(sub)
 
     from .glide import train as glide_train
     tg = sub.add_parser("train-glide", help="train a GLIDE draft model for a target (CPU or GPU)",

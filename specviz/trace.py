@@ -30,6 +30,10 @@ class StepRecord:
     wall: float                        # seconds of the whole step (prefill included for step 0)
     info: dict[str, Any] = field(default_factory=dict)  # drafter notes (JSON-able)
     stop: str | None = None            # "eos", "length", "stop_string" on the last step
+    # per new token, the target's largest logits (verify.TOP_K of them) at the row that chose
+    # it, as (id, logit) pairs, best first; empty in traces written before they were kept
+    top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
+    peak_memory_mb: float | None = None  # peak GPU memory allocated so far in the run (None: not on a GPU)
 
     @property
     def accepted_len(self) -> int:
@@ -47,6 +51,7 @@ class StepRecord:
         d["tree"] = DraftTree.from_dict(d["tree"])
         for key in ("accepted", "new_tokens", "target_top", "target_prob"):
             d[key] = tuple(d[key])
+        d["top_logits"] = tuple(tuple((int(i), float(v)) for i, v in row) for row in d.get("top_logits") or ())
         return StepRecord(**d)
 
 
@@ -108,6 +113,10 @@ class Trace:
     errors: tuple[str, ...] = ()       # e.g. a drafter that failed (decoding went on without it)
     context_char_span: tuple[int, int] | None = None   # where the user's context sits in prompt_text
     verify_ratio: float | None = None  # mean calibrated cost of this run's verify forwards, in one-row forwards
+    peak_memory_mb: float | None = None   # peak GPU memory of the run, MiB (None: not on a GPU)
+    # how the output compares with vanilla's on the same input (divergence.Divergence.to_dict()),
+    # set where a run is checked against vanilla (generate --check, the Compare tab); None otherwise
+    divergence: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def draft_metrics(self) -> dict[str, float]:

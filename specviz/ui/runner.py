@@ -27,7 +27,7 @@ def drafter_config(spec: RunSpec, lm: LoadedModel, prompt: Any) -> Any:
 def start(spec: RunSpec) -> LiveRun:
     """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError."""
     get(spec.drafter).config(dict(spec.drafter_values))     # bad settings fail before loading
-    lm = load_model(spec.model_id or "embedded")
+    lm = load_model(spec.model_id or "embedded", dtype=spec.dtype)
     prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
     config = drafter_config(spec, lm, prompt)
     return LiveRun(spec, lm, prompt, config, generate_steps(lm, prompt, spec.drafter, config, spec.decoding))
