@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .errors import ConfigError, SpecvizError
-from .precision import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP
+from .precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -356,7 +356,7 @@ def _add_doctor_parser(sub: Any) -> None:
                                      "speedup). Exit 1 on a mismatch.")
     doc.add_argument("--model", default="embedded", help="'embedded', 'tiny-random', a hub id or a path")
     doc.add_argument("--device", default="auto", help=DEVICE_HELP)
-    doc.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
+    doc.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     doc.add_argument("--drafters", default=",".join(DEFAULT_DRAFTERS), help="comma-separated drafters to check")
     doc.add_argument("--prompts", type=int, default=CHECK_PROMPTS, metavar="N", help="check prompts (worked examples)")
     doc.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, metavar="N")
@@ -459,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model", default="embedded",
                      help="'embedded' (offline SmolLM2-135M-Instruct), 'tiny-random', a hub id or a path")
     gen.add_argument("--device", default="auto", help=DEVICE_HELP)
-    gen.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
+    gen.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     infos = {i.name: i for i in describe(DecodingConfig)}
     for name in DECODING_FLAGS:
         info = infos[name]

@@ -162,15 +162,14 @@ def _subparser(name: str) -> argparse.ArgumentParser:
 @pytest.mark.parametrize("command", ["generate", "bench", "doctor", "train-glide"])
 def test_every_command_that_loads_a_model_takes_the_dtypes(command) -> None:
     action = next(a for a in _subparser(command)._actions if a.dest == "dtype")
-    assert tuple(action.choices) == DTYPE_CHOICES
+    named = tuple(action.choices) if action.choices else tuple(action.metavar.strip("{}").split(","))
+    assert named == DTYPE_CHOICES
 
 
 def test_a_bad_dtype_is_one_line(capsys) -> None:
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["generate", "--model", "tiny-random", "--prompt", "x", "--dtype", "float8"])
-    assert exc.value.code == 2
+    code = cli.main(["generate", "--model", "tiny-random", "--prompt", "x", "--dtype", "float8"])
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--dtype" in err and "float8" in err
+    assert code == 2 and len(err.splitlines()) == 1 and "dtype" in err and "float8" in err and "bfloat16" in err
 
 
 def test_train_glide_autocast_choice(monkeypatch) -> None:

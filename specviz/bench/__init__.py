@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecvizError
-from ..precision import DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP
+from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 from .methods import PEERS, MethodError, parse_methods
 from .metrics import Run, summarise
 from .questions import DEFAULT_QUESTIONS, read_questions, select
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", default=None,
                         help="draft model for the hf_assisted peer (same tokenizer as --model)")
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
-    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help=DTYPE_HELP)
+    parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, default=10, help="questions per category")
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")

@@ -86,7 +86,7 @@ def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
         diff = first_difference(ref, traces[0])
         div = of_trace(traces[0]) or explain(ref, traces[0])
         if div.verdict not in (IDENTICAL, SAMPLING):
-            diff = div.line(dict(ref.token_text) | dict(traces[0].token_text))
+            diff = f"{diff}; {div.explanation(dict(ref.token_text) | dict(traces[0].token_text))}"
         model = traces[0].draft_metrics()
         plain, mine = median(verify_per_step(t) for t in vanilla), median(verify_per_step(t) for t in traces)
         priced = (priced_speedup(model["alpha"], int(model["gamma"]), model["c"], mine / plain)
