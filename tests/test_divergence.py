@@ -64,8 +64,8 @@ def _trace(ids: tuple[int, ...], walls: tuple[float, ...], per_step: int, top=No
         new = ids[k * per_step:(k + 1) * per_step]
         tl = tuple(top[k * per_step + i] for i in range(len(new))) if top else ()
         steps.append(StepRecord(k, k, DraftTree.empty(), (), new[-1], new, (new[0],), (), {}, wall, top_logits=tl))
-    return Trace("m", "d", {}, {"temperature": temperature}, "", (1,), tuple(steps), ids, "", {},
-                 Totals.of(steps), "length", dtype=dtype)
+    return Trace("m", "d", {}, {"temperature": temperature}, "", (1,), tuple(steps), ids, "",
+                 {i: f"t{i}" for i in range(20)}, Totals.of(steps), "length", dtype=dtype)
 
 
 def test_explain_and_the_speedup_over_the_shared_text() -> None:

@@ -140,7 +140,8 @@ def test_peak_memory_is_none_on_a_cpu_and_in_cpu_traces(tiny_lm_tok) -> None:
     trace = generate(tiny_lm_tok, build_prompt(tiny_lm_tok.tokenizer, "Hi."), "vanilla", None,
                      DecodingConfig(max_new_tokens=3))
     assert trace.peak_memory_mb is None and all(s.peak_memory_mb is None for s in trace.steps)
-    assert "peak GPU memory" not in cli.summary_line(trace)
+    from specviz.cli.generate import summary_line
+    assert "peak GPU memory" not in summary_line(trace)
 
 
 def test_peak_memory_is_reset_at_start_and_read_in_mib(monkeypatch) -> None:
