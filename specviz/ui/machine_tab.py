@@ -10,6 +10,7 @@ import gradio as gr
 
 from .. import viz
 from ..doctor import run_doctor
+from ..web_policy import check_model
 from .errors import shown_to_user
 from .gpu import gpu
 from .setup_panel import SetupPanel
@@ -39,7 +40,9 @@ def make_doctor_handler(panel: SetupPanel):
     @gpu
     def doctor(model: str, dtype: str) -> tuple[Any, Any]:
         with shown_to_user():
-            r = run_doctor((model or "").strip() or "embedded", dtype=dtype or "auto")
+            model_id = (model or "").strip() or "embedded"
+            check_model(model_id, "model")          # the server's allow-list, as for every run
+            r = run_doctor(model_id, dtype=dtype or "auto")
         return viz.doctor_markdown(r), viz.cost_curve_figure(r)
 
     return doctor
