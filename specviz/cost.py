@@ -49,6 +49,10 @@ class VerifyCost:
         (x0, y0), (x1, y1) = (self.sizes[lo], self.seconds[lo]), (self.sizes[hi], self.seconds[hi])
         return max(y0 + (y1 - y0) * (m - x0) / (x1 - x0), 1e-6)
 
+    def calibrated(self, m: int) -> float:
+        """Calibrated seconds of one forward of exactly m rows (no padding, no running scale)."""
+        return self._table(m)
+
     def padded_len(self, m: int) -> int:
         """The cheapest measured row count >= m (m itself beyond the grid)."""
         options = [s for s in self.sizes if s >= m]

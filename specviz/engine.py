@@ -25,7 +25,7 @@ from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
 from .prompts import Prompt
 from .settings import describe, to_dict
-from .timing import PhaseTimer
+from .timing import PeakMemory, PhaseTimer
 from .token_pieces import incremental_pieces, token_labels
 from .trace import StepRecord, Totals, Trace
 from .tree import DraftTree, build_buffers
@@ -98,6 +98,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
     tokens = list(prompt_ids)
     prompt_len = len(tokens)
     cache = DynamicCache(config=model.config)
+    memory = PeakMemory(lm.device)                # reset here: the peak is this generation's
     clock = timer.now()
     with torch.inference_mode():
         with timer("prefill"):                    # everything but the last token, which is the root
@@ -157,9 +158,11 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                         ctx.info["drafter_error"] = f"drafter {name!r} failed in observe at step {step}: {type(err).__name__}: {err}"
             # 7. record
             now = timer.now()
+            rows = [0, *(a + 1 for a in acc.accepted)]  # the logits row that chose each new token
             record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
                                 verdict.target_top, verdict.target_prob, timer.take(), now - clock,
-                                ctx.info, stop)
+                                ctx.info, stop, tuple(verdict.target_top_logits[r] for r in rows[:len(new)]),
+                                memory.peak_mb())
         yield record
         clock = timer.now()                       # time spent by the consumer is not ours
         if stop:
@@ -209,7 +212,8 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
         token_text=token_labels(lm.tokenizer, ids), totals=Totals.of(list(steps)),
         stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
-        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio)
+        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio,
+        peak_memory_mb=max((s.peak_memory_mb for s in steps if s.peak_memory_mb is not None), default=None))
 
 
 def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",

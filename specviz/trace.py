@@ -38,6 +38,10 @@ class StepRecord:
     wall: float                        # seconds of the whole step (prefill included for step 0)
     info: dict[str, Any] = field(default_factory=dict)  # drafter notes (JSON-able)
     stop: str | None = None            # "eos", "length", "stop_string" on the last step
+    # per new token, the target's largest logits (verify.TOP_K of them) at the row that chose
+    # it, as (id, logit) pairs, best first; empty in traces written before they were kept
+    top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
+    peak_memory_mb: float | None = None  # peak GPU memory allocated so far in the run (None: not on a GPU)
 
     @property
     def accepted_len(self) -> int:
@@ -55,6 +59,7 @@ class StepRecord:
         d["tree"] = DraftTree.from_dict(d["tree"])
         for key in ("accepted", "new_tokens", "target_top", "target_prob"):
             d[key] = tuple(d[key])
+        d["top_logits"] = tuple(tuple((int(i), float(v)) for i, v in row) for row in d.get("top_logits") or ())
         return StepRecord(**d)
 
 
@@ -120,6 +125,10 @@ class Trace:
     # == output_text; the prompt's are decoded with special tokens kept, to find them in prompt_text
     output_pieces: tuple[str, ...] = ()
     prompt_pieces: tuple[str, ...] = ()
+    peak_memory_mb: float | None = None   # peak GPU memory of the run, MiB (None: not on a GPU)
+    # how the output compares with vanilla's on the same input (divergence.Divergence.to_dict()),
+    # set where a run is checked against vanilla (generate --check, the Compare tab); None otherwise
+    divergence: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def draft_metrics(self) -> dict[str, float]:

@@ -29,6 +29,10 @@ class Verdict:
     # the target's TOP_K most likely tokens per input row, best first (drafters that recycle
     # what the verifier saw, e.g. hierarchy; not stored in the trace)
     target_topk: tuple[tuple[int, ...], ...] = ()
+    # the target's TOP_K largest logits per input row as (id, logit), best first, the argmax
+    # first among equal logits: what the divergence explainer (divergence.py) needs to tell a
+    # near-tie from a bug
+    target_top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
 
 
 TOP_K = 4
@@ -51,7 +55,9 @@ def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
     sampling distribution otherwise.
     """
     argmax = logits.argmax(-1).tolist()                          # [N+1] (first max on ties)
-    topk = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1).indices.tolist()   # [N+1, K]
+    best = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)     # values, indices: [N+1, K]
+    topk = best.indices.tolist()                                 # [N+1, K]
+    top_logits = _top_logits(best.values, best.indices, argmax)
     if decoding.greedy:
         probs = torch.softmax(logits, -1)                        # [N+1, V], for display only
         acceptance = accept_greedy(tree, argmax)
@@ -63,4 +69,15 @@ def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
         rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long, device=probs.device)
         toks = torch.tensor(tree.tokens, dtype=torch.long, device=probs.device)
         node_prob = probs[rows, toks].tolist()                   # [N]: p(node token | its parent)
-    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)))
+    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)), top_logits)
+
+
+def _top_logits(values: torch.Tensor, indices: torch.Tensor, argmax: list[int]
+                ) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """values, indices: [N+1, K] from topk -> per row the (id, logit) pairs, best first, with
+    equal logits ordered as argmax breaks ties (lowest id first; topk does not promise it)."""
+    rows = []
+    for ids, vals, top in zip(indices.tolist(), values.tolist(), argmax):
+        pairs = sorted(zip(ids, vals), key=lambda p: (-p[1], p[0] != top, p[0]))
+        rows.append(tuple(pairs))
+    return tuple(rows)

@@ -20,12 +20,14 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..decoding import DecodingConfig
+from ..divergence import explain, explain_ids
 from ..draft_metrics import tally
 from ..drafters.store import DrafterStore
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..prompts import build_prompt
+from ..trace import Trace
 from .methods import Method
 from .metrics import Run, depth_acceptance
 from .questions import Question
@@ -103,6 +105,7 @@ class Bench:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
         decoding = DecodingConfig(max_new_tokens=self.max_new_tokens)
         vanilla_out: list[tuple[int, ...]] = []
+        vanilla_traces: list[Trace] = []                    # per turn: the reference of the comparisons
         out: list[Run] = []
         for method in self.methods:
             history: list[tuple[str, str]] = []
@@ -114,6 +117,9 @@ class Bench:
                                                 self.assistant)
                         run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
                                   seconds, None, output_ids=ids)
+                        if vanilla_traces:
+                            run = replace(run, divergence=explain_ids(
+                                vanilla_traces[turn], ids, seconds).to_dict())
                     else:
                         config: dict[str, Any] = dict(method.settings)
                         if method.name == "oracle":
@@ -125,6 +131,10 @@ class Bench:
                                   tuple(s.accepted_len for s in trace.steps), tested, accepted,
                                   dict(trace.totals.phase_seconds), output_ids=trace.output_ids,
                                   model_tally=_tally_dict(trace.steps))
+                        if method.label == "vanilla":
+                            vanilla_traces.append(trace)
+                        elif vanilla_traces:
+                            run = replace(run, divergence=explain(vanilla_traces[turn], trace).to_dict())
                     run = replace(run, peak_memory_mb=peak())
                 out.append(run)
                 if method.label == "vanilla":

@@ -28,6 +28,7 @@ from ..bench.report import summary_markdown, write_results, write_results_json
 from ..bench.resume import check_compatible, check_fresh_out, load_previous, still_to_do
 from ..user_files import check_output_dir
 from ..errors import SpecvizError
+from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--draft-model", default=None,
                         help="draft model for the hf_assisted peer (same tokenizer as --model)")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, default=10, help="questions per category")
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")

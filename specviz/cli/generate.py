@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, SpecvizError
+from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
                      decoding_values, flag, parse_set, read_context, tuple_settings)
 from .errors import UsageError
@@ -35,9 +36,8 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
                      help="wrap the prompt in the model's chat template (default: on)")
     gen.add_argument("--model", default="embedded",
                      help="'embedded' (offline SmolLM2-135M-Instruct), 'tiny-random', a hub id or a path")
-    gen.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    gen.add_argument("--dtype", default="auto",
-                     help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16, float16")
+    gen.add_argument("--device", default="auto", help=DEVICE_HELP)
+    gen.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     infos = {i.name: i for i in describe(DecodingConfig)}
     for name in DECODING_FLAGS:
         info = infos[name]
@@ -48,6 +48,9 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="a drafter setting (repeatable), e.g. --set num_draft=8")
     gen.add_argument("--trace", metavar="FILE", help="write the full trace (JSON) to FILE")
+    gen.add_argument("--check", action="store_true",
+                     help="also run vanilla and compare: the first differing token, the target's "
+                          "top-2 logits there, near-tie (rounding) or mismatch (a bug; exit 1)")
     gen.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
                      help="print tokens as they are committed (default: when stdout is a terminal)")
     add_retrieval_arguments(gen)
@@ -112,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         context, message = retrieved_context(args)
     lm = load_model(args.model, args.device, args.dtype)
     prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
+    reference = None                     # vanilla's run, when one is made (oracle, --check)
     if spec.name == "oracle" and not getattr(drafter_config, "tokens", True):
         # the oracle replays a known continuation: take vanilla's, under the same settings
         print("oracle: no --set tokens=...; running vanilla first to get the continuation to replay",
@@ -140,10 +144,32 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(trace.output_text)
     print(summary_line(trace), flush=True)
+    status = 0
+    if args.check:
+        trace, status = check_with_vanilla(lm, prompt, decoding, trace, reference)
     for message in trace.errors:
         print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
     write_trace(trace, args.trace)
-    return 0
+    return status
+
+
+EXIT_MISMATCH = 1
+
+
+def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, reference: Any = None) -> tuple[Any, int]:
+    """`generate --check`: run vanilla on the same input (unless `reference` is vanilla's run
+    already), print where the outputs part and why (divergence.py); the trace gains the
+    result. Exit status 1 for a mismatch (a bug), else 0."""
+    from ..divergence import MISMATCH, speed_note, with_divergence
+    from ..engine import generate
+
+    if reference is None:
+        reference = generate(lm, prompt, "vanilla", None, decoding)
+    trace, d = with_divergence(trace, reference)
+    print(f"check: {d.line({**reference.token_text, **trace.token_text})}")
+    print(f"check: {speed_note(d)} (run {d.run_seconds:.2f} s, vanilla {d.reference_seconds:.2f} s "
+          f"for {d.shared_tokens} tokens, {d.dtype})", flush=True)
+    return trace, (EXIT_MISMATCH if d.verdict == MISMATCH else 0)
 
 
 def write_trace(trace: Any, path: str | None) -> None:
@@ -188,8 +214,9 @@ def summary_line(trace: Any) -> str:
     model = (f", alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x"
              + (f" ({m['priced']:.2f}x with the verify priced at {m['verify_ratio']:.2f} plain steps)"
                 if "priced" in m else "") if m else "")
+    memory = f", peak GPU memory {trace.peak_memory_mb:,.0f} MiB" if trace.peak_memory_mb is not None else ""
     return (f"[{t.new_tokens} tokens, {t.steps} steps, {t.tokens_per_s:.1f} tokens/s, "
-            f"{t.mean_accepted:.2f} mean accepted tokens/step{model}, stop: {trace.stop_reason}]")
+            f"{t.mean_accepted:.2f} mean accepted tokens/step{model}{memory}, stop: {trace.stop_reason}]")
 
 
 class Streamer:

@@ -9,6 +9,7 @@ import gradio as gr
 
 from .. import viz
 from ..decoding import DecodingConfig
+from ..divergence import with_divergence
 from ..trace import Trace
 from . import runner
 from .errors import shown_to_user
@@ -64,7 +65,7 @@ def make_compare_handler(panel: SetupPanel):
                      for n in names}
             yield f"… loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
             runner.run_to_end(RunSpec(base.model_id, "vanilla", (), DecodingConfig(max_new_tokens=WARMUP_TOKENS),
-                                      base.context, base.message))      # untimed warm-up
+                                      base.context, base.message, base.dtype))      # untimed warm-up
             runs: dict[str, list[Trace]] = {n: [] for n in names}
             total = int(rounds) * len(names)
             for r in range(int(rounds)):
@@ -83,11 +84,13 @@ def make_compare_handler(panel: SetupPanel):
             yield "■ stopped before vanilla finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
             return
         k = min(len(v) for v in done_runs)
+        ref = runs["vanilla"][0]
+        done_runs = [[with_divergence(t, ref)[0] for t in v] for v in done_runs]   # each run carries it
         rows = viz.compare_rows([v[:k] for v in done_runs])
         session.compared = {v[0].drafter: v[0] for v in done_runs}
-        ref = runs["vanilla"][0]
-        note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}), {ref.totals.new_tokens} vanilla tokens, "
-                f"one warm-up excluded." + (" Stopped early." if session.stop_requested else ""))
+        note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}, {ref.dtype}), {ref.totals.new_tokens} "
+                f"vanilla tokens, one warm-up excluded." + (" Stopped early." if session.stop_requested else "")
+                + viz.divergence_notes(done_runs))
         yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
                gr.update(choices=list(session.compared), value=None), session)
 

@@ -20,6 +20,7 @@ from . import runner  # noqa: E402
 from .compare_tab import build_compare_tab, make_compare_handler, pick_compared  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
+from .machine_tab import build_machine_tab, make_doctor_handler  # noqa: E402
 from .inspector import build_inspector, clamp, most_accepted_step, render_step  # noqa: E402
 from .presets import load_presets  # noqa: E402
 from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E402
@@ -107,6 +108,8 @@ def build_demo() -> gr.Blocks:
                 replay = build_replay_tab()
             with gr.Tab("Benchmark results"):
                 results = build_results_tab()
+            with gr.Tab("Machine"):
+                machine = build_machine_tab()
 
         # ---- views: everything below the run reads session.trace ------------------------------
         step_outputs = [*inspector.outputs, run.output]
@@ -147,6 +150,8 @@ def build_demo() -> gr.Blocks:
         cmp = compare.run.click(make_compare_handler(panel), [session, compare.drafters, compare.rounds, *panel.inputs],
                                 [compare.status, compare.table, compare.plot, compare.pick, session],
                                 api_name="compare", **model_slot)
+        machine.run.click(make_doctor_handler(panel), [panel.model, panel.dtype], [machine.report, machine.plot],
+                          api_visibility="private", **model_slot)
         compare.pick.input(pick_compared, [session, compare.pick], session, api_visibility="private") \
             .then(show_run, [session, first], all_outputs, **views)
 

@@ -48,7 +48,7 @@ def start(spec: RunSpec, store: Any = None) -> LiveRun:
     check_text_size(spec.context, "context")
     check_text_size(spec.message, "message")
     get(spec.drafter).config(values)                        # bad settings fail before loading
-    lm = load_model(spec.model_id or "embedded")
+    lm = load_model(spec.model_id or "embedded", dtype=spec.dtype)
     prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
     config = drafter_config(spec, lm, prompt)
     return LiveRun(spec, lm, prompt, config,

@@ -19,9 +19,11 @@ class RunSpec:
     decoding: DecodingConfig
     context: str
     message: str
+    dtype: str = "auto"                           # precision.DTYPE_CHOICES
 
     def with_drafter(self, name: str, values: dict[str, Any]) -> "RunSpec":
-        return RunSpec(self.model_id, name, tuple(values.items()), self.decoding, self.context, self.message)
+        return RunSpec(self.model_id, name, tuple(values.items()), self.decoding, self.context, self.message,
+                       self.dtype)
 
 
 @dataclass

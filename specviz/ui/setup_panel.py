@@ -11,6 +11,8 @@ import gradio as gr
 from ..decoding import DecodingConfig
 from ..drafters.base import REGISTRY
 from ..drafters.choice import DrafterChoice
+from ..errors import ConfigError
+from ..precision import DTYPE_CHOICES
 from ..settings import build
 from .session import RunSpec
 from .settings_form import SettingsForm
@@ -61,22 +63,30 @@ class SetupPanel:
     message: gr.Textbox | None = None
     preset: gr.Dropdown | None = None       # fills drafter_form; not an input of the run itself
     preset_about: gr.Markdown | None = None
+    dtype: gr.Dropdown | None = None
 
     @property
     def inputs(self) -> list[Any]:
+        # the dtype comes last, so the positions of everything before it stay as they were
         return [self.model, self.drafter, self.context, self.message,
-                *self.decoding_form.components, *self.drafter_form.components]
+                *self.decoding_form.components, *self.drafter_form.components,
+                *([self.dtype] if self.dtype is not None else [])]
 
     def spec(self, values: Sequence[Any]) -> RunSpec:
         """A RunSpec from the values of `inputs`; raises ConfigError for a bad value."""
         model, drafter, context, message = values[:4]
         n_dec = len(self.decoding_form.components)
         decoding = build(DecodingConfig, self.decoding_form.values("decoding", values[4:4 + n_dec]))
-        settings = self.drafter_form.values(drafter, values[4 + n_dec:])
+        n_drafter = len(self.drafter_form.components)
+        settings = self.drafter_form.values(drafter, values[4 + n_dec:4 + n_dec + n_drafter])
         if drafter in REGISTRY:
             REGISTRY[drafter].config(settings)              # validate now: ConfigError names the field
+        rest = values[4 + n_dec + n_drafter:]
+        dtype = (rest[0] if rest and rest[0] else "auto") if self.dtype is not None else "auto"
+        if dtype not in DTYPE_CHOICES:
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
         return RunSpec((model or "").strip() or "embedded", drafter, tuple(settings.items()), decoding,
-                       context or "", message or "")
+                       context or "", message or "", dtype)
 
 
 def build_setup_panel() -> SetupPanel:
@@ -85,6 +95,10 @@ def build_setup_panel() -> SetupPanel:
     model = gr.Textbox(value="embedded", label="Model", elem_id="model-id",
                        info="'embedded' (SmolLM2-135M-Instruct, offline), 'tiny-random' (random weights, "
                             "for trying the page), a local path or a hub id. Loaded once, then cached.")
+    dtype = gr.Dropdown(choices=list(DTYPE_CHOICES), value="auto", label="Precision", elem_id="dtype",
+                        info="auto: float32 on a CPU, and on a GPU when the model fits (outputs equal "
+                             "vanilla's exactly); bfloat16 / float16: faster on a GPU, outputs equal "
+                             "vanilla's up to near-ties (the Compare tab explains each difference)")
     with gr.Row():
         drafter = gr.Dropdown(choices=names, value=default, label="Drafter", elem_id="drafter", scale=2)
         preset = gr.Dropdown(choices=preset_names(default), value=DEFAULTS, label="Preset", elem_id="preset",
@@ -105,4 +119,5 @@ def build_setup_panel() -> SetupPanel:
                    api_visibility="private")
     preset.input(lambda n, p: [preset_note(n, p), *preset_updates(form, n, p)], inputs=[drafter, preset],
                  outputs=[preset_about, *form.components], queue=False, api_visibility="private")
-    return SetupPanel(model, drafter, about, form, decoding, preset=preset, preset_about=preset_about)
+    return SetupPanel(model, drafter, about, form, decoding, preset=preset, preset_about=preset_about,
+                      dtype=dtype)

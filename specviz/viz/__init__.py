@@ -7,7 +7,8 @@ explorer, notebooks and scripts.
     from specviz.viz import tree_figure, mask_figure, output_html
     tree_figure(trace, 3); mask_figure(trace, 3); output_html(trace)
 """
-from .compare import CompareRow, compare_figure, compare_rows, verify_per_step
+from .compare import CompareRow, compare_figure, compare_rows, divergence_notes, verify_per_step
+from .machine import cost_curve_figure, doctor_markdown
 from .mask import mask_figure, mask_view, verifier_mask
 from .palette import KIND_COLOURS, source_colour
 from .run_figures import acceptance_by_depth, acceptance_figure, accepted_hist_figure, tokens_over_time_figure
@@ -18,8 +19,8 @@ from .tree import node_status, tree_figure, tree_layout
 
 __all__ = [
     "CompareRow", "KIND_COLOURS", "Span", "acceptance_by_depth", "acceptance_figure",
-    "accepted_hist_figure", "compare_figure", "compare_rows", "context_highlight_html",
-    "counters_markdown", "legend_html", "mask_figure", "mask_view", "node_status",
+    "accepted_hist_figure", "compare_figure", "compare_rows", "context_highlight_html", "cost_curve_figure", "doctor_markdown",
+    "counters_markdown", "divergence_notes", "legend_html", "mask_figure", "mask_view", "node_status",
     "output_html", "output_spans", "phase_totals_figure", "prompt_char_spans", "source_colour",
     "step_markdown", "step_timing_figure", "timing_by_step", "timing_stack_figure",
     "tokens_over_time_figure", "tree_figure", "tree_layout", "verifier_mask", "verify_per_step",
