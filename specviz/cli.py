@@ -236,7 +236,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 # --- drafters -------------------------------------------------------------------------------
 
 LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead",
-                 "draft_model", "self_draft", "glide", "oracle")   # baseline first, others after
+                 "token_recycling", "suffix_decoding", "draft_model", "self_draft", "glide", "oracle")   # baseline first, others after
 
 
 def drafter_listing() -> list[dict[str, Any]]:

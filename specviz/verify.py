@@ -31,7 +31,7 @@ class Verdict:
     target_topk: tuple[tuple[int, ...], ...] = ()
 
 
-TOP_K = 4
+TOP_K = 4          # what every drafter gets; one that wants more sets `target_topk` (engine.py)
 
 
 def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
@@ -42,16 +42,16 @@ def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> 
 
 
 def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
-          generator: torch.Generator) -> Verdict:
+          generator: torch.Generator, top_k: int = TOP_K) -> Verdict:
     """Apply the acceptance rule of `decoding` to the target's logits [N+1, V] over `tree`.
 
     Greedy: the longest path of argmax matches. Sampling: multi-candidate speculative
     sampling under the target's temperature / top-k / top-p distribution (lossless).
     `target_prob` is what the explorer shows per node: softmax under greedy decoding, the
-    sampling distribution otherwise.
+    sampling distribution otherwise. `target_topk` holds the `top_k` best tokens per row.
     """
     argmax = logits.argmax(-1).tolist()                          # [N+1] (first max on ties)
-    topk = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1).indices.tolist()   # [N+1, K]
+    topk = logits.topk(min(top_k, logits.shape[-1]), dim=-1).indices.tolist()   # [N+1, K]
     if decoding.greedy:
         probs = torch.softmax(logits, -1)                        # [N+1, V], for display only
         acceptance = accept_greedy(tree, argmax)

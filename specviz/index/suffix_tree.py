@@ -1,0 +1,223 @@
+"""SuffixTree: a depth-limited suffix trie over growing token sequences, frequency-counted,
+with SuffixDecoding's speculation (greedy by empirical probability) on top.
+
+Every suffix of every sequence, cut to `max_depth` tokens, is a path from the root; a node's
+`count` is how many of those suffixes pass through it, i.e. how often the token string it
+spells occurs in the sequences (suffixes cut at the depth limit or at the sequence's end
+still count). Sequences grow token by token (`extend`): each sequence keeps its "active"
+nodes (the nodes of its suffixes that end at its last token and are shallower than
+max_depth), so appending one token costs O(max_depth), never a rebuild.
+
+Nodes are flat arrays indexed by node id (root = 0) and one dict of edges keyed by
+(parent << 18) | token (vocabularies up to 262,144 ids); children are also linked as a
+sibling list (first_child / next_sibling) so a node's children can be listed without a
+per-node dict. Each node remembers its latest occurrence: `last` (the position of its
+token in that sequence) and `seq`, and `stamp`, a clock of updates used to break count
+ties in favour of the most recent.
+
+`speculate` follows arctic-inference's SuffixTree::speculate (csrc/suffix_decoding/
+suffix_tree.cc, Snowflake, Apache-2.0), written anew here: for every suffix of the context
+that the trie holds (match length m), draft at most min(max_spec_tokens, floor(max_spec_factor
+* m + max_spec_offset)) tokens whose estimated probability (the product of count ratios
+child / parent along the path) is at least min_token_prob, either the single most frequent
+path or (use_tree) the tree grown best-first by probability; the draft with the highest
+score (sum of the drafted tokens' probabilities) wins, ties to the longer match.
+"""
+from __future__ import annotations
+
+import heapq
+from array import array
+from dataclasses import dataclass, field
+from typing import Sequence
+
+SHIFT = 18
+MAX_TOKEN = 1 << SHIFT
+
+
+@dataclass
+class Speculation:
+    """A draft from one tree: tokens in topological order, parent index per token (-1 = the
+    root), each token's estimated probability, the trie node behind each token, the score
+    (sum of probabilities) and the context match length that produced it."""
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    nodes: list[int] = field(default_factory=list)
+    score: float = 0.0
+    match_len: int = 0
+
+    def ratios(self) -> list[float]:
+        """Each token's probability given its parent's (the count ratio)."""
+        return [p / (self.probs[par] if par >= 0 else 1.0) if p > 0 else 0.0
+                for p, par in zip(self.probs, self.parents)]
+
+
+class SuffixTree:
+    def __init__(self, max_depth: int) -> None:
+        if max_depth < 1:
+            raise ValueError("max_depth must be >= 1")
+        self.max_depth = max_depth
+        self.count = array("q", [0])
+        self.token = array("i", [-1])
+        self.depth = array("i", [0])
+        self.first_child = array("i", [-1])
+        self.next_sibling = array("i", [-1])
+        self.last = array("i", [-1])
+        self.seq = array("i", [-1])
+        self.stamp = array("q", [0])
+        self.edges: dict[int, int] = {}
+        self._active: dict[int, list[int]] = {}
+        self._lengths: dict[int, int] = {}
+        self._clock = 0
+
+    # ---- building ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Nodes, root included."""
+        return len(self.count)
+
+    def tokens_in(self, seq_id: int) -> int:
+        return self._lengths.get(seq_id, 0)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self._lengths.values())
+
+    def _child(self, node: int, tok: int, pos: int, seq_id: int) -> int:
+        key = (node << SHIFT) | tok
+        child = self.edges.get(key)
+        if child is None:
+            child = len(self.count)
+            self.edges[key] = child
+            self.count.append(1)
+            self.token.append(tok)
+            self.depth.append(self.depth[node] + 1)
+            self.first_child.append(-1)
+            self.next_sibling.append(self.first_child[node])
+            self.first_child[node] = child
+            self.last.append(pos)
+            self.seq.append(seq_id)
+            self.stamp.append(self._clock)
+        else:
+            self.count[child] += 1
+            self.last[child] = pos
+            self.seq[child] = seq_id
+            self.stamp[child] = self._clock
+        return child
+
+    def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
+        """Append tokens to sequence `seq_id` (created on first use)."""
+        active = self._active.setdefault(seq_id, [])
+        pos = self._lengths.get(seq_id, 0)
+        limit = self.max_depth
+        for tok in tokens:
+            tok = int(tok)
+            if not 0 <= tok < MAX_TOKEN:
+                raise ValueError(f"token id {tok} out of range [0, {MAX_TOKEN})")
+            self._clock += 1
+            self.count[0] += 1
+            nxt = [self._child(0, tok, pos, seq_id)]
+            for node in active:
+                if self.depth[node] < limit:
+                    nxt.append(self._child(node, tok, pos, seq_id))
+            # keep the nodes that can still grow (their depth < max_depth)
+            active = [n for n in nxt if self.depth[n] < limit]
+            pos += 1
+        self._active[seq_id] = active
+        self._lengths[seq_id] = pos
+
+    # ---- reading -----------------------------------------------------------------------
+    def find(self, tokens: Sequence[int]) -> int:
+        """The node spelling `tokens`, or -1."""
+        node = 0
+        for tok in tokens:
+            node = self.edges.get((node << SHIFT) | int(tok), -1)
+            if node < 0:
+                return -1
+        return node
+
+    def children(self, node: int) -> list[int]:
+        """Children by decreasing count, ties to the most recently updated."""
+        out = []
+        c = self.first_child[node]
+        while c >= 0:
+            out.append(c)
+            c = self.next_sibling[c]
+        out.sort(key=lambda n: (-self.count[n], -self.stamp[n]))
+        return out
+
+    def match_nodes(self, context: Sequence[int]) -> list[int]:
+        """nodes[m - 1] = the node of the context's last m tokens, for m = 1, 2, ... while
+        the trie holds them (a longer suffix is held only if the shorter one is)."""
+        out: list[int] = []
+        n = len(context)
+        for m in range(1, min(n, self.max_depth) + 1):
+            node = self.find(context[n - m:])
+            if node < 0:
+                break
+            out.append(node)
+        return out
+
+    def speculate(self, context: Sequence[int], max_spec_tokens: int, max_spec_factor: float = 1.0,
+                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1,
+                  use_tree: bool = True) -> Speculation:
+        """The best-scoring draft over all context match lengths (see the module docstring).
+        Match lengths are tried longest first and skipped when even a draft of probability
+        1 everywhere could not beat the best score so far: the same answer as trying all."""
+        best = Speculation()
+        nodes = self.match_nodes(context)
+        for m in range(len(nodes), 0, -1):
+            budget = min(max_spec_tokens, int(m * max_spec_factor + max_spec_offset + 1e-6),
+                         self.max_depth - m)
+            if budget <= 0 or budget <= best.score:
+                continue
+            spec = (self._tree if use_tree else self._path)(nodes[m - 1], budget, min_token_prob)
+            if spec.score > best.score:
+                spec.match_len = m
+                best = spec
+        return best
+
+    def _path(self, node: int, budget: int, min_prob: float) -> Speculation:
+        out = Speculation()
+        prob = 1.0
+        while len(out.tokens) < budget:
+            kids = self.children(node)
+            if not kids:
+                break
+            child = kids[0]
+            prob *= self.count[child] / self.count[node]
+            if prob < min_prob:
+                break
+            out.parents.append(len(out.tokens) - 1)
+            out.tokens.append(self.token[child])
+            out.probs.append(prob)
+            out.nodes.append(child)
+            out.score += prob
+            node = child
+        return out
+
+    def _tree(self, node: int, budget: int, min_prob: float) -> Speculation:
+        out = Speculation()
+        heap: list[tuple[float, int, int, int]] = []     # (-prob, tie, trie node, draft parent)
+        tie = 0
+
+        def push_children(parent_node: int, prob: float, draft_parent: int) -> None:
+            nonlocal tie
+            total = self.count[parent_node]
+            for child in self.children(parent_node):
+                p = prob * self.count[child] / total
+                if p < min_prob:
+                    break                     # children are by decreasing count
+                tie += 1
+                heapq.heappush(heap, (-p, tie, child, draft_parent))
+
+        push_children(node, 1.0, -1)
+        while heap and len(out.tokens) < budget:
+            neg, _, child, parent = heapq.heappop(heap)
+            out.tokens.append(self.token[child])
+            out.parents.append(parent)
+            out.probs.append(-neg)
+            out.nodes.append(child)
+            out.score += -neg
+            if self.depth[child] < self.max_depth:
+                push_children(child, -neg, len(out.tokens) - 1)
+        return out
