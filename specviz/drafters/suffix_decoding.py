@@ -9,7 +9,7 @@ Two frequency-counted suffix trees (index/suffix_tree.py), both depth-limited to
   or "output" by where the drafted string last occurred);
 - the global tree: the outputs of earlier generations in this process (source "history";
   the current output is added too, as arctic-inference does, so its nodes from this
-  generation are labelled "output"), kept in process_store.py by tokenizer and max_depth.
+  generation are labelled "output"), kept in process_store.py by tokenizer and settings.
 Each step the last max_depth tokens are matched against each tree at every suffix length m
 the tree holds; for each m a draft of at most min(max_spec_tokens, max_spec_factor * m +
 max_spec_offset) tokens is grown best first by estimated probability (product of count
@@ -89,7 +89,8 @@ class SuffixDecodingDrafter:
         self.lock = None
         self.seq_id = next(_GENERATION)
         if config.global_tree:
-            key = ("suffix_decoding", process_store.tokenizer_key(setup), setup.vocab_size, config.max_depth)
+            key = ("suffix_decoding", process_store.tokenizer_key(setup), setup.vocab_size,
+                   process_store.config_key(config))
             self.history, self.lock = process_store.shared(key, lambda: SuffixTree(config.max_depth))
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
 

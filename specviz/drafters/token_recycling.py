@@ -16,7 +16,7 @@ The paper's method (what the authors' evaluation/inference_recycling.py does):
   80 nodes over 6 levels (8, 21, 25, 15, 8, 3), copied below as TEMPLATE;
 - the matrix starts empty (zeros there; rows never written are simply not drafted from
   here) and is kept across questions ("hot start"): set `persist` (process_store.py; keyed
-  by tokenizer and k). Off by default: a fresh matrix per generation, so one generation's
+  by tokenizer and settings). Off by default: a fresh matrix per generation, so one generation's
   drafts never depend on another's;
 - every input row's top-k replaces that token's row, later rows winning on duplicates.
 Settings of the paper: k=8, persist=true, init_from_prompt=false, size_by_cost=false.
@@ -79,7 +79,8 @@ class TokenRecyclingDrafter:
         self.config = config
         self.target_topk = config.k          # the engine gives StepView.target_topk this wide
         if config.persist:
-            key = ("token_recycling", process_store.tokenizer_key(setup), setup.vocab_size, config.k)
+            key = ("token_recycling", process_store.tokenizer_key(setup), setup.vocab_size,
+                   process_store.config_key(config))
             self.matrix, self.lock = process_store.shared(key, lambda: CandidateMatrix(setup.vocab_size, config.k))
         else:
             self.matrix, self.lock = CandidateMatrix(setup.vocab_size, config.k), None
