@@ -248,6 +248,18 @@ def test_explorer_shows_where_suffix_drafts_came_from(tiny_lm_tok):
     assert viz.tree_figure(trace, k) is not None
 
 
+def test_explorer_names_token_recycling_sources(tiny_lm_tok):
+    text = "the red fox jumps over the lazy dog and the red fox runs"
+    prompt = build_prompt(tiny_lm_tok.tokenizer, "Once more: the red fox", context=text, chat=False)
+    trace = generate(tiny_lm_tok, prompt, "token_recycling", {"size_by_cost": False, "init_from_prompt": True},
+                     DecodingConfig(max_new_tokens=8))
+    k = next(i for i, s in enumerate(trace.steps) if len(s.tree))
+    assert set(trace.steps[k].tree.sources) <= {"context", "recycled"}
+    note = viz.context_highlight_html(trace, k)
+    assert "came from: " in note and "<code>context</code>" in note
+    assert viz.tree_figure(trace, k) is not None
+
+
 def test_bench_accepts_the_new_drafters():
     methods, _ = parse_methods("token_recycling,suffix_decoding[max_depth=64;use_tree=false]", "")
     assert [m.label for m in methods][-2:] == ["token_recycling", "suffix_decoding[max_depth=64;use_tree=false]"]
