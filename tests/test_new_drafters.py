@@ -16,7 +16,7 @@ from specviz.drafters import get, process_store
 from specviz.drafters.base import DraftContext, DraftSetup, StepView
 from specviz.drafters.token_recycling import TEMPLATE
 from specviz.engine import generate
-from specviz.index.adjacency import ORIGIN_PROMPT, ORIGIN_TARGET, CandidateMatrix
+from specviz.index.adjacency import ORIGIN_PROMPT, ORIGIN_TARGET, CandidateMatrix, Template
 from specviz.index.suffix_tree import SuffixTree
 from specviz.prompts import build_prompt
 from specviz.timing import PhaseTimer
@@ -161,11 +161,15 @@ def test_candidate_matrix_rows_replace_and_expand():
     assert m.row(2) == [7, 8, 9] and m.origin[2] == ORIGIN_TARGET
     m.update(2, [4])                      # a row is replaced whole
     assert m.row(2) == [4]
-    exp = m.expand(1, ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)))
+    exp = m.expand(1, Template.of(((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))))
     # 1 -> [2, 3]; 2 -> [4]; 3 -> [1]; 4 has no row: rank 2, (0, 1) and (0, 0, 0) drop out
     assert exp.tokens == (2, 3, 4, 1) and exp.parents == (-1, -1, 0, 1) and exp.ranks == (0, 1, 0, 0)
     assert exp.origins == (ORIGIN_PROMPT, ORIGIN_PROMPT, ORIGIN_TARGET, ORIGIN_PROMPT)
     assert m.filled == 3
+    m.update_many([5, 6, 5], [(1, 2), (3,), (4, 5, 6, 7)])      # a repeated token keeps its last row
+    assert m.row(5) == [4, 5, 6] and m.row(6) == [3] and m.origin[5] == ORIGIN_TARGET
+    with pytest.raises(ValueError):
+        Template.of(((0, 0), (0,)))                               # a child before its parent
 
 
 # ---- the drafters ----------------------------------------------------------------------------
@@ -210,7 +214,9 @@ def test_suffix_decoding_drafts_from_the_prompt_and_labels_it():
     assert tree.tokens == (4, 5, 6) and set(tree.sources) == {"context"}      # 3 matched, 3 drafted
     assert c.info["positions"] == [3, 4, 5] and c.info["match_len"] == 3 and c.info["tree"] == "request"
     d.observe(StepView(tree, (0, 1), (4, 5, 9), list(prompt) + [4, 5, 9], (4, 5, 9, 0)))
-    c = ctx_for(list(prompt) + [4, 5, 9, 1, 2, 3, 4, 5], len(prompt))
+    tokens = list(prompt) + [4, 5, 9, 1, 2, 3, 4, 5]
+    d.observe(StepView(DraftTree.empty(), (), (1, 2, 3, 4, 5), tokens, (5,)))
+    c = ctx_for(tokens, len(prompt))
     tree = d.propose(c)
     # "1 2 3 4 5" was followed by 6 (the prompt) and by 9 (the output): equal counts, the
     # most recent first

@@ -88,25 +88,29 @@ class SuffixDecodingDrafter:
         self.history = None
         self.lock = None
         self.seq_id = next(_GENERATION)
+        self.complete = True                 # the whole output so far is in the global tree
         if config.global_tree:
             key = ("suffix_decoding", process_store.tokenizer_key(setup), setup.vocab_size,
                    process_store.config_key(config))
             self.history, self.lock = process_store.shared(key, lambda: SuffixTree(config.max_depth))
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
 
-    def _speculate(self, tree: SuffixTree, context: list[int]) -> Speculation:
+    def _speculate(self, tree: SuffixTree, context: list[int], known: list[int]) -> Speculation:
         cfg = self.config
         return tree.speculate(context, cfg.max_spec_tokens, cfg.max_spec_factor, cfg.max_spec_offset,
-                              cfg.min_token_prob, cfg.use_tree)
+                              cfg.min_token_prob, cfg.use_tree, known)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
         with ctx.timer("draft.search"):
             context = ctx.tokens[-cfg.max_depth:]
-            spec, name = self._speculate(self.local, context), "request"
+            # the request's tree holds exactly ctx.tokens: its suffix nodes are the matches
+            spec, name = self._speculate(self.local, context, self.local.suffix_nodes(0)), "request"
             if self.history is not None:
                 with self.lock:
-                    other = self._speculate(self.history, context)
+                    # the current output's suffix nodes match its last tokens, while all of it is in
+                    known = self.history.suffix_nodes(self.seq_id) if self.complete else []
+                    other = self._speculate(self.history, context, known)
                     if other.score > spec.score:
                         spec, name = other, "global"
                     # labels and positions while the tree cannot change under us
@@ -154,9 +158,10 @@ class SuffixDecodingDrafter:
         if self.history is not None:
             with self.lock:
                 room = self.config.history_tokens - self.history.total_tokens
-                mine = self.history.tokens_in(self.seq_id)
-                if room > 0 and (mine or room >= len(step.new_tokens)):
-                    self.history.extend(self.seq_id, step.new_tokens[:room])
+                if self.complete and room >= len(step.new_tokens):
+                    self.history.extend(self.seq_id, step.new_tokens)
+                else:
+                    self.complete = False        # full: this output stops growing there
 
 
 SPEC = register(DrafterSpec("suffix_decoding", SuffixDecodingConfig, SuffixDecodingDrafter,

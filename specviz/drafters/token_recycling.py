@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix
+from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix, Template
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from . import process_store
@@ -55,6 +55,7 @@ TEMPLATE: tuple[tuple[int, ...], ...] = (
     (0, 0, 1, 0, 0), (0, 1, 0, 0, 0), (1, 0, 0, 0, 0),
     (0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 1), (0, 0, 0, 1, 0, 0),
 )
+COMPILED = Template.of(TEMPLATE)
 SOURCES = {ORIGIN_PROMPT: "context"}     # any other origin: "recycled"
 
 
@@ -97,7 +98,7 @@ class TokenRecyclingDrafter:
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
         with ctx.timer("draft.search"):
-            exp = self._locked(lambda: self.matrix.expand(ctx.tokens[-1], TEMPLATE))
+            exp = self._locked(lambda: self.matrix.expand(ctx.tokens[-1], COMPILED))
         with ctx.timer("draft.tree"):
             sources = tuple(SOURCES.get(o, "recycled") for o in exp.origins)
             tree = DraftTree(exp.tokens, exp.parents, sources, tuple(float(r) for r in exp.ranks))
@@ -113,10 +114,7 @@ class TokenRecyclingDrafter:
             return
         rows = [step.tokens[len(step.tokens) - len(step.new_tokens) - 1], *step.tree.tokens]
 
-        def recycle() -> None:
-            for tok, cands in zip(rows, step.target_topk):
-                self.matrix.update(tok, cands)
-        self._locked(recycle)
+        self._locked(lambda: self.matrix.update_many(rows, step.target_topk))
 
 
 SPEC = register(DrafterSpec("token_recycling", TokenRecyclingConfig, TokenRecyclingDrafter,

@@ -80,48 +80,46 @@ class SuffixTree:
 
     @property
     def total_tokens(self) -> int:
-        return sum(self._lengths.values())
-
-    def _child(self, node: int, tok: int, pos: int, seq_id: int) -> int:
-        key = (node << SHIFT) | tok
-        child = self.edges.get(key)
-        if child is None:
-            child = len(self.count)
-            self.edges[key] = child
-            self.count.append(1)
-            self.token.append(tok)
-            self.depth.append(self.depth[node] + 1)
-            self.first_child.append(-1)
-            self.next_sibling.append(self.first_child[node])
-            self.first_child[node] = child
-            self.last.append(pos)
-            self.seq.append(seq_id)
-            self.stamp.append(self._clock)
-        else:
-            self.count[child] += 1
-            self.last[child] = pos
-            self.seq[child] = seq_id
-            self.stamp[child] = self._clock
-        return child
+        return int(self.count[0])           # one root pass per appended token
 
     def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
         """Append tokens to sequence `seq_id` (created on first use)."""
         active = self._active.setdefault(seq_id, [])
         pos = self._lengths.get(seq_id, 0)
-        limit = self.max_depth
+        limit, edges, clock = self.max_depth, self.edges, self._clock
+        count, token, depth, stamp = self.count, self.token, self.depth, self.stamp
+        first, sibling, last, seq = self.first_child, self.next_sibling, self.last, self.seq
         for tok in tokens:
             tok = int(tok)
             if not 0 <= tok < MAX_TOKEN:
                 raise ValueError(f"token id {tok} out of range [0, {MAX_TOKEN})")
-            self._clock += 1
-            self.count[0] += 1
-            nxt = [self._child(0, tok, pos, seq_id)]
-            for node in active:
-                if self.depth[node] < limit:
-                    nxt.append(self._child(node, tok, pos, seq_id))
-            # keep the nodes that can still grow (their depth < max_depth)
-            active = [n for n in nxt if self.depth[n] < limit]
+            clock += 1
+            nxt: list[int] = []
+            for node in (0, *active):          # the root, then the growing suffix nodes
+                key = (node << SHIFT) | tok
+                child = edges.get(key)
+                if child is None:              # a new node, first of its parent's list
+                    child = edges[key] = len(count)
+                    count.append(1)
+                    token.append(tok)
+                    depth.append(depth[node] + 1)
+                    first.append(-1)
+                    sibling.append(first[node])
+                    first[node] = child
+                    last.append(pos)
+                    seq.append(seq_id)
+                    stamp.append(clock)
+                else:
+                    count[child] += 1
+                    last[child] = pos
+                    seq[child] = seq_id
+                    stamp[child] = clock
+                if depth[child] < limit:       # it can still grow
+                    nxt.append(child)
+            count[0] += 1
+            active = nxt
             pos += 1
+        self._clock = clock
         self._active[seq_id] = active
         self._lengths[seq_id] = pos
 
@@ -145,12 +143,19 @@ class SuffixTree:
         out.sort(key=lambda n: (-self.count[n], -self.stamp[n]))
         return out
 
-    def match_nodes(self, context: Sequence[int]) -> list[int]:
+    def suffix_nodes(self, seq_id: int) -> list[int]:
+        """The nodes of sequence `seq_id`'s suffixes, shortest first: entry m - 1 spells its
+        last m tokens (m < max_depth), kept up to date by `extend`."""
+        return self._active.get(seq_id, [])
+
+    def longest_match(self, context: Sequence[int], known: Sequence[int] = ()) -> list[int]:
         """nodes[m - 1] = the node of the context's last m tokens, for m = 1, 2, ... while
-        the trie holds them (a longer suffix is held only if the shorter one is)."""
-        out: list[int] = []
+        the trie holds them (a longer suffix is held only if a shorter one is). `known`: the
+        nodes already known for the first lengths (a sequence's `suffix_nodes`, when the
+        context ends with that sequence)."""
         n = len(context)
-        for m in range(1, min(n, self.max_depth) + 1):
+        out = list(known[: min(n, self.max_depth)])
+        for m in range(len(out) + 1, min(n, self.max_depth) + 1):
             node = self.find(context[n - m:])
             if node < 0:
                 break
@@ -159,17 +164,20 @@ class SuffixTree:
 
     def speculate(self, context: Sequence[int], max_spec_tokens: int, max_spec_factor: float = 1.0,
                   max_spec_offset: float = 0.0, min_token_prob: float = 0.1,
-                  use_tree: bool = True) -> Speculation:
+                  use_tree: bool = True, known: Sequence[int] = ()) -> Speculation:
         """The best-scoring draft over all context match lengths (see the module docstring).
         Match lengths are tried longest first and skipped when even a draft of probability
-        1 everywhere could not beat the best score so far: the same answer as trying all."""
+        1 everywhere could not beat the best score so far: the same answer as trying all.
+        `known` as in `longest_match`."""
         best = Speculation()
-        nodes = self.match_nodes(context)
+        nodes = self.longest_match(context, known)
         for m in range(len(nodes), 0, -1):
             budget = min(max_spec_tokens, int(m * max_spec_factor + max_spec_offset + 1e-6),
                          self.max_depth - m)
             if budget <= 0 or budget <= best.score:
                 continue
+            if self.first_child[nodes[m - 1]] < 0:
+                continue                      # nothing ever followed it
             spec = (self._tree if use_tree else self._path)(nodes[m - 1], budget, min_token_prob)
             if spec.score > best.score:
                 spec.match_len = m
