@@ -74,8 +74,8 @@ def test_suffix_tree_counts_every_substring_incrementally(depth):
 
 def reference_path(seqs, context, depth, max_spec, factor, min_prob):
     """Arctic-inference's path speculation from the counts alone: for every match length,
-    follow the most frequent continuation, ties to the most recent (sequences inserted one
-    after the other)."""
+    follow the most frequent continuation, ties to the one that reached its count first,
+    i.e. whose latest occurrence is oldest (sequences inserted one after the other)."""
     counts = brute_counts(seqs, depth)
     recent: dict[tuple[int, ...], int] = {}
     clock = 0
@@ -95,7 +95,7 @@ def reference_path(seqs, context, depth, max_spec, factor, min_prob):
             nxt = [(counts[cur + (t,)], recent[cur + (t,)], t) for t in range(10) if cur + (t,) in counts]
             if not nxt:
                 break
-            c, _, t = max(nxt)
+            c, _, t = max((c, -r, t) for c, r, t in nxt)
             prob *= c / counts[cur]
             if prob < min_prob:
                 break
@@ -218,9 +218,10 @@ def test_suffix_decoding_drafts_from_the_prompt_and_labels_it():
     d.observe(StepView(DraftTree.empty(), (), (1, 2, 3, 4, 5), tokens, (5,)))
     c = ctx_for(tokens, len(prompt))
     tree = d.propose(c)
-    # "1 2 3 4 5" was followed by 6 (the prompt) and by 9 (the output): equal counts, the
-    # most recent first
-    assert tree.tokens[0] == 9 and tree.sources[0] == "output" and c.info["positions"][0] == len(prompt) + 2
+    # "1 2 3 4 5" was followed by 6 (the prompt) and by 9 (the output): equal counts, the one
+    # that reached its count first leads (arctic-inference's order), both are drafted
+    assert tree.tokens[:2] == (6, 9) and tree.sources[:2] == ("context", "output")
+    assert c.info["positions"][:2] == [5, len(prompt) + 2]
 
 
 def test_suffix_decoding_global_tree_carries_outputs_across_generations(tiny_lm):

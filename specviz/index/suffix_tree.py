@@ -12,8 +12,8 @@ Nodes are flat arrays indexed by node id (root = 0) and one dict of edges keyed 
 (parent << 18) | token (vocabularies up to 262,144 ids); children are also linked as a
 sibling list (first_child / next_sibling) so a node's children can be listed without a
 per-node dict. Each node remembers its latest occurrence: `last` (the position of its
-token in that sequence) and `seq`, and `stamp`, a clock of updates used to break count
-ties in favour of the most recent.
+token in that sequence) and `seq`, and `stamp`, the clock of its last update (when it
+reached its count), which breaks count ties as arctic-inference does.
 
 `speculate` follows arctic-inference's SuffixTree::speculate (csrc/suffix_decoding/
 suffix_tree.cc, Snowflake, Apache-2.0), written anew here: for every suffix of the context
@@ -134,13 +134,15 @@ class SuffixTree:
         return node
 
     def children(self, node: int) -> list[int]:
-        """Children by decreasing count, ties to the most recently updated."""
+        """Children by decreasing count; among equal counts, the one that reached its count
+        first (arctic-inference's sibling order: a node whose count grows goes behind the
+        nodes that already had the new count)."""
         out = []
         c = self.first_child[node]
         while c >= 0:
             out.append(c)
             c = self.next_sibling[c]
-        out.sort(key=lambda n: (-self.count[n], -self.stamp[n]))
+        out.sort(key=lambda n: (-self.count[n], self.stamp[n]))
         return out
 
     def suffix_nodes(self, seq_id: int) -> list[int]:
