@@ -284,3 +284,27 @@ def test_new_drafters_equal_vanilla_on_the_embedded_model(embedded_lm):
         assert out == vanilla, (drafter, cfg)
         if not cfg.get("size_by_cost", True) and drafter == "suffix_decoding":
             assert sum(len(s.accepted) for s in steps) > 0
+
+
+def test_suffix_tree_agrees_with_arctic_inference():
+    """Where the authors' implementation is installed (arctic-inference 0.3.0 builds from its
+    sdist; it is not a requirement): the same drafts on random token streams. They may
+    differ on count ties (sibling order) and where arctic-inference drafts past max_depth."""
+    arctic = pytest.importorskip("arctic_inference.suffix_decoding")
+    same = cases = 0
+    for seed in range(200):
+        rng = random.Random(seed)
+        vocab, depth, use_tree = rng.choice([3, 5, 50]), rng.choice([24, 64]), seed % 2 == 0
+        seq = [rng.randrange(vocab) for _ in range(rng.randrange(5, 300))]
+        cache = arctic.SuffixDecodingCache(max_tree_depth=depth, max_cached_requests=0)
+        cache.start_request(1, seq)
+        tree = SuffixTree(depth)
+        tree.extend(0, seq)
+        context = seq[-depth:]
+        theirs = cache.speculate(1, context, max_spec_tokens=32, max_spec_factor=1.0, min_token_prob=0.1,
+                                 use_tree_spec=use_tree)
+        ours = tree.speculate(context, 32, 1.0, 0.0, 0.1, use_tree, tree.suffix_nodes(0))
+        if theirs.score > 0 or ours.score > 0:
+            cases += 1
+            same += abs(theirs.score - ours.score) < 1e-4 and theirs.match_len == ours.match_len
+    assert cases > 100 and same >= 0.97 * cases, (same, cases)
