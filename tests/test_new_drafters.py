@@ -140,6 +140,9 @@ def test_suffix_tree_speculation_tree_and_budget():
     # the adaptive length: one matched token allows one draft token
     assert len(tree.speculate([9, 2], 8, max_spec_factor=1.0).tokens) == 1
     assert tree.speculate([7, 7], 8).tokens == []
+    # for sizing, a first token's share leaves out the context's own (unfinished) occurrence
+    ratios = tree.continued_ratios(spec)
+    assert ratios[0] == pytest.approx(3 / 4) and ratios[five] == pytest.approx(spec.ratios()[five])
 
 
 # ---- CandidateMatrix -------------------------------------------------------------------------

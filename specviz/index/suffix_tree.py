@@ -45,6 +45,7 @@ class Speculation:
     nodes: list[int] = field(default_factory=list)
     score: float = 0.0
     match_len: int = 0
+    matched: int = -1          # the trie node of the matched context suffix
 
     def ratios(self) -> list[float]:
         """Each token's probability given its parent's (the count ratio)."""
@@ -182,9 +183,21 @@ class SuffixTree:
                 continue                      # nothing ever followed it
             spec = (self._tree if use_tree else self._path)(nodes[m - 1], budget, min_token_prob)
             if spec.score > best.score:
-                spec.match_len = m
+                spec.match_len, spec.matched = m, nodes[m - 1]
                 best = spec
         return best
+
+    def continued_ratios(self, spec: Speculation) -> list[float]:
+        """Like `ratios`, but a first token's share is of the matched suffix's occurrences
+        that have a continuation: the context's own occurrence (which has none yet) and
+        occurrences cut at a sequence's end do not dilute it."""
+        out = spec.ratios()
+        if spec.matched >= 0:
+            total = sum(self.count[c] for c in self.children(spec.matched)) or 1
+            for i, (node, par) in enumerate(zip(spec.nodes, spec.parents)):
+                if par < 0:
+                    out[i] = self.count[node] / total
+        return out
 
     def _path(self, node: int, budget: int, min_prob: float) -> Speculation:
         out = Speculation()
