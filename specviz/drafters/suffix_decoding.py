@@ -21,7 +21,7 @@ long matches draft far.
 
 Defaults follow vLLM's `suffix` method (max_tree_depth 24, max_spec_factor 1, min_token_prob
 0.1) except `use_tree` (vLLM drafts one path; the paper and arctic-inference's simulator draft
-a tree). Settings of the paper (arctic-inference's defaults, its α = max_spec_factor): max_depth
+a tree). Settings of the paper (the `paper` preset; arctic-inference's defaults, its α = max_spec_factor): max_depth
 64, max_spec_factor 1.0, max_spec_offset 0, min_token_prob 0.1, use_tree true, global_tree
 true, size_by_cost false, max_spec_tokens 64 (the depth: the paper bounds a draft only by α·p).
 
@@ -47,7 +47,7 @@ from ..index.suffix_tree import Speculation, SuffixTree
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from . import process_store
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .corpus_support import TreeCutter, explore_setting
 
 _GENERATION = itertools.count()      # sequence ids in the global tree
@@ -169,8 +169,18 @@ class SuffixDecodingDrafter:
                     self.complete = False        # full: this output stops growing there
 
 
+PAPER = Preset(
+    {"max_depth": 64, "max_spec_tokens": 64, "max_spec_factor": 1.0, "max_spec_offset": 0.0,
+     "min_token_prob": 0.1, "use_tree": True, "global_tree": True, "size_by_cost": False},
+    "SuffixDecoding, as arctic-inference implements it (docs/suffix-decoding.rst defaults: "
+    "suffix_cache_max_depth 64, suffix_max_spec_factor 1.0 = the paper's alpha, suffix_max_spec_offset 0, "
+    "suffix_min_token_prob 0.1; its simulator drafts trees); a draft bounded only by alpha * match "
+    "length and the depth; no cost cut.")
+
+
 SPEC = register(DrafterSpec("suffix_decoding", SuffixDecodingConfig, SuffixDecodingDrafter,
                             "Frequency-scored suffix trees over the prompt and earlier outputs, "
                             "adaptive draft length (SuffixDecoding).",
                             "Oliaro et al. 2024, SuffixDecoding: Extreme Speculative Decoding for "
-                            "Emerging AI Applications"))
+                            "Emerging AI Applications",
+                            presets={"paper": PAPER}))

@@ -19,7 +19,8 @@ The paper's method (what the authors' evaluation/inference_recycling.py does):
   by tokenizer and settings). Off by default: a fresh matrix per generation, so one generation's
   drafts never depend on another's;
 - every input row's top-k replaces that token's row, later rows winning on duplicates.
-Settings of the paper: k=8, persist=true, init_from_prompt=false, size_by_cost=false.
+Settings of the paper (the `paper` preset, `token_recycling@paper`): k=8, persist=true,
+init_from_prompt=false, size_by_cost=false.
 
 Extensions (switches): `init_from_prompt` starts the rows from the prompt's bigrams (most
 recent follower first), so the first steps have something to draft; `size_by_cost` cuts the
@@ -36,7 +37,7 @@ from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix, Template
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from . import process_store
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .corpus_support import TreeCutter, explore_setting
 
 # The authors' tree template "2.2.2" (model/recycling/tree_template_.py): each node is the
@@ -66,7 +67,7 @@ class TokenRecyclingConfig(Settings):
     persist: bool = setting(False, "Keep the matrix across generations in this process (the paper's "
                                    "hot start; shared by every user of a server).")
     init_from_prompt: bool = setting(False, "Start rows from the prompt's bigrams, most recent first "
-                                            "(extension).")
+                                            "(an option, not in the paper).")
     size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
     first_prior: float = setting(0.3, "Prior chance a first-level candidate is accepted (learned per rank).",
                                  low=0.0, high=1.0, low_open=True)
@@ -117,7 +118,15 @@ class TokenRecyclingDrafter:
         self._locked(lambda: self.matrix.update_many(rows, step.target_topk))
 
 
+PAPER = Preset(
+    {"k": 8, "persist": True, "init_from_prompt": False, "size_by_cost": False},
+    "Turning Trash into Treasure (Token Recycling), the authors' evaluation/inference_recycling.py: "
+    "--output-id-topk 8, tree template 2.2.2 (80 nodes), one adjacency matrix kept across questions, "
+    "every verified row replaced by the target's top-8; no cost cut.")
+
+
 SPEC = register(DrafterSpec("token_recycling", TokenRecyclingConfig, TokenRecyclingDrafter,
                             "A static tree filled from each token's recycled top-k candidates (Token Recycling).",
                             "Luo et al. 2024, Turning Trash into Treasure: Accelerating Inference of Large "
-                            "Language Models with Token Recycling"))
+                            "Language Models with Token Recycling",
+                            presets={"paper": PAPER}))
