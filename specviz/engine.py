@@ -29,7 +29,7 @@ from .timing import PeakMemory, PhaseTimer
 from .token_pieces import incremental_pieces, token_labels
 from .trace import StepRecord, Totals, Trace
 from .tree import DraftTree, build_buffers
-from .verify import forward_tree, judge
+from .verify import TOP_K, forward_tree, judge
 
 
 def check_fits(prompt_len: int, max_new_tokens: int, max_positions: int) -> None:
@@ -107,6 +107,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                       past_key_values=cache, use_cache=True)
     check_supported(cache)
     drafter_ok, step = True, 0
+    # a drafter that recycles the verifier's candidates may ask for more than verify.TOP_K
+    top_k = max(TOP_K, int(getattr(drafter, "target_topk", 0) or 0))
     while True:
         # inference mode per step, never across the yield: it is per thread, and a consumer
         # (a web server) may resume this generator on another thread
@@ -139,7 +141,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             cost.observe(buf.rows, timer.now() - start)
             # 4. accept the longest valid path, plus the target's bonus token
             with timer("verify.accept"):
-                verdict = judge(tree, logits, decoding, generator)
+                verdict = judge(tree, logits, decoding, generator, top_k)
                 acc = verdict.acceptance
             # 5. commit the accepted rows of the KV cache
             with timer("cache.commit"):

@@ -35,7 +35,7 @@ class Verdict:
     target_top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
 
 
-TOP_K = 4
+TOP_K = 4          # what every drafter gets; one that wants more sets `target_topk` (engine.py)
 
 
 def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
@@ -46,18 +46,19 @@ def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> 
 
 
 def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
-          generator: torch.Generator) -> Verdict:
+          generator: torch.Generator, top_k: int = TOP_K) -> Verdict:
     """Apply the acceptance rule of `decoding` to the target's logits [N+1, V] over `tree`.
 
     Greedy: the longest path of argmax matches. Sampling: multi-candidate speculative
     sampling under the target's temperature / top-k / top-p distribution (lossless).
     `target_prob` is what the explorer shows per node: softmax under greedy decoding, the
-    sampling distribution otherwise.
+    sampling distribution otherwise. `target_topk` holds the `top_k` best tokens per row.
     """
     argmax = logits.argmax(-1).tolist()                          # [N+1] (first max on ties)
-    best = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)     # values, indices: [N+1, K]
-    topk = best.indices.tolist()                                 # [N+1, K]
-    top_logits = _top_logits(best.values, best.indices, argmax)
+    k = min(max(top_k, TOP_K), logits.shape[-1])
+    best = logits.topk(k, dim=-1)                                # values, indices: [N+1, k]
+    topk = best.indices[:, :top_k].tolist()                      # [N+1, top_k]
+    top_logits = _top_logits(best.values[:, :TOP_K], best.indices[:, :TOP_K], argmax)
     if decoding.greedy:
         probs = torch.softmax(logits, -1)                        # [N+1, V], for display only
         acceptance = accept_greedy(tree, argmax)

@@ -11,6 +11,7 @@ from typing import Any
 from .common import DECODING_FLAGS, flag
 
 LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead",
+                 "token_recycling", "suffix_decoding",
                  "draft_model", "self_draft", "glide", "oracle")   # baseline first, others after
 
 

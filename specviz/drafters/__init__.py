@@ -1,7 +1,7 @@
 """Drafters, one module each; importing this package registers them all, then the drafters
 that installed packages register through the `specviz.drafters` entry points (plugins.py)."""
 from . import (aded, draft_model, glide, hierarchy, lookahead, ngram_trie, oracle,  # noqa: F401  (registration)
-               prompt_lookup, rest, self_draft, vanilla)
+               prompt_lookup, rest, self_draft, suffix_decoding, token_recycling, vanilla)
 from .base import REGISTRY, DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, get, register
 
 __all__ = ["REGISTRY", "DraftContext", "Drafter", "DrafterSpec", "DraftSetup", "StepView", "get", "register"]

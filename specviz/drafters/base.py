@@ -51,6 +51,8 @@ class DraftContext:
 
 
 class Drafter(Protocol):
+    # optional attribute: `target_topk: int`, how many of the target's best tokens per row
+    # StepView.target_topk should hold (verify.TOP_K when absent or smaller)
     def propose(self, ctx: DraftContext) -> DraftTree: ...
 
     def observe(self, step: "StepView") -> None: ...
@@ -64,7 +66,7 @@ class StepView:
     new_tokens: tuple[int, ...]
     tokens: Sequence[int]                    # the committed sequence after the step
     target_top: tuple[int, ...]              # target argmax per input row (root first)
-    # per input row, the target's verify.TOP_K best tokens, best first (on exact ties its order
+    # per input row, the target's verify.TOP_K (or the drafter's `target_topk`) best tokens, best first (on exact ties its order
     # may differ from target_top's); empty where the caller has no logits (unit tests)
     target_topk: tuple[tuple[int, ...], ...] = ()
 

@@ -118,6 +118,7 @@ class TreeCutter:
         self._idle = 0                   # steps in a row whose tree was cut to nothing
         self._buckets: dict[Hashable, int] = {}
         self._last: tuple[DraftTree, list[float], list[int]] | None = None
+        self.kept: list[int] = []        # after cut: the input tree's node ids that were kept
 
     def _bucket(self, key: Hashable) -> int:
         return self._buckets.setdefault(key, len(self._buckets))
@@ -128,6 +129,7 @@ class TreeCutter:
         """(the kept subtree, estimated path probability per kept node); `info` gets
         "explore": True on a step kept only to explore."""
         ids = [self._bucket(b) for b in buckets]
+        self.kept = list(range(len(tree)))
         path: list[float] = []
         for i, par in enumerate(tree.parents):
             trust = (self.first if par < 0 else self.later).factor(ids[i])
@@ -143,6 +145,7 @@ class TreeCutter:
                 if info is not None:
                     info["explore"] = True
             keep = sorted(order[:k])
+            self.kept = keep
             if len(keep) < len(tree):
                 tree = tree.prune(keep)
                 ratios = [ratios[i] for i in keep]

@@ -17,6 +17,8 @@ SOURCE_COLOURS: dict[str, str] = {
     "cape-expansion": "#ffe27a",   # GLIDE with CAPE: expanded candidates
     "beam-search": "#c5e8a0",      # GLIDE + beam search: every node that was in a beam
     "lookahead": "#a6e3df",        # Jacobi / lookahead n-gram pool
+    "recycled": "#b9d98c",         # Token Recycling: the target's own earlier top-k candidates
+    "history": "#e8c98f",          # SuffixDecoding: outputs of earlier generations
     "oracle": "#d9d9d9",           # replay of a known continuation
 }
 _FALLBACK = ("#f2b8a2", "#b9d98c", "#d4b3e8", "#8fd3e8", "#e8c98f", "#b7c4f0", "#e8a8d8", "#c2e0a0")

@@ -8,6 +8,7 @@ HTML is built here with inline styles, so it renders the same in any front end.
 from __future__ import annotations
 
 import html
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -130,8 +131,10 @@ def context_highlight_html(trace: Trace, step_index: int) -> str:
     if not len(trace.steps[step_index].tree):
         return "<p><i>No draft in this step (plain decoding).</i></p>"
     if not trace.steps[step_index].info.get("positions"):
-        return (f"<p><i>The drafter <code>{html.escape(trace.drafter)}</code> does not record where "
-                "its drafts came from; the N-gram trie drafter does.</i></p>")
+        labels = Counter(trace.steps[step_index].tree.sources)
+        named = ", ".join(f"<code>{html.escape(k)}</code> ({v})" for k, v in labels.most_common())
+        return (f"<p><i>The drafter <code>{html.escape(trace.drafter)}</code> does not record places "
+                f"in the context for its drafts; this step's draft nodes came from: {named}.</i></p>")
     c0, c1 = trace.context_char_span
     context = trace.prompt_text[c0:c1]
     src = context_sources(trace, step_index)
