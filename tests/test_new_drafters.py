@@ -8,14 +8,14 @@ from collections import Counter
 
 import pytest
 
-from conftest import run_ids
 from specviz import viz
 from specviz.bench.methods import parse_methods
 from specviz.decoding import DecodingConfig
-from specviz.drafters import get, process_store
+from specviz.drafters import get
+from specviz.drafters.store import DrafterStore
 from specviz.drafters.base import DraftContext, DraftSetup, StepView
 from specviz.drafters.token_recycling import TEMPLATE
-from specviz.engine import generate
+from specviz.engine import generate, generate_steps
 from specviz.index.adjacency import ORIGIN_PROMPT, ORIGIN_TARGET, CandidateMatrix, Template
 from specviz.index.suffix_tree import SuffixTree
 from specviz.prompts import build_prompt
@@ -24,11 +24,20 @@ from specviz.tree import DraftTree
 from specviz.viz.spans import context_sources
 
 
+STORE = DrafterStore()          # one session's store, as the explorer, CLI and bench hold one
+
+
 @pytest.fixture(autouse=True)
 def fresh_store():
-    process_store.clear()
+    STORE.clear()
     yield
-    process_store.clear()
+    STORE.clear()
+
+
+def run_ids(lm, prompt, drafter="vanilla", config=None, **decoding):  # noqa: ANN001, ANN201
+    """conftest.run_ids within the session STORE (cross-generation state lives there)."""
+    steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding), STORE))
+    return [t for s in steps for t in s.new_tokens], steps
 
 
 def ctx_for(tokens: list[int], prompt_len: int) -> DraftContext:
@@ -197,7 +206,7 @@ def test_token_recycling_gets_top8_from_the_engine_and_persists(tiny_lm):
     prompt = [5, 6, 7, 8, 9] * 4
     out, steps = run_ids(tiny_lm, prompt, "token_recycling", {"persist": True, "size_by_cost": False},
                          max_new_tokens=12)
-    matrix, _ = next(iter(process_store._STORE.values()))
+    matrix, _ = next(iter(STORE._items.values()))
     assert len(matrix.row(prompt[-1])) == 8                       # the engine gave 8, not verify.TOP_K
     # the matrix is kept: the next generation drafts at its first step
     _, again = run_ids(tiny_lm, prompt, "token_recycling", {"persist": True, "size_by_cost": False},
@@ -239,9 +248,9 @@ def test_suffix_decoding_global_tree_carries_outputs_across_generations(tiny_lm)
                        max_new_tokens=8)
     assert "history" not in alone[0].tree.sources
     capped = dict(cfg, history_tokens=10)
-    process_store.clear()
+    STORE.clear()
     run_ids(tiny_lm, prompt, "suffix_decoding", capped, max_new_tokens=24)
-    history, _ = next(iter(process_store._STORE.values()))
+    history, _ = next(iter(STORE._items.values()))
     assert history.total_tokens <= 10
 
 

@@ -48,3 +48,22 @@ def settings_key(config: Any, leave_out: tuple[str, ...] = ()) -> tuple[tuple[st
 
     return tuple((f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
                  if f.name not in leave_out)
+
+
+def shared_entry(setup: Any, key: Hashable, make: Callable[[], T]) -> tuple[T, threading.Lock]:
+    """(the object under `key` in the session's store, made on first use; its lock), for state
+    that generations of one session share (Token Recycling's matrix, SuffixDecoding's global
+    tree). Hold the lock while reading or changing the object: generations may run on several
+    threads. Without a store (a bare engine call) the object lives for this generation only."""
+    store = getattr(setup, "store", None)
+    if store is None:
+        return make(), threading.Lock()
+    return store.get(key, lambda: (make(), threading.Lock()))
+
+
+def tokenizer_key(setup: Any) -> str:
+    """The tokenizer fingerprint of a DraftSetup's target (token ids only without one)."""
+    from ..index.store import tokenizer_identity
+
+    ident = tokenizer_identity(getattr(setup.target, "tokenizer", None), setup.vocab_size)
+    return str(ident["fingerprint"])

@@ -9,7 +9,8 @@ Two frequency-counted suffix trees (index/suffix_tree.py), both depth-limited to
   or "output" by where the drafted string last occurred);
 - the global tree: the outputs of earlier generations in this process (source "history";
   the current output is added too, as arctic-inference does, so its nodes from this
-  generation are labelled "output"), kept in process_store.py by tokenizer and settings.
+  generation are labelled "output"), kept in the session's DrafterStore (store.py: one per
+  explorer tab, CLI process or bench run, never shared between web users) by tokenizer and settings.
 Each step the last max_depth tokens are matched against each tree at every suffix length m
 the tree holds; for each m a draft of at most min(max_spec_tokens, max_spec_factor * m +
 max_spec_offset) tokens is grown best first by estimated probability (product of count
@@ -46,7 +47,7 @@ from ..errors import ConfigError
 from ..index.suffix_tree import Speculation, SuffixTree
 from ..settings import Settings, setting
 from ..tree import DraftTree
-from . import process_store
+from .store import settings_key, shared_entry, tokenizer_key
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .corpus_support import TreeCutter, explore_setting
 
@@ -93,9 +94,9 @@ class SuffixDecodingDrafter:
         self.seq_id = next(_GENERATION)
         self.complete = True                 # the whole output so far is in the global tree
         if config.global_tree:
-            key = ("suffix_decoding", process_store.tokenizer_key(setup), setup.vocab_size,
-                   process_store.config_key(config))
-            self.history, self.lock = process_store.shared(key, lambda: SuffixTree(config.max_depth))
+            key = ("suffix_decoding", tokenizer_key(setup), setup.vocab_size,
+                   settings_key(config))
+            self.history, self.lock = shared_entry(setup, key, lambda: SuffixTree(config.max_depth))
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
 
     def _speculate(self, tree: SuffixTree, context: list[int], known: list[int]) -> Speculation:

@@ -15,7 +15,7 @@ The paper's method (what the authors' evaluation/inference_recycling.py does):
 - k = 8 (its --output-id-topk), the template "2.2.2" of model/recycling/tree_template_.py:
   80 nodes over 6 levels (8, 21, 25, 15, 8, 3), copied below as TEMPLATE;
 - the matrix starts empty (zeros there; rows never written are simply not drafted from
-  here) and is kept across questions ("hot start"): set `persist` (process_store.py; keyed
+  here) and is kept across questions ("hot start"): set `persist` (the session's DrafterStore, store.py; keyed
   by tokenizer and settings). Off by default: a fresh matrix per generation, so one generation's
   drafts never depend on another's;
 - every input row's top-k replaces that token's row, later rows winning on duplicates.
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix, Template
 from ..settings import Settings, setting
 from ..tree import DraftTree
-from . import process_store
+from .store import settings_key, shared_entry, tokenizer_key
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .corpus_support import TreeCutter, explore_setting
 
@@ -81,9 +81,9 @@ class TokenRecyclingDrafter:
         self.config = config
         self.target_topk = config.k          # the engine gives StepView.target_topk this wide
         if config.persist:
-            key = ("token_recycling", process_store.tokenizer_key(setup), setup.vocab_size,
-                   process_store.config_key(config))
-            self.matrix, self.lock = process_store.shared(key, lambda: CandidateMatrix(setup.vocab_size, config.k))
+            key = ("token_recycling", tokenizer_key(setup), setup.vocab_size,
+                   settings_key(config))
+            self.matrix, self.lock = shared_entry(setup, key, lambda: CandidateMatrix(setup.vocab_size, config.k))
         else:
             self.matrix, self.lock = CandidateMatrix(setup.vocab_size, config.k), None
         if config.init_from_prompt:
