@@ -127,7 +127,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             now = timer.now()
             record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
                                 verdict.target_top, verdict.target_prob, timer.take(), now - clock,
-                                ctx.info, stop)
+                                ctx.info, stop, verdict.target_top_prob)
         yield record
         clock = timer.now()                       # time spent by the consumer is not ours
         if stop:

@@ -30,6 +30,9 @@ class StepRecord:
     wall: float                        # seconds of the whole step (prefill included for step 0)
     info: dict[str, Any] = field(default_factory=dict)  # drafter notes (JSON-able)
     stop: str | None = None            # "eos", "length", "stop_string" on the last step
+    # the target's probability of its own top token per input row (root, then each node):
+    # what the target wanted where it rejected a draft; () in traces recorded before it existed
+    target_top_prob: tuple[float, ...] = ()
 
     @property
     def accepted_len(self) -> int:
@@ -45,7 +48,9 @@ class StepRecord:
     def from_dict(d: dict[str, Any]) -> "StepRecord":
         d = dict(d)
         d["tree"] = DraftTree.from_dict(d["tree"])
-        for key in ("accepted", "new_tokens", "target_top", "target_prob"):
+        for key in ("accepted", "new_tokens", "target_top", "target_prob", "target_top_prob"):
+            if key not in d:
+                continue
             d[key] = tuple(d[key])
         return StepRecord(**d)
 

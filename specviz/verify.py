@@ -29,6 +29,7 @@ class Verdict:
     # the target's TOP_K most likely tokens per input row, best first (drafters that recycle
     # what the verifier saw, e.g. hierarchy; not stored in the trace)
     target_topk: tuple[tuple[int, ...], ...] = ()
+    target_top_prob: tuple[float, ...] = ()  # probability of target_top per row (as target_prob)
 
 
 TOP_K = 4
@@ -63,4 +64,6 @@ def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
         rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long, device=probs.device)
         toks = torch.tensor(tree.tokens, dtype=torch.long, device=probs.device)
         node_prob = probs[rows, toks].tolist()                   # [N]: p(node token | its parent)
-    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)))
+    rows_all = torch.arange(len(argmax), device=probs.device)
+    top_prob = probs[rows_all, torch.tensor(argmax, dtype=torch.long, device=probs.device)].tolist()   # [N+1]
+    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)), tuple(top_prob))
