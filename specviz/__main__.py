@@ -1,4 +1,4 @@
-"""`python -m specviz ...`: see specviz/cli.py."""
+"""`python -m specviz ...`: see specviz/cli/."""
 from .cli import main
 
 raise SystemExit(main())

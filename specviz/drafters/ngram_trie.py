@@ -1,4 +1,4 @@
-"""ngram_trie: N-Gram Trie speculative decoding (seed 001, Chen et al.), with two extensions.
+"""ngram_trie: N-Gram Trie speculative decoding (Chen et al.), with two extensions.
 
 Paper behaviour (switches off): a trie of the context's n-grams (index/ngram_trie.py), the
 longest suffix of the sequence (Lp tokens, shortened until one matches) selects a subtree,
@@ -125,6 +125,6 @@ class NgramTrieDrafter:
 
 
 SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
-                            "Draft trees from an n-gram trie over the context (seed 001).",
+                            "Draft trees from an n-gram trie over the context.",
                             "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
                             "Speculative Decoding"))

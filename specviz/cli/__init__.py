@@ -1,0 +1,68 @@
+"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide`.
+
+    python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
+        --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
+    python -m specviz drafters
+    python -m specviz index build --kind passages --docs specviz/data/docs --out out/demo-index
+    python -m specviz generate --index out/demo-index --question "What do honeybees dance about?" --k 3
+
+One module per command (generate.py, drafters.py, bench.py, index.py, train_glide.py), each
+with add_arguments(parser) and run(args); common.py holds what they share. This package
+imports the engine, never the other way round.
+
+Bad input (an empty prompt, a setting out of range, an unknown drafter or model, a context
+file that is not UTF-8 text...) ends in one line on stderr naming the field and what is
+allowed, with exit code 2 and no traceback. Ctrl-C exits with 130.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from ..errors import SpecvizError
+from . import bench, drafters, generate, index, train_glide
+from .common import EXIT_INTERRUPTED, EXIT_USAGE, Parser
+from .errors import UsageError
+
+__all__ = ["UsageError", "build_parser", "main"]
+
+# name, module (add_arguments + run), help, description
+COMMANDS = (
+    ("generate", generate, "generate text with a drafter and print a summary",
+     "Generate with speculative decoding; print the text and "
+     "a summary line (tokens, steps, tokens/s, mean accepted)."),
+    ("drafters", drafters, "list the drafters and their settings", None),
+    ("bench", bench, "speed benchmark of drafters (Spec-Bench questions)", None),
+    ("index", index, "build indexes (retrieval passages; corpus indexes for rest, hierarchy, aded)",
+     "Build an index folder: passages for retrieval, or the corpus "
+     "drafters' suffix array, tri-gram table and model-db."),
+    ("train-glide", train_glide, "train a GLIDE draft model for a target (CPU or GPU)",
+     "Train GLIDE (or, with --no-cross-attention, the vanilla "
+     "drafter) for a frozen target; resumable checkpoints."),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="specviz", description="See, teach and debug speculative decoding.")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(c[0] for c in COMMANDS) + "}",
+                                parser_class=Parser)
+    sub.required = True
+    for name, module, help_, description in COMMANDS:
+        command = sub.add_parser(name, help=help_, description=description)
+        module.add_arguments(command)
+        command.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return args.handler(args)
+    except SpecvizError as err:
+        print(f"specviz: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\nspecviz: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,184 @@
+"""`python -m specviz bench`: drafters, transformers' peers and sweeps in one interleaved run.
+
+    python -m specviz bench --categories summarization,rag --limit 10 \\
+        --drafters vanilla,prompt_lookup,ngram_trie,oracle --peers hf_prompt_lookup --out DIR
+    python -m specviz bench --categories summarization --limit 5 --drafters vanilla \\
+        --sweep "ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5" --peers "" --out DIR
+    python -m specviz bench ... --out DIR --resume     # continue a stopped run (specviz/bench/resume.py)
+
+The benchmark itself is the library specviz/bench/ (questions, methods, runner, resume,
+metrics, figures, report); this module is its command line.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..bench.methods import PEERS, MethodError, parse_methods
+from ..bench.metrics import summarise
+from ..bench.questions import DEFAULT_QUESTIONS, read_questions, select
+from ..bench.report import summary_markdown, write_results, write_results_json
+from ..bench.resume import check_compatible, load_previous, still_to_do
+from ..errors import SpecvizError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--questions", default=str(DEFAULT_QUESTIONS),
+                        help="a Spec-Bench question.jsonl (default: Spec-Bench's 480 questions, shipped in specviz/data/specbench/)")
+    parser.add_argument("--categories", default="summarization,rag",
+                        help="comma-separated categories; 'mt_bench' = its 8 categories; 'all'")
+    parser.add_argument("--drafters", default="vanilla,prompt_lookup,ngram_trie,oracle",
+                        help="comma-separated drafters, optionally with settings: "
+                             "ngram_trie[num_draft=8;prefix_len=2]; vanilla always runs first")
+    parser.add_argument("--peers", default="hf_prompt_lookup",
+                        help=f"comma-separated transformers peers: {', '.join(PEERS)} ('' for none)")
+    parser.add_argument("--sweep", action="append", metavar="DRAFTER:K=V1,V2;K2=W1,W2",
+                        help="a grid over a drafter's settings (repeatable), e.g. "
+                             "\"ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5\"")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--draft-model", default=None,
+                        help="draft model for the hf_assisted peer (same tokenizer as --model)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=int, default=10, help="questions per category")
+    parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
+    parser.add_argument("--warmup", type=int, default=1, help="unrecorded warm-up questions")
+    parser.add_argument("--out", default="benchmarks/results/latest", help="folder for the results")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                        help="start no new question after this many minutes; write what was measured "
+                             "(continue later with --resume)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out: keep its finished questions, measure the "
+                             "rest (same model, methods, --max-new-tokens and --repeats)")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _commit() -> str | None:
+    """The specviz checkout's git commit (short), '+dirty' with uncommitted changes; None
+    outside a git checkout."""
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for flag, value, low in (("--limit", args.limit, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
+                             ("--time-limit", args.time_limit if args.time_limit is not None else 1, 0)):
+        if value < low:
+            raise SpecvizError(f"{flag}: must be >= {low}, got {value}")
+
+
+def _check_assistant(lm: Any, assistant: Any) -> None:
+    if assistant.tokenizer.get_vocab() != lm.tokenizer.get_vocab():
+        raise MethodError(f"--draft-model: {assistant.model_id!r} has another tokenizer than "
+                          f"{lm.model_id!r}; assisted generation needs the same vocabulary")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    import transformers
+    from tqdm import tqdm
+
+    from ..bench.runner import Bench
+    from ..models import load_model
+
+    _check_numbers(args)
+    methods, notes = parse_methods(args.drafters, args.peers, args.sweep, args.draft_model)
+    questions_all, warnings = read_questions(Path(args.questions))
+    questions = select(questions_all, [c.strip() for c in args.categories.split(",") if c.strip()],
+                       args.limit)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SpecvizError(f"--out: {args.out!r} is a file; give a folder")
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    previous, old_runs = load_previous(out) if args.resume else ({}, [])
+
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    lm = load_model(args.model, args.device, args.dtype)
+    assistant = None
+    if args.draft_model:
+        assistant = load_model(args.draft_model, args.device, args.dtype)
+        _check_assistant(lm, assistant)
+    labels = [m.label for m in methods]
+    setup = {"model": lm.model_id, "max_new_tokens": args.max_new_tokens, "methods": labels,
+             "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", "")}
+    bench = Bench(lm, methods, args.max_new_tokens, assistant)
+    sittings: list[dict[str, Any]] = []
+    if args.resume:
+        check_compatible(previous, setup, out / "results.json")
+        questions, bench.runs = still_to_do(questions, old_runs, labels, args.repeats)
+        sittings = list(previous.get("sittings") or [])
+        print(f"resuming {out}: {len({r.question_id for r in bench.runs})} questions kept, "
+              f"{len(questions)} to measure", file=sys.stderr)
+    command = "python -m specviz bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
+    sitting = {"date": _now(), "command": command, "cpu": _cpu_name(), "commit": _commit(),
+               "questions": 0}
+    sittings.append(sitting)
+    kept = len(bench.runs)
+
+    def meta(finished: bool) -> dict[str, Any]:
+        sitting["questions"] = len({r.question_id for r in bench.runs[kept:]})
+        return {
+            "command": command, "date": _now(), **setup, "draft_model": args.draft_model,
+            "device": str(lm.device), "cpu": _cpu_name(), "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "questions_file": str(args.questions), "categories": args.categories,
+            "limit": args.limit, "warmup": args.warmup,
+            "questions_measured": len({r.question_id for r in bench.runs}),
+            "skipped": bench.skipped, "notes": notes + warnings, "interrupted": not finished,
+            "stop_reason": bench.stop_reason,
+            "sittings": sittings,
+        }
+
+    def checkpoint() -> None:                      # after each question: a kill loses at most one
+        write_results_json(out, meta(False), summarise(bench.runs, labels), bench.runs)
+
+    with tqdm(total=len(questions) * args.repeats, desc="bench", unit="question", file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        deadline = time.monotonic() + 60 * args.time_limit if args.time_limit is not None else None
+        finished = bench.measure(questions, args.repeats, args.warmup, bar, checkpoint, deadline)
+    if not finished:
+        print(f"stopped ({bench.stop_reason}): writing what was measured; add --resume to the same "
+              "command to measure the rest", file=sys.stderr)
+    if not bench.runs:
+        print("nothing was measured", file=sys.stderr)
+        return 130 if not finished else 1
+    rows = summarise(bench.runs, labels)
+    meta_now = meta(finished)
+    write_results(out, meta_now, rows, bench.runs)
+    print(summary_markdown(rows))
+    for line in notes + [f"skipped {s}" for s in bench.skipped]:
+        print(f"note: {line}", file=sys.stderr)
+    print(f"results written to {out}/ (results.json, summary.csv, summary.md, report.html)", file=sys.stderr)
+    return 0 if finished or bench.stop_reason == "time limit" else 130

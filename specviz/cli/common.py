@@ -1,0 +1,105 @@
+"""What several commands share: the one-line argparse parser, exit codes, flag names, --set
+parsing, --context-file reading, the decoding flags and output-path checks."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import ConfigError
+from .errors import UsageError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit 2) instead of usage + error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def config_message(err: ConfigError) -> str:
+    """The part of a ConfigError after its 'field: '."""
+    text = str(err)
+    return text[len(err.field) + 2:] if text.startswith(err.field + ": ") else text
+
+
+def parse_set(items: Sequence[str] | None) -> dict[str, str]:
+    """['k=v', ...] -> {'k': 'v'}; the last value of a repeated key wins."""
+    values: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set: expected key=value, got {item!r}")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def tuple_settings(spec: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Settings whose default is a tuple (oracle's `tokens`) are given comma-separated ints."""
+    from ..settings import describe
+
+    out = dict(values)
+    for info in describe(spec.config_cls):
+        if info.name in out and isinstance(info.default, tuple) and isinstance(out[info.name], str):
+            parts = [p.strip() for p in out[info.name].split(",") if p.strip()]
+            try:
+                out[info.name] = tuple(int(p) for p in parts)
+            except ValueError:
+                raise UsageError(f"--set {info.name}: expected comma-separated integers "
+                                 f"(token ids), got {values[info.name]!r}") from None
+    return out
+
+
+def read_context(path: str | None) -> str:
+    """The text of --context-file, or a UsageError saying why it cannot be used."""
+    if not path:
+        return ""
+    file = Path(path).expanduser()
+    if not file.exists():
+        raise UsageError(f"--context-file: no such file {path!r}")
+    if file.is_dir():
+        raise UsageError(f"--context-file: {path!r} is a directory; give a UTF-8 text file")
+    try:
+        data = file.read_bytes()
+    except OSError as err:
+        raise UsageError(f"--context-file: cannot read {path!r} ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"--context-file: {path!r} is not UTF-8 text (undecodable byte at "
+                         f"offset {err.start}); give a UTF-8 text file") from None
+    if "\x00" in text:
+        raise UsageError(f"--context-file: {path!r} looks binary (it contains NUL bytes); "
+                         "give a UTF-8 text file")
+    return text
+
+
+def check_trace_path(path: str | None) -> None:
+    """Fail before generating, not after, if the trace cannot be written there."""
+    if not path:
+        return
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise UsageError(f"--trace: {path!r} is a directory; give a file name such as trace.json")
+    if not file.parent.is_dir():
+        raise UsageError(f"--trace: the folder {str(file.parent)!r} does not exist")
+
+
+# --- decoding flags (generate's; listed by `drafters`) ----------------------------------------
+
+DECODING_FLAGS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
+METAVARS = {"max_new_tokens": "N", "temperature": "T", "top_p": "P", "top_k": "K", "seed": "S"}
+
+
+def decoding_values(args: argparse.Namespace) -> dict[str, Any]:
+    values: dict[str, Any] = {k: getattr(args, k) for k in DECODING_FLAGS if getattr(args, k) is not None}
+    if args.stop:
+        values["stop"] = tuple(args.stop)
+    return values

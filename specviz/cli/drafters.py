@@ -1,0 +1,87 @@
+"""`python -m specviz drafters`: the drafters and their settings (text, --json, --markdown).
+
+`drafters_markdown()` is also what scripts/update_drafters_doc.py writes into docs/drafters.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .common import DECODING_FLAGS, flag
+
+LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead",
+                 "draft_model", "self_draft", "glide", "oracle")   # baseline first, others after
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable output")
+    fmt.add_argument("--markdown", action="store_true", help="Markdown tables (as in docs/drafters.md)")
+
+
+def drafter_listing() -> list[dict[str, Any]]:
+    """Every registered drafter with its settings, as plain data."""
+    from ..drafters import REGISTRY
+    from ..settings import describe
+
+    out = []
+    for name in sorted(REGISTRY, key=lambda n: (LISTING_ORDER.index(n) if n in LISTING_ORDER else 99, n)):
+        spec = REGISTRY[name]
+        out.append({
+            "name": name, "summary": spec.summary, "reference": spec.reference,
+            "settings": [{"name": i.name, "type": getattr(i.type, "__name__", str(i.type)),
+                          "default": list(i.default) if isinstance(i.default, tuple) else i.default,
+                          "range": "true/false" if i.type is bool else i.describe_range(),
+                          "help": i.help, "ui": i.ui}
+                         for i in describe(spec.config_cls)],
+        })
+    return out
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = f"({', '.join(map(str, value))})" if isinstance(value, list) else str(value)
+    return text.replace("|", "\\|")
+
+
+def drafters_markdown() -> str:
+    """The drafters and their settings as Markdown tables (the tables of docs/drafters.md)."""
+    listing = drafter_listing()
+    lines = ["| drafter | what it does | reference |", "| --- | --- | --- |"]
+    lines += [f"| `{d['name']}` | {_cell(d['summary'])} | {_cell(d['reference'])} |" for d in listing]
+    lines += ["", "| drafter | setting | default | range | meaning |", "| --- | --- | --- | --- | --- |"]
+    for d in listing:
+        for s in d["settings"]:
+            note = "" if s["ui"] else " (CLI only)"
+            lines.append(f"| `{d['name']}` | `{s['name']}` | {_cell(s['default'])} | {_cell(s['range'])} | "
+                         f"{_cell(s['help'])}{note} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    listing = drafter_listing()
+    if args.json:
+        print(json.dumps(listing, indent=2))
+        return 0
+    if args.markdown:
+        print(drafters_markdown(), end="")
+        return 0
+    for d in listing:
+        print(f"{d['name']}: {d['summary']}")
+        if d["reference"] and d["reference"] != "-":
+            print(f"  reference: {d['reference']}")
+        if not d["settings"]:
+            print("  settings: none")
+        else:
+            print("  settings (--set name=value):")
+            width = max(len(s["name"]) for s in d["settings"])
+            for s in d["settings"]:
+                default = _cell(s["default"])
+                note = "" if s["ui"] else "  [CLI only, not in the UI]"
+                print(f"    {s['name']:<{width}}  default {default!s:<6} range {s['range']:<14} "
+                      f"{s['help']}{note}")
+        print()
+    print("Decoding settings (generate flags): " + ", ".join(flag(k) for k in DECODING_FLAGS) + ", --stop")
+    return 0

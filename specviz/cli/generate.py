@@ -1,0 +1,221 @@
+"""`python -m specviz generate`: generate with a drafter, print the text and a summary line.
+
+    python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
+        --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
+    python -m specviz generate --index out/demo-index --question "What do honeybees dance about?" --k 3
+
+With --index, k chunks are retrieved for --question from a passage index (`index build --kind
+passages`), listed on stderr, and become the context the output is generated from (the N-gram
+trie is built from that prompt).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import ConfigError, SpecvizError
+from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
+                     decoding_values, flag, parse_set, read_context, tuple_settings)
+from .errors import UsageError
+
+
+def add_arguments(gen: argparse.ArgumentParser) -> None:
+    from ..decoding import DecodingConfig
+    from ..settings import describe
+
+    gen.add_argument("--drafter", default="ngram_trie",
+                     help="drafter name (see `python -m specviz drafters`); default ngram_trie")
+    gen.add_argument("--prompt", default="", help="the message or instruction")
+    gen.add_argument("--context-file", metavar="FILE",
+                     help="UTF-8 text placed before the prompt (a document to summarise, passages...)")
+    gen.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
+                     help="wrap the prompt in the model's chat template (default: on)")
+    gen.add_argument("--model", default="embedded",
+                     help="'embedded' (offline SmolLM2-135M-Instruct), 'tiny-random', a hub id or a path")
+    gen.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
+    gen.add_argument("--dtype", default="auto",
+                     help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16, float16")
+    infos = {i.name: i for i in describe(DecodingConfig)}
+    for name in DECODING_FLAGS:
+        info = infos[name]
+        gen.add_argument(flag(name), type=info.type, default=None, metavar=METAVARS[name],
+                         help=f"{info.help} Range {info.describe_range()}, default {info.default}.")
+    gen.add_argument("--stop", action="append", metavar="STR",
+                     help="stop when the output contains STR (repeatable)")
+    gen.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="a drafter setting (repeatable), e.g. --set num_draft=8")
+    gen.add_argument("--trace", metavar="FILE", help="write the full trace (JSON) to FILE")
+    gen.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                     help="print tokens as they are committed (default: when stdout is a terminal)")
+    add_retrieval_arguments(gen)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import settings
+    from ..decoding import DecodingConfig
+    from ..drafters import get
+
+    # everything that needs no model is checked first, so a mistake fails in a second
+    try:
+        spec = get(args.drafter)
+    except SpecvizError as err:
+        raise UsageError(f"--drafter: {err}") from None
+    drafter_values = tuple_settings(spec, parse_set(args.set))
+    try:
+        drafter_config = spec.config(drafter_values)
+    except ConfigError as err:
+        raise UsageError(f"--set {err.field}: {config_message(err)} (drafter {spec.name}; "
+                         "see `python -m specviz drafters`)") from None
+    try:
+        decoding = settings.build(DecodingConfig, decoding_values(args))
+    except ConfigError as err:
+        raise UsageError(f"{flag(err.field)}: {config_message(err)}") from None
+    check_retrieval_arguments(args)
+    context = read_context(args.context_file)
+    if not (args.prompt or "").strip() and not context.strip() and not args.index:
+        raise UsageError("--prompt: the prompt is empty; give a question or instruction "
+                         "(or a non-empty --context-file)")
+    check_trace_path(args.trace)
+
+    from ..engine import build_trace, generate, generate_steps
+    from ..models import load_model
+    from ..prompts import build_prompt
+
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()      # "Loading weights" bars would clutter the output
+    message = args.prompt or ""
+    if args.index:                       # retrieved chunks become the context the trie drafts from
+        context, message = retrieved_context(args)
+    lm = load_model(args.model, args.device, args.dtype)
+    prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
+    if spec.name == "oracle" and not getattr(drafter_config, "tokens", True):
+        # the oracle replays a known continuation: take vanilla's, under the same settings
+        print("oracle: no --set tokens=...; running vanilla first to get the continuation to replay",
+              file=sys.stderr)
+        reference = generate(lm, prompt, "vanilla", None, decoding)
+        drafter_config = spec.config({**drafter_values, "tokens": reference.output_ids})
+
+    stream = args.stream if args.stream is not None else sys.stdout.isatty()
+    streamer = Streamer(lm.tokenizer, sys.stdout) if stream else None
+    steps = []
+    try:
+        for record in generate_steps(lm, prompt, spec.name, drafter_config, decoding):
+            steps.append(record)
+            if streamer:
+                streamer.feed(record.new_tokens)
+    except KeyboardInterrupt:
+        done = sum(len(s.new_tokens) for s in steps)
+        print(f"\nspecviz: interrupted after {done} new tokens", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    trace = build_trace(lm, prompt, spec.name, drafter_config, decoding, steps)
+    if streamer:
+        streamer.finish(trace.output_text)
+    else:
+        print(trace.output_text)
+    print(summary_line(trace), flush=True)
+    for message in trace.errors:
+        print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
+    if args.trace:
+        try:
+            Path(args.trace).expanduser().write_text(trace.to_json(), encoding="utf-8")
+        except OSError as err:
+            raise UsageError(f"--trace: cannot write {args.trace!r} ({err.strerror or err})") from None
+        print(f"trace written to {args.trace}", file=sys.stderr)
+    return 0
+
+
+# --- output ---------------------------------------------------------------------------------
+
+def summary_line(trace: Any) -> str:
+    t = trace.totals
+    m = trace.draft_metrics()
+    model = (f", alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x"
+             + (f" ({m['priced']:.2f}x with the verify priced at {m['verify_ratio']:.2f} plain steps)"
+                if "priced" in m else "") if m else "")
+    return (f"[{t.new_tokens} tokens, {t.steps} steps, {t.tokens_per_s:.1f} tokens/s, "
+            f"{t.mean_accepted:.2f} mean accepted tokens/step{model}, stop: {trace.stop_reason}]")
+
+
+class Streamer:
+    """Print the output as it is committed, holding back an incomplete UTF-8 character."""
+
+    def __init__(self, tokenizer: Any, out: Any) -> None:
+        self.tokenizer, self.out = tokenizer, out
+        self.ids: list[int] = []
+        self.printed = ""
+
+    def feed(self, new_tokens: Sequence[int]) -> None:
+        self.ids.extend(new_tokens)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):
+            self._emit(text)
+
+    def finish(self, text: str) -> None:
+        self._emit(text)
+        self.out.write("\n")
+        self.out.flush()
+
+    def _emit(self, text: str) -> None:
+        if text.startswith(self.printed):
+            self.out.write(text[len(self.printed):])
+            self.out.flush()
+            self.printed = text
+
+
+# --- generate --index: retrieval -------------------------------------------------------------
+
+def add_retrieval_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("retrieval (generate from an index built by `index build --kind passages`)")
+    group.add_argument("--index", metavar="DIR", help="a passage index folder; the context is the retrieved chunks")
+    group.add_argument("--question", help="the question: retrieves chunks and becomes the message")
+    group.add_argument("--k", type=int, default=3, help="chunks retrieved into the context (default 3)")
+    group.add_argument("--embedder", default=None,
+                       help="embedder for the question (default: the one the index was built with)")
+    group.add_argument("--rerank", metavar="MODEL", default=None,
+                       help="optional cross-encoder (local folder or cached hub id) re-ranking --candidates chunks")
+    group.add_argument("--candidates", type=int, default=100, metavar="N",
+                       help="chunks fetched for the re-ranker (default 100, as in the seed)")
+
+
+def check_retrieval_arguments(args: argparse.Namespace) -> None:
+    """Flag combinations, checked before any model loads."""
+    if args.question is not None and not args.index:
+        raise UsageError("--question: needs --index DIR (a passage index); for a plain prompt use --prompt")
+    if not args.index:
+        return
+    if args.context_file:
+        raise UsageError("--index: the context comes from the index; leave out --context-file")
+    if (args.prompt or "").strip():
+        raise UsageError("--index: give the question with --question, not --prompt")
+    if args.question is None or not args.question.strip():
+        raise UsageError("--question: it is empty (or whitespace only); give a question to retrieve chunks for")
+    if args.k < 1:
+        raise UsageError(f"--k: must be at least 1, got {args.k}")
+    if args.candidates < 1:
+        raise UsageError(f"--candidates: must be at least 1, got {args.candidates}")
+
+
+def retrieved_context(args: argparse.Namespace) -> tuple[str, str]:
+    """(context, message) for `generate --index`; the chunks are listed on stderr."""
+    from ..retrieval.embed import canonical_id, load_embedder
+    from ..retrieval.errors import QuestionError
+    from ..retrieval.faiss_index import PassageIndex
+    from ..retrieval.passages import retrieve
+    from ..retrieval.prompt import build_context
+    from ..retrieval.rerank import load_reranker
+
+    expect = canonical_id(args.embedder) if args.embedder else None
+    index = PassageIndex.load(args.index, expect_model=expect)
+    embedder = load_embedder(index.manifest.model_id)
+    reranker = load_reranker(args.rerank) if args.rerank else None
+    try:
+        hits = retrieve(index, embedder, args.question, args.k, reranker, args.candidates)
+    except QuestionError as err:
+        raise UsageError(f"--{str(err).split(':', 1)[0]}: {str(err).split(': ', 1)[-1]}") from None
+    context = build_context(args.question, hits)
+    for p in context.pieces:
+        print(f"retrieved [{p.rank}] {p.chunk.source} characters {p.chunk.start}-{p.chunk.end} "
+              f"score {p.score:.3f}", file=sys.stderr)
+    return context.text, context.message

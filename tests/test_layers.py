@@ -1,0 +1,151 @@
+"""Layering of the specviz package.
+
+- The engine packages (retrieval, index, bench, glide, models) never import the command line:
+  importing them leaves `specviz.cli` out of sys.modules, and no module outside specviz/cli/
+  (but specviz/__main__.py) names it in an import.
+- No import circle among specviz's modules. The graph is built from the AST of every module
+  under specviz/: the imports that run when a module is imported (module level, including
+  those under `if` / `try` / class bodies there). Imports inside functions run later, when
+  the function is called, and are excluded. `from X import a, b` is an edge to X.a / X.b
+  where those are modules and to X where one of them is not.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "specviz"
+ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.glide", "specviz.models")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_package(name: str, modules: dict[str, Path]) -> bool:
+    return modules[name].name == "__init__.py"
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def walk(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.append(node)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue                                    # runs when called, not on import
+            else:                                           # if / try / with / class bodies
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.stmt):
+                        walk([child])
+                    elif isinstance(child, ast.ExceptHandler):
+                        walk(child.body)
+    walk(tree.body)
+    return found
+
+
+def _targets(name: str, node: ast.Import | ast.ImportFrom, modules: dict[str, Path]) -> set[str]:
+    """The specviz modules an import statement in module `name` loads."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name in modules}
+    if node.level:
+        package = name if _is_package(name, modules) else name.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{node.module}" if node.module else package
+    else:
+        base = node.module or ""
+    if base not in modules:
+        return set()
+    subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules}
+    plain = [a for a in node.names if f"{base}.{a.name}" not in modules]
+    return subs | ({base} if plain else set())
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        edges: set[str] = set()
+        for node in _module_level_imports(tree):
+            edges |= _targets(name, node, modules)
+        graph[name] = edges - {name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}                           # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_import_graph_sees_the_imports() -> None:
+    graph = import_graph()
+    assert "specviz.cli.generate" in graph["specviz.cli"]
+    assert "specviz.errors" in graph["specviz.cli.errors"]
+    assert "specviz.bench.metrics" in graph["specviz.bench"]
+
+
+def test_no_import_circle() -> None:
+    cycle = _cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_a_cycle_would_be_found() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_only_the_cli_and_main_import_the_cli() -> None:
+    """Module-level or not: no import of specviz.cli outside specviz/cli/ and __main__.py."""
+    modules = _modules()
+    offenders = []
+    for name, path in modules.items():
+        if name == "specviz.cli" or name.startswith("specviz.cli.") or name == "specviz.__main__":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                targets = _targets(name, node, modules)
+                if any(t == "specviz.cli" or t.startswith("specviz.cli.") for t in targets):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders
+
+
+def test_engine_packages_do_not_load_the_cli() -> None:
+    code = (f"import sys\nimport {', '.join(ENGINE)}\n"
+            "print(sorted(m for m in sys.modules if m == 'specviz.cli' or m.startswith('specviz.cli.')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
