@@ -254,7 +254,9 @@ def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.M
     assert max(len(s.tree) for s in trace.steps) >= 10                # bushy trees
     assert any(len(s.tree.children.get(-1, [])) > 1 for s in trace.steps)
     assert all(len(s.target_top_prob) == len(s.tree) + 1 for s in trace.steps)
-    k = most_accepted_step(trace)
+    k = landing.landing_step(trace)                                 # opens on a bushy step
+    assert len(trace.steps[k].tree.leaves()) > 2 and len(trace.steps[k].accepted) >= 2
+    assert len(trace.steps[k].accepted) <= len(trace.steps[most_accepted_step(trace)].accepted)
     values = render_step(trace, k)
     assert values[2] is not None and values[3] is not None            # tree and mask figures
     assert values[-1].startswith(f"### What happened at step {k}")

@@ -34,6 +34,16 @@ def landing_trace() -> Trace | None:
         return None
 
 
+def landing_step(trace: Trace) -> int:
+    """The step the page opens on: the bushiest tree (most leaves) among the steps that
+    accepted at least two draft tokens, so the first picture shows branches, an accepted
+    path and rejected nodes at once."""
+    good = [s for s in trace.steps if len(s.accepted) >= 2]
+    if not good:
+        return 0
+    return max(good, key=lambda s: (len(s.tree.leaves()), len(s.accepted), -s.index)).index
+
+
 def new_landing_session() -> Session:
     """gr.State's value factory: a fresh Session that shows the landing trace."""
     return Session(trace=landing_trace())

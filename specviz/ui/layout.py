@@ -22,7 +22,7 @@ from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
 from .inspector import build_inspector, clamp, most_accepted_step, play_interval, play_state, render_step  # noqa: E402
 from .keyboard import KEYBOARD_HEAD  # noqa: E402
-from .landing import landing_note, new_landing_session  # noqa: E402
+from .landing import landing_note, landing_step, new_landing_session  # noqa: E402
 from .progress import tracked  # noqa: E402
 from .presets import load_presets  # noqa: E402
 from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E402
@@ -121,7 +121,12 @@ def build_demo() -> gr.Blocks:
             trace = s.trace if isinstance(s, Session) else None
             k = 0
             if trace is not None and trace.steps:
-                k = len(trace.steps) - 1 if where == "last" else most_accepted_step(trace)
+                if where == "last":
+                    k = len(trace.steps) - 1
+                elif where == "landing":
+                    k = landing_step(trace)
+                else:
+                    k = most_accepted_step(trace)
             return [*show_step(s, k), *render_summary(trace), write_trace(trace)]
 
         views = dict(concurrency_limit=8, concurrency_id="views", api_visibility="private")
@@ -159,7 +164,7 @@ def build_demo() -> gr.Blocks:
         # ---- the landing trace: shown before anything runs --------------------------------------
         def show_landing(s: Session) -> list[Any]:
             trace = s.trace if isinstance(s, Session) else None
-            return [*show_run(s, "best"), landing_note(trace)]
+            return [*show_run(s, "landing"), landing_note(trace)]
 
         demo.load(show_landing, session, [*all_outputs, run.counters], **views)
 

@@ -71,8 +71,12 @@ def _where(trace: Trace, start: int, end: int) -> str:
         if a < b:                                           # (partly) inside the context
             before = trace.prompt_text[max(c0, a - AROUND_CHARS): a]
             after = trace.prompt_text[b: min(c1, b + AROUND_CHARS)]
+            piece = _clip(trace.prompt_text[a:b])
+            core = piece.strip()          # Markdown bold must not start or end with a space
+            lead, tail = piece[: len(piece) - len(piece.lstrip())], piece[len(piece.rstrip()):]
+            marked = f"{lead}**{core}**{tail}" if core else piece
             return (f"in your context, at characters {a - c0}–{b - c0}: "
-                    f"“…{_clip(before, AROUND_CHARS)}**{_clip(trace.prompt_text[a:b])}**{_clip(after, AROUND_CHARS)}…”")
+                    f"“…{_clip(before, 3 * AROUND_CHARS)}{marked}{_clip(after, 3 * AROUND_CHARS)}…”")
     return "in the prompt outside your context (the chat template or the message)"
 
 
