@@ -31,7 +31,7 @@ class TokenizerMismatchError(SpecvizError):
 class DraftModelConfig(Settings):
     model: str = setting("embedded", "Draft model: 'embedded' (SmolLM2-135M, drafts for larger "
                          "SmolLM2 targets), a hub id, a local path or 'tiny-random'; it must share "
-                         "the target's tokenizer.")
+                         "the target's tokenizer.", kind="model")
     gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
     adaptive: bool = setting(False, "Adapt gamma from the acceptance: +2 after a fully accepted "
                              "chain, -1 otherwise, within [1, gamma_max].")

@@ -36,7 +36,7 @@ def default_checkpoint(model_id: str) -> Path:
 @dataclass(frozen=True)
 class GlideConfig(Settings):
     checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
-                              "specviz/data/checkpoints/glide-<model>.pt).")
+                              "specviz/data/checkpoints/glide-<model>.pt).", kind="file")
     gamma: int = setting(4, "Proposal tokens per step.", low=1, high=32)
     cape: bool = setting(False, "CAPE: add siblings at each position, more when the top-1 "
                          "confidence is low.")
