@@ -211,6 +211,8 @@ def check_values(trace: Trace) -> None:
             raise bad(f"{where}.target_prob: {len(s.target_prob)} values for {n} tree nodes")
         if len(s.target_top) < 1 + len(s.accepted):
             raise bad(f"{where}.target_top: {len(s.target_top)} values, fewer than the accepted path needs")
+        if s.target_top_prob and len(s.target_top_prob) != len(s.target_top):
+            raise bad(f"{where}.target_top_prob: {len(s.target_top_prob)} values for {len(s.target_top)} rows")
         if not 1 <= len(s.new_tokens) <= len(s.accepted) + 1:
             raise bad(f"{where}.new_tokens: {len(s.new_tokens)} tokens after {len(s.accepted)} accepted")
         need_text(s.tree.tokens, f"{where}.tree.tokens")
