@@ -20,12 +20,13 @@ from transformers import DynamicCache
 from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from .decoding import DecodingConfig
 from .drafters.base import DraftContext, Drafter, DraftSetup, StepView, get
-from .errors import ConfigError, PromptError
+from .errors import ConfigError, ModelLoadError, PromptError
 from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
 from .prompts import Prompt
 from .settings import describe, to_dict
 from .timing import PhaseTimer
+from .token_pieces import incremental_pieces, token_labels
 from .trace import StepRecord, Totals, Trace
 from .tree import DraftTree, build_buffers
 from .verify import forward_tree, judge
@@ -73,6 +74,22 @@ def _apply_stops(new: list[int], tokens: Sequence[int], prompt_len: int, budget:
     return new, None
 
 
+def _first_forward(model: Any, cache: DynamicCache, buf: Any, n_nodes: int) -> torch.Tensor:
+    """The first verify forward, where a model that cannot take the engine's 4-D (tree)
+    attention mask fails: say so, naming the model class, instead of a stack trace."""
+    try:
+        return forward_tree(model, cache, buf, n_nodes)                  # [N+1, V]
+    except torch.OutOfMemoryError:
+        raise
+    except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as err:
+        first = (str(err).splitlines() or [""])[0][:200]
+        raise ModelLoadError(
+            f"model: {type(model).__name__} rejected the 4-D attention mask (shape "
+            f"{tuple(buf.attention_mask.shape)}) that specviz verifies draft trees with "
+            f"({type(err).__name__}: {first}); use a model whose attention accepts a custom 4-D "
+            "mask (Llama, Mistral, Qwen2, Gemma, GPT-2 and most decoder-only models in transformers)") from None
+
+
 def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: str,
          decoding: DecodingConfig) -> Iterator[StepRecord]:
     model, timer = lm.model, PhaseTimer(lm.device)
@@ -116,7 +133,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             # 3. one target forward over root + tree
             start = timer.now()
             with timer("verify.forward"):
-                logits = forward_tree(model, cache, buf, len(tree))      # [N+1, V]
+                logits = _first_forward(model, cache, buf, len(tree)) if step == 0 \
+                    else forward_tree(model, cache, buf, len(tree))      # [N+1, V]
             cost.observe(buf.rows, timer.now() - start)
             # 4. accept the longest valid path, plus the target's bonus token
             with timer("verify.accept"):
@@ -177,16 +195,16 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
     for s in steps:
         ids.update(s.tree.tokens)
         ids.update(s.target_top)
-    ids_sorted = sorted(ids)
-    pieces = lm.tokenizer.batch_decode([[i] for i in ids_sorted])
+    output_pieces = incremental_pieces(lm.tokenizer, output)           # joins to the output text
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
     verify_ratio = lm.verify_cost.plain_steps([len(s.tree) for s in steps])
     return Trace(
         model_id=lm.model_id, drafter=drafter, drafter_config=to_dict(config),
         decoding=to_dict(decoding), prompt_text=prompt.text, prompt_ids=tuple(prompt.ids),
         steps=tuple(steps), output_ids=output,
-        output_text=lm.tokenizer.decode(list(output), skip_special_tokens=True),
-        token_text=dict(zip(ids_sorted, pieces)), totals=Totals.of(list(steps)),
+        output_text="".join(output_pieces), output_pieces=tuple(output_pieces),
+        prompt_pieces=tuple(incremental_pieces(lm.tokenizer, prompt.ids, skip_special_tokens=False)),
+        token_text=token_labels(lm.tokenizer, ids), totals=Totals.of(list(steps)),
         stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
         context_char_span=prompt.context_char_span, verify_ratio=verify_ratio)

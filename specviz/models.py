@@ -13,7 +13,7 @@ Loaded models are cached per (id, device, dtype) and shared read-only by all use
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,8 @@ class LoadedModel:
     dtype: torch.dtype
     max_positions: int           # the model's context length
     eos_ids: frozenset[int]
-    verify_cost: VerifyCost      # calibrated at load; the engine copies it per generation
+    verify_cost: VerifyCost | None   # calibrated at load (None only while preloaded: see
+                                     # load_model(calibrate_cost=False)); the engine copies it per generation
 
     @property
     def vocab_size(self) -> int:
@@ -115,7 +116,7 @@ def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
     return LlamaForCausalLM(config)
 
 
-def _load(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def _load(model_id: str, device: torch.device, dtype: torch.dtype, calibrate_cost: bool = True) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_id == EMBEDDED:
@@ -149,7 +150,7 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedMode
     max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
     if device.type == "cpu":
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
-    cost = calibrate(model)
+    cost = calibrate(model) if calibrate_cost else None
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), cost)
 
 
@@ -175,8 +176,13 @@ _CACHE: dict[tuple[str, str, str], LoadedModel] = {}
 _LOCK = threading.Lock()
 
 
-def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason."""
+def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
+               calibrate_cost: bool = True) -> LoadedModel:
+    """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
+
+    calibrate_cost=False loads without running the model (no forward: what a ZeroGPU Space may
+    do at import, outside its GPU window); the first load_model call that wants the cost
+    calibrates the cached model then."""
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
@@ -187,5 +193,7 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
         if key not in _CACHE:
             if len(_CACHE) >= 2:  # keep memory bounded: drop the oldest model
                 _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key] = _load(model_id, dev, dt)
+            _CACHE[key] = _load(model_id, dev, dt, calibrate_cost)
+        elif calibrate_cost and _CACHE[key].verify_cost is None:      # preloaded: calibrate now
+            _CACHE[key] = replace(_CACHE[key], verify_cost=calibrate(_CACHE[key].model))
         return _CACHE[key]

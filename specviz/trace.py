@@ -19,7 +19,8 @@ from .errors import TraceFormatError
 from .json_schema import SchemaError, shipped_schema, validate
 from .tree import DraftTree
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)     # 1: no per-position pieces (they are rebuilt from token_text)
 SCHEMA_FILE = "trace.schema.json"       # in specviz/data
 
 
@@ -112,7 +113,7 @@ class Trace:
     steps: tuple[StepRecord, ...]
     output_ids: tuple[int, ...]
     output_text: str
-    token_text: dict[int, str]         # id -> decoded piece, for every id in the trace
+    token_text: dict[int, str]         # id -> a label for the token out of context, for every id in the trace
     totals: Totals
     stop_reason: str
     device: str = "cpu"
@@ -120,6 +121,10 @@ class Trace:
     errors: tuple[str, ...] = ()       # e.g. a drafter that failed (decoding went on without it)
     context_char_span: tuple[int, int] | None = None   # where the user's context sits in prompt_text
     verify_ratio: float | None = None  # mean calibrated cost of this run's verify forwards, in one-row forwards
+    # the text of each output / prompt token in its place (token_pieces.py): "".join(output_pieces)
+    # == output_text; the prompt's are decoded with special tokens kept, to find them in prompt_text
+    output_pieces: tuple[str, ...] = ()
+    prompt_pieces: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def draft_metrics(self) -> dict[str, float]:
@@ -133,6 +138,11 @@ class Trace:
             m["verify_ratio"] = self.verify_ratio
             m["priced"] = priced_speedup(m["alpha"], int(m["gamma"]), m["c"], self.verify_ratio)
         return m
+
+    def step_pieces(self, step_index: int) -> tuple[str, ...]:
+        """The text of each token the step committed, in its place in the output."""
+        start = sum(len(s.new_tokens) for s in self.steps[:step_index])
+        return self.output_pieces[start:start + len(self.steps[step_index].new_tokens)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -148,9 +158,10 @@ class Trace:
         if not isinstance(d, dict):
             raise TraceFormatError("a trace must be a JSON object")
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if type(version) is not int or version not in READABLE_VERSIONS:
             raise TraceFormatError(
-                f"trace schema_version {version!r} is not supported (this specviz reads {SCHEMA_VERSION})")
+                f"trace schema_version {version!r} is not supported (this specviz reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))})")
         try:
             validate(d, shipped_schema(SCHEMA_FILE))
         except SchemaError as err:
@@ -160,8 +171,14 @@ class Trace:
             d["steps"] = tuple(StepRecord.from_dict(s) for s in d["steps"])
             d["totals"] = Totals(**d["totals"])
             d["token_text"] = {int(k): v for k, v in d["token_text"].items()}
+            if version == 1:          # per-id text only: the closest per-position pieces it has
+                d["output_pieces"] = [d["token_text"].get(i, "") for i in d["output_ids"]]
+                d["prompt_pieces"] = [d["token_text"].get(i, "") for i in d["prompt_ids"]]
+                d["schema_version"] = SCHEMA_VERSION
             for key in ("prompt_ids", "output_ids", "errors"):
                 d[key] = tuple(d[key])
+            for key in ("output_pieces", "prompt_pieces"):
+                d[key] = tuple(d.get(key, ()))
             if d.get("context_char_span") is not None:
                 d["context_char_span"] = tuple(d["context_char_span"])
             trace = Trace(**d)
@@ -194,6 +211,10 @@ def check_values(trace: Trace) -> None:
 
     need_text(trace.prompt_ids, "prompt_ids")
     need_text(trace.output_ids, "output_ids")
+    for name, pieces, ids in (("output_pieces", trace.output_pieces, trace.output_ids),
+                              ("prompt_pieces", trace.prompt_pieces, trace.prompt_ids)):
+        if len(pieces) != len(ids):
+            raise bad(f"{name}: {len(pieces)} pieces for {len(ids)} token ids")
     for k, s in enumerate(trace.steps):
         where = f"steps[{k}]"
         if s.index != k:

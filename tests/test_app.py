@@ -230,7 +230,7 @@ def test_embedded_model_drafts_a_summary_from_its_context(panel: SetupPanel) -> 
     _run(panel, session, model="embedded", drafter="ngram_trie", context=preset.context,
          message=preset.message, max_new_tokens=64, size_by_cost=False)   # the paper's trees
     trace = session.trace
-    spans = viz.output_spans(trace.steps, trace.token_text)
+    spans = viz.output_spans(trace.steps, trace.output_pieces)
     assert any(sp.kind == "draft" and sp.source == "context" for sp in spans)
     k = most_accepted_step(trace)
     assert len(trace.steps[k].accepted) >= 2

@@ -67,7 +67,10 @@ def test_trace_contents(tiny_lm_tok, prompt, vanilla, oracle):
             assert set(s.timings) <= set(PHASES) and s.wall >= 0
             mentioned |= set(s.tree.tokens) | set(s.target_top)
         assert mentioned <= set(tr.token_text)
-        assert all(tr.token_text[i] == tok.decode([i]) for i in tr.output_ids)
+        # each output token's text in its place, joined: the output text exactly
+        assert len(tr.output_pieces) == len(tr.output_ids)
+        assert "".join(tr.output_pieces) == tr.output_text == tok.decode(list(tr.output_ids), skip_special_tokens=True)
+        assert len(tr.prompt_pieces) == len(tr.prompt_ids)
     assert oracle.output_ids == vanilla.output_ids
     assert "prefill" in vanilla.steps[0].timings and "prefill" not in vanilla.steps[1].timings
 

@@ -127,15 +127,16 @@ def test_timing_bars_sum_to_the_step_times(spied) -> None:
 
 def test_output_spans_cover_the_output_and_say_how_each_token_came(oracle_trace, spied) -> None:
     for trace in (oracle_trace, spied[0]):
-        spans = viz.output_spans(trace.steps, trace.token_text)
+        spans = viz.output_spans(trace.steps, trace.output_pieces)
         assert [s.token for s in spans] == list(trace.output_ids)
+        assert "".join(s.text for s in spans) == trace.output_text       # the text, exactly
         for s in trace.steps:
             mine = [sp for sp in spans if sp.step == s.index]
             kinds = [sp.kind for sp in mine]
             assert kinds[:len(s.accepted)] == ["draft"] * len(s.accepted)
             assert kinds[len(s.accepted):] == ([("bonus" if len(s.tree) else "plain")]
                                                * (len(s.new_tokens) - len(s.accepted)))
-    spans = viz.output_spans(oracle_trace.steps, oracle_trace.token_text)
+    spans = viz.output_spans(oracle_trace.steps, oracle_trace.output_pieces)
     assert sum(sp.kind == "draft" for sp in spans) > len(spans) // 2    # the oracle is always right
     html = viz.output_html(spans, highlight_step=1)
     assert html.count("title=\"step ") == len(spans) and "outline" in html
@@ -145,7 +146,7 @@ def test_output_spans_cover_the_output_and_say_how_each_token_came(oracle_trace,
 def test_output_html_escapes_token_text() -> None:
     tree = DraftTree.chain([5], "context")
     step = StepRecord(0, 3, tree, (0,), 6, (5, 6), (5, 6), (0.9,), {}, 0.01)
-    spans = viz.output_spans([step], {5: "<b>", 6: "&x"})
+    spans = viz.output_spans([step], ["<b>", "&x"])
     html = viz.output_html(spans)
     assert "&lt;b&gt;" in html and "&amp;x" in html and "<b>" not in html.split("</div>", 1)[1]
 
@@ -154,7 +155,7 @@ def test_draft_positions_point_at_the_drafted_token_in_the_context(spied) -> Non
     """ngram_trie's positions index the prompt; the highlighted characters are that token's text."""
     trace, _ = spied
     c0, c1 = trace.context_char_span
-    chars = viz.prompt_char_spans(trace.prompt_text, trace.prompt_ids, trace.token_text)
+    chars = viz.prompt_char_spans(trace.prompt_text, trace.prompt_pieces)
     assert "".join(trace.prompt_text[a:b] for a, b in chars) == trace.prompt_text
     checked = 0
     for k, step in enumerate(trace.steps):
@@ -168,7 +169,7 @@ def test_draft_positions_point_at_the_drafted_token_in_the_context(spied) -> Non
                       and c0 <= chars[p][0] and chars[p][1] <= c1]
         assert len(src["accepted"]) + len(src["proposed"]) == len(in_context)
         texts = sorted(trace.prompt_text[c0 + a:c0 + b] for a, b in src["accepted"] + src["proposed"])
-        assert texts == sorted(trace.token_text[step.tree.tokens[n]] for n in in_context)
+        assert texts == sorted(trace.prompt_pieces[positions[n]] for n in in_context)
         checked += len(in_context)
     assert checked > 0
 
@@ -180,7 +181,8 @@ def test_context_highlight_marks_accepted_sources() -> None:
     step = StepRecord(0, 4, tree, (0,), 9, (3, 9), (3, 3, 9), (0.9, 0.1), {}, 0.01,
                       info={"positions": [2, 3]})
     trace = Trace("m", "ngram_trie", {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
-                  token_text, Totals.of([step]), "length", context_char_span=(2, 7))
+                  token_text, Totals.of([step]), "length", context_char_span=(2, 7),
+                  output_pieces=(" C", "!"), prompt_pieces=("A", " B", " C", " D"))
     src = context_sources(trace, 0)
     assert src["accepted"] == [(1, 3)] and src["proposed"] == [(3, 5)]   # ' C' and ' D' within 'B C D'
     html = viz.context_highlight_html(trace, 0)

@@ -43,8 +43,15 @@ COMMANDS = (
 )
 
 
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """`specviz --version` prints `specviz <version>` (specviz.__version__)."""
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"specviz {__version__}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specviz", description="See, teach and debug speculative decoding.")
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(c[0] for c in COMMANDS) + "}",
                                 parser_class=Parser)
     sub.required = True

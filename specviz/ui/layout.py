@@ -120,7 +120,7 @@ def build_demo() -> gr.Blocks:
         def show_step(s: Session, k: Any, move_slider: bool = True) -> list[Any]:
             trace = s.trace if isinstance(s, Session) else None
             k = clamp(trace, k)
-            html = viz.output_html(viz.output_spans(trace.steps, trace.token_text), highlight_step=k) \
+            html = viz.output_html(viz.output_spans(trace.steps, trace.output_pieces), highlight_step=k) \
                 if trace is not None else gr.skip()
             return [*render_step(trace, k, move_slider), html]
 

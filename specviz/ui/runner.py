@@ -65,28 +65,6 @@ def run_to_end(spec: RunSpec) -> Trace:
     return finish(run)
 
 
-class TokenText(Mapping[int, str]):
-    """id -> decoded piece, decoded lazily with the model's tokenizer (for streaming, before a
-    Trace with its own token_text exists)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tok, self._cache = tokenizer, {}
-
-    def __getitem__(self, tok: int) -> str:
-        if tok not in self._cache:
-            self._cache[tok] = self._tok.decode([tok])
-        return self._cache[tok]
-
-    def get(self, tok: int, default: Any = None) -> Any:  # type: ignore[override]
-        return self[tok]
-
-    def __iter__(self):
-        return iter(self._cache)
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-
 def decoding_of(values: Mapping[str, Any]) -> DecodingConfig:
     from ..settings import build
     return build(DecodingConfig, dict(values))

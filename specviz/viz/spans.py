@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..trace import StepRecord, Trace
 from .palette import KIND_COLOURS, source_colour, token_style
@@ -35,13 +35,17 @@ class Span:
         return source_colour(self.source) if self.kind == "draft" else KIND_COLOURS[self.kind]
 
 
-def output_spans(steps: Sequence[StepRecord], token_text: Mapping[int, str]) -> list[Span]:
-    """One span per committed output token, in order."""
+def output_spans(steps: Sequence[StepRecord], pieces: Sequence[str]) -> list[Span]:
+    """One span per committed output token, in order; `pieces` holds the text of each output
+    token in its place (Trace.output_pieces, or token_pieces.PieceStream while streaming), so
+    the spans join to the output text."""
     spans: list[Span] = []
+    position = 0
     for s in steps:
         n_acc = len(s.accepted)
         for k, tok in enumerate(s.new_tokens):
-            text = token_text.get(tok, f"<{tok}>")
+            text = pieces[position] if position < len(pieces) else ""
+            position += 1
             if k < n_acc:
                 node = s.accepted[k]
                 spans.append(Span(text, "draft", s.tree.sources[node], s.index, tok, s.tree.depths[node]))
@@ -80,17 +84,16 @@ def output_html(spans: Sequence[Span], highlight_step: int | None = None,
             f'max-height:360px;overflow-y:auto">{text}</div>')
 
 
-def prompt_char_spans(prompt_text: str, prompt_ids: Sequence[int],
-                      token_text: Mapping[int, str]) -> list[tuple[int, int]]:
-    """[start, end) of each prompt token in `prompt_text`.
+def prompt_char_spans(prompt_text: str, pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """[start, end) of each prompt token in `prompt_text`, from the tokens' pieces in their
+    place (Trace.prompt_pieces, special tokens kept).
 
-    Single-token pieces concatenate to the prompt text except where a character is split
-    across tokens; each piece is searched for from the previous end, a short way ahead, so
-    one odd piece does not shift the rest.
+    The pieces concatenate to the prompt text except where a tokenizer's decoder adds or drops
+    something (a BOS marker, a space); each piece is searched for from the previous end, a short
+    way ahead, so one odd piece does not shift the rest.
     """
     out, cursor = [], 0
-    for tok in prompt_ids:
-        piece = token_text.get(tok, "")
+    for piece in pieces:
         found = prompt_text.find(piece, cursor, cursor + len(piece) + 8) if piece else -1
         if found >= 0:
             out.append((found, found + len(piece)))
@@ -110,7 +113,7 @@ def context_sources(trace: Trace, step_index: int) -> dict[str, list[tuple[int, 
     if not positions or trace.context_char_span is None:
         return out
     c0, c1 = trace.context_char_span
-    chars = prompt_char_spans(trace.prompt_text, trace.prompt_ids, trace.token_text)
+    chars = prompt_char_spans(trace.prompt_text, trace.prompt_pieces)
     accepted = set(step.accepted)
     for node, pos in enumerate(positions):
         span = chars[pos] if 0 <= pos < len(chars) else None
