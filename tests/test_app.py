@@ -262,7 +262,7 @@ def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.M
     assert values[-1].startswith(f"### What happened at step {k}")
     assert "recorded run" in landing.landing_note(trace)
     assert landing.new_landing_session().trace is trace
-    assert viz.output_html(viz.output_spans(trace.steps, trace.token_text)).count("sv-token") == trace.totals.new_tokens
+    assert viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)).count("sv-token") == trace.totals.new_tokens
 
 
 def test_tracked_handlers_take_a_progress_and_keep_their_own_signature() -> None:

@@ -65,7 +65,7 @@ def _where(trace: Trace, start: int, end: int) -> str:
         a, b = start - n_prompt, end - n_prompt - 1
         return "in the text generated so far (output " + (f"token {a})" if a == b else f"tokens {a}–{b})")
     if end <= n_prompt and trace.context_char_span is not None:
-        chars = prompt_char_spans(trace.prompt_text, trace.prompt_ids, trace.token_text)
+        chars = prompt_char_spans(trace.prompt_text, trace.prompt_pieces)
         c0, c1 = trace.context_char_span
         a, b = max(c0, chars[start][0]), min(c1, chars[end - 1][1])
         if a < b:                                           # (partly) inside the context
