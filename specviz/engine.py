@@ -169,8 +169,10 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
 
 def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str = "vanilla",
                    drafter_config: Mapping[str, Any] | Any = None,
-                   decoding: DecodingConfig | None = None) -> Iterator[StepRecord]:
-    """Validate everything now (raising SpecvizError), then return the step iterator."""
+                   decoding: DecodingConfig | None = None, store: Any = None) -> Iterator[StepRecord]:
+    """Validate everything now (raising SpecvizError), then return the step iterator.
+    `store` (drafters.store.DrafterStore, owned by the caller's session) holds what a drafter
+    keeps across generations; None: the drafter starts fresh."""
     decoding = decoding or DecodingConfig()
     spec = get(drafter)
     config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
@@ -182,7 +184,7 @@ def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str
     bad = next((t for t in ids if not 0 <= t < lm.vocab_size), None)
     if bad is not None:
         raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{lm.vocab_size - 1})")
-    setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding)
+    setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding, store)
     return _run(lm, ids, spec.make(config, setup), drafter, decoding)
 
 
@@ -212,7 +214,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
 
 def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",
              drafter_config: Mapping[str, Any] | Any = None,
-             decoding: DecodingConfig | None = None) -> Trace:
+             decoding: DecodingConfig | None = None, store: Any = None) -> Trace:
     decoding = decoding or DecodingConfig()
-    steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding))
+    steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)

@@ -21,6 +21,7 @@ import torch
 
 from ..decoding import DecodingConfig
 from ..draft_metrics import tally
+from ..drafters.store import DrafterStore
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
@@ -94,6 +95,9 @@ class Bench:
     runs: list[Run] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)   # questions left out, with the reason
     stop_reason: str | None = None                      # why measure() stopped early
+    # what drafters keep across generations (ADED's adapted table): one store per bench run,
+    # so a method's state carries over from question to question (a resumed run starts afresh)
+    store: DrafterStore = field(default_factory=DrafterStore)
 
     def run_question(self, q: Question, repeat: int) -> list[Run]:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
@@ -114,7 +118,7 @@ class Bench:
                         config: dict[str, Any] = dict(method.settings)
                         if method.name == "oracle":
                             config["tokens"] = vanilla_out[turn]
-                        trace = generate(self.lm, prompt, method.name, config, decoding)
+                        trace = generate(self.lm, prompt, method.name, config, decoding, self.store)
                         tested, accepted = depth_acceptance(trace.steps)
                         run = Run(q.question_id, q.category, turn, method.label, repeat,
                                   trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,

@@ -36,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--categories", default="summarization,rag",
                         help="comma-separated categories; 'mt_bench' = its 8 categories; 'all'")
     parser.add_argument("--drafters", default="vanilla,prompt_lookup,ngram_trie,oracle",
-                        help="comma-separated drafters, optionally with settings: "
-                             "ngram_trie[num_draft=8;prefix_len=2]; vanilla always runs first")
+                        help="comma-separated drafters, optionally with a preset and settings: "
+                             "ngram_trie[num_draft=8;prefix_len=2], ngram_trie@paper, glide@paper[gamma=4] "
+                             "(presets: `specviz drafters`); vanilla always runs first")
     parser.add_argument("--peers", default="hf_prompt_lookup",
                         help=f"comma-separated transformers peers: {', '.join(PEERS)} ('' for none)")
     parser.add_argument("--sweep", action="append", metavar="DRAFTER:K=V1,V2;K2=W1,W2",

@@ -26,7 +26,8 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     from ..settings import describe
 
     gen.add_argument("--drafter", default="ngram_trie",
-                     help="drafter name (see `python -m specviz drafters`); default ngram_trie")
+                     help="drafter name, optionally with a preset and settings: ngram_trie@paper, "
+                          "ngram_trie@paper[num_draft=16] (see `python -m specviz drafters`); default ngram_trie")
     gen.add_argument("--prompt", default="", help="the message or instruction")
     gen.add_argument("--context-file", metavar="FILE",
                      help="UTF-8 text placed before the prompt (a document to summarise, passages...)")
@@ -52,17 +53,38 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     add_retrieval_arguments(gen)
 
 
+def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> tuple[Any, dict[str, Any]]:
+    """--drafter NAME[@PRESET][[k=v;...]] and --set k=v -> (the DrafterSpec, its setting values:
+    the preset's, the bracketed ones, then --set's)."""
+    from ..drafters.choice import parse_choice
+
+    try:
+        choice = parse_choice(text, validate=False)
+    except SpecvizError as err:
+        raise UsageError(f"--drafter: {err}") from None
+    spec = choice.spec
+    return spec, tuple_settings(spec, choice.values(parse_set(set_items)))
+
+
+_PROCESS_STORE: Any = None
+
+
+def process_store() -> Any:
+    """This process's drafters.store.DrafterStore: what drafters keep across generations (ADED's
+    adapted table) lives as long as the command (a CLI process serves one user)."""
+    global _PROCESS_STORE
+    if _PROCESS_STORE is None:
+        from ..drafters.store import DrafterStore
+        _PROCESS_STORE = DrafterStore()
+    return _PROCESS_STORE
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import settings
     from ..decoding import DecodingConfig
-    from ..drafters import get
 
     # everything that needs no model is checked first, so a mistake fails in a second
-    try:
-        spec = get(args.drafter)
-    except SpecvizError as err:
-        raise UsageError(f"--drafter: {err}") from None
-    drafter_values = tuple_settings(spec, parse_set(args.set))
+    spec, drafter_values = drafter_choice_values(args.drafter, args.set)
     try:
         drafter_config = spec.config(drafter_values)
     except ConfigError as err:
@@ -99,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
 
     stream = args.stream if args.stream is not None else sys.stdout.isatty()
     streamer = Streamer(lm.tokenizer, sys.stdout) if stream else None
-    steps_iter = generate_steps(lm, prompt, spec.name, drafter_config, decoding)   # validates first
+    steps_iter = generate_steps(lm, prompt, spec.name, drafter_config, decoding,   # validates first
+                                process_store())
     if not stream:
         print("specviz: generating (the text comes at the end; Ctrl-C stops and keeps what was generated)",
               file=sys.stderr, flush=True)

@@ -8,6 +8,7 @@ A drafter that finds nothing returns `DraftTree.empty()` and the step is plain d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from .. import settings
@@ -28,6 +29,9 @@ class DraftSetup:
     # the generation's decoding.DecodingConfig, so a model drafter can draft from the same
     # (temperature / top-k / top-p warped) distribution it will be verified against
     decoding: Any = None
+    # state kept across generations (store.DrafterStore), owned by the front end's session (the
+    # explorer's gr.State, the CLI process, a bench run); None: every generation starts fresh
+    store: Any = None
 
 
 @dataclass
@@ -66,12 +70,29 @@ class StepView:
 
 
 @dataclass(frozen=True)
+class Preset:
+    """Named setting values for a drafter, with where they come from (a paper's section or
+    table). Settings a preset leaves out keep their defaults."""
+    values: Mapping[str, Any]
+    source: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
+
+
+@dataclass(frozen=True)
 class DrafterSpec:
     name: str
     config_cls: type
     factory: Callable[[Any, DraftSetup], Drafter]
     summary: str
     reference: str
+    # preset name -> Preset (e.g. "paper": the paper's own settings, every extension off)
+    presets: Mapping[str, Preset] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, preset in self.presets.items():
+            settings.build(self.config_cls, preset.values)     # a broken preset fails at import
 
     def config(self, values: Mapping[str, Any] | None = None) -> Any:
         """A validated config from loose values; raises ConfigError naming the field."""

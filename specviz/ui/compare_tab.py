@@ -77,7 +77,7 @@ def make_compare_handler(panel: SetupPanel):
                     if n == "oracle" and not dict(spec.drafter_values).get("tokens"):
                         spec = spec.with_drafter(n, {**dict(spec.drafter_values),
                                                      "tokens": runs["vanilla"][-1].output_ids})
-                    runs[n].append(runner.run_to_end(spec))
+                    runs[n].append(runner.run_to_end(spec, session.drafter_store))
         done_runs = [runs[n] for n in names if runs[n]]
         if not done_runs or not runs["vanilla"]:
             yield "■ stopped before vanilla finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session

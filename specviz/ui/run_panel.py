@@ -72,7 +72,7 @@ def make_stream_handler(panel: SetupPanel):
         with shown_to_user():
             spec = panel.spec(values)
             yield gr.skip(), f"… loading `{spec.model_id}` and preparing `{spec.drafter}`...", session
-            run = runner.start(spec)
+            run = runner.start(spec, session.drafter_store)
         pieces = PieceStream(run.lm.tokenizer)         # the output's text, token by token, in place
         vanilla = _vanilla_tps(session, run)
         last = 0.0
@@ -111,7 +111,7 @@ def make_teach_handler(panel: SetupPanel):
             spec: RunSpec = panel.spec(values)
             if session.live is None or session.live.spec != spec or session.live.done:
                 session.close()
-                session.live = runner.start(spec)
+                session.live = runner.start(spec, session.drafter_store)
         run = session.live
         with shown_to_user():
             step = runner.advance(run.steps_iter)

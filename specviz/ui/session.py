@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..decoding import DecodingConfig
+from ..drafters.store import DrafterStore
 from ..trace import StepRecord, Trace
 
 
@@ -42,6 +43,9 @@ class Session:
     stop_requested: bool = False
     vanilla_tps: dict[tuple, float] = field(default_factory=dict)   # reference per input
     compared: dict[str, Trace] = field(default_factory=dict)        # last comparison's runs
+    # what drafters keep across this tab's generations (ADED's adapted table); per tab, never
+    # shared between users
+    drafter_store: DrafterStore = field(default_factory=DrafterStore)
 
     def close(self) -> None:
         """Drop the live iterator (frees its KV cache)."""

@@ -28,6 +28,7 @@ SOURCE_COLOURS: dict[str, str] = {
     "corpus": "#f4b0c4",           # a retrieval corpus
     "draft-model": "#9fe0b9",      # a small draft model
     "cape-expansion": "#ffe27a",   # GLIDE with CAPE: expanded candidates
+    "beam-search": "#c5e8a0",      # GLIDE + beam search: every node that was in a beam
     "lookahead": "#a6e3df",        # Jacobi / lookahead n-gram pool
     "oracle": "#d9d9d9",           # replay of a known continuation
 }
