@@ -164,7 +164,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
                                 verdict.target_top, verdict.target_prob, timer.take(), now - clock,
                                 ctx.info, stop, tuple(verdict.target_top_logits[r] for r in rows[:len(new)]),
-                                memory.peak_mb())
+                                memory.peak_mb(), verdict.target_top_prob)
         yield record
         clock = timer.now()                       # time spent by the consumer is not ours
         if stop:

@@ -42,6 +42,9 @@ class StepRecord:
     # it, as (id, logit) pairs, best first; empty in traces written before they were kept
     top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
     peak_memory_mb: float | None = None  # peak GPU memory allocated so far in the run (None: not on a GPU)
+    # the target's probability of its own top token per input row (root, then each node):
+    # what the target wanted where it rejected a draft; () in traces recorded before it existed
+    target_top_prob: tuple[float, ...] = ()
 
     @property
     def accepted_len(self) -> int:
@@ -57,7 +60,9 @@ class StepRecord:
     def from_dict(d: dict[str, Any]) -> "StepRecord":
         d = dict(d)
         d["tree"] = DraftTree.from_dict(d["tree"])
-        for key in ("accepted", "new_tokens", "target_top", "target_prob"):
+        for key in ("accepted", "new_tokens", "target_top", "target_prob", "target_top_prob"):
+            if key not in d:
+                continue
             d[key] = tuple(d[key])
         d["top_logits"] = tuple(tuple((int(i), float(v)) for i, v in row) for row in d.get("top_logits") or ())
         return StepRecord(**d)
@@ -236,6 +241,8 @@ def check_values(trace: Trace) -> None:
             raise bad(f"{where}.target_prob: {len(s.target_prob)} values for {n} tree nodes")
         if len(s.target_top) < 1 + len(s.accepted):
             raise bad(f"{where}.target_top: {len(s.target_top)} values, fewer than the accepted path needs")
+        if s.target_top_prob and len(s.target_top_prob) != len(s.target_top):
+            raise bad(f"{where}.target_top_prob: {len(s.target_top_prob)} values for {len(s.target_top)} rows")
         if not 1 <= len(s.new_tokens) <= len(s.accepted) + 1:
             raise bad(f"{where}.new_tokens: {len(s.new_tokens)} tokens after {len(s.accepted)} accepted")
         need_text(s.tree.tokens, f"{where}.tree.tokens")

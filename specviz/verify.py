@@ -33,6 +33,7 @@ class Verdict:
     # first among equal logits: what the divergence explainer (divergence.py) needs to tell a
     # near-tie from a bug
     target_top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
+    target_top_prob: tuple[float, ...] = ()  # probability of target_top per row (as target_prob)
 
 
 TOP_K = 4          # what every drafter gets; one that wants more sets `target_topk` (engine.py)
@@ -70,7 +71,10 @@ def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
         rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long, device=probs.device)
         toks = torch.tensor(tree.tokens, dtype=torch.long, device=probs.device)
         node_prob = probs[rows, toks].tolist()                   # [N]: p(node token | its parent)
-    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)), top_logits)
+    rows_all = torch.arange(len(argmax), device=probs.device)
+    top_prob = probs[rows_all, torch.tensor(argmax, dtype=torch.long, device=probs.device)].tolist()   # [N+1]
+    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)), top_logits,
+                   tuple(top_prob))
 
 
 def _top_logits(values: torch.Tensor, indices: torch.Tensor, argmax: list[int]

@@ -270,3 +270,32 @@ def test_run_summary_gives_the_verify_priced_expectation(tiny_lm_tok) -> None:
     assert f"costs {m['verify_ratio']:.2f} plain steps" in text and f"priced so, **{m['priced']:.2f}x**" in text
     plain = about_markdown(generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=4)))
     assert "model drafting" not in plain
+
+
+def test_every_token_kind_reads_in_both_themes() -> None:
+    """Token spans set both colours; each (background, text) pair has a WCAG contrast of at
+    least 4.5 in the light and the dark theme, unknown sources included; the page's CSS
+    defines every variable the spans read, for both themes."""
+    from specviz.viz.palette import _FALLBACK, contrast_ratio, theme_css, token_colours, token_style
+    sources = [*SOURCE_COLOURS, *(f"new-source-{i}" for i in range(40))]
+    for dark in (False, True):
+        pairs = [token_colours("bonus", "", dark), token_colours("plain", "", dark)]
+        pairs += [token_colours("draft", s, dark) for s in sources]
+        for bg, fg in pairs:
+            assert contrast_ratio(bg, fg) >= 4.5, (dark, bg, fg)
+    css = theme_css()
+    light, dark = css.split(".dark{", 1)
+    for style in [token_style("bonus"), token_style("plain"), *(token_style("draft", s) for s in sources)]:
+        assert "color:var(--sv-ink" in style and "background:var(" in style
+        var = style.split("background:var(", 1)[1].split(",", 1)[0]
+        assert f"{var}:" in light and f"{var}:" in dark, var
+    assert len({token_colours("draft", s)[0] for s in SOURCE_COLOURS}) == len(SOURCE_COLOURS)
+    assert contrast_ratio("#ffffff", "#000000") == pytest.approx(21.0)
+    assert len(_FALLBACK) == 8
+
+
+def test_figures_have_transparent_backgrounds(spied) -> None:
+    trace, _ = spied
+    for fig in (viz.tree_figure(trace, 0), viz.mask_figure(trace, 0), viz.step_timing_figure(trace, 0)):
+        layout = fig.layout.template.layout
+        assert layout.paper_bgcolor == "rgba(0,0,0,0)" and layout.plot_bgcolor == "rgba(0,0,0,0)"

@@ -144,6 +144,10 @@ class TreeCutter:
                 k, self._idle = free_prefix(verify_cost, len(tree)), 0
                 if info is not None:
                     info["explore"] = True
+            if info is not None:         # the sizing in numbers, as ngram_trie records it
+                info.update(expected_tokens=round(1 + sum(path[i] for i in order[:k]), 3),
+                            predicted_ms=round(1000 * verify_cost(k), 2),
+                            plain_ms=round(1000 * verify_cost(0), 2))
             keep = sorted(order[:k])
             self.kept = keep
             if len(keep) < len(tree):

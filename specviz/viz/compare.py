@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from ..divergence import IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, explain, of_trace
 from ..draft_metrics import priced_speedup
 from ..trace import Trace
-from .palette import show_token
+from .palette import FIGURE_TEMPLATE, show_token
 
 
 @dataclass(frozen=True)
@@ -131,5 +131,5 @@ def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
         fig.add_trace(go.Bar(x=names, y=vals, marker_color=colours, showlegend=False,
                              text=[fmt.format(v) for v in vals], textposition="auto"), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dot", line_color="#868e96", row=1, col=2)
-    fig.update_layout(template="plotly_white", height=340, margin=dict(l=20, r=20, t=50, b=30))
+    fig.update_layout(template=FIGURE_TEMPLATE, height=340, margin=dict(l=20, r=20, t=50, b=30))
     return fig

@@ -3,7 +3,9 @@ where the accepted drafts were copied from.
 
 Token kinds: "draft" (accepted from the draft, coloured by its source label), "bonus" (the
 target's own token after the accepted draft) and "plain" (a step without a draft).
-HTML is built here with inline styles, so it renders the same in any front end.
+HTML is built here with inline styles, so it renders the same in any front end; each token
+span sets its background and its text colour through the theme's CSS variables (palette.py),
+so it reads in a light and a dark page alike.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..trace import StepRecord, Trace
-from .palette import KIND_COLOURS, source_colour
+from .palette import KIND_COLOURS, source_colour, token_style
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,18 @@ def output_spans(steps: Sequence[StepRecord], pieces: Sequence[str]) -> list[Spa
     return spans
 
 
-def _mark(text: str, background: str, title: str, extra: str = "") -> str:
-    return (f'<span title="{html.escape(title)}" style="background:{background};border-radius:3px;'
-            f'padding:1px 0;{extra}">{html.escape(text)}</span>')
+def _mark(text: str, kind: str, source: str, title: str, extra: str = "") -> str:
+    return (f'<span class="sv-token sv-{kind}" title="{html.escape(title)}" style="{token_style(kind, source)}'
+            f'border-radius:3px;padding:1px 0;{extra}">{html.escape(text)}</span>')
 
 
 def legend_html(labels: Sequence[str]) -> str:
     """Chips for the given source labels plus the bonus and plain kinds."""
-    chips = [(f"draft · {lab}", source_colour(lab)) for lab in labels]
-    chips += [("target's bonus token", KIND_COLOURS["bonus"]), ("plain decoding", KIND_COLOURS["plain"])]
-    return ('<div style="display:flex;flex-wrap:wrap;gap:6px;margin:2px 0 6px 0;font-size:0.85em">'
-            + "".join(f'<span style="background:{c};border-radius:4px;padding:1px 8px">'
-                      f'{html.escape(t)}</span>' for t, c in chips) + "</div>")
+    chips = [(f"draft · {lab}", "draft", lab) for lab in labels]
+    chips += [("target's bonus token", "bonus", ""), ("plain decoding", "plain", "")]
+    return ('<div class="sv-legend" style="display:flex;flex-wrap:wrap;gap:6px;margin:2px 0 6px 0;font-size:0.85em">'
+            + "".join(f'<span style="{token_style(kind, src)}border-radius:4px;padding:1px 8px">'
+                      f'{html.escape(t)}</span>' for t, kind, src in chips) + "</div>")
 
 
 def output_html(spans: Sequence[Span], highlight_step: int | None = None,
@@ -76,7 +78,7 @@ def output_html(spans: Sequence[Span], highlight_step: int | None = None,
     for s in spans:
         title = f"step {s.step} · {s.label}" + (f" · draft depth {s.depth}" if s.depth else "")
         extra = "outline:2px solid #1c7ed6;" if s.step == highlight_step else ""
-        body.append(_mark(s.text, s.colour, title, extra))
+        body.append(_mark(s.text, s.kind, s.source, title, extra))
     text = "".join(body) or '<span style="color:#868e96">(no output yet)</span>'
     return (legend_html(seen) + '<div class="specviz-output" style="white-space:pre-wrap;'
             'line-height:1.7;font-family:ui-monospace,Menlo,monospace;font-size:0.92em;'
