@@ -11,14 +11,14 @@ generated so far is never lost.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from transformers import DynamicCache
 
 from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from .decoding import DecodingConfig
-from .drafters.base import DraftContext, Drafter, DraftSetup, StepView, get
+from .drafters.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
 from .errors import PromptError
 from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
@@ -180,3 +180,20 @@ def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",
     decoding = decoding or DecodingConfig()
     steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
+
+
+def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
+                     decoding: DecodingConfig | None = None,
+                     on_reference: Callable[[DrafterSpec], None] | None = None) -> Any:
+    """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
+    (the oracle) and was given no continuation gets the baseline's output on the same prompt
+    and decoding settings, from a baseline run made here first (`on_reference` is told
+    before it starts)."""
+    spec = get(drafter)
+    values = dict(values or {})
+    if spec.wants_reference(values):
+        base = baseline()
+        if on_reference is not None:
+            on_reference(base)
+        values = spec.with_reference(values, generate(lm, prompt, base.name, None, decoding).output_ids)
+    return spec.config(values)

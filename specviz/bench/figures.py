@@ -9,6 +9,8 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
+from .methods import BASELINE
+
 PHASE_ORDER = ("prefill", "draft.search", "draft.tree", "verify.forward", "verify.accept",
                "cache.commit", "draft.update")
 
@@ -18,9 +20,9 @@ def _rows(rows: Sequence[dict[str, Any]], category: str) -> list[dict[str, Any]]
 
 
 def speedup_bars(rows: Sequence[dict[str, Any]]) -> go.Figure:
-    """Speedup vs vanilla per category and method; whiskers span the per-question min..max."""
+    """Speedup vs the baseline per category and method; whiskers span the per-question min..max."""
     fig = go.Figure()
-    methods = list(dict.fromkeys(r["method"] for r in rows if r["method"] != "vanilla"))
+    methods = list(dict.fromkeys(r["method"] for r in rows if r["method"] != BASELINE))
     for m in methods:
         mine = [r for r in rows if r["method"] == m]
         lo = [r["speedup"] - r["speedup_question_spread"][0] for r in mine]
@@ -28,8 +30,8 @@ def speedup_bars(rows: Sequence[dict[str, Any]]) -> go.Figure:
         fig.add_bar(name=m, x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
                     error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
                     hovertemplate="%{x}: %{y:.2f}x<extra>" + m + "</extra>")
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla")
-    fig.update_layout(title="Speedup vs vanilla (whiskers: per-question min..max)", barmode="group",
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text=BASELINE)
+    fig.update_layout(title=f"Speedup vs {BASELINE} (whiskers: per-question min..max)", barmode="group",
                       yaxis_title="speedup (x)", legend_title="method")
     return fig
 
@@ -55,7 +57,7 @@ def accepted_histograms(rows: Sequence[dict[str, Any]], category: str = "all") -
     for r in _rows(rows, category):
         hist = {int(k): v for k, v in r["accepted_length_histogram"].items()}
         total = sum(hist.values())
-        if not total or r["method"] == "vanilla":
+        if not total or r["method"] == BASELINE:
             continue
         xs = sorted(hist)
         fig.add_bar(name=r["method"], x=xs, y=[hist[x] / total for x in xs])

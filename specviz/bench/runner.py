@@ -4,7 +4,7 @@ Order: for each question, for each repeat, every method back to back (A B C, A B
 so drift of the machine (heat, other load) hits all methods alike. The first `warmup`
 questions run through every method unrecorded. Multi-turn questions run turn by turn as
 Spec-Bench does: each method's own answer to turn 1 goes into the conversation of turn 2.
-`oracle` replays vanilla's output of the same turn. A question that does not fit the
+A drafter whose spec `needs_reference` (the oracle) replays the baseline's output of the same turn. A question that does not fit the
 model's context is skipped (for every method) and counted; Ctrl-C stops after the current
 method and keeps every question that was finished.
 """
@@ -21,11 +21,12 @@ import torch
 
 from ..decoding import DecodingConfig
 from ..draft_metrics import tally
+from ..drafters import get
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..prompts import build_prompt
-from .methods import Method
+from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance
 from .questions import Question
 
@@ -98,7 +99,7 @@ class Bench:
     def run_question(self, q: Question, repeat: int) -> list[Run]:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
         decoding = DecodingConfig(max_new_tokens=self.max_new_tokens)
-        vanilla_out: list[tuple[int, ...]] = []
+        baseline_out: list[tuple[int, ...]] = []     # the baseline's output per turn (it runs first)
         out: list[Run] = []
         for method in self.methods:
             history: list[tuple[str, str]] = []
@@ -111,9 +112,10 @@ class Bench:
                         run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
                                   seconds, None, output_ids=ids)
                     else:
+                        spec = get(method.name)
                         config: dict[str, Any] = dict(method.settings)
-                        if method.name == "oracle":
-                            config["tokens"] = vanilla_out[turn]
+                        if spec.needs_reference:
+                            config = spec.with_reference(config, baseline_out[turn])
                         trace = generate(self.lm, prompt, method.name, config, decoding)
                         tested, accepted = depth_acceptance(trace.steps)
                         run = Run(q.question_id, q.category, turn, method.label, repeat,
@@ -123,8 +125,8 @@ class Bench:
                                   model_tally=_tally_dict(trace.steps))
                     run = replace(run, peak_memory_mb=peak())
                 out.append(run)
-                if method.label == "vanilla":
-                    vanilla_out.append(run.output_ids)
+                if method.label == BASELINE:
+                    baseline_out.append(run.output_ids)
                 history.append((message, self.lm.tokenizer.decode(list(run.output_ids),
                                                                   skip_special_tokens=True)))
         return out

@@ -25,8 +25,10 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     from ..decoding import DecodingConfig
     from ..settings import describe
 
-    gen.add_argument("--drafter", default="ngram_trie",
-                     help="drafter name (see `python -m specviz drafters`); default ngram_trie")
+    from ..drafters import default
+    name = default().name
+    gen.add_argument("--drafter", default=name,
+                     help=f"drafter name (see `python -m specviz drafters`); default {name}")
     gen.add_argument("--prompt", default="", help="the message or instruction")
     gen.add_argument("--context-file", metavar="FILE",
                      help="UTF-8 text placed before the prompt (a document to summarise, passages...)")
@@ -55,7 +57,7 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import settings
     from ..decoding import DecodingConfig
-    from ..drafters import get
+    from ..drafters import REFERENCE_SETTING, get
 
     # everything that needs no model is checked first, so a mistake fails in a second
     try:
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                          "(or a non-empty --context-file)")
     check_trace_path(args.trace)
 
-    from ..engine import build_trace, generate, generate_steps
+    from ..engine import build_trace, generate_steps, reference_config
     from ..models import load_model
     from ..prompts import build_prompt
 
@@ -90,12 +92,9 @@ def run(args: argparse.Namespace) -> int:
         context, message = retrieved_context(args)
     lm = load_model(args.model, args.device, args.dtype)
     prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
-    if spec.name == "oracle" and not getattr(drafter_config, "tokens", True):
-        # the oracle replays a known continuation: take vanilla's, under the same settings
-        print("oracle: no --set tokens=...; running vanilla first to get the continuation to replay",
-              file=sys.stderr)
-        reference = generate(lm, prompt, "vanilla", None, decoding)
-        drafter_config = spec.config({**drafter_values, "tokens": reference.output_ids})
+    drafter_config = reference_config(lm, prompt, spec.name, drafter_values, decoding, on_reference=(
+        lambda base: print(f"{spec.name}: no --set {REFERENCE_SETTING}=...; running {base.name} first "
+                           "to get the continuation to replay", file=sys.stderr)))
 
     stream = args.stream if args.stream is not None else sys.stdout.isatty()
     streamer = Streamer(lm.tokenizer, sys.stdout) if stream else None
@@ -176,7 +175,7 @@ def add_retrieval_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rerank", metavar="MODEL", default=None,
                        help="optional cross-encoder (local folder or cached hub id) re-ranking --candidates chunks")
     group.add_argument("--candidates", type=int, default=100, metavar="N",
-                       help="chunks fetched for the re-ranker (default 100, as in the seed)")
+                       help="chunks fetched for the re-ranker (default 100, as in the N-gram trie paper)")
 
 
 def check_retrieval_arguments(args: argparse.Namespace) -> None:

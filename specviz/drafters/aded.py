@@ -113,4 +113,5 @@ class AdedDrafter:
 
 SPEC = register(DrafterSpec("aded", AdedConfig, AdedDrafter,
                             "MCTS over an adaptive corpus tri-gram table (ADED).",
-                            "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding"))
+                            "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding",
+                            family="corpus", order=50))

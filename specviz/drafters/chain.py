@@ -1,4 +1,7 @@
-"""The drafting loop shared by the model drafters (draft_model, self_draft, glide).
+"""The drafting loop and the base class shared by the model drafters (draft_model, self_draft,
+glide): `ChainLoop` drafts a chain (plus CAPE siblings) from a `DraftLM`; `ModelDrafter` is
+the drafter around it (shared settings `GammaSettings`, gamma capped by the budget and
+adapted, the step metrics, the missing-target check).
 
 A `DraftLM` is a small autoregressive model with its own KV cache of `length` rows; the
 loop keeps it in step with the committed sequence (crop to the common prefix, forward only
@@ -23,8 +26,9 @@ import torch
 
 from ..decoding import DecodingConfig, target_probs
 from ..errors import ConfigError
+from ..settings import Settings, setting
 from ..tree import DraftTree
-from .base import DraftContext
+from .base import DraftContext, DraftSetup
 
 PROPOSAL = "draft-model"
 EXPANSION = "cape-expansion"
@@ -75,7 +79,7 @@ class ChainResult:
     seconds: float
 
 
-class ChainDrafter:
+class ChainLoop:
     """Keeps a DraftLM in step with the committed tokens and drafts chains (+ CAPE)."""
 
     def __init__(self, lm: DraftLM, vocab_size: int, decoding: DecodingConfig | None, seed: int = 0) -> None:
@@ -185,16 +189,35 @@ def accepted_proposals(tree: DraftTree, accepted: Sequence[int]) -> int:
     return sum(1 for i in accepted if tree.sources[i] == PROPOSAL)
 
 
-class ChainModelDrafter:
-    """propose / observe shared by the model drafters: gamma capped by the token budget,
-    the step's metrics in ctx.info, gamma adapted after each step when `adaptive` is on.
-    Subclasses set self.config (with gamma, adaptive, gamma_max), self.chain, self.bins."""
-    config: Any
-    chain: ChainDrafter
+@dataclass(frozen=True)
+class GammaSettings(Settings):
+    """The settings every model drafter has (its config class derives from this one)."""
+    gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
+    adaptive: bool = setting(False, "Adapt gamma from the acceptance: +2 after a fully accepted "
+                             "chain, -1 otherwise, within [1, gamma_max].")
+    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
+
+
+class ModelDrafter:
+    """The base of the model drafters: refuses a setup without a target, keeps the config
+    (a GammaSettings), makes the ChainLoop (`chain_for`, seeded by the decoding seed), and
+    shares propose / observe: gamma capped by the token budget, the step's metrics in
+    ctx.info, gamma adapted after each step when `adaptive` is on. Subclasses set `name`,
+    call `super().__init__` first, then set self.chain (and self.bins for CAPE)."""
+    name = "model drafter"
+    chain: ChainLoop
     bins: Sequence[tuple[float, int]] | None = None
 
-    def start(self) -> None:
-        self.gamma = int(self.config.gamma)
+    def __init__(self, config: GammaSettings, setup: DraftSetup) -> None:
+        if setup.target is None:
+            raise ConfigError("target", f"drafter {self.name} needs the target model (DraftSetup.target)")
+        self.config: Any = config
+        self.gamma = int(config.gamma)
+
+    @staticmethod
+    def chain_for(lm: DraftLM, setup: DraftSetup) -> ChainLoop:
+        seed = setup.decoding.seed if setup.decoding is not None else 0
+        return ChainLoop(lm, setup.vocab_size, setup.decoding, seed)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         gamma = min(self.gamma, ctx.budget - 1)
@@ -210,7 +233,3 @@ class ChainModelDrafter:
             drafted = sum(1 for s in step.tree.sources if s == PROPOSAL)
             self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,
                                      1, max(self.config.gamma_max, self.config.gamma))
-
-
-def no_model_error(name: str) -> Any:
-    return ConfigError("target", f"drafter {name} needs the target model (DraftSetup.target)")

@@ -21,9 +21,9 @@ import torch
 from ..glide.checkpoint import CheckpointError, load
 from ..glide.model import GlideDraft, inference_cross_mask
 from ..resources import data_path
-from ..settings import Settings, setting
+from ..settings import setting
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import ChainDrafter, ChainModelDrafter, no_model_error, parse_bins
+from .chain import GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
 
@@ -34,16 +34,13 @@ def default_checkpoint(model_id: str) -> Path:
 
 
 @dataclass(frozen=True)
-class GlideConfig(Settings):
+class GlideConfig(GammaSettings):
     checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
                               "specviz/data/checkpoints/glide-<model>.pt).")
-    gamma: int = setting(4, "Proposal tokens per step.", low=1, high=32)
     cape: bool = setting(False, "CAPE: add siblings at each position, more when the top-1 "
                          "confidence is low.")
     cape_bins: str = setting("0.3:7,0.6:5,0.8:3,1:1", "CAPE bins 'p:size,...': top-1 probability up "
                              "to p -> expansion set of that size (proposal included).")
-    adaptive: bool = setting(False, "Adapt gamma from the acceptance (+2 / -1).")
-    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
 
     def check(self) -> None:
         parse_bins(self.cape_bins)
@@ -103,18 +100,18 @@ def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
     return draft
 
 
-class Glide(ChainModelDrafter):
+class Glide(ModelDrafter):
+    name = "glide"
+
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
-        if setup.target is None:
-            raise no_model_error("glide")
-        self.config = config
+        super().__init__(config, setup)
         draft = load_for(setup.target, setup.target.model_id, config.checkpoint)
-        seed = setup.decoding.seed if setup.decoding is not None else 0
-        self.chain = ChainDrafter(GlideDraftLM(draft), setup.vocab_size, setup.decoding, seed)
+        self.chain = self.chain_for(GlideDraftLM(draft), setup)
         self.bins = parse_bins(config.cape_bins) if config.cape else None
-        self.start()
+
 
 SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "
                             "gamma tokens; CAPE adds siblings where the draft is unsure.",
-                            "Du et al. 2024, GLIDE with a CAPE"))
+                            "Du et al. 2024, GLIDE with a CAPE",
+                            family="model", order=90))

@@ -95,4 +95,5 @@ class LookaheadDrafter:
 SPEC = register(DrafterSpec("lookahead", LookaheadConfig, LookaheadDrafter,
                             "Jacobi lookahead window and an n-gram pool verified in one forward (Lookahead).",
                             "Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using "
-                            "Lookahead Decoding"))
+                            "Lookahead Decoding",
+                            family="context", order=60))

@@ -125,6 +125,7 @@ class NgramTrieDrafter:
 
 
 SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
-                            "Draft trees from an n-gram trie over the context (seed 001).",
+                            "Draft trees from an n-gram trie over the context (N-gram trie speculative decoding).",
                             "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
-                            "Speculative Decoding"))
+                            "Speculative Decoding",
+                            family="context", order=20, is_default=True, preselected=True))

@@ -21,19 +21,16 @@ import torch
 from transformers import DynamicCache
 
 from ..errors import ConfigError
-from ..settings import Settings, setting
+from ..settings import setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import ChainDrafter, ChainModelDrafter, no_model_error
+from .chain import GammaSettings, ModelDrafter
 
 
 @dataclass(frozen=True)
-class SelfDraftConfig(Settings):
+class SelfDraftConfig(GammaSettings):
     k: int = setting(8, "Layers of the target used as the draft (1 .. L-1 for a target of L layers).",
                      low=1, high=1024)
-    gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
-    adaptive: bool = setting(False, "Adapt gamma from the acceptance (+2 / -1).")
-    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
 
 
 def num_layers(model: Any) -> int:
@@ -89,10 +86,11 @@ class SelfDraftLM:
         return out.logits[0]                                          # [n, V]
 
 
-class SelfDraft(ChainModelDrafter):
+class SelfDraft(ModelDrafter):
+    name = "self_draft"
+
     def __init__(self, config: SelfDraftConfig, setup: DraftSetup) -> None:
-        if setup.target is None:
-            raise no_model_error("self_draft")
+        super().__init__(config, setup)
         inner = getattr(setup.target.model, "model", None)
         if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm"):
             raise ConfigError("drafter", f"self_draft needs a Llama-style model (model.layers, "
@@ -101,11 +99,7 @@ class SelfDraft(ChainModelDrafter):
         if not 1 <= config.k <= layers - 1:
             raise ConfigError("k", f"k={config.k} must be in 1..L-1 = 1..{layers - 1}: the target "
                                    f"{setup.target.model_id!r} has L={layers} layers")
-        self.config = config
-        seed = setup.decoding.seed if setup.decoding is not None else 0
-        self.chain = ChainDrafter(SelfDraftLM(setup.target.model, config.k), setup.vocab_size,
-                                  setup.decoding, seed)
-        self.start()
+        self.chain = self.chain_for(SelfDraftLM(setup.target.model, config.k), setup)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         tree = super().propose(ctx)
@@ -117,4 +111,5 @@ class SelfDraft(ChainModelDrafter):
 SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
                             "Early exit: the target's first k layers + its norm and LM head draft "
                             "gamma tokens (no extra weights; reuses the target's committed KV).",
-                            "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)"))
+                            "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)",
+                            family="model", order=80))
