@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 # a drafter that cuts trees by a learned trust explores (verifies a draft it would have cut)
-# until a bucket has had this many draft tokens tested: see ngram_trie and corpus_support
+# until a bucket has had this many draft tokens tested: see drafters/tree_cutter.py
 EXPLORE_TESTS = 4
 
 

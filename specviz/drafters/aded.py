@@ -11,7 +11,7 @@ holds the search tree with its visit counts (`mcts`) and the search time.
 
 Extensions (switches): `adapt_prompt` adapts every tri-gram of the prompt once at the start
 (the paper adapts only the last 16 tokens per search); `size_by_cost` cuts the tree to the best expected tokens per second,
-a node's raw chance being its share of its parent's visits (corpus_support.TreeCutter).
+a node's raw chance being its share of its parent's visits (tree_cutter.TreeCutter).
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from ..index.mcts import mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams
 from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, merge_chains, resolve_index
+from .corpus_index import INDEX_HELP, resolve_index
+from .tree_cutter import TreeCutter, explore_setting
 
 
 @dataclass(frozen=True)

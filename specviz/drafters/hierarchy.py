@@ -18,7 +18,7 @@ holds `draft_set` candidates:
 The candidates are merged into one tree; each node is labelled with the first DB that
 proposed it, and the step info holds how many candidates each DB gave (`db_hits`).
 Extension (a switch): `size_by_cost` cuts the tree to the best expected tokens per second
-(corpus_support.TreeCutter): a node's chance given its parent is its share of the candidates
+(tree_cutter.TreeCutter): a node's chance given its parent is its share of the candidates
 through its parent (`share_chances`; where several candidates agree on a token it is likelier)
 times a trust learned per DB and rank. With `share_chances` off every node's raw chance is 1
 and the trust alone sizes the tree, which over-rates bushy levels (siblings' chances then sum
@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, merge_chains, resolve_index
+from .corpus_index import INDEX_HELP, resolve_index
+from .tree_cutter import TreeCutter, explore_setting
 from ..index.ngram_pool import NgramPool
 
 DBS = ("context", "model-db", "corpus")

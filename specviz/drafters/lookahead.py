@@ -29,9 +29,8 @@ from dataclasses import dataclass
 
 from ..index.ngram_pool import NgramPool
 from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import merge_chains
 
 
 @dataclass(frozen=True)

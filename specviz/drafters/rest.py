@@ -7,7 +7,7 @@ draft tree (index/candidates.py), cut to `num_draft` nodes (REST keeps 64 choice
 Every node is labelled "corpus".
 
 Extension (a switch): `size_by_cost` cuts the tree further to the size with the best
-expected tokens per second (corpus_support.TreeCutter); on a CPU a 64-node verify costs
+expected tokens per second (tree_cutter.TreeCutter); on a CPU a 64-node verify costs
 about twice a plain step, so an uncut REST tree is slower than plain decoding unless most
 drafts are accepted.
 """
@@ -20,7 +20,8 @@ from ..index.candidates import rank_continuations
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, resolve_index
+from .corpus_index import INDEX_HELP, resolve_index
+from .tree_cutter import TreeCutter, explore_setting
 
 
 @dataclass(frozen=True)
