@@ -8,6 +8,11 @@
   those under `if` / `try` / class bodies there). Imports inside functions run later, when
   the function is called, and are excluded. `from X import a, b` is an edge to X.a / X.b
   where those are modules and to X where one of them is not.
+- No upward import: no module below the front ends (engine core, models, drafters, index,
+  retrieval, glide, viz) imports a front end (specviz.cli, specviz.ui, specviz.bench), at
+  module level or in a function; the UI reads the bench only through `specviz.bench`'s
+  public names (load_results, summary_markdown, results_figures), never its submodules.
+- No front end names a drafter (see test_no_front_end_names_a_drafter).
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
@@ -187,3 +193,41 @@ def test_a_named_drafter_would_be_found() -> None:
     finally:
         probe.unlink()
     assert [h.split(" ")[0].rsplit(":", 1)[1] for h in hits] == ["1", "2"]
+
+
+FRONT_END_PACKAGES = ("specviz.cli", "specviz.ui", "specviz.bench")
+
+
+def _in(name: str, packages: Sequence[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _all_imports(modules: dict[str, Path]) -> list[tuple[str, int, str]]:
+    """(module, line, imported specviz module) for every import, in functions too."""
+    out = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out += [(name, node.lineno, t) for t in _targets(name, node, modules)]
+    return out
+
+
+def test_no_upward_import_into_a_front_end() -> None:
+    """index/, retrieval/, models.py, engine.py, the drafters... never import the CLI, the UI or
+    the bench (only specviz/__main__.py, the entry point, may)."""
+    modules = _modules()
+    offenders = [f"{name}:{line} imports {target}" for name, line, target in _all_imports(modules)
+                 if not _in(name, FRONT_END_PACKAGES) and name != "specviz.__main__"
+                 and _in(target, FRONT_END_PACKAGES)]
+    assert not offenders, offenders
+    lower = {"specviz.index", "specviz.retrieval", "specviz.models", "specviz.engine"}
+    assert lower <= set(modules), "a layer named here moved: update the test"
+
+
+def test_the_ui_reads_the_bench_through_its_public_api() -> None:
+    modules = _modules()
+    offenders = [f"{name}:{line} imports {target}" for name, line, target in _all_imports(modules)
+                 if _in(name, ("specviz.ui",)) and target.startswith("specviz.bench.")]
+    assert not offenders, offenders
+    import specviz.bench as bench
+    assert {"load_results", "summary_markdown", "results_figures"} <= set(bench.__all__)

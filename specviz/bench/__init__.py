@@ -4,10 +4,15 @@ Modules: questions.py (Spec-Bench files), methods.py (what is compared), runner.
 interleaved measurement), resume.py (continuing a stopped run), metrics.py (Spec-Bench's
 definitions), figures.py and report.py (JSON, CSV, Markdown, self-contained HTML). The
 command line, `python -m specviz bench`, is specviz/cli/bench.py.
+
+The read API for front ends (the explorer's results tab): `load_results` (a results.json:
+meta, rows), `summary_markdown` (the report's tables), `results_figures` (its figures).
+Front ends use these names and nothing else of this package.
 """
 from __future__ import annotations
 
+from .figures import results_figures
 from .metrics import Run, summarise
-from .report import load_results, markdown_table
+from .report import load_results, markdown_table, summary_markdown
 
-__all__ = ["Run", "load_results", "markdown_table", "summarise"]
+__all__ = ["Run", "load_results", "markdown_table", "results_figures", "summarise", "summary_markdown"]

@@ -138,6 +138,14 @@ def swept_drafters(rows: Sequence[dict[str, Any]]) -> list[str]:
     return sorted({parse_label(r["method"])[0] for r in rows if parse_label(r["method"])[1]})
 
 
+def results_figures(rows: Sequence[dict[str, Any]]) -> tuple[list[go.Figure], go.Figure | None]:
+    """The figures a results viewer shows: speedup, time by phase, tokens per step, acceptance
+    by depth; and the first swept drafter's speedup sweep, or None without a sweep."""
+    swept = swept_drafters(rows)
+    return ([speedup_bars(rows), phase_stack(rows), accepted_histograms(rows), depth_acceptance_lines(rows)],
+            sweep_figure(rows, swept[0]) if swept else None)
+
+
 def all_figures(rows: Sequence[dict[str, Any]]) -> list[go.Figure]:
     """Every figure of the report, in order."""
     figs = [speedup_bars(rows), phase_stack(rows), accepted_histograms(rows), depth_acceptance_lines(rows)]
