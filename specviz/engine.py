@@ -64,7 +64,7 @@ def _apply_stops(new: list[int], tokens: Sequence[int], prompt_len: int, budget:
 def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: str,
          decoding: DecodingConfig) -> Iterator[StepRecord]:
     model, timer = lm.model, PhaseTimer(lm.device)
-    cost = lm.verify_cost.copy()                  # per-generation copy: no state shared by users
+    cost = lm.cost_model().copy()                  # per-generation copy: no state shared by users
     generator = torch.Generator().manual_seed(decoding.seed)
     tokens = list(prompt_ids)
     prompt_len = len(tokens)
@@ -162,7 +162,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
     ids_sorted = sorted(ids)
     pieces = lm.tokenizer.batch_decode([[i] for i in ids_sorted])
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
-    verify_ratio = lm.verify_cost.plain_steps([len(s.tree) for s in steps])
+    verify_ratio = lm.cost_model().plain_steps([len(s.tree) for s in steps])
     return Trace(
         model_id=lm.model_id, drafter=drafter, drafter_config=to_dict(config),
         decoding=to_dict(decoding), prompt_text=prompt.text, prompt_ids=tuple(prompt.ids),
@@ -171,7 +171,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
         token_text=dict(zip(ids_sorted, pieces)), totals=Totals.of(list(steps)),
         stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
-        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio)
+        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio, runtime=lm.runtime)
 
 
 def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",

@@ -8,11 +8,17 @@
   build, for tests and for trying the UI without a real model.
 - anything else: a Hugging Face hub id or a local directory (needs the network for hub ids).
 
-Loaded models are cached per (id, device, dtype) and shared read-only by all users.
+Loaded models are cached per (id, device, dtype, cpu_linear) and shared read-only by all users.
+
+Two explicit runtime choices, recorded in every Trace (`LoadedModel.runtime`) and in the
+bench metadata: `cpu_linear` (few-row matrix products the fast way round on a CPU,
+cpu_linear.py; default on for a CPU device, off elsewhere) and the verify cost model
+(cost.calibrate), timed on first use by the engine, so draft and test models never pay for it.
 """
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +46,34 @@ class LoadedModel:
     dtype: torch.dtype
     max_positions: int           # the model's context length
     eos_ids: frozenset[int]
-    verify_cost: VerifyCost      # calibrated at load; the engine copies it per generation
+    # the verify cost model; None: calibrated on first use (cost_model()); the engine copies it
+    verify_cost: VerifyCost | None = None
+    cpu_linear: bool = False     # nn.Linear patched for few-row products (cpu_linear.py)
 
     @property
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def cost_model(self) -> VerifyCost:
+        """The verify cost model: the one given, else calibrated once per model on first use."""
+        if self.verify_cost is not None:
+            return self.verify_cost
+        with _COST_LOCK:
+            if self.model not in _COSTS:
+                _COSTS[self.model] = calibrate(self.model)
+            return _COSTS[self.model]
+
+    @property
+    def runtime(self) -> dict[str, Any]:
+        """How the model runs (JSON-able): device, dtype, cpu_linear, attention implementation."""
+        config = getattr(self.model, "config", None)
+        return {"device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+                "cpu_linear": self.cpu_linear,
+                "attention": str(getattr(config, "_attn_implementation", None) or "unknown")}
+
+
+_COSTS: "weakref.WeakKeyDictionary[Any, VerifyCost]" = weakref.WeakKeyDictionary()
+_COST_LOCK = threading.Lock()
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -115,7 +144,7 @@ def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
     return LlamaForCausalLM(config)
 
 
-def _load(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def _load(model_id: str, device: torch.device, dtype: torch.dtype, cpu_linear: bool) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_id == EMBEDDED:
@@ -147,10 +176,9 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype) -> LoadedMode
         elif source:
             eos.update(source)
     max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
-    if device.type == "cpu":
+    if cpu_linear:
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
-    cost = calibrate(model)
-    return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), cost)
+    return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, cpu_linear)
 
 
 def _load_embedded_tokenizer() -> tuple[None, Any]:
@@ -171,21 +199,28 @@ def _load_embedded_tokenizer() -> tuple[None, Any]:
     return None, tokenizer
 
 
-_CACHE: dict[tuple[str, str, str], LoadedModel] = {}
+_CACHE: dict[tuple[str, str, str, bool], LoadedModel] = {}
 _LOCK = threading.Lock()
+# models kept loaded at once: a target and its draft model (draft_model drafter, the bench's
+# --draft-model) must both stay; a third load drops the oldest, bounding memory on a Space
+MODEL_CACHE_SIZE = 2
 
 
-def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason."""
+def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
+               cpu_linear: bool | None = None) -> LoadedModel:
+    """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
+    `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
+    device, off otherwise."""
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    key = (model_id, str(dev), str(dt))
+    linear = dev.type == "cpu" if cpu_linear is None else bool(cpu_linear)
+    key = (model_id, str(dev), str(dt), linear)
     with _LOCK:  # one load at a time; concurrent callers wait and then share
         if key not in _CACHE:
-            if len(_CACHE) >= 2:  # keep memory bounded: drop the oldest model
+            if len(_CACHE) >= MODEL_CACHE_SIZE:  # keep memory bounded: drop the oldest model
                 _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key] = _load(model_id, dev, dt)
+            _CACHE[key] = _load(model_id, dev, dt, linear)
         return _CACHE[key]

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         sitting["questions"] = len({r.question_id for r in bench.runs[kept:]})
         return {
             "command": command, "date": _now(), **setup, "assistant_model": args.draft_model,
-            "device": str(lm.device), "cpu": _cpu_name(), "cores": os.cpu_count(),
+            "device": str(lm.device), "runtime": lm.runtime, "cpu": _cpu_name(), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__,
             "questions_file": str(args.questions), "categories": args.categories,
