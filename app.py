@@ -8,7 +8,13 @@ the Hugging Face Space entry point (`app_file: app.py`).
 """
 from __future__ import annotations
 
-from specviz.ui import LAUNCH_OPTIONS, build_demo
+import os
+
+# a page never builds the default corpus index (about 4 minutes) inside a run: a corpus
+# drafter without one says which `python -m specviz index build` command makes it
+os.environ.setdefault("SPECVIZ_BUILD_DEFAULT_INDEX", "0")
+
+from specviz.ui import LAUNCH_OPTIONS, build_demo  # noqa: E402
 
 demo = build_demo()
 

@@ -174,3 +174,17 @@ def test_default_index_dir_is_under_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     d = default_index_dir({"name": "my tok/x", "fingerprint": "abc", "vocab_size": 5})
     assert d.parent == tmp_path / "index" and d.name == "my_tok_x-abc"
+
+
+def test_a_missing_default_index_is_refused_with_its_build_command(monkeypatch, tmp_path):
+    """Where SPECVIZ_BUILD_DEFAULT_INDEX=0 (the explorer), nothing is built in the caller's
+    slot: the error names the `index build` command and the folder it writes."""
+    from specviz.index.store import BUILD_ENV, default_index
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setenv(BUILD_ENV, "0")
+    with pytest.raises(IndexFileError) as err:
+        default_index(_FakeTokenizer(), 8, "tiny-random")
+    msg = str(err.value)
+    assert "python -m specviz index build --kind suffix,trigram" in msg and "--model tiny-random" in msg
+    assert str(tmp_path / "index") in msg and not any((tmp_path / "index").glob("*/manifest.json"))

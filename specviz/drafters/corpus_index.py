@@ -26,5 +26,5 @@ def resolve_index(path: str, setup: DraftSetup) -> tuple[CorpusIndex | None, str
     if tokenizer is None:
         return None, ("no corpus index: the model has no tokenizer, so the default ShareGPT index "
                       "does not apply; give index=DIR (an index built from token ids)")
-    index = default_index(tokenizer, setup.vocab_size)
+    index = default_index(tokenizer, setup.vocab_size, getattr(setup.target, "model_id", "MODEL"))
     return index, str(index.path)
