@@ -212,7 +212,7 @@ def retrieved_context(args: argparse.Namespace) -> tuple[str, str]:
     try:
         hits = retrieve(index, embedder, args.question, args.k, reranker, args.candidates)
     except QuestionError as err:
-        raise UsageError(f"--{str(err).split(':', 1)[0]}: {str(err).split(': ', 1)[-1]}") from None
+        raise UsageError(f"--{err.field}: {err.reason}") from None
     context = build_context(args.question, hits)
     for p in context.pieces:
         print(f"retrieved [{p.rank}] {p.chunk.source} characters {p.chunk.start}-{p.chunk.end} "

@@ -41,6 +41,12 @@ from ..index.ngram_pool import NgramPool
 DBS = ("context", "model-db", "corpus")
 
 
+# trust buckets per database by the rank of the chain that first reached a node: ranks 0, 1
+# and 2 apart, rank 3 and beyond in one bucket so that the rarely drafted lower ranks still
+# see enough tests to learn from (a choice of this project, not from the Hierarchy Drafting
+# paper, which sizes no trees by trust)
+RANK_BUCKETS = 3
+
 @dataclass(frozen=True)
 class HierarchyConfig(Settings):
     index: str = setting("", INDEX_HELP)
@@ -126,7 +132,7 @@ class HierarchyDrafter:
                 r = per_db.get(db, 0)
                 per_db[db] = r + 1
                 for node in nodes:
-                    rank.setdefault(node, (db, min(r, 3)))
+                    rank.setdefault(node, (db, min(r, RANK_BUCKETS)))
             buckets = [rank[i] for i in range(len(tree))]
             tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost, ctx.info)
             ctx.info.update(db_hits=hits, candidates=len(chains), kept=len(tree))

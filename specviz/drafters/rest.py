@@ -24,6 +24,11 @@ from .corpus_index import INDEX_HELP, resolve_index
 from .tree_cutter import TreeCutter, explore_setting
 
 
+# trust buckets by matched suffix length; matches of 8 tokens or more share the last bucket so
+# that each bucket sees enough tests to learn from (a choice of this project, not from the
+# REST paper, which sizes no trees by trust)
+MATCH_BUCKETS = 8
+
 @dataclass(frozen=True)
 class RestConfig(Settings):
     index: str = setting("", INDEX_HELP)
@@ -70,7 +75,7 @@ class RestDrafter:
         with ctx.timer("draft.tree"):
             tree = DraftTree(cands.tokens, cands.parents, ("corpus",) * len(cands),
                              tuple(float(c) for c in cands.counts))
-            buckets = [min(m.length, 8)] * len(tree)
+            buckets = [min(m.length, MATCH_BUCKETS)] * len(tree)
             tree, path = self.cutter.cut(tree, cands.ratios, buckets, ctx.verify_cost, cfg.size_by_cost,
                                            ctx.info)
             ctx.info.update(match_len=m.length, matches=m.count, counted=len(ends),

@@ -4,7 +4,7 @@ candidates carry a raw chance (ngram_trie, rest, hierarchy, aded).
 A node's chance of acceptance given its parent's is its raw ratio (its share of the
 candidates through its parent) times a trust learned online per bucket (a key the drafter
 chooses: the matched prefix length for ngram_trie, the source for the corpus drafters),
-kept apart for the first draft token and for the ones after it (sizing.Calibration).
+kept apart for the first draft token and for the ones after it (sizing.TrustEstimate).
 The tree is cut to the prefix, in best-first order, with the best expected tokens per
 second (sizing.best_prefix); where drafts are rarely accepted the tree shrinks to nothing
 and the step costs what a plain step costs. Bounded exploration: a trust moves only on
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Hashable, Sequence
 
 from ..settings import setting
-from ..sizing import EXPLORE_TESTS, Calibration, best_prefix, free_prefix
+from ..sizing import EXPLORE_TESTS, TrustEstimate, best_prefix, free_prefix
 from ..tree import DraftTree
 from .base import StepView
 
@@ -32,8 +32,8 @@ class TreeCutter:
     """Cut a tree to the best expected tokens/s; learn trust per bucket from what was accepted."""
 
     def __init__(self, first_prior: float, later_prior: float, explore_every: int = 0) -> None:
-        self.first = Calibration(prior=first_prior)
-        self.later = Calibration(prior=later_prior)
+        self.first = TrustEstimate(prior=first_prior)
+        self.later = TrustEstimate(prior=later_prior)
         self.explore_every = explore_every
         self._idle = 0                   # steps in a row, before this one, without a draft
         self._buckets: dict[Hashable, int] = {}
