@@ -1,4 +1,4 @@
-"""What a verify forward costs by row count: the figure behind the README's Performance notes.
+"""What a verify forward costs by row count: the figure behind benchmarks/README.md's cost notes.
 
     .venv/bin/python benchmarks/forward_cost.py            # embedded model, 800-token cache
 

@@ -1,4 +1,4 @@
-"""How fast the default corpus index answers REST's queries: the README's "Speed of the index".
+"""How fast the default corpus index answers REST's queries: benchmarks/README.md, "The corpus index".
 
     .venv/bin/python benchmarks/index_speed.py            # default index of the embedded model
     .venv/bin/python benchmarks/index_speed.py --index DIR --questions PATH

@@ -1,5 +1,5 @@
-"""What a linear layer costs by row count on this CPU, two ways: the figure behind the
-README's note on why a verify forward of several rows costs 2-3x one row here.
+"""What a linear layer costs by row count on this CPU, two ways: the figure behind
+benchmarks/README.md's note on why a verify forward of several rows costs 2-3x one row here.
 
     .venv/bin/python benchmarks/linear_cost.py
 

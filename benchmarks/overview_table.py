@@ -1,4 +1,4 @@
-"""Render the README's overview tables from a bench results.json: one row per method, the
+"""Render benchmarks/README.md's overview tables from a bench results.json: one row per method, the
 speedup over all questions with its per-question spread, the speedup per category, mean
 accepted tokens, drafting overhead and identical outputs; then mean accepted tokens per
 category, and the model drafters' analytic view. The rows are recomputed from the measured

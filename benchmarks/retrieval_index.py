@@ -12,7 +12,7 @@ Run each in its own process: peak memory (ru_maxrss) is per process.
   itself at that size: IVF-PQ (auto settings) and flat, build + query latency + memory.
 - minilm-rate: the MiniLM embedding rate on the first N ShareGPT chunks, to extrapolate the
   embedding time of the large collection (on this shared 2-core CPU, 100k chunks would take
-  hours; the README says which numbers are measured and which are extrapolated).
+  hours; benchmarks/README.md says which numbers are measured and which are extrapolated).
 
 The ShareGPT file in the package is cut off mid-record at its end; specviz.index.corpus reads
 it leniently, record by record, and keeps every complete conversation.

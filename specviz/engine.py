@@ -5,9 +5,10 @@
 
 Each step: 1 draft -> 2 build mask and positions -> 3 one target forward over the tree ->
 4 accept the longest valid path plus a bonus token -> 5 commit the accepted KV rows ->
-6 the drafter observes -> 7 record. A drafter that raises is switched off for the rest of
-the generation (the step degrades to plain decoding) and the error is recorded; the text
-generated so far is never lost.
+6 the drafter observes -> 7 record. A drafter that raises, or proposes a token id outside the
+vocabulary, is switched off for the rest of the generation (the step degrades to plain
+decoding) and the error is recorded; the text generated so far is never lost. Settings that
+hold token ids (kind "token_ids") are checked against the vocabulary before the run starts.
 """
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ from transformers import DynamicCache
 from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from .decoding import DecodingConfig
 from .drafters.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
-from .errors import PromptError
+from .errors import ConfigError, PromptError
 from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
 from .prompts import Prompt
-from .settings import to_dict
+from .settings import describe, to_dict
 from .timing import PhaseTimer
 from .trace import StepRecord, Totals, Trace
 from .tree import DraftTree, build_buffers
@@ -35,6 +36,17 @@ def check_fits(prompt_len: int, max_new_tokens: int, max_positions: int) -> None
         raise PromptError(
             f"prompt: {prompt_len} prompt tokens + max_new_tokens {max_new_tokens} exceed the "
             f"model's context of {max_positions} tokens; shorten the context or lower max_new_tokens")
+
+
+def check_token_settings(config: Any, vocab_size: int) -> None:
+    """ConfigError for a token-id setting (kind "token_ids") holding an id the model lacks."""
+    for info in describe(type(config)):
+        if info.kind != "token_ids":
+            continue
+        bad = [t for t in getattr(config, info.name) if not 0 <= t < vocab_size]
+        if bad:
+            raise ConfigError(info.name, f"token id {bad[0]} is outside the model's vocabulary "
+                                         f"(0..{vocab_size - 1})")
 
 
 def _fit_tree(tree: DraftTree, max_depth: int) -> DraftTree:
@@ -89,7 +101,9 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             if drafter_ok:
                 try:
                     tree = drafter.propose(ctx)
+                    tree.check_vocab(lm.vocab_size)   # no out-of-vocabulary id reaches the forward
                 except Exception as err:  # noqa: BLE001 - any drafter bug must not kill the run
+                    tree = DraftTree.empty()
                     drafter_ok = False
                     ctx.info["drafter_error"] = f"drafter {name!r} failed at step {step}: {type(err).__name__}: {err}"
             # 2. mask and positions
@@ -146,6 +160,10 @@ def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str
     if not ids:
         raise PromptError("prompt: no tokens to start from")
     check_fits(len(ids), decoding.max_new_tokens, lm.max_positions)
+    check_token_settings(config, lm.vocab_size)
+    bad = next((t for t in ids if not 0 <= t < lm.vocab_size), None)
+    if bad is not None:
+        raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{lm.vocab_size - 1})")
     setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding)
     return _run(lm, ids, spec.make(config, setup), drafter, decoding)
 

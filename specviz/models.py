@@ -85,7 +85,7 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise ModelLoadError(f"device: unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device: CUDA was asked for but torch sees no GPU "
-                             "(is a CUDA build of torch installed? see README, 'GPU')")
+                             "(is a CUDA build of torch installed? see docs/gpu.md)")
     return dev
 
 

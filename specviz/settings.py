@@ -6,20 +6,29 @@ and validation read the metadata, so no front end needs to know a drafter by nam
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
 from .errors import ConfigError
 
 T = TypeVar("T")
+KINDS = ("", "token_ids", "file", "folder", "model")
 
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, choices: tuple[Any, ...] | None = None,
-            ui: bool = True) -> Any:
-    """A dataclass field with its allowed range ([low, high], or (low, high] with low_open)."""
+            ui: bool = True, kind: str = "") -> Any:
+    """A dataclass field with its allowed range ([low, high], or (low, high] with low_open).
+
+    `kind` says what a value refers to, so shared checks need no drafter by name:
+    "token_ids" (checked against the model's vocabulary before a run), "file" / "folder" (a
+    server path: a web request may only name one inside the allowed folders, see
+    web_policy.py), "model" (a model id: a web request may only name an allowed one)."""
+    if kind not in KINDS:
+        raise TypeError(f"setting kind must be one of {KINDS}, got {kind!r}")
     meta = {"help": help, "low": low, "high": high, "low_open": low_open,
-            "choices": choices, "ui": ui}
+            "choices": choices, "ui": ui, "kind": kind}
     if isinstance(default, (list, dict, set)):
         raise TypeError("settings must be immutable; use a tuple")
     return dataclasses.field(default=default, metadata=meta)
@@ -37,6 +46,7 @@ class SettingInfo:
     low_open: bool
     choices: tuple[Any, ...] | None
     ui: bool
+    kind: str = ""
 
     def describe_range(self) -> str:
         if self.choices:
@@ -61,7 +71,7 @@ def describe(config_cls: type) -> list[SettingInfo]:
         typ = f.type if isinstance(f.type, type) else _TYPES.get(str(f.type), object)
         infos.append(SettingInfo(f.name, typ, f.default, m.get("help", ""), m.get("low"),
                                  m.get("high"), m.get("low_open", False), m.get("choices"),
-                                 m.get("ui", True)))
+                                 m.get("ui", True), m.get("kind", "")))
     return infos
 
 
@@ -71,8 +81,18 @@ def check_ranges(config: Any) -> None:
         value = getattr(config, info.name)
         if info.type in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ConfigError(info.name, f"must be a number, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(info.name, f"must be a finite number, got {value!r}")
         if info.type is int and isinstance(value, float) and not value.is_integer():
             raise ConfigError(info.name, f"must be a whole number, got {value!r}")
+        if info.type is str and not isinstance(value, str):
+            raise ConfigError(info.name, f"must be text, got {value!r}")
+        if info.type is bool and not isinstance(value, bool):
+            raise ConfigError(info.name, f"must be true or false, got {value!r}")
+        if info.kind == "token_ids":
+            if not isinstance(value, tuple) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0
+                                                   for t in value):
+                raise ConfigError(info.name, f"must be token ids (whole numbers >= 0), got {value!r}")
         if info.choices is not None and value not in info.choices:
             raise ConfigError(info.name, f"must be {info.describe_range()}, got {value!r}")
         if info.low is not None and (value < info.low or (info.low_open and value == info.low)):
@@ -106,13 +126,20 @@ def _coerce(info: SettingInfo, name: str, value: Any) -> Any:
             if info.type is int:
                 return int(text)
             if info.type is float:
-                return float(text)
+                number = float(text)
+                if not math.isfinite(number):
+                    raise ConfigError(name, f"must be a finite number, got {value!r}")
+                return number
+        except ConfigError:
+            raise
         except ValueError:
             raise ConfigError(name, f"expected {info.type.__name__}, got {value!r}") from None
     if info.type is int and isinstance(value, float) and value.is_integer():
         return int(value)
     if info.type is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if info.type is bool and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
     if isinstance(value, list):
         return tuple(value)
     return value

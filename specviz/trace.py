@@ -2,7 +2,12 @@
 
 The UI, the CLI and the benchmark read only these. A Trace carries the text of every token
 it mentions (`token_text`), so it can be replayed and drawn without the model.
-JSON round-trip: `Trace.to_json()` / `Trace.from_json()`, checked against SCHEMA_VERSION.
+JSON round-trip: `Trace.to_json()` / `Trace.from_json()`. A trace file is untrusted input:
+it is checked against the JSON Schema shipped as specviz/data/trace.schema.json (types, required
+fields, non-negative numbers; other tools can use the same file), then `check_values` checks
+what a schema cannot (accepted nodes form a path in the step's tree, every token id has its
+text, steps are numbered 0, 1, ...), so a trace that loads can always be drawn. JSON nested
+deeper than the parser allows is refused with a message, not a RecursionError.
 """
 from __future__ import annotations
 
@@ -11,9 +16,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from .errors import TraceFormatError
+from .json_schema import SchemaError, shipped_schema, validate
 from .tree import DraftTree
 
 SCHEMA_VERSION = 1
+SCHEMA_FILE = "trace.schema.json"       # in specviz/data
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ class Trace:
             raise TraceFormatError(
                 f"trace schema_version {version!r} is not supported (this specviz reads {SCHEMA_VERSION})")
         try:
+            validate(d, shipped_schema(SCHEMA_FILE))
+        except SchemaError as err:
+            raise TraceFormatError(f"malformed trace: {err}") from None
+        try:
             d = dict(d)
             d["steps"] = tuple(StepRecord.from_dict(s) for s in d["steps"])
             d["totals"] = Totals(**d["totals"])
@@ -150,9 +161,11 @@ class Trace:
                 d[key] = tuple(d[key])
             if d.get("context_char_span") is not None:
                 d["context_char_span"] = tuple(d["context_char_span"])
-            return Trace(**d)
+            trace = Trace(**d)
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise TraceFormatError(f"malformed trace: {type(err).__name__}: {err}") from None
+        check_values(trace)
+        return trace
 
     @staticmethod
     def from_json(text: str) -> "Trace":
@@ -160,4 +173,49 @@ class Trace:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise TraceFormatError(f"trace is not valid JSON: {err}") from None
+        except RecursionError:
+            raise TraceFormatError("trace: JSON nested too deeply (a trace is a few levels deep)") from None
         return Trace.from_dict(data)
+
+
+def check_values(trace: Trace) -> None:
+    """TraceFormatError for values the schema cannot rule out but the figures would trip on."""
+    def bad(message: str) -> TraceFormatError:
+        return TraceFormatError(f"malformed trace: {message}")
+
+    known = trace.token_text
+    def need_text(ids: Sequence[int], where: str) -> None:
+        missing = next((t for t in ids if t not in known), None)
+        if missing is not None:
+            raise bad(f"{where}: token id {missing} has no entry in token_text")
+
+    need_text(trace.prompt_ids, "prompt_ids")
+    need_text(trace.output_ids, "output_ids")
+    for k, s in enumerate(trace.steps):
+        where = f"steps[{k}]"
+        if s.index != k:
+            raise bad(f"{where}: index {s.index}, expected {k} (steps must be numbered 0, 1, ... without "
+                      "duplicates or gaps)")
+        n = len(s.tree)
+        parent = -1
+        for a in s.accepted:
+            if not 0 <= a < n:
+                raise bad(f"{where}.accepted: node {a} is not in the step's tree of {n} nodes")
+            if s.tree.parents[a] != parent:
+                raise bad(f"{where}.accepted: node {a} does not continue the accepted path")
+            parent = a
+        if len(s.target_prob) != n:
+            raise bad(f"{where}.target_prob: {len(s.target_prob)} values for {n} tree nodes")
+        if len(s.target_top) < 1 + len(s.accepted):
+            raise bad(f"{where}.target_top: {len(s.target_top)} values, fewer than the accepted path needs")
+        if not 1 <= len(s.new_tokens) <= len(s.accepted) + 1:
+            raise bad(f"{where}.new_tokens: {len(s.new_tokens)} tokens after {len(s.accepted)} accepted")
+        need_text(s.tree.tokens, f"{where}.tree.tokens")
+        need_text(s.new_tokens, f"{where}.new_tokens")
+        need_text(s.target_top, f"{where}.target_top")
+    committed = tuple(t for s in trace.steps for t in s.new_tokens)
+    if committed != trace.output_ids:
+        raise bad("output_ids are not the steps' new_tokens one after another")
+    span = trace.context_char_span
+    if span is not None and not span[0] <= span[1] <= len(trace.prompt_text):
+        raise bad(f"context_char_span {list(span)} is not a span of prompt_text ({len(trace.prompt_text)} characters)")

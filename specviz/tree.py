@@ -51,6 +51,16 @@ class DraftTree:
         if self.draft_probs is not None and self.draft_probs.shape[0] != n:
             raise ValueError("draft_probs must have one row per node")
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise ValueError if a token id (or a draft_probs row) does not fit a vocabulary of
+        `vocab_size` ids: such a tree must never reach the target's embedding."""
+        bad = next((t for t in self.tokens if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+                    or not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"draft token id {bad!r} is outside the model's vocabulary (0..{vocab_size - 1})")
+        if self.draft_probs is not None and self.draft_probs.shape[-1] != vocab_size:
+            raise ValueError(f"draft_probs has {self.draft_probs.shape[-1]} columns, the vocabulary {vocab_size}")
+
     # ---- construction helpers -------------------------------------------------------------
     @staticmethod
     def empty() -> "DraftTree":

@@ -435,13 +435,13 @@ def test_model_drafters_lossless_on_embedded(embedded_lm, tmp_path):
 def test_shipped_checkpoints_are_default_and_lossless(embedded_lm):
     """specviz/data/checkpoints/glide-embedded.pt is what `glide` loads by default for the embedded model; it and
     the vanilla drafter shipped beside it are lossless."""
-    from specviz.drafters.glide import ASSETS, default_checkpoint
+    from specviz.drafters.glide import CHECKPOINTS, default_checkpoint
     from specviz.prompts import build_prompt
 
-    assert default_checkpoint(embedded_lm.model_id) == ASSETS / "glide-embedded.pt"
+    assert default_checkpoint(embedded_lm.model_id) == CHECKPOINTS / "glide-embedded.pt"
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids
     ref, _ = run_ids(embedded_lm, prompt, "vanilla", None, max_new_tokens=24)
-    for config in ({}, {"checkpoint": str(ASSETS / "vanilla-drafter-embedded.pt")}):
+    for config in ({}, {"checkpoint": str(CHECKPOINTS / "vanilla-drafter-embedded.pt")}):
         out, steps = run_ids(embedded_lm, prompt, "glide", config, max_new_tokens=24)
         assert out == ref, config
         assert not any("drafter_error" in s.info for s in steps)

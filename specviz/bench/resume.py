@@ -28,6 +28,16 @@ class ResumeError(SpecvizError):
 MUST_MATCH = ("model", "max_new_tokens", "methods", "repeats", "dtype")
 
 
+def check_fresh_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to replace earlier results silently: a folder holding results.json needs
+    --resume (continue it) or --overwrite (replace it)."""
+    if resume and overwrite:
+        raise ResumeError("--overwrite: cannot be combined with --resume; choose one")
+    if not resume and not overwrite and (out / "results.json").is_file():
+        raise ResumeError(f"--out: {str(out)!r} already holds results (results.json); add --resume to "
+                          "continue that run, --overwrite to replace it, or choose another --out")
+
+
 def load_previous(out: Path) -> tuple[dict[str, Any], list[Run]]:
     """(meta, runs) of out/results.json."""
     file = out / "results.json"

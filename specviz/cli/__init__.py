@@ -22,7 +22,7 @@ from typing import Sequence
 
 from ..errors import SpecvizError
 from . import bench, drafters, generate, index, train_glide
-from .common import EXIT_INTERRUPTED, EXIT_USAGE, Parser
+from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser
 from .errors import UsageError
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -59,10 +59,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()              # a closed pipe shows here, inside the handler below
+        return code
     except SpecvizError as err:
         print(f"specviz: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("\nspecviz: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return closed_stdout()
+
+
+def closed_stdout() -> int:
+    """The reader of our output went away (`specviz drafters | head -1`): stop quietly.
+    stdout is pointed at /dev/null so the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE

@@ -24,7 +24,8 @@ from ..bench.methods import BASELINE, DEFAULT_DRAFTERS, PEERS, MethodError, pars
 from ..bench.metrics import summarise
 from ..bench.questions import DEFAULT_QUESTIONS, read_questions, select
 from ..bench.report import summary_markdown, write_results, write_results_json
-from ..bench.resume import check_compatible, load_previous, still_to_do
+from ..bench.resume import check_compatible, check_fresh_out, load_previous, still_to_do
+from ..user_files import check_output_dir
 from ..errors import SpecvizError
 
 
@@ -55,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
                         help="start no new question after this many minutes; write what was measured "
                              "(continue later with --resume)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the results already in --out (without it, a folder holding "
+                             "results is refused unless --resume)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out: keep its finished questions, measure the "
                              "rest (same model, methods, --max-new-tokens and --repeats)")
@@ -116,9 +120,8 @@ def run(args: argparse.Namespace) -> int:
     questions_all, warnings = read_questions(Path(args.questions))
     questions = select(questions_all, [c.strip() for c in args.categories.split(",") if c.strip()],
                        args.limit)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise SpecvizError(f"--out: {args.out!r} is a file; give a folder")
+    out = check_output_dir(args.out, "--out")             # writable, before any model is loaded
+    check_fresh_out(out, args.resume, args.overwrite)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     previous, old_runs = load_previous(out) if args.resume else ({}, [])

@@ -11,6 +11,7 @@ from .errors import UsageError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141     # as a process killed by SIGPIPE
 
 
 class Parser(argparse.ArgumentParser):
@@ -58,38 +59,18 @@ def tuple_settings(spec: Any, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_context(path: str | None) -> str:
-    """The text of --context-file, or a UsageError saying why it cannot be used."""
-    if not path:
-        return ""
-    file = Path(path).expanduser()
-    if not file.exists():
-        raise UsageError(f"--context-file: no such file {path!r}")
-    if file.is_dir():
-        raise UsageError(f"--context-file: {path!r} is a directory; give a UTF-8 text file")
-    try:
-        data = file.read_bytes()
-    except OSError as err:
-        raise UsageError(f"--context-file: cannot read {path!r} ({err.strerror or err})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"--context-file: {path!r} is not UTF-8 text (undecodable byte at "
-                         f"offset {err.start}); give a UTF-8 text file") from None
-    if "\x00" in text:
-        raise UsageError(f"--context-file: {path!r} looks binary (it contains NUL bytes); "
-                         "give a UTF-8 text file")
-    return text
+    """The text of --context-file (a regular UTF-8 file under the size limit), checked before reading."""
+    from ..user_files import read_text_file
+
+    return read_text_file(path, "--context-file") if path else ""
 
 
 def check_trace_path(path: str | None) -> None:
-    """Fail before generating, not after, if the trace cannot be written there."""
-    if not path:
-        return
-    file = Path(path).expanduser()
-    if file.is_dir():
-        raise UsageError(f"--trace: {path!r} is a directory; give a file name such as trace.json")
-    if not file.parent.is_dir():
-        raise UsageError(f"--trace: the folder {str(file.parent)!r} does not exist")
+    """Fail before generating, not after, if the trace cannot be written there (`--trace ""` too)."""
+    from ..user_files import check_output_file
+
+    if path is not None:
+        check_output_file(path, "--trace")
 
 
 # --- decoding flags (generate's; listed by `drafters`) ----------------------------------------

@@ -1,6 +1,6 @@
 """`python -m specviz drafters`: the drafters and their settings (text, --json, --markdown).
 
-`drafters_markdown()` is also what scripts/update_readme.py writes into the README.
+`drafters_markdown()` is also what scripts/update_drafters_doc.py writes into docs/drafters.md.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .common import DECODING_FLAGS, flag
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable output")
-    fmt.add_argument("--markdown", action="store_true", help="Markdown tables (as in the README)")
+    fmt.add_argument("--markdown", action="store_true", help="Markdown tables (as in docs/drafters.md)")
 
 
 def drafter_listing() -> list[dict[str, Any]]:
@@ -42,7 +42,7 @@ def _cell(value: Any) -> str:
 
 
 def drafters_markdown() -> str:
-    """The drafters and their settings as Markdown tables (the README's drafter section)."""
+    """The drafters and their settings as Markdown tables (the tables of docs/drafters.md)."""
     listing = drafter_listing()
     lines = ["| drafter | what it does | reference |", "| --- | --- | --- |"]
     lines += [f"| `{d['name']}` | {_cell(d['summary'])} | {_cell(d['reference'])} |" for d in listing]

@@ -98,16 +98,18 @@ def run(args: argparse.Namespace) -> int:
 
     stream = args.stream if args.stream is not None else sys.stdout.isatty()
     streamer = Streamer(lm.tokenizer, sys.stdout) if stream else None
+    steps_iter = generate_steps(lm, prompt, spec.name, drafter_config, decoding)   # validates first
+    if not stream:
+        print("specviz: generating (the text comes at the end; Ctrl-C stops and keeps what was generated)",
+              file=sys.stderr, flush=True)
     steps = []
     try:
-        for record in generate_steps(lm, prompt, spec.name, drafter_config, decoding):
+        for record in steps_iter:
             steps.append(record)
             if streamer:
                 streamer.feed(record.new_tokens)
     except KeyboardInterrupt:
-        done = sum(len(s.new_tokens) for s in steps)
-        print(f"\nspecviz: interrupted after {done} new tokens", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return finish_interrupted(args, lm, prompt, spec.name, drafter_config, decoding, steps, streamer)
     trace = build_trace(lm, prompt, spec.name, drafter_config, decoding, steps)
     if streamer:
         streamer.finish(trace.output_text)
@@ -116,13 +118,42 @@ def run(args: argparse.Namespace) -> int:
     print(summary_line(trace), flush=True)
     for message in trace.errors:
         print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
-    if args.trace:
-        try:
-            Path(args.trace).expanduser().write_text(trace.to_json(), encoding="utf-8")
-        except OSError as err:
-            raise UsageError(f"--trace: cannot write {args.trace!r} ({err.strerror or err})") from None
-        print(f"trace written to {args.trace}", file=sys.stderr)
+    write_trace(trace, args.trace)
     return 0
+
+
+def write_trace(trace: Any, path: str | None) -> None:
+    if path is None:
+        return
+    try:
+        Path(path).expanduser().write_text(trace.to_json(), encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"--trace: cannot write {path!r} ({err.strerror or err})") from None
+    print(f"trace written to {path}", file=sys.stderr)
+
+
+def finish_interrupted(args: argparse.Namespace, lm: Any, prompt: Any, drafter: str, drafter_config: Any,
+                       decoding: Any, steps: list, streamer: Any) -> int:
+    """Ctrl-C: keep what was generated. The steps so far become a trace marked `stopped` (as
+    the explorer's Stop makes), its text is printed and the trace written; exit 130."""
+    import signal
+
+    from ..engine import build_trace
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose it again
+    try:
+        trace = build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
+        if streamer:
+            streamer.finish(trace.output_text)
+        else:
+            print(trace.output_text)
+        print(summary_line(trace), flush=True)
+        print(f"specviz: interrupted after {trace.totals.new_tokens} new tokens (stop: {trace.stop_reason})",
+              file=sys.stderr)
+        write_trace(trace, args.trace)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return EXIT_INTERRUPTED
 
 
 # --- output ---------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--kind: {', '.join(wanted)} cannot be built in one command")
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size: must be at least 1, got {args.batch_size}")
+    from ..user_files import check_output_dir
+    check_output_dir(args.out, "--out")            # before minutes of building, not after
     return int(kinds[wanted[0]][1](args) or 0)
 
 

@@ -30,7 +30,7 @@ from .tree_cutter import TreeCutter, explore_setting
 
 @dataclass(frozen=True)
 class AdedConfig(Settings):
-    index: str = setting("", INDEX_HELP)
+    index: str = setting("", INDEX_HELP, kind="folder")
     iterations: int = setting(150, "MCTS iterations per step (paper: 150).", low=1, high=5000)
     depth: int = setting(4, "MCTS depth in tokens (paper: 4).", low=1, high=16)
     candidates: int = setting(24, "Most visited prefixes turned into drafts (paper: 24).", low=1, high=256)

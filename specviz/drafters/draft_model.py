@@ -31,7 +31,7 @@ class TokenizerMismatchError(SpecvizError):
 class DraftModelConfig(GammaSettings):
     model: str = setting("embedded", "Draft model: 'embedded' (SmolLM2-135M, drafts for larger "
                          "SmolLM2 targets), a hub id, a local path or 'tiny-random'; it must share "
-                         "the target's tokenizer.")
+                         "the target's tokenizer.", kind="model")
 
 
 class HFDraftLM:

@@ -36,7 +36,7 @@ def default_checkpoint(model_id: str) -> Path:
 @dataclass(frozen=True)
 class GlideConfig(GammaSettings):
     checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
-                              "specviz/data/checkpoints/glide-<model>.pt).")
+                              "specviz/data/checkpoints/glide-<model>.pt).", kind="file")
     cape: bool = setting(False, "CAPE: add siblings at each position, more when the top-1 "
                          "confidence is low.")
     cape_bins: str = setting("0.3:7,0.6:5,0.8:3,1:1", "CAPE bins 'p:size,...': top-1 probability up "

@@ -49,7 +49,7 @@ RANK_BUCKETS = 3
 
 @dataclass(frozen=True)
 class HierarchyConfig(Settings):
-    index: str = setting("", INDEX_HELP)
+    index: str = setting("", INDEX_HELP, kind="folder")
     level: int = setting(5, "n-gram length (the authors' LEVEL: 5); candidates are level - 1 tokens.",
                          low=2, high=12)
     draft_set: int = setting(7, "Candidates gathered across the DBs per step (the paper's N: 7).", low=1, high=64)

@@ -101,7 +101,7 @@ class NgramTrieDrafter:
 
 
 SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
-                            "Draft trees from an n-gram trie over the context (N-gram trie speculative decoding).",
+                            "Draft trees from an n-gram trie over the context.",
                             "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
                             "Speculative Decoding",
                             family="context", order=20, is_default=True, preselected=True))

@@ -15,7 +15,8 @@ from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
 
 @dataclass(frozen=True)
 class OracleConfig(Settings):
-    tokens: tuple[int, ...] = setting((), "Token ids to replay (the output of a previous run).", ui=False)
+    tokens: tuple[int, ...] = setting((), "Token ids to replay (the output of a previous run).", ui=False,
+                                       kind="token_ids")
     max_tokens: int = setting(32, "Longest chain proposed per step.", low=1, high=256)
 
 

@@ -31,7 +31,7 @@ MATCH_BUCKETS = 8
 
 @dataclass(frozen=True)
 class RestConfig(Settings):
-    index: str = setting("", INDEX_HELP)
+    index: str = setting("", INDEX_HELP, kind="folder")
     max_span: int = setting(16, "Longest suffix of the sequence looked up (REST: 16).", low=1, high=16)
     min_span: int = setting(2, "Shortest suffix accepted as a match (REST: 2).", low=1, high=16)
     max_matches: int = setting(1000, "Matches whose continuations are counted (REST: 5000), spread over all.",

@@ -4,9 +4,14 @@ the optimiser state and the data position so a run resumes where it stopped. The
 also written beside it as JSON for people to read.
 
 A checkpoint is refused, with the reason, when it was trained for another target.
+
+A checkpoint file is untrusted input (a user names it): it is read with
+`torch.load(weights_only=True)`, which unpickles only tensors and plain containers and never
+runs code a file carries, and its manifest is checked field by field before use.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -40,16 +45,61 @@ def save(path: str | Path, draft: GlideDraft, manifest: dict[str, Any],
     path.with_suffix(".json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
+_MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {"format": str, "target": str, "target_fingerprint": str,
+                                                       "glide": dict}
+
+
+def check_manifest(manifest: Any, path: str | Path) -> None:
+    """Raise CheckpointError naming the first missing or mistyped manifest field."""
+    where = f"checkpoint: {str(path)!r}"
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{where} has no manifest (not a {FORMAT} checkpoint)")
+    for name, typ in _MANIFEST_FIELDS.items():
+        if name not in manifest:
+            raise CheckpointError(f"{where}: its manifest lacks the field {name!r}")
+        if not isinstance(manifest[name], typ):
+            raise CheckpointError(f"{where}: manifest field {name!r} has the wrong type "
+                                  f"({type(manifest[name]).__name__})")
+    if manifest["format"] != FORMAT:
+        raise CheckpointError(f"{where} is not a {FORMAT} checkpoint (format {manifest['format']!r})")
+    glide = manifest["glide"]
+    for f in dataclasses.fields(GlideSpec):
+        if f.name not in glide and f.default is dataclasses.MISSING:
+            raise CheckpointError(f"{where}: its manifest lacks the field 'glide.{f.name}'")
+    unknown = sorted(set(glide) - {f.name for f in dataclasses.fields(GlideSpec)})
+    if unknown:
+        raise CheckpointError(f"{where}: its manifest has an unknown field 'glide.{unknown[0]}'")
+
+
+def spec_of(manifest: dict[str, Any], path: str | Path) -> GlideSpec:
+    """The draft's architecture from a checked manifest (types checked too)."""
+    spec = GlideSpec(**manifest["glide"])
+    for f in dataclasses.fields(GlideSpec):
+        want = {"int": int, "bool": bool, "float": (int, float), "str": str}.get(str(f.type), object)
+        value = getattr(spec, f.name)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise CheckpointError(f"checkpoint: {str(path)!r}: manifest field 'glide.{f.name}' has the wrong "
+                                  f"type ({type(value).__name__})")
+    return spec
+
+
 def read(path: str | Path) -> dict[str, Any]:
+    """The stored blob; never runs code from the file (weights_only=True)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint: no such file {str(path)!r}")
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file, or one that asks to run code
+        if "Unsupported global" in str(err) or "GLOBAL" in str(err):   # the pickle names code to call
+            raise CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
+                                  "(checkpoints are read with torch.load(weights_only=True), never unpickled)") from None
         raise CheckpointError(f"checkpoint: {str(path)!r} is not a GLIDE checkpoint ({type(err).__name__})") from None
-    if not isinstance(blob, dict) or blob.get("manifest", {}).get("format") != FORMAT:
+    if not isinstance(blob, dict):
         raise CheckpointError(f"checkpoint: {str(path)!r} is not a {FORMAT} checkpoint")
+    check_manifest(blob.get("manifest"), path)
+    if not isinstance(blob.get("state"), dict):
+        raise CheckpointError(f"checkpoint: {str(path)!r} lacks the field 'state' (the draft's weights)")
     return blob
 
 
@@ -66,9 +116,17 @@ def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dic
     """The draft (eval mode, on the target's device and dtype) and the whole stored blob."""
     blob = read(path)
     check_target(blob["manifest"], target, target_id, path)
-    spec = GlideSpec(**blob["manifest"]["glide"])
-    draft = GlideDraft(spec, target)
-    draft.load_state_dict(blob["state"])
+    spec = spec_of(blob["manifest"], path)
+    try:
+        draft = GlideDraft(spec, target)
+    except Exception as err:  # noqa: BLE001 - a manifest whose numbers make no model
+        raise CheckpointError(f"checkpoint: {str(path)!r}: its manifest's 'glide' architecture cannot be built "
+                              f"({type(err).__name__}: {err})") from None
+    try:
+        draft.load_state_dict(blob["state"])
+    except (RuntimeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"checkpoint: {str(path)!r}: its weights do not fit its manifest "
+                              f"({str(err).splitlines()[0][:200]})") from None
     param = next(target.parameters())
     return draft.to(device=param.device, dtype=param.dtype).eval(), blob
 

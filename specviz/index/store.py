@@ -150,6 +150,28 @@ def _load_array(folder: Path, name: str, kind: str) -> np.ndarray:
                           f"{build_hint(folder, kind)}") from None
 
 
+def check_ids(index: CorpusIndex, vocab_size: int) -> None:
+    """IndexFileError if any stored token id is outside [0, vocab_size) (SEP excepted): such an
+    id would reach the model's embedding. One pass over the memory-mapped arrays, at open."""
+    def bad(values: np.ndarray, what: str, high: int, allow_sep: bool = False) -> None:
+        if values.size == 0:
+            return
+        v = np.asarray(values)
+        low_ok = (v >= 0) | (v == SEP) if allow_sep else v >= 0
+        if not bool(low_ok.all()) or int(v.max()) >= high:
+            worst = int(v.max()) if int(v.max()) >= high else int(v[~low_ok][0])
+            raise IndexFileError(f"index: {index.path} holds token id {worst} in {what}, outside the "
+                                 f"vocabulary of {vocab_size} ids its manifest names; rebuild with: "
+                                 f"{build_hint(index.path)}")
+    if index.suffix is not None:
+        bad(index.suffix.tokens, "tokens.npy", vocab_size, allow_sep=True)
+    if index.trigram is not None:
+        bad(index.trigram.succ, "trigram_succ.npy", vocab_size)
+        bad(index.trigram.keys, "trigram_keys.npy", vocab_size * vocab_size)
+    if index.model_db is not None:
+        bad(index.model_db.grams, "modeldb_grams.npy", vocab_size)
+
+
 def load_index(folder: str | Path) -> CorpusIndex:
     """Open an index folder (memory-mapped, milliseconds). Raises IndexFileError with the reason."""
     folder = Path(folder).expanduser()
@@ -172,6 +194,7 @@ def load_index(folder: str | Path) -> CorpusIndex:
         if "model-db" in parts:
             grams, counts, first = (_load_array(folder, f, "model-db") for f in FILES["model-db"])
             index.model_db = ModelDB(grams, counts, first)
+        check_ids(index, int(manifest["tokenizer"]["vocab_size"]))
     except IndexFileError:
         raise
     except Exception as err:  # noqa: BLE001 - any inconsistency in the files

@@ -55,14 +55,21 @@ def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, messag
               temperature: float = 0.0, seed: int = 0) -> str:
     """Run one generation and return its Trace as JSON (specviz.Trace.from_json reads it)."""
     with shown_to_user():
+        for name, value in (("model", model), ("drafter", drafter), ("message", message), ("context", context),
+                            ("settings_json", settings_json)):
+            if value is not None and not isinstance(value, str):
+                raise gr.Error(f"{name}: must be text, got {type(value).__name__}", print_exception=False)
         try:
             settings = json.loads(settings_json or "{}")
         except json.JSONDecodeError as err:
             raise gr.Error(f"settings_json: not valid JSON ({err})", print_exception=False) from None
+        except RecursionError:
+            raise gr.Error("settings_json: nested too deeply (a flat object of drafter settings is expected)",
+                           print_exception=False) from None
         if not isinstance(settings, dict):
             raise gr.Error("settings_json: must be a JSON object of drafter settings", print_exception=False)
         decoding = runner.decoding_of({"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed})
-        spec = RunSpec(model, drafter, tuple(settings.items()), decoding, context, message)
+        spec = RunSpec(model or "", drafter or "", tuple(settings.items()), decoding, context or "", message or "")
         return runner.run_to_end(spec).to_json()
 
 

@@ -12,6 +12,8 @@ from ..engine import build_trace, generate_steps, reference_config
 from ..models import LoadedModel, load_model
 from ..prompts import build_prompt
 from ..trace import StepRecord, Trace
+from ..user_files import check_text_size
+from ..web_policy import check_request
 from ..drafters.base import get
 from .session import LiveRun, RunSpec
 
@@ -23,8 +25,15 @@ def drafter_config(spec: RunSpec, lm: LoadedModel, prompt: Any) -> Any:
 
 
 def start(spec: RunSpec) -> LiveRun:
-    """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError."""
-    get(spec.drafter).config(dict(spec.drafter_values))     # bad settings fail before loading
+    """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError.
+
+    Every web request comes through here: its model and path settings are checked against
+    the server's allow-lists (web_policy) before anything is read."""
+    values = dict(spec.drafter_values)
+    check_request(spec.model_id, spec.drafter, values)
+    check_text_size(spec.context, "context")
+    check_text_size(spec.message, "message")
+    get(spec.drafter).config(values)                        # bad settings fail before loading
     lm = load_model(spec.model_id or "embedded")
     prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
     config = drafter_config(spec, lm, prompt)

@@ -4,11 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from .. import user_files
 from ..errors import SpecvizError, TraceFormatError
 from ..trace import Trace
 
 CONTEXT_SUFFIXES = (".txt", ".md")
-CONTEXT_LIMIT_BYTES = 1_000_000          # per file
+CONTEXT_LIMIT_BYTES = user_files.CONTEXT_LIMIT_BYTES    # per file, as the CLI's --context-file
 TRACE_LIMIT_BYTES = 50_000_000
 UPLOAD_LIMIT = "50MB"                    # gradio's own cap on any upload (launch max_file_size)
 

@@ -1,0 +1,438 @@
+"""Hostile and careless input, as a catalogue: every case runs through the real CLI (a
+subprocess on the tiny random model) and, where the web can reach it, through the served
+explorer's `/trace` API (gradio_client, and raw HTTP for what a client library would not send).
+
+Each case must end in a non-zero exit (or an API error) whose message is one line naming the
+problem, with no traceback; nothing executes from a malicious pickle; Ctrl-C keeps the text and
+the trace; 8 API clients at once get each their own trace.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from specviz.errors import TraceFormatError
+from specviz.trace import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+# ---- files a hostile user would hand over --------------------------------------------------
+
+class _Evil:
+    """Unpickling this runs `touch MARKER` (a stand-in for any command)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def evil_checkpoint(folder: Path) -> tuple[Path, Path]:
+    """(a .pt whose unpickling touches a marker file, the marker)."""
+    marker = folder / "PWNED"
+    path = folder / "evil.pt"
+    torch.save({"manifest": {"format": "specviz-glide/1"}, "state": {}, "payload": _Evil(marker)}, path)
+    return path, marker
+
+
+def checkpoint_missing_field(folder: Path) -> Path:
+    path = folder / "no-fingerprint.pt"
+    torch.save({"manifest": {"format": "specviz-glide/1", "target": "tiny-random", "glide": {}},
+                "state": {}, "training": None}, path)
+    return path
+
+
+def oov_index(folder: Path) -> Path:
+    """A corpus index for tiny-random's tokenizer whose tokens.npy holds an id past the vocabulary."""
+    from specviz.index.store import build_corpus_parts
+    from specviz.models import load_model
+
+    lm = load_model("tiny-random", device="cpu", dtype="float32")
+    out = folder / "oov-index"
+    tokens = np.array([5, 6, 7, 8, 5, 6, 7, 9, -1, 5, 6, 7, 8], dtype=np.int32)
+    build_corpus_parts(out, ("suffix", "trigram"), lm.tokenizer, lm.vocab_size, tokens=tokens)
+    stored = np.load(out / "tokens.npy")
+    stored[2] = lm.vocab_size + 7
+    np.save(out / "tokens.npy", stored)
+    return out
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bad-input")
+    evil, marker = evil_checkpoint(folder)
+    big = folder / "big.txt"
+    with open(big, "wb") as fh:                  # 100 MB, sparse: nothing is written
+        fh.truncate(100_000_000)
+    fifo = folder / "fifo"
+    os.mkfifo(fifo)
+    results = folder / "bench-results"
+    results.mkdir()
+    (results / "results.json").write_text('{"version": 1, "meta": {}, "runs": []}\n')
+    return {"folder": folder, "evil": evil, "marker": marker, "missing_field": checkpoint_missing_field(folder),
+            "oov_index": oov_index(folder), "big": big, "fifo": fifo, "results": results}
+
+
+# ---- the CLI ----------------------------------------------------------------------------------
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([PY, "-m", "specviz", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+GEN = ("generate", "--model", "tiny-random", "--max-new-tokens", "4", "--no-stream")
+
+# name -> (arguments, with {key} for a file of the `files` fixture; words the one error line names)
+CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "pickle checkpoint": ((*GEN, "--prompt", "hi", "--drafter", "glide", "--set", "checkpoint={evil}"),
+                          ("checkpoint", "weights_only=True")),
+    "checkpoint manifest lacks a field": ((*GEN, "--prompt", "hi", "--drafter", "glide", "--set",
+                                           "checkpoint={missing_field}"), ("lacks the field", "target_fingerprint")),
+    "oracle id past the vocabulary": ((*GEN, "--prompt", "hi", "--drafter", "oracle", "--set", "tokens=999999999"),
+                                      ("tokens", "999999999", "vocabulary")),
+    "oracle negative id": ((*GEN, "--prompt", "hi", "--drafter", "oracle", "--set", "tokens=-1,5"),
+                           ("tokens", "token ids")),
+    "index id past the vocabulary (rest)": ((*GEN, "--prompt", "hi", "--drafter", "rest", "--set",
+                                             "index={oov_index}"), ("index", "vocabulary", "tokens.npy")),
+    "temperature nan": ((*GEN, "--prompt", "hi", "--temperature", "nan"), ("--temperature", "finite")),
+    "top-p nan": ((*GEN, "--prompt", "hi", "--top-p", "nan"), ("--top-p", "finite")),
+    "first_prior nan": ((*GEN, "--prompt", "hi", "--set", "first_prior=nan"), ("first_prior", "finite")),
+    "aded c2 nan": ((*GEN, "--prompt", "hi", "--drafter", "aded", "--set", "c2=nan"), ("c2", "finite")),
+    "bench over earlier results": (("bench", "--model", "tiny-random", "--out", "{results}"),
+                                   ("--out", "already holds results", "--overwrite")),
+    "bench --out /proc": (("bench", "--model", "tiny-random", "--out", "/proc/specviz-x"), ("--out", "/proc")),
+    "index build --out /proc": (("index", "build", "--kind", "suffix", "--model", "tiny-random", "--out",
+                                 "/proc/specviz-x"), ("--out", "/proc")),
+    "trace into /proc": ((*GEN, "--prompt", "hi", "--trace", "/proc/specviz-x.json"), ("--trace", "/proc")),
+    "empty trace name": ((*GEN, "--prompt", "hi", "--trace", ""), ("--trace", "empty")),
+    "context /dev/zero": ((*GEN, "--prompt", "hi", "--context-file", "/dev/zero"),
+                          ("--context-file", "not a regular file")),
+    "context fifo": ((*GEN, "--prompt", "hi", "--context-file", "{fifo}"), ("--context-file", "not a regular file")),
+    "context 100 MB": ((*GEN, "--prompt", "hi", "--context-file", "{big}"), ("--context-file", "100 MB", "limit")),
+}
+
+
+@pytest.fixture(scope="module")
+def cli_results(files: dict[str, Path]) -> dict[str, subprocess.CompletedProcess]:
+    """Every CLI case, run a few at a time (each is a fresh interpreter)."""
+    def one(item: tuple[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> tuple[str, subprocess.CompletedProcess]:
+        name, (args, _) = item
+        return name, run_cli(*(a.format(**files) for a in args), timeout=240)
+
+    with ThreadPoolExecutor(3) as pool:
+        return dict(pool.map(one, CLI_CASES.items()))
+
+
+@pytest.mark.parametrize("name", list(CLI_CASES))
+def test_cli_refuses_in_one_line(name: str, cli_results: dict[str, subprocess.CompletedProcess],
+                                 files: dict[str, Path]) -> None:
+    proc = cli_results[name]
+    words = CLI_CASES[name][1]
+    assert proc.returncode == 2, (name, proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = proc.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("specviz: error: "), proc.stderr
+    assert all(w in errors[0] for w in words), (words, errors[0])
+    assert proc.stdout == "", proc.stdout                     # refused before any output
+    assert not files["marker"].exists(), "the pickle ran code"
+
+
+def test_cli_results_folder_is_kept_when_refused(cli_results: dict, files: dict[str, Path]) -> None:
+    assert (files["results"] / "results.json").read_text() == '{"version": 1, "meta": {}, "runs": []}\n'
+
+
+def test_closed_stdout_ends_quietly() -> None:
+    """`specviz drafters | head -1`: the reader goes away; no BrokenPipeError traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([PY, "-m", "specviz", "drafters"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()                                       # before it writes a line
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode == 141
+
+
+def test_ctrl_c_keeps_the_text_and_writes_a_stopped_trace(tmp_path: Path) -> None:
+    """SIGINT to `generate --trace t.json --no-stream` mid-run: the text so far on stdout,
+    t.json a trace marked stopped, exit 130."""
+    trace_path = tmp_path / "t.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([PY, "-m", "specviz", *GEN[:3], "--max-new-tokens", "4000", "--no-stream",
+                             "--drafter", "vanilla", "--prompt", "Tell a long story.", "--trace", str(trace_path)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()                         # printed when the generation starts
+        assert line.startswith("specviz: generating"), line
+        time.sleep(3.0)                                       # let some steps run (a wait, not a timing check)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted after" in err, err
+    trace = Trace.from_json(trace_path.read_text(encoding="utf-8"))
+    assert trace.stop_reason == "stopped" and 0 < trace.totals.new_tokens < 4000
+    text = trace.output_text.strip()
+    assert text and text[:40] in out                           # the text so far was printed
+
+
+def test_malicious_pickle_never_runs(tmp_path: Path) -> None:
+    """The loader itself: reading the file refuses it and the marker never appears."""
+    from specviz.glide.checkpoint import CheckpointError, read
+
+    path, marker = evil_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="weights_only=True"):
+        read(path)
+    assert not marker.exists()
+    # the same file does run code when unpickled the unsafe way: the test can fail
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+
+
+def test_shipped_checkpoints_load_safely() -> None:
+    from specviz.glide.checkpoint import read
+    from specviz.resources import data_path
+
+    for path in sorted(data_path("checkpoints").glob("*.pt")):
+        blob = read(path)
+        assert blob["manifest"]["format"] == "specviz-glide/1" and blob["state"], path
+
+
+# ---- trace files ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def good_trace() -> dict[str, Any]:
+    from specviz.decoding import DecodingConfig
+    from specviz.engine import generate
+    from specviz.models import load_model
+    from specviz.prompts import build_prompt
+
+    lm = load_model("tiny-random", device="cpu", dtype="float32")
+    trace = generate(lm, build_prompt(lm.tokenizer, "hi", context="a b c a b c a b c"), "ngram_trie", None,
+                     DecodingConfig(max_new_tokens=6))
+    return trace.to_dict()
+
+
+def _edit(d: dict[str, Any], change: str) -> dict[str, Any]:
+    d = json.loads(json.dumps(d))
+    s0 = d["steps"][0]
+    if change == "accepted out of range":
+        s0["accepted"] = [99]
+    elif change == "id missing from token_text":
+        d["token_text"].pop(str(d["output_ids"][0]))
+    elif change == "negative length":
+        s0["committed_len"] = -3
+    elif change == "string for a number":
+        d["totals"]["seconds"] = "fast"
+    elif change == "duplicate step":
+        d["steps"] = [s0, s0, *d["steps"][1:]]
+    elif change == "negative token id":
+        d["prompt_ids"][0] = -5
+    elif change == "nan timing":
+        s0["wall"] = float("nan")
+    return d
+
+
+@pytest.mark.parametrize("change, words", [
+    ("accepted out of range", "steps[0].accepted"), ("id missing from token_text", "token_text"),
+    ("negative length", "committed_len"), ("string for a number", "totals.seconds"),
+    ("duplicate step", "steps[1]"), ("negative token id", "prompt_ids[0]"), ("nan timing", "steps[0].wall")])
+def test_trace_values_are_checked(good_trace: dict[str, Any], change: str, words: str) -> None:
+    Trace.from_dict(good_trace)                                # the unedited trace loads
+    with pytest.raises(TraceFormatError, match=None) as info:
+        Trace.from_json(json.dumps(_edit(good_trace, change)))
+    message = str(info.value)
+    assert "\n" not in message and words in message, message
+
+
+def test_deeply_nested_json_is_refused_cleanly() -> None:
+    with pytest.raises(TraceFormatError, match="nested too deeply"):
+        Trace.from_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_schema_file_describes_what_to_json_writes(good_trace: dict[str, Any]) -> None:
+    from specviz.json_schema import SchemaError, shipped_schema, validate
+
+    schema = shipped_schema("trace.schema.json")
+    validate(good_trace, schema)
+    with pytest.raises(SchemaError, match="unknown field 'extra'"):
+        validate({**good_trace, "extra": 1}, schema)
+
+
+# ---- the /trace API -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served() -> Any:
+    """One explorer served for every API case (and the concurrency test)."""
+    from gradio_client import Client
+
+    import app
+    from tests.serving import launch_local
+
+    demo = app.build_demo()
+    url = launch_local(demo)
+    try:
+        yield url, Client(url, verbose=False)
+    finally:
+        demo.close()
+
+
+def api_error(client: Any, *args: Any) -> str:
+    with pytest.raises(Exception) as info:
+        client.predict(*args, api_name="/trace")
+    return str(info.value)
+
+
+def raw_call(url: str, data: list[Any]) -> tuple[str, str]:
+    """POST /gradio_api/call/trace, then read its event stream: (last event, its data)."""
+    import httpx
+
+    body = json.dumps({"data": data})                         # NaN is written as NaN, as a hand-made request may
+    post = httpx.post(f"{url}gradio_api/call/trace", content=body, headers={"Content-Type": "application/json"},
+                      timeout=60)
+    post.raise_for_status()
+    event_id = post.json()["event_id"]
+    event, payload = "", ""
+    with httpx.stream("GET", f"{url}gradio_api/call/trace/{event_id}", timeout=120) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:"):
+                payload = line.split(":", 1)[1].strip()
+    return event, payload
+
+
+API_CASES: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {
+    "oracle id past the vocabulary": (("tiny-random", "oracle", "hi", "", '{"tokens": [999999999]}', 4, 0.0, 0),
+                                      ("tokens", "vocabulary")),
+    "oracle negative id": (("tiny-random", "oracle", "hi", "", '{"tokens": [-1, 5]}', 4, 0.0, 0),
+                           ("tokens", "token ids")),
+    "first_prior NaN in settings_json": (("tiny-random", "ngram_trie", "hi", "", '{"first_prior": NaN}', 4, 0.0, 0),
+                                         ("first_prior", "finite")),
+    "aded c2 Infinity": (("tiny-random", "aded", "hi", "", '{"c2": Infinity}', 4, 0.0, 0), ("c2", "finite")),
+    "checkpoint outside the allowed folders": (("tiny-random", "glide", "hi", "", '{"checkpoint": "{evil}"}',
+                                                4, 0.0, 0), ("checkpoint", "SPECVIZ_ALLOWED_DIRS")),
+    "index outside the allowed folders": (("tiny-random", "rest", "hi", "", '{"index": "/etc"}', 4, 0.0, 0),
+                                          ("index", "SPECVIZ_ALLOWED_DIRS")),
+    "model path outside the allowed folders": (("/etc", "vanilla", "hi", "", "{}", 4, 0.0, 0),
+                                               ("model", "SPECVIZ_ALLOWED_DIRS")),
+    "settings nested 100,000 deep": (("tiny-random", "vanilla", "hi", "", "[" * 100_000 + "]" * 100_000, 4, 0.0, 0),
+                                     ("settings_json", "nested too deeply")),
+    "context over the limit": (("tiny-random", "vanilla", "hi", "x" * 1_000_001, "{}", 4, 0.0, 0),
+                               ("context", "limit")),
+    "checkpoint text where a path belongs": (("tiny-random", "glide", "hi", "", '{"checkpoint": 5}', 4, 0.0, 0),
+                                             ("checkpoint", "must be text")),
+}
+
+
+@pytest.mark.parametrize("name", list(API_CASES))
+def test_api_refuses_with_the_cli_message(name: str, served: Any, files: dict[str, Path]) -> None:
+    _, client = served
+    args, words = API_CASES[name]
+    args = tuple(a.replace("{evil}", str(files["evil"])) if isinstance(a, str) and len(a) < 1000 else a
+                 for a in args)
+    message = api_error(client, *args)
+    assert all(w in message for w in words), (words, message)
+    assert "Traceback" not in message
+    assert not files["marker"].exists()
+
+
+def test_api_allowed_folder_still_refuses_pickles_and_bad_indexes(served: Any, files: dict[str, Path],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside SPECVIZ_ALLOWED_DIRS the files are read, and refused for what they hold."""
+    _, client = served
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(files["folder"]))
+    message = api_error(client, "tiny-random", "glide", "hi", "", json.dumps({"checkpoint": str(files["evil"])}),
+                        4, 0.0, 0)
+    assert "weights_only=True" in message and not files["marker"].exists()
+    message = api_error(client, "tiny-random", "hierarchy", "hi", "",
+                        json.dumps({"index": str(files["oov_index"])}), 4, 0.0, 0)
+    assert "vocabulary" in message and "tokens.npy" in message
+
+
+def test_api_model_allow_list(served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, client = served
+    monkeypatch.setenv("SPECVIZ_ALLOWED_MODELS", "tiny-random")
+    message = api_error(client, "HuggingFaceTB/SmolLM2-360M", "vanilla", "hi", "", "{}", 4, 0.0, 0)
+    assert "SPECVIZ_ALLOWED_MODELS" in message and "tiny-random" in message
+    assert Trace.from_json(client.predict("tiny-random", "vanilla", "hi", "", "{}", 2, 0.0, 0, api_name="/trace"))
+
+
+@pytest.mark.parametrize("data, words", [
+    (["tiny-random", "vanilla", "hi", "", "{}", 4, float("nan"), 0], ("temperature", "finite")),
+    (["tiny-random", "oracle", "hi", "", '{"tokens": [999999999]}', 4, 0.0, 0], ("tokens", "vocabulary")),
+    (["tiny-random", "vanilla", 5, "", "{}", 4, 0.0, 0], ("message", "must be text")),
+])
+def test_raw_http_gets_the_message_not_a_traceback(served: Any, data: list[Any], words: tuple[str, ...]) -> None:
+    url, _ = served
+    event, payload = raw_call(url, data)
+    assert event == "error", (event, payload)
+    assert all(w in payload for w in words), payload
+    assert "Traceback" not in payload
+
+
+def test_eight_clients_at_once_get_their_own_traces(served: Any) -> None:
+    from gradio_client import Client
+
+    url, _ = served
+    prompts = [f"Question number {i}: what is {i} plus {i}?" for i in range(8)]
+    barrier = threading.Barrier(len(prompts))
+
+    def ask(prompt: str) -> Trace:
+        client = Client(url, verbose=False)
+        barrier.wait(timeout=120)
+        return Trace.from_json(client.predict("tiny-random", "ngram_trie", prompt, "", "{}", 6, 0.0, 0,
+                                              api_name="/trace"))
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        traces = list(pool.map(ask, prompts))
+    for prompt, trace in zip(prompts, traces):
+        assert prompt in trace.prompt_text
+        assert sum(p in trace.prompt_text for p in prompts) == 1      # no other client's prompt
+        assert trace.totals.new_tokens == 6
+    # the server is alive and answers afterwards
+    assert Trace.from_json(Client(url, verbose=False).predict("tiny-random", "vanilla", "after", "", "{}", 2, 0.0, 0,
+                                                              api_name="/trace")).totals.new_tokens == 2
+
+
+def test_out_of_vocabulary_draft_switches_the_drafter_off(tiny_lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drafter whose tree holds an id the model lacks never reaches the forward: the engine
+    switches it off with a note, and the output is plain decoding's."""
+    from conftest import run_ids
+    from specviz.drafters import oracle
+    from specviz.tree import DraftTree
+
+    plain, _ = run_ids(tiny_lm, [5, 6, 7], "vanilla", max_new_tokens=8)
+    monkeypatch.setattr(oracle.Oracle, "propose", lambda self, ctx: DraftTree.chain([3, 10_000], "bad"))
+    out, steps = run_ids(tiny_lm, [5, 6, 7], "oracle", {"tokens": (1, 2)}, max_new_tokens=8)
+    assert out == plain
+    assert "vocabulary" in steps[0].info["drafter_error"] and all(len(s.tree) == 0 for s in steps)
+
+
+@pytest.mark.parametrize("values", [{"temperature": float("nan")}, {"temperature": "inf"}, {"top_p": float("nan")},
+                                    {"max_new_tokens": float("nan")}, {"seed": float("inf")}])
+def test_settings_refuse_non_finite_numbers(values: dict[str, Any]) -> None:
+    from specviz.decoding import DecodingConfig
+    from specviz.errors import ConfigError
+    from specviz.settings import build
+
+    with pytest.raises(ConfigError, match="finite"):
+        build(DecodingConfig, values)
