@@ -44,6 +44,16 @@ class DraftLM(Protocol):
         ...
 
 
+def hf_forward(lm: Any, ids: Sequence[int]) -> torch.Tensor:
+    """Forward `ids` through a Hugging Face causal LM `lm.model` at positions `lm.length`..,
+    appending to its DynamicCache `lm.cache`; returns the logits [n, V]."""
+    pos = torch.arange(lm.length, lm.length + len(ids), device=lm.device)[None]      # [1, n]
+    out = lm.model(input_ids=torch.tensor([list(ids)], device=lm.device), position_ids=pos,
+                   past_key_values=lm.cache, use_cache=True)
+    lm.length += len(ids)
+    return out.logits[0]                                                               # [n, V]
+
+
 def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], ...]:
     """'0.3:7,0.6:5,0.8:3,1:1' -> ((0.3, 7), (0.6, 5), (0.8, 3), (1.0, 1)): top-1 probability
     up to the bound -> expansion set size (the proposal token included)."""
@@ -226,7 +236,12 @@ class ModelDrafter:
         with ctx.timer("draft.search"):
             result = self.chain.draft(ctx, gamma, self.bins)
         step_info(ctx, result, gamma)
+        if result.tree.tokens:
+            self.note(ctx)
         return result.tree
+
+    def note(self, ctx: DraftContext) -> None:
+        """Drafter-specific step info, added after a non-empty draft (none by default)."""
 
     def observe(self, step: Any) -> None:
         if self.config.adaptive:

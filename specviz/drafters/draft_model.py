@@ -18,9 +18,8 @@ from transformers import DynamicCache
 from ..errors import SpecvizError
 from ..kvcache import crop_to
 from ..settings import setting
-from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import GammaSettings, ModelDrafter
+from .chain import GammaSettings, ModelDrafter, hf_forward
 
 
 class TokenizerMismatchError(SpecvizError):
@@ -48,11 +47,7 @@ class HFDraftLM:
         self.length = length
 
     def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
-        pos = torch.arange(self.length, self.length + len(ids), device=self.device)[None]
-        out = self.model(input_ids=torch.tensor([list(ids)], device=self.device), position_ids=pos,
-                         past_key_values=self.cache, use_cache=True)
-        self.length += len(ids)
-        return out.logits[0]                                          # [n, V_draft]
+        return hf_forward(self, ids)                                  # [n, V_draft]
 
 
 def load_draft(model_id: str, target: Any) -> Any:
@@ -89,11 +84,8 @@ class DraftModel(ModelDrafter):
         self.model_id = draft.model_id
         self.chain = self.chain_for(HFDraftLM(draft.model), setup)
 
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        tree = super().propose(ctx)
-        if tree.tokens:
-            ctx.info["draft_model"] = self.model_id
-        return tree
+    def note(self, ctx: DraftContext) -> None:
+        ctx.info["draft_model"] = self.model_id
 
 
 SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,

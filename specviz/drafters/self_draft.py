@@ -22,9 +22,8 @@ from transformers import DynamicCache
 
 from ..errors import ConfigError
 from ..settings import setting
-from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import GammaSettings, ModelDrafter
+from .chain import GammaSettings, ModelDrafter, hf_forward
 
 
 @dataclass(frozen=True)
@@ -79,11 +78,7 @@ class SelfDraftLM:
                     self.cache.update(view.keys(i), view.values(i), i)
             self.length = view.length
             ids = list(ids)[-1:]                           # the root; rows before it are the view's
-        pos = torch.arange(self.length, self.length + len(ids), device=self.device)[None]
-        out = self.model(input_ids=torch.tensor([list(ids)], device=self.device), position_ids=pos,
-                         past_key_values=self.cache, use_cache=True)
-        self.length += len(ids)
-        return out.logits[0]                                          # [n, V]
+        return hf_forward(self, ids)                                  # [n, V]
 
 
 class SelfDraft(ModelDrafter):
@@ -101,11 +96,8 @@ class SelfDraft(ModelDrafter):
                                    f"{setup.target.model_id!r} has L={layers} layers")
         self.chain = self.chain_for(SelfDraftLM(setup.target.model, config.k), setup)
 
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        tree = super().propose(ctx)
-        if tree.tokens:
-            ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up
-        return tree
+    def note(self, ctx: DraftContext) -> None:
+        ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up
 
 
 SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
