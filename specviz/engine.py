@@ -165,6 +165,7 @@ def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str
     if bad is not None:
         raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{lm.vocab_size - 1})")
     setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding)
+    lm.cost_model()            # the target's cost model is timed now (once per model), not in step 0
     return _run(lm, ids, spec.make(config, setup), drafter, decoding)
 
 
