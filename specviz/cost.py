@@ -49,6 +49,10 @@ class VerifyCost:
         (x0, y0), (x1, y1) = (self.sizes[lo], self.seconds[lo]), (self.sizes[hi], self.seconds[hi])
         return max(y0 + (y1 - y0) * (m - x0) / (x1 - x0), 1e-6)
 
+    def calibrated(self, m: int) -> float:
+        """Calibrated seconds of one forward of exactly m rows (no padding, no running scale)."""
+        return self._table(m)
+
     def padded_len(self, m: int) -> int:
         """The cheapest measured row count >= m (m itself beyond the grid)."""
         options = [s for s in self.sizes if s >= m]
@@ -91,8 +95,13 @@ def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, 
     model(input_ids=torch.randint(0, vocab, (1, past_len), generator=gen).to(device),
           past_key_values=cache, use_cache=True)
     best = {m: float("inf") for m in sizes}
+    # a progress bar (stderr on a terminal; the explorer shows it as its progress bar)
+    from tqdm.auto import tqdm
+    bar = tqdm(total=(repeats + 1) * len(sizes), desc="timing the model's forward passes", unit="forward",
+               disable=None, leave=False)
     for rep in range(repeats + 1):                       # round 0 is a warm-up
         for m in sizes:
+            bar.update(1)
             ids = torch.randint(0, vocab, (1, m), generator=gen).to(device)
             pos = torch.arange(past_len, past_len + m, device=device)[None]
             if device.type == "cuda":
@@ -105,4 +114,5 @@ def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, 
                 best[m] = min(best[m], time.perf_counter() - start)
             for layer in cache.layers:                   # drop the rows just added
                 layer.keys, layer.values = layer.keys[:, :, :past_len], layer.values[:, :, :past_len]
+    bar.close()
     return VerifyCost(tuple(sizes), tuple(best[m] for m in sizes))

@@ -20,15 +20,16 @@ from transformers import DynamicCache
 from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from .decoding import DecodingConfig
 from .drafters.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
-from .errors import ConfigError, PromptError
+from .errors import ConfigError, ModelLoadError, PromptError
 from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
 from .prompts import Prompt
 from .settings import describe, to_dict
-from .timing import PhaseTimer
+from .timing import PeakMemory, PhaseTimer
+from .token_pieces import incremental_pieces, token_labels
 from .trace import StepRecord, Totals, Trace
 from .tree import DraftTree, build_buffers
-from .verify import forward_tree, judge
+from .verify import TOP_K, forward_tree, judge
 
 
 def check_fits(prompt_len: int, max_new_tokens: int, max_positions: int) -> None:
@@ -73,6 +74,22 @@ def _apply_stops(new: list[int], tokens: Sequence[int], prompt_len: int, budget:
     return new, None
 
 
+def _first_forward(model: Any, cache: DynamicCache, buf: Any, n_nodes: int) -> torch.Tensor:
+    """The first verify forward, where a model that cannot take the engine's 4-D (tree)
+    attention mask fails: say so, naming the model class, instead of a stack trace."""
+    try:
+        return forward_tree(model, cache, buf, n_nodes)                  # [N+1, V]
+    except torch.OutOfMemoryError:
+        raise
+    except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as err:
+        first = (str(err).splitlines() or [""])[0][:200]
+        raise ModelLoadError(
+            f"model: {type(model).__name__} rejected the 4-D attention mask (shape "
+            f"{tuple(buf.attention_mask.shape)}) that specviz verifies draft trees with "
+            f"({type(err).__name__}: {first}); use a model whose attention accepts a custom 4-D "
+            "mask (Llama, Mistral, Qwen2, Gemma, GPT-2 and most decoder-only models in transformers)") from None
+
+
 def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: str,
          decoding: DecodingConfig) -> Iterator[StepRecord]:
     model, timer = lm.model, PhaseTimer(lm.device)
@@ -81,6 +98,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
     tokens = list(prompt_ids)
     prompt_len = len(tokens)
     cache = DynamicCache(config=model.config)
+    memory = PeakMemory(lm.device)                # reset here: the peak is this generation's
     clock = timer.now()
     with torch.inference_mode():
         with timer("prefill"):                    # everything but the last token, which is the root
@@ -89,6 +107,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                       past_key_values=cache, use_cache=True)
     check_supported(cache)
     drafter_ok, step = True, 0
+    # a drafter that recycles the verifier's candidates may ask for more than verify.TOP_K
+    top_k = max(TOP_K, int(getattr(drafter, "target_topk", 0) or 0))
     while True:
         # inference mode per step, never across the yield: it is per thread, and a consumer
         # (a web server) may resume this generator on another thread
@@ -116,11 +136,12 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             # 3. one target forward over root + tree
             start = timer.now()
             with timer("verify.forward"):
-                logits = forward_tree(model, cache, buf, len(tree))      # [N+1, V]
+                logits = _first_forward(model, cache, buf, len(tree)) if step == 0 \
+                    else forward_tree(model, cache, buf, len(tree))      # [N+1, V]
             cost.observe(buf.rows, timer.now() - start)
             # 4. accept the longest valid path, plus the target's bonus token
             with timer("verify.accept"):
-                verdict = judge(tree, logits, decoding, generator)
+                verdict = judge(tree, logits, decoding, generator, top_k)
                 acc = verdict.acceptance
             # 5. commit the accepted rows of the KV cache
             with timer("cache.commit"):
@@ -139,9 +160,11 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                         ctx.info["drafter_error"] = f"drafter {name!r} failed in observe at step {step}: {type(err).__name__}: {err}"
             # 7. record
             now = timer.now()
+            rows = [0, *(a + 1 for a in acc.accepted)]  # the logits row that chose each new token
             record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
                                 verdict.target_top, verdict.target_prob, timer.take(), now - clock,
-                                ctx.info, stop)
+                                ctx.info, stop, tuple(verdict.target_top_logits[r] for r in rows[:len(new)]),
+                                memory.peak_mb(), verdict.target_top_prob)
         yield record
         clock = timer.now()                       # time spent by the consumer is not ours
         if stop:
@@ -151,8 +174,10 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
 
 def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str = "vanilla",
                    drafter_config: Mapping[str, Any] | Any = None,
-                   decoding: DecodingConfig | None = None) -> Iterator[StepRecord]:
-    """Validate everything now (raising SpecvizError), then return the step iterator."""
+                   decoding: DecodingConfig | None = None, store: Any = None) -> Iterator[StepRecord]:
+    """Validate everything now (raising SpecvizError), then return the step iterator.
+    `store` (drafters.store.DrafterStore, owned by the caller's session) holds what a drafter
+    keeps across generations; None: the drafter starts fresh."""
     decoding = decoding or DecodingConfig()
     spec = get(drafter)
     config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
@@ -164,7 +189,7 @@ def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str
     bad = next((t for t in ids if not 0 <= t < lm.vocab_size), None)
     if bad is not None:
         raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{lm.vocab_size - 1})")
-    setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding)
+    setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding, store)
     lm.cost_model()            # the target's cost model is timed now (once per model), not in step 0
     return _run(lm, ids, spec.make(config, setup), drafter, decoding)
 
@@ -178,41 +203,46 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
     for s in steps:
         ids.update(s.tree.tokens)
         ids.update(s.target_top)
-    ids_sorted = sorted(ids)
-    pieces = lm.tokenizer.batch_decode([[i] for i in ids_sorted])
+    output_pieces = incremental_pieces(lm.tokenizer, output)           # joins to the output text
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
     verify_ratio = lm.cost_model().plain_steps([len(s.tree) for s in steps])
     return Trace(
         model_id=lm.model_id, drafter=drafter, drafter_config=to_dict(config),
         decoding=to_dict(decoding), prompt_text=prompt.text, prompt_ids=tuple(prompt.ids),
         steps=tuple(steps), output_ids=output,
-        output_text=lm.tokenizer.decode(list(output), skip_special_tokens=True),
-        token_text=dict(zip(ids_sorted, pieces)), totals=Totals.of(list(steps)),
+        output_text="".join(output_pieces), output_pieces=tuple(output_pieces),
+        prompt_pieces=tuple(incremental_pieces(lm.tokenizer, prompt.ids, skip_special_tokens=False)),
+        token_text=token_labels(lm.tokenizer, ids), totals=Totals.of(list(steps)),
         stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
-        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio, runtime=lm.runtime)
+        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio, runtime=lm.runtime,
+        peak_memory_mb=max((s.peak_memory_mb for s in steps if s.peak_memory_mb is not None), default=None))
 
 
 def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",
              drafter_config: Mapping[str, Any] | Any = None,
-             decoding: DecodingConfig | None = None) -> Trace:
+             decoding: DecodingConfig | None = None, store: Any = None) -> Trace:
     decoding = decoding or DecodingConfig()
-    steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding))
+    steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
 
 
 def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
                      decoding: DecodingConfig | None = None,
-                     on_reference: Callable[[DrafterSpec], None] | None = None) -> Any:
+                     on_reference: Callable[[DrafterSpec], None] | None = None,
+                     on_trace: Callable[[Trace], None] | None = None) -> Any:
     """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
     (the oracle) and was given no continuation gets the baseline's output on the same prompt
     and decoding settings, from a baseline run made here first (`on_reference` is told
-    before it starts)."""
+    before it starts, `on_trace` gets the baseline's Trace after it)."""
     spec = get(drafter)
     values = dict(values or {})
     if spec.wants_reference(values):
         base = baseline()
         if on_reference is not None:
             on_reference(base)
-        values = spec.with_reference(values, generate(lm, prompt, base.name, None, decoding).output_ids)
+        reference = generate(lm, prompt, base.name, None, decoding)
+        if on_trace is not None:
+            on_trace(reference)
+        values = spec.with_reference(values, reference.output_ids)
     return spec.config(values)

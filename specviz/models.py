@@ -30,6 +30,7 @@ from .cachedir import cache_dir
 from .cost import VerifyCost, calibrate
 from .cpu_linear import use_few_row_linear
 from .errors import ModelLoadError
+from .precision import DTYPE_CHOICES
 
 EMBEDDED = "embedded"
 TINY = "tiny-random"
@@ -46,7 +47,8 @@ class LoadedModel:
     dtype: torch.dtype
     max_positions: int           # the model's context length
     eos_ids: frozenset[int]
-    # the verify cost model; None: calibrated on first use (cost_model()); the engine copies it
+    # the verify cost model; None: calibrated once per model on first use (cost_model(), which
+    # the engine calls when a generation starts); the engine copies it per generation
     verify_cost: VerifyCost | None = None
     cpu_linear: bool = False     # nn.Linear patched for few-row products (cpu_linear.py)
 
@@ -66,10 +68,8 @@ class LoadedModel:
     @property
     def runtime(self) -> dict[str, Any]:
         """How the model runs (JSON-able): device, dtype, cpu_linear, attention implementation."""
-        config = getattr(self.model, "config", None)
         return {"device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-                "cpu_linear": self.cpu_linear,
-                "attention": str(getattr(config, "_attn_implementation", None) or "unknown")}
+                "cpu_linear": self.cpu_linear, "attention": attention_implementation(self.model)}
 
 
 _COSTS: "weakref.WeakKeyDictionary[Any, VerifyCost]" = weakref.WeakKeyDictionary()
@@ -85,23 +85,66 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise ModelLoadError(f"device: unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device: CUDA was asked for but torch sees no GPU "
-                             "(is a CUDA build of torch installed? see docs/gpu.md)")
+                             "(is a CUDA build of torch installed? see docs/gpu-and-precision.md)")
     return dev
 
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
            "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+# auto on a GPU verifies in float32 when the fp32 weights take at most this share of the free
+# GPU memory (the rest is left for activations and the KV cache); bigger models get bf16 / fp16
+FP32_SHARE_OF_FREE_MEMORY = 0.5
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """auto: fp32 on CPU; bf16 on a GPU that supports it, else fp16."""
+def low_precision_dtype() -> torch.dtype:
+    """The GPU's fast half-precision type: bf16 where supported (Ampere and later), else fp16."""
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def resolve_dtype(dtype: str, device: torch.device, fp32_bytes: int | None = None,
+                  free_bytes: int | None = None) -> torch.dtype:
+    """The dtype a model runs in.
+
+    auto: float32 on a CPU. On a GPU, float32 too when the model fits: a speculative run is
+    then token-identical to vanilla, so a newcomer's first comparison means what it says
+    (docs/gpu-and-precision.md). `fp32_bytes` (the model's weights in fp32) and `free_bytes`
+    (free GPU memory) decide "fits": at most FP32_SHARE_OF_FREE_MEMORY of it; unknown sizes
+    count as fitting. Otherwise bf16 (fp16 where the GPU has no bf16), whose outputs equal
+    vanilla's up to near-ties (divergence.py). float32 / bfloat16 / float16 are taken as given.
+    """
     if dtype == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
+        if device.type != "cuda":
+            return torch.float32
+        if fp32_bytes is None or free_bytes is None or fp32_bytes <= FP32_SHARE_OF_FREE_MEMORY * free_bytes:
+            return torch.float32
+        return low_precision_dtype()
     if dtype not in _DTYPES:
-        raise ModelLoadError(f"dtype: unknown dtype {dtype!r}; use auto, {', '.join(_DTYPES)}")
+        raise ModelLoadError(f"dtype: unknown dtype {dtype!r}; use {', '.join(DTYPE_CHOICES)}")
     return _DTYPES[dtype]
+
+
+def free_gpu_bytes(device: torch.device) -> int | None:
+    """Free memory of a CUDA device in bytes (None elsewhere)."""
+    if device.type != "cuda":
+        return None
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+def uses_cpu_linear(device: torch.device) -> bool:
+    """Whether the few-row linear trick (cpu_linear.py) is switched on for a model on `device`:
+    only on a CPU, where it was measured to help; on a GPU cuBLAS handles few rows well."""
+    return device.type == "cpu"
+
+
+def cpu_linear_active(model: Any) -> bool:
+    """Whether any linear layer of `model` runs the few-row form (cpu_linear.py)."""
+    return any(hasattr(m, "few_rows_limit") for m in model.modules())
+
+
+def attention_implementation(model: Any) -> str:
+    """The attention kernel transformers picked for `model` (sdpa, eager, flash_attention_2...)."""
+    return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "unknown")
 
 
 def _load_embedded() -> tuple[Any, Any]:
@@ -144,7 +187,15 @@ def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
     return LlamaForCausalLM(config)
 
 
-def _load(model_id: str, device: torch.device, dtype: torch.dtype, cpu_linear: bool) -> LoadedModel:
+def fp32_bytes(model: Any) -> int:
+    """The model's parameters' size in float32."""
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
+def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: str = "",
+          cpu_linear: bool | None = None) -> LoadedModel:
+    """Load `model_id` onto `device` in `dtype` (`requested` "auto": fp32 if it fits the GPU,
+    resolve_dtype); `cpu_linear` None: uses_cpu_linear(device). Runs no forward pass."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_id == EMBEDDED:
@@ -165,6 +216,8 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, cpu_linear: b
                 f"model: could not load {model_id!r} ({type(err).__name__}: {str(err).splitlines()[0][:300]}). "
                 f"Use '{EMBEDDED}' (offline default), a local model directory, or a hub id "
                 "with the network available.") from None
+    if requested == "auto":      # the weights are in memory now: pick fp32 if it fits the GPU
+        dtype = resolve_dtype("auto", device, fp32_bytes(model), free_gpu_bytes(device))
     try:
         model = model.to(device=device, dtype=dtype).eval()
     except (RuntimeError, torch.OutOfMemoryError) as err:
@@ -176,9 +229,10 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, cpu_linear: b
         elif source:
             eos.update(source)
     max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
-    if cpu_linear:
+    linear = uses_cpu_linear(device) if cpu_linear is None else bool(cpu_linear)
+    if linear:
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
-    return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, cpu_linear)
+    return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
 
 
 def _load_embedded_tokenizer() -> tuple[None, Any]:
@@ -207,20 +261,28 @@ MODEL_CACHE_SIZE = 2
 
 
 def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
-               cpu_linear: bool | None = None) -> LoadedModel:
+               cpu_linear: bool | None = None, calibrate_cost: bool = False) -> LoadedModel:
     """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
     `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
-    device, off otherwise."""
+    device, off otherwise (uses_cpu_linear).
+
+    A load runs no forward pass: the verify cost model is calibrated once per model on first
+    use (LoadedModel.cost_model(), called by the engine when a generation starts), so a ZeroGPU
+    Space may load at import, outside its GPU window (ui/gpu.py). `calibrate_cost=True`
+    calibrates it now instead."""
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    linear = dev.type == "cpu" if cpu_linear is None else bool(cpu_linear)
-    key = (model_id, str(dev), str(dt), linear)
+    dt = resolve_dtype(dtype, dev)         # auto on a GPU is settled once the size is known
+    linear = uses_cpu_linear(dev) if cpu_linear is None else bool(cpu_linear)
+    key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt), linear)
     with _LOCK:  # one load at a time; concurrent callers wait and then share
         if key not in _CACHE:
             if len(_CACHE) >= MODEL_CACHE_SIZE:  # keep memory bounded: drop the oldest model
                 _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key] = _load(model_id, dev, dt, linear)
-        return _CACHE[key]
+            _CACHE[key] = _load(model_id, dev, dt, dtype, linear)
+        lm = _CACHE[key]
+    if calibrate_cost:
+        lm.cost_model()
+    return lm

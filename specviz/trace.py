@@ -19,7 +19,8 @@ from .errors import TraceFormatError
 from .json_schema import SchemaError, shipped_schema, validate
 from .tree import DraftTree
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)     # 1: no per-position pieces (they are rebuilt from token_text)
 SCHEMA_FILE = "trace.schema.json"       # in specviz/data
 
 
@@ -37,6 +38,13 @@ class StepRecord:
     wall: float                        # seconds of the whole step (prefill included for step 0)
     info: dict[str, Any] = field(default_factory=dict)  # drafter notes (JSON-able)
     stop: str | None = None            # "eos", "length", "stop_string" on the last step
+    # per new token, the target's largest logits (verify.TOP_K of them) at the row that chose
+    # it, as (id, logit) pairs, best first; empty in traces written before they were kept
+    top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
+    peak_memory_mb: float | None = None  # peak GPU memory allocated so far in the run (None: not on a GPU)
+    # the target's probability of its own top token per input row (root, then each node):
+    # what the target wanted where it rejected a draft; () in traces recorded before it existed
+    target_top_prob: tuple[float, ...] = ()
 
     @property
     def accepted_len(self) -> int:
@@ -52,8 +60,11 @@ class StepRecord:
     def from_dict(d: dict[str, Any]) -> "StepRecord":
         d = dict(d)
         d["tree"] = DraftTree.from_dict(d["tree"])
-        for key in ("accepted", "new_tokens", "target_top", "target_prob"):
+        for key in ("accepted", "new_tokens", "target_top", "target_prob", "target_top_prob"):
+            if key not in d:
+                continue
             d[key] = tuple(d[key])
+        d["top_logits"] = tuple(tuple((int(i), float(v)) for i, v in row) for row in d.get("top_logits") or ())
         return StepRecord(**d)
 
 
@@ -107,7 +118,7 @@ class Trace:
     steps: tuple[StepRecord, ...]
     output_ids: tuple[int, ...]
     output_text: str
-    token_text: dict[int, str]         # id -> decoded piece, for every id in the trace
+    token_text: dict[int, str]         # id -> a label for the token out of context, for every id in the trace
     totals: Totals
     stop_reason: str
     device: str = "cpu"
@@ -117,6 +128,14 @@ class Trace:
     verify_ratio: float | None = None  # mean calibrated cost of this run's verify forwards, in one-row forwards
     # how the target ran (models.LoadedModel.runtime): device, dtype, cpu_linear, attention
     runtime: dict[str, Any] = field(default_factory=dict)
+    # the text of each output / prompt token in its place (token_pieces.py): "".join(output_pieces)
+    # == output_text; the prompt's are decoded with special tokens kept, to find them in prompt_text
+    output_pieces: tuple[str, ...] = ()
+    prompt_pieces: tuple[str, ...] = ()
+    peak_memory_mb: float | None = None   # peak GPU memory of the run, MiB (None: not on a GPU)
+    # how the output compares with vanilla's on the same input (divergence.Divergence.to_dict()),
+    # set where a run is checked against vanilla (generate --check, the Compare tab); None otherwise
+    divergence: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def draft_metrics(self) -> dict[str, float]:
@@ -130,6 +149,11 @@ class Trace:
             m["verify_ratio"] = self.verify_ratio
             m["priced"] = priced_speedup(m["alpha"], int(m["gamma"]), m["c"], self.verify_ratio)
         return m
+
+    def step_pieces(self, step_index: int) -> tuple[str, ...]:
+        """The text of each token the step committed, in its place in the output."""
+        start = sum(len(s.new_tokens) for s in self.steps[:step_index])
+        return self.output_pieces[start:start + len(self.steps[step_index].new_tokens)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -145,9 +169,10 @@ class Trace:
         if not isinstance(d, dict):
             raise TraceFormatError("a trace must be a JSON object")
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if type(version) is not int or version not in READABLE_VERSIONS:
             raise TraceFormatError(
-                f"trace schema_version {version!r} is not supported (this specviz reads {SCHEMA_VERSION})")
+                f"trace schema_version {version!r} is not supported (this specviz reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))})")
         try:
             validate(d, shipped_schema(SCHEMA_FILE))
         except SchemaError as err:
@@ -157,8 +182,14 @@ class Trace:
             d["steps"] = tuple(StepRecord.from_dict(s) for s in d["steps"])
             d["totals"] = Totals(**d["totals"])
             d["token_text"] = {int(k): v for k, v in d["token_text"].items()}
+            if version == 1:          # per-id text only: the closest per-position pieces it has
+                d["output_pieces"] = [d["token_text"].get(i, "") for i in d["output_ids"]]
+                d["prompt_pieces"] = [d["token_text"].get(i, "") for i in d["prompt_ids"]]
+                d["schema_version"] = SCHEMA_VERSION
             for key in ("prompt_ids", "output_ids", "errors"):
                 d[key] = tuple(d[key])
+            for key in ("output_pieces", "prompt_pieces"):
+                d[key] = tuple(d.get(key, ()))
             if d.get("context_char_span") is not None:
                 d["context_char_span"] = tuple(d["context_char_span"])
             trace = Trace(**d)
@@ -191,6 +222,10 @@ def check_values(trace: Trace) -> None:
 
     need_text(trace.prompt_ids, "prompt_ids")
     need_text(trace.output_ids, "output_ids")
+    for name, pieces, ids in (("output_pieces", trace.output_pieces, trace.output_ids),
+                              ("prompt_pieces", trace.prompt_pieces, trace.prompt_ids)):
+        if len(pieces) != len(ids):
+            raise bad(f"{name}: {len(pieces)} pieces for {len(ids)} token ids")
     for k, s in enumerate(trace.steps):
         where = f"steps[{k}]"
         if s.index != k:
@@ -208,6 +243,8 @@ def check_values(trace: Trace) -> None:
             raise bad(f"{where}.target_prob: {len(s.target_prob)} values for {n} tree nodes")
         if len(s.target_top) < 1 + len(s.accepted):
             raise bad(f"{where}.target_top: {len(s.target_top)} values, fewer than the accepted path needs")
+        if s.target_top_prob and len(s.target_top_prob) != len(s.target_top):
+            raise bad(f"{where}.target_top_prob: {len(s.target_top_prob)} values for {len(s.target_top)} rows")
         if not 1 <= len(s.new_tokens) <= len(s.accepted) + 1:
             raise bad(f"{where}.new_tokens: {len(s.new_tokens)} tokens after {len(s.accepted)} accepted")
         need_text(s.tree.tokens, f"{where}.tree.tokens")

@@ -209,3 +209,28 @@ def merge_chains(chains: Sequence[tuple[Sequence[int], str]], limit: int | None 
             par = node
     tree = DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(float(t) for t in through))
     return tree, through, chain_nodes
+
+
+def graft_chains(tree: DraftTree, chains: Sequence[tuple[Sequence[int], str]]
+                 ) -> tuple[DraftTree, list[list[int]]]:
+    """`tree` with chains (tokens, source) merged in below the root: a chain follows existing
+    nodes where it can (they keep their source) and new nodes are appended after the old ones.
+    Returns the tree and per chain its node ids."""
+    index = {(par, tok): i for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents))}
+    tokens, parents, sources = list(tree.tokens), list(tree.parents), list(tree.sources)
+    scores = list(tree.scores) if tree.scores is not None else [0.0] * len(tree)
+    chain_nodes: list[list[int]] = []
+    for chain, source in chains:
+        par, nodes = -1, []
+        for tok in chain:
+            node = index.get((par, int(tok)))
+            if node is None:
+                node = index[(par, int(tok))] = len(tokens)
+                tokens.append(int(tok))
+                parents.append(par)
+                sources.append(source)
+                scores.append(0.0)
+            nodes.append(node)
+            par = node
+        chain_nodes.append(nodes)
+    return DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(scores)), chain_nodes

@@ -29,9 +29,14 @@ class Verdict:
     # the target's TOP_K most likely tokens per input row, best first (drafters that recycle
     # what the verifier saw, e.g. hierarchy; not stored in the trace)
     target_topk: tuple[tuple[int, ...], ...] = ()
+    # the target's TOP_K largest logits per input row as (id, logit), best first, the argmax
+    # first among equal logits: what the divergence explainer (divergence.py) needs to tell a
+    # near-tie from a bug
+    target_top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
+    target_top_prob: tuple[float, ...] = ()  # probability of target_top per row (as target_prob)
 
 
-TOP_K = 4
+TOP_K = 4          # what every drafter gets; one that wants more sets `target_topk` (engine.py)
 
 
 def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
@@ -42,16 +47,19 @@ def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> 
 
 
 def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
-          generator: torch.Generator) -> Verdict:
+          generator: torch.Generator, top_k: int = TOP_K) -> Verdict:
     """Apply the acceptance rule of `decoding` to the target's logits [N+1, V] over `tree`.
 
     Greedy: the longest path of argmax matches. Sampling: multi-candidate speculative
     sampling under the target's temperature / top-k / top-p distribution (lossless).
     `target_prob` is what the explorer shows per node: softmax under greedy decoding, the
-    sampling distribution otherwise.
+    sampling distribution otherwise. `target_topk` holds the `top_k` best tokens per row.
     """
     argmax = logits.argmax(-1).tolist()                          # [N+1] (first max on ties)
-    topk = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1).indices.tolist()   # [N+1, K]
+    k = min(max(top_k, TOP_K), logits.shape[-1])
+    best = logits.topk(k, dim=-1)                                # values, indices: [N+1, k]
+    topk = best.indices[:, :top_k].tolist()                      # [N+1, top_k]
+    top_logits = _top_logits(best.values[:, :TOP_K], best.indices[:, :TOP_K], argmax)
     if decoding.greedy:
         probs = torch.softmax(logits, -1)                        # [N+1, V], for display only
         acceptance = accept_greedy(tree, argmax)
@@ -63,4 +71,18 @@ def judge(tree: DraftTree, logits: torch.Tensor, decoding: DecodingConfig,
         rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long, device=probs.device)
         toks = torch.tensor(tree.tokens, dtype=torch.long, device=probs.device)
         node_prob = probs[rows, toks].tolist()                   # [N]: p(node token | its parent)
-    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)))
+    rows_all = torch.arange(len(argmax), device=probs.device)
+    top_prob = probs[rows_all, torch.tensor(argmax, dtype=torch.long, device=probs.device)].tolist()   # [N+1]
+    return Verdict(acceptance, tuple(argmax), tuple(node_prob), tuple(map(tuple, topk)), top_logits,
+                   tuple(top_prob))
+
+
+def _top_logits(values: torch.Tensor, indices: torch.Tensor, argmax: list[int]
+                ) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """values, indices: [N+1, K] from topk -> per row the (id, logit) pairs, best first, with
+    equal logits ordered as argmax breaks ties (lowest id first; topk does not promise it)."""
+    rows = []
+    for ids, vals, top in zip(indices.tolist(), values.tolist(), argmax):
+        pairs = sorted(zip(ids, vals), key=lambda p: (-p[1], p[0] != top, p[0]))
+        rows.append(tuple(pairs))
+    return tuple(rows)

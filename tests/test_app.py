@@ -230,8 +230,58 @@ def test_embedded_model_drafts_a_summary_from_its_context(panel: SetupPanel) -> 
     _run(panel, session, model="embedded", drafter="ngram_trie", context=preset.context,
          message=preset.message, max_new_tokens=64, size_by_cost=False)   # the paper's trees
     trace = session.trace
-    spans = viz.output_spans(trace.steps, trace.token_text)
+    spans = viz.output_spans(trace.steps, trace.output_pieces)
     assert any(sp.kind == "draft" and sp.source == "context" for sp in spans)
     k = most_accepted_step(trace)
     assert len(trace.steps[k].accepted) >= 2
     assert context_sources(trace, k)["accepted"]
+
+
+def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page opens on a recorded summarization with bushy trees: read from the package
+    data, drawn without loading a model; a new session shows it, a new run replaces it."""
+    from specviz import viz
+    from specviz.resources import data_path
+    from specviz.ui import landing
+    from specviz.ui.inspector import most_accepted_step, render_step
+
+    path = data_path("traces", "landing.json")
+    assert path.is_file() and path.stat().st_size < 300_000
+    monkeypatch.setattr(models, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loads a model")))
+    trace = landing.landing_trace()
+    assert trace is not None and trace.model_id == "embedded" and trace.drafter == "ngram_trie"
+    assert trace.context_char_span is not None and "bakery" in trace.prompt_text
+    assert max(len(s.tree) for s in trace.steps) >= 10                # bushy trees
+    assert any(len(s.tree.children.get(-1, [])) > 1 for s in trace.steps)
+    assert all(len(s.target_top_prob) == len(s.tree) + 1 for s in trace.steps)
+    k = landing.landing_step(trace)                                 # opens on a bushy step
+    assert len(trace.steps[k].tree.leaves()) > 2 and len(trace.steps[k].accepted) >= 2
+    assert len(trace.steps[k].accepted) <= len(trace.steps[most_accepted_step(trace)].accepted)
+    values = render_step(trace, k)
+    assert values[2] is not None and values[3] is not None            # tree and mask figures
+    assert values[-1].startswith(f"### What happened at step {k}")
+    assert "recorded run" in landing.landing_note(trace)
+    assert landing.new_landing_session().trace is trace
+    assert viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)).count("sv-token") == trace.totals.new_tokens
+
+
+def test_tracked_handlers_take_a_progress_and_keep_their_own_signature() -> None:
+    import inspect
+
+    from specviz.ui.progress import tracked
+
+    def plain(session, chosen, *values):
+        return (session, chosen, values)
+
+    def streamed(session, *values):
+        yield session
+        yield values
+
+    h = tracked(plain, 2)
+    params = list(inspect.signature(h).parameters.values())
+    assert [p.name for p in params[:3]] == ["arg0", "arg1", "progress"]
+    assert isinstance(params[2].default, gr.Progress) and params[2].default.track_tqdm
+    assert h("s", ["a"], params[2].default, 1, 2) == ("s", ["a"], (1, 2))    # Progress dropped
+    g = tracked(streamed, 1)
+    assert inspect.isgeneratorfunction(g)
+    assert list(g("s", None, 1, 2)) == ["s", (1, 2)]

@@ -95,3 +95,122 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
             page.screenshot(path=str(shot.with_name(shot.stem + "-compare.png")), full_page=True)
         browser.close()
     assert shot.stat().st_size > 10_000
+
+
+# ---- the page before any run: the landing trace, its colours in both themes, the keys ------
+
+def _luminance(rgb: tuple[float, ...]) -> float:
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in rgb[:3])]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _rgb(css: str) -> tuple[float, ...]:
+    """'rgb(1, 2, 3)' / 'rgba(1, 2, 3, 0.5)' -> (1, 2, 3[, 0.5])."""
+    return tuple(float(v) for v in re.findall(r"[\d.]+", css))
+
+
+def contrast(fg: str, bg: str) -> float:
+    hi, lo = sorted((_luminance(_rgb(fg)), _luminance(_rgb(bg))), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+# every token span and legend chip: its text, colour and background as the browser computed them
+TOKEN_STYLES_JS = """() => Array.from(document.querySelectorAll(
+    '#output-html span.sv-token, #output-html .sv-legend span')).map(e => {
+  const cs = getComputedStyle(e);
+  return {cls: e.className || 'legend: ' + e.textContent, color: cs.color, background: cs.backgroundColor};
+})"""
+
+# the first opaque background behind an element (what its text is drawn on)
+BACKDROP_JS = """(sel) => {
+  let e = document.querySelector(sel);
+  while (e) {
+    const bg = getComputedStyle(e).backgroundColor;
+    const a = bg.match(/[\\d.]+/g);
+    if (a && (a.length < 4 || parseFloat(a[3]) > 0.9)) return bg;
+    e = e.parentElement;
+  }
+  return 'rgb(255, 255, 255)';
+}"""
+
+
+def _open(p, app_url: str, scheme: str = "light"):
+    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page(viewport={"width": 1440, "height": 1000}, color_scheme=scheme)
+    page.goto(app_url)
+    # the landing trace: coloured output, a tree and a mask, without any run
+    page.locator("#output-html span.sv-token").first.wait_for(timeout=WAIT_MS)
+    page.locator("#tree-plot .js-plotly-plot").wait_for(timeout=WAIT_MS)
+    return browser, page
+
+
+def test_the_page_opens_on_a_recorded_trace(app_url: str) -> None:
+    with playwright_api.sync_playwright() as p:
+        browser, page = _open(p, app_url)
+        page.locator("#mask-plot .js-plotly-plot .heatmaplayer, #mask-plot .js-plotly-plot .hm").first.wait_for()
+        assert page.locator("#output-html span.sv-token").count() > 50          # the recorded output
+        kinds = page.evaluate("() => Array.from(document.querySelectorAll('#output-html span.sv-token'))"
+                              ".map(e => e.className)")
+        assert any("sv-draft" in k for k in kinds) and any("sv-bonus" in k for k in kinds)
+        assert page.locator("#tree-plot .js-plotly-plot .scatterlayer .point").count() > 5   # a bushy tree
+        assert "recorded run" in page.locator("#counters").inner_text()
+        assert page.locator("#step-details").get_by_text(re.compile(r"^Step \d+ of")).count() == 1
+        browser.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_token_kind_has_enough_contrast(app_url: str, scheme: str, tmp_path: Path) -> None:
+    with playwright_api.sync_playwright() as p:
+        browser, page = _open(p, app_url, scheme)
+        assert page.evaluate("() => document.body.classList.contains('dark')") == (scheme == "dark")
+        styles = page.evaluate(TOKEN_STYLES_JS)
+        seen = {}
+        for s in styles:
+            assert _rgb(s["background"])[3:] in ((), (1.0,)), s        # opaque: the ratio is what shows
+            seen.setdefault(s["cls"], []).append(contrast(s["color"], s["background"]))
+        kinds = " ".join(seen)
+        for kind in ("sv-draft", "sv-bonus", "sv-plain", "legend: plain decoding", "legend: target's bonus token"):
+            assert kind in kinds, (kind, sorted(seen))
+        worst = {k: round(min(v), 2) for k, v in seen.items()}
+        assert all(r >= 4.5 for r in worst.values()), (scheme, worst)
+        # the plots follow the theme: transparent, their title readable on the page behind them
+        title = page.locator("#tree-plot .gtitle").first
+        title.wait_for()
+        fill = title.evaluate("e => getComputedStyle(e).fill")
+        backdrop = page.evaluate(BACKDROP_JS, "#tree-plot .main-svg")
+        assert contrast(fill, backdrop) >= 4.5, (scheme, fill, backdrop)
+        page.screenshot(path=str(tmp_path / f"explorer-{scheme}.png"), full_page=True)
+        browser.close()
+
+
+def _step_number(page) -> int:
+    text = page.locator("#step-details").inner_text()
+    return int(re.match(r"Step (\d+) of", text).group(1))
+
+
+def test_arrow_keys_step_and_the_narrative_follows(app_url: str) -> None:
+    with playwright_api.sync_playwright() as p:
+        browser, page = _open(p, app_url)
+        page.locator("#step-narrative").get_by_text(re.compile(r"What happened at step \d+")).wait_for(timeout=WAIT_MS)
+        k = _step_number(page)
+        narrative = page.locator("#step-narrative").inner_text()
+        for part in ("Where the draft came from", "What the target accepted", "The bonus token",
+                     "Forward passes saved"):
+            assert part in narrative
+        page.locator("h1").first.click()                      # focus on the page, not in a box
+        page.keyboard.press("ArrowRight")
+        page.locator("#step-details").get_by_text(re.compile(rf"^Step {k + 1} of")).wait_for(timeout=WAIT_MS)
+        page.locator("#step-narrative").get_by_text(f"What happened at step {k + 1}").wait_for(timeout=WAIT_MS)
+        page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowLeft")
+        page.locator("#step-details").get_by_text(re.compile(rf"^Step {k - 1} of")).wait_for(timeout=WAIT_MS)
+        # in a text box the arrows move the caret, not the step
+        page.locator("#message textarea").first.click()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(1500)
+        assert _step_number(page) == k - 1
+        # Play steps forward on its own
+        page.locator("#play-btn").click()
+        page.locator("#step-details").get_by_text(re.compile(rf"^Step {k + 1} of")).wait_for(timeout=WAIT_MS)
+        page.locator("#play-btn").click()                     # pause
+        browser.close()

@@ -208,18 +208,19 @@ def test_lookahead_comb_is_the_lookahead_mask():
     spec = get("lookahead")
     d = spec.make(spec.config({"level": 4, "window": 3, "guess_set": 0}),
                   DraftSetup(tuple(range(10, 30)), 64, frozenset(), 50))
-    d.levels = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    w = d.window
+    w.levels = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     from test_drafters import ctx
     c = ctx(list(range(10, 30)), 20)
     tree = d.propose(c)
     for l in range(3):
         for j in range(3):
-            node = d._cells[l][j]
-            assert tree.tokens[node] == d.levels[l][j]
+            node = w.cells[l][j]
+            assert tree.tokens[node] == w.levels[l][j]
             seen = [tree.tokens[i] for i in tree.path_to(node)]
-            assert seen == [1, 2, 3][: j + 1] + [d.levels[k][j] for k in range(1, l + 1)]
+            assert seen == [1, 2, 3][: j + 1] + [w.levels[k][j] for k in range(1, l + 1)]
             assert tree.depths[node] == j + 1 + l
-    assert set(tree.sources) == {"lookahead"} and c.info["lookahead"] == d.levels
+    assert set(tree.sources) == {"lookahead"} and c.info["lookahead"] == w.levels
 
 
 def test_lookahead_fills_the_pool_from_jacobi_iterations(tiny_lm):
@@ -290,3 +291,100 @@ def test_embedded_corpus_drafters_equal_vanilla(embedded_lm, embedded_index):
         assert out == vanilla, drafter
         total += sum(len(s.accepted) for s in steps)
     assert total > 0
+
+
+# ---- ADED's adapted table across generations (a session-owned store) -------------------------
+
+def _aded_run(lm, prompt, config, store, new=24):
+    from specviz.engine import generate_steps
+    steps = list(generate_steps(lm, list(prompt), "aded", config, DecodingConfig(max_new_tokens=new), store))
+    return [t for s in steps for t in s.new_tokens], steps
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_aded_keeps_its_adapted_table_across_generations(tiny_lm, ids_index, monkeypatch, reset):
+    """Two generations in one session: the second starts from the first's adapted table (the
+    paper's matrix evolves over the request stream); with reset it starts from the corpus
+    table. Greedy output is vanilla's either way."""
+    from specviz.drafters import aded
+    from specviz.drafters.store import DrafterStore
+
+    folder, outputs = ids_index
+    at_start: list[dict] = []                 # each generation's table as its drafter got it
+    original = aded.AdedDrafter._table
+
+    def spy(config, setup, table):
+        model = original(config, setup, table)
+        at_start.append({k: dict(v) for k, v in model._adjusted.items()})
+        return model
+
+    monkeypatch.setattr(aded.AdedDrafter, "_table", staticmethod(spy))
+    store = DrafterStore()
+    config = {"index": folder, "reset": reset, "adapt_prompt": False}
+    first, second = outputs[3][:8], outputs[5][:8]
+    out1, _ = _aded_run(tiny_lm, first, config, store)
+    out2, _ = _aded_run(tiny_lm, second, config, store)
+    assert out1 == run_ids(tiny_lm, first, max_new_tokens=24)[0]
+    assert out2 == run_ids(tiny_lm, second, max_new_tokens=24)[0]
+    assert at_start[0] == {}                                        # the first starts from the corpus
+    if reset:
+        assert at_start[1] == {} and len(store) == 0
+    else:
+        assert len(store) == 1
+        kept = next(iter(store._items.values()))._adjusted
+        # the second generation began with the first's adaptations: every tri-gram of its output
+        recent = (first + out1)[-16:]
+        pairs = {(recent[i - 2], recent[i - 1]) for i in range(2, len(recent))}
+        assert pairs <= set(at_start[1]) and at_start[1]
+        for pair, row in at_start[1].items():                      # and only grew since
+            assert all(kept[pair][t] >= p for t, p in row.items())
+    # another setting is another entry: no state shared between configurations
+    _aded_run(tiny_lm, first, {**config, "iterations": 40}, store, new=4)
+    assert len(store) == (0 if reset else 2)
+
+
+def test_aded_without_a_store_starts_fresh(tiny_lm, ids_index):
+    folder, outputs = ids_index
+    out, steps = run_ids(tiny_lm, outputs[3][:8], "aded", {"index": folder}, max_new_tokens=12)
+    assert out == run_ids(tiny_lm, outputs[3][:8], max_new_tokens=12)[0]
+
+
+# ---- hierarchy with Lookahead's parallel-decoding tokens ---------------------------------------
+
+@pytest.mark.parametrize("config", [{"lookahead": True, "size_by_cost": False},
+                                    {"lookahead": True, "lookahead_window": 3},
+                                    "paper"])
+def test_hierarchy_with_lookahead_tokens_equals_vanilla(tiny_lm, ids_index, config):
+    from specviz.drafters.choice import DrafterChoice
+
+    folder, outputs = ids_index
+    values = DrafterChoice("hierarchy", "paper").values() if config == "paper" else dict(config)
+    values["index"] = folder
+    window = values.get("lookahead_window", 7)
+    for prompt in (outputs[3][:8], [5, 6, 7, 8, 9] * 4):
+        vanilla, _ = run_ids(tiny_lm, prompt, max_new_tokens=NEW)
+        out, steps = run_ids(tiny_lm, prompt, "hierarchy", values, max_new_tokens=NEW)
+        assert out == vanilla
+        assert not any("drafter_error" in s.info for s in steps)
+        full = [s for s in steps if "lookahead" in s.info]
+        assert len(full) == len(steps) and all(len(s.info["lookahead"][0]) == window for s in steps)
+        assert sum(s.tree.sources.count("lookahead") for s in steps) >= window * len(steps) // 2
+        # the window's n-grams reach the context DB: it drafts more than the prompt alone gives
+        assert max(s.info["db_hits"]["context"] for s in steps) > 0
+
+
+def test_hierarchy_lookahead_ngrams_fill_the_context_db(tiny_lm):
+    """With no index and a prompt of unique tokens, the context DB is fed only by the committed
+    output and (with lookahead) by the Jacobi window: with it, the pool holds more n-grams."""
+    spec = get("hierarchy")
+    prompt = list(range(20, 40))
+    pools = {}
+    for lookahead in (False, True):
+        config = spec.config({"lookahead": lookahead, "recycle": False, "size_by_cost": False,
+                              "use_model_db": False, "use_corpus": False})
+        from specviz.engine import _run
+        setup = DraftSetup(tuple(prompt), 64, frozenset(), 24, tiny_lm, DecodingConfig(max_new_tokens=24))
+        drafter = spec.make(config, setup)
+        list(_run(tiny_lm, tuple(prompt), drafter, "hierarchy", DecodingConfig(max_new_tokens=24)))
+        pools[lookahead] = len(drafter.pool)
+    assert pools[True] > pools[False]

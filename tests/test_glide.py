@@ -347,13 +347,63 @@ def test_glide_greedy_lossless(tiny_lm, glide_ckpt, extra):
                 assert s.tree.parents[i] == -1 or s.tree.sources[s.tree.parents[i]] == "draft-model"
 
 
+@pytest.mark.parametrize("extra", [{"beam": 4}, {"beam": 4, "gamma": 5, "max_verify": 9}, {"beam": 2, "gamma": 2}])
+def test_glide_beam_greedy_lossless(tiny_lm, glide_ckpt, extra):
+    """GLIDE + beam search (the paper's baseline): a tree of every node that was in a beam,
+    at most `beam` per depth, verified losslessly."""
+    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=40)
+    out, steps = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), **extra},
+                         max_new_tokens=40)
+    assert out == ref
+    assert not any("drafter_error" in s.info for s in steps)
+    width, gamma, cap = extra["beam"], extra.get("gamma", 4), extra.get("max_verify", 32)
+    drafted = [s for s in steps if s.tree.tokens]
+    assert drafted and {src for s in drafted for src in s.tree.sources} == {"beam-search"}
+    for s in drafted:
+        assert len(s.tree) <= min(cap, width * gamma) and max(s.tree.depths) <= gamma
+        assert all(s.tree.depths.count(d) <= width for d in set(s.tree.depths))
+    assert any(len(s.tree.children[-1]) == width for s in drafted)      # the root's beam is full
+    assert any(s.accepted for s in steps)
+
+
+def test_glide_beam_of_one_is_the_greedy_chain(tiny_lm, glide_ckpt):
+    """A beam of width 1 drafts through the tree forward (forward_nodes: positions, masks over
+    the draft cache) exactly what the chain drafts with plain forwards."""
+    _, chain = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), "gamma": 3},
+                       max_new_tokens=30)
+    _, beam = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), "gamma": 3, "beam": 1},
+                      max_new_tokens=30)
+    assert [s.tree.tokens for s in chain] == [s.tree.tokens for s in beam]
+    assert [s.tree.parents for s in chain] == [s.tree.parents for s in beam]
+
+
+@pytest.mark.parametrize("preset", ["paper", "paper-glide", "paper-beam"])
+def test_glide_paper_presets_greedy_lossless(tiny_lm, glide_ckpt, preset):
+    from specviz.drafters.choice import parse_choice
+
+    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=30)
+    config = parse_choice(f"glide@{preset}").config({"checkpoint": str(glide_ckpt)})
+    out, steps = run_ids(tiny_lm, TEXT_PROMPT, "glide", config, max_new_tokens=30)
+    assert out == ref
+    assert not any("drafter_error" in s.info for s in steps)
+    assert all(len(s.tree) <= 32 for s in steps)
+
+
+def test_glide_beam_refuses_cape_and_adaptive():
+    for extra, field in (({"beam": 4, "cape": True}, "beam"), ({"beam": 4, "adaptive": True}, "beam")):
+        with pytest.raises(ConfigError) as err:
+            gmod.SPEC.config(extra)
+        assert err.value.field == field
+
+
 def test_vanilla_drafter_checkpoint_runs(tiny_lm, vanilla_ckpt):
     ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=20)
     out, _ = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(vanilla_ckpt)}, max_new_tokens=20)
     assert out == ref
 
 
-@pytest.mark.parametrize("extra", [{"gamma": 2}, {"gamma": 2, "cape": True}], ids=["glide", "glide+cape"])
+@pytest.mark.parametrize("extra", [{"gamma": 2}, {"gamma": 2, "cape": True}, {"gamma": 2, "beam": 4}],
+                         ids=["glide", "glide+cape", "glide+beam"])
 def test_glide_sampling_lossless(tiny_lm, glide_ckpt, extra):
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
     p1, p12 = exact_pairs(lm, PROMPT, T1)

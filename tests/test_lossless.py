@@ -56,10 +56,17 @@ CONFIGS = [(name, {}) for name in sorted(REGISTRY) if name not in NEEDS_MODEL] +
     ("ngram_trie", {"size_by_cost": False}),
     ("ngram_trie", {"size_by_cost": False, "num_draft": 48, "prefix_len": 1, "n": 4}),
     ("prompt_lookup", {"max_ngram": 1, "num_tokens": 20}),
+    ("token_recycling", {"size_by_cost": False, "init_from_prompt": True}),
+    ("token_recycling", {"size_by_cost": False, "persist": True, "k": 3}),
+    ("suffix_decoding", {"size_by_cost": False, "global_tree": False}),
+    ("suffix_decoding", {"size_by_cost": False, "use_tree": False, "max_spec_factor": 4.0}),
+    ("suffix_decoding", {"size_by_cost": False, "max_depth": 64, "max_spec_tokens": 64}),
 ]
 # configs that must get some draft accepted on these prompts (the ones that always draft)
 MUST_ACCEPT = {("ngram_trie", str(PAPER_MODE)), ("ngram_trie", str({"size_by_cost": False})),
-               ("prompt_lookup", str({}))}
+               ("prompt_lookup", str({})),
+               ("token_recycling", str({"size_by_cost": False, "init_from_prompt": True})),
+               ("suffix_decoding", str({"size_by_cost": False, "global_tree": False}))}
 
 
 def _no_padding(lm):

@@ -135,7 +135,8 @@ def test_draft_model_other_tokenizer_refused(tiny_lm, tiny_lm_tok, monkeypatch):
 def test_cape_bins():
     bins = parse_bins("0.3:7,0.6:5,0.8:3,1:1")
     assert [expansion_size(p, bins) for p in (0.01, 0.3, 0.31, 0.6, 0.7, 0.8, 0.81, 1.0)] == [7, 7, 5, 5, 3, 3, 1, 1]
-    for bad in ("", "0.3:7,0.2:5,1:1", "0.3:7,0.9:1", "a:b", "0.5:0,1:1", "0:3,1:1"):
+    assert parse_bins("0.5:0,1:1") == ((0.5, 0), (1.0, 1))        # 0 extra tokens: the proposal alone
+    for bad in ("", "0.3:7,0.2:5,1:1", "0.3:7,0.9:1", "a:b", "0.5:-1,1:1", "0.5:65,1:1", "0:3,1:1"):
         with pytest.raises(ConfigError):
             parse_bins(bad)
 

@@ -231,6 +231,20 @@ def test_ngram_trie_sampling_is_lossless(lm):
     assert s.deep_runs > SAMPLES // 20
 
 
+@pytest.mark.parametrize("drafter, config", [
+    # the prompt's bigrams: 35 -> [50, 19], 50 -> [38], 19 -> [10, 31]: drafts at the first step
+    ("token_recycling", {"size_by_cost": False, "init_from_prompt": True}),
+    # the prompt tree: after 35, 19 and 50 (1/3 each), then 31 / 38; 4 tokens for a 1-token match
+    ("suffix_decoding", {"size_by_cost": False, "global_tree": False, "max_spec_factor": 4.0}),
+])
+def test_recycling_and_suffix_sampling_is_lossless(lm, drafter, config):
+    p1, p12 = exact_pairs(lm, PROMPT, T1)
+    s = sample(lm, drafter, config, T1)
+    pv1, pv2 = fit_pvalues(s, p1, p12)
+    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 3
+
+
 @pytest.mark.parametrize("cfg", [T1, WARPED], ids=["T1", "T0.8-topk8-topp0.9"])
 def test_fixed_tree_sampling_is_lossless(lm, fixed_tree_drafter, cfg):
     fixed_tree_drafter.tree = _fixed_tree(lm, PROMPT, cfg)

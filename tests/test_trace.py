@@ -67,7 +67,10 @@ def test_trace_contents(tiny_lm_tok, prompt, vanilla, oracle):
             assert set(s.timings) <= set(PHASES) and s.wall >= 0
             mentioned |= set(s.tree.tokens) | set(s.target_top)
         assert mentioned <= set(tr.token_text)
-        assert all(tr.token_text[i] == tok.decode([i]) for i in tr.output_ids)
+        # each output token's text in its place, joined: the output text exactly
+        assert len(tr.output_pieces) == len(tr.output_ids)
+        assert "".join(tr.output_pieces) == tr.output_text == tok.decode(list(tr.output_ids), skip_special_tokens=True)
+        assert len(tr.prompt_pieces) == len(tr.prompt_ids)
     assert oracle.output_ids == vanilla.output_ids
     assert "prefill" in vanilla.steps[0].timings and "prefill" not in vanilla.steps[1].timings
 
@@ -252,3 +255,27 @@ def test_failing_drafter_does_not_kill_the_run(tiny_lm_tok, prompt, vanilla, fai
     assert failed_at >= 1 and any(s.accepted for s in tr.steps[:failed_at])
     assert all(len(s.tree) == 0 for s in tr.steps[failed_at + 1:])   # switched off afterwards
     assert Trace.from_json(tr.to_json()).errors == tr.errors
+
+
+def test_target_top_prob_is_the_targets_own_choice_and_old_traces_load(tiny_lm_tok, prompt, oracle):
+    """Each input row's target_top_prob is the target's probability of its argmax there (the
+    greedy display distribution: softmax), at least each node's own probability under the same
+    row; a trace recorded before the field existed loads with ()."""
+    import torch
+    for s in oracle.steps:
+        assert len(s.target_top_prob) == len(s.target_top) == len(s.tree) + 1
+        for i, p in enumerate(s.tree.parents):
+            assert s.target_prob[i] <= s.target_top_prob[p + 1] + 1e-6
+    # the root row of step 0: recompute the target's next-token distribution after the prompt
+    with torch.inference_mode():
+        logits = tiny_lm_tok.model(input_ids=torch.tensor([list(prompt.ids)])).logits[0, -1].float()
+    probs = torch.softmax(logits, -1)
+    step = oracle.steps[0]
+    assert step.target_top[0] == int(probs.argmax())
+    assert abs(step.target_top_prob[0] - float(probs.max())) < 1e-4
+    d = oracle.to_dict()
+    for s in d["steps"]:
+        del s["target_top_prob"]
+    old = Trace.from_dict(d)
+    assert all(s.target_top_prob == () for s in old.steps)
+    assert old.output_ids == oracle.output_ids

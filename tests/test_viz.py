@@ -127,15 +127,16 @@ def test_timing_bars_sum_to_the_step_times(spied) -> None:
 
 def test_output_spans_cover_the_output_and_say_how_each_token_came(oracle_trace, spied) -> None:
     for trace in (oracle_trace, spied[0]):
-        spans = viz.output_spans(trace.steps, trace.token_text)
+        spans = viz.output_spans(trace.steps, trace.output_pieces)
         assert [s.token for s in spans] == list(trace.output_ids)
+        assert "".join(s.text for s in spans) == trace.output_text       # the text, exactly
         for s in trace.steps:
             mine = [sp for sp in spans if sp.step == s.index]
             kinds = [sp.kind for sp in mine]
             assert kinds[:len(s.accepted)] == ["draft"] * len(s.accepted)
             assert kinds[len(s.accepted):] == ([("bonus" if len(s.tree) else "plain")]
                                                * (len(s.new_tokens) - len(s.accepted)))
-    spans = viz.output_spans(oracle_trace.steps, oracle_trace.token_text)
+    spans = viz.output_spans(oracle_trace.steps, oracle_trace.output_pieces)
     assert sum(sp.kind == "draft" for sp in spans) > len(spans) // 2    # the oracle is always right
     html = viz.output_html(spans, highlight_step=1)
     assert html.count("title=\"step ") == len(spans) and "outline" in html
@@ -145,7 +146,7 @@ def test_output_spans_cover_the_output_and_say_how_each_token_came(oracle_trace,
 def test_output_html_escapes_token_text() -> None:
     tree = DraftTree.chain([5], "context")
     step = StepRecord(0, 3, tree, (0,), 6, (5, 6), (5, 6), (0.9,), {}, 0.01)
-    spans = viz.output_spans([step], {5: "<b>", 6: "&x"})
+    spans = viz.output_spans([step], ["<b>", "&x"])
     html = viz.output_html(spans)
     assert "&lt;b&gt;" in html and "&amp;x" in html and "<b>" not in html.split("</div>", 1)[1]
 
@@ -154,7 +155,7 @@ def test_draft_positions_point_at_the_drafted_token_in_the_context(spied) -> Non
     """ngram_trie's positions index the prompt; the highlighted characters are that token's text."""
     trace, _ = spied
     c0, c1 = trace.context_char_span
-    chars = viz.prompt_char_spans(trace.prompt_text, trace.prompt_ids, trace.token_text)
+    chars = viz.prompt_char_spans(trace.prompt_text, trace.prompt_pieces)
     assert "".join(trace.prompt_text[a:b] for a, b in chars) == trace.prompt_text
     checked = 0
     for k, step in enumerate(trace.steps):
@@ -168,7 +169,7 @@ def test_draft_positions_point_at_the_drafted_token_in_the_context(spied) -> Non
                       and c0 <= chars[p][0] and chars[p][1] <= c1]
         assert len(src["accepted"]) + len(src["proposed"]) == len(in_context)
         texts = sorted(trace.prompt_text[c0 + a:c0 + b] for a, b in src["accepted"] + src["proposed"])
-        assert texts == sorted(trace.token_text[step.tree.tokens[n]] for n in in_context)
+        assert texts == sorted(trace.prompt_pieces[positions[n]] for n in in_context)
         checked += len(in_context)
     assert checked > 0
 
@@ -180,7 +181,8 @@ def test_context_highlight_marks_accepted_sources() -> None:
     step = StepRecord(0, 4, tree, (0,), 9, (3, 9), (3, 3, 9), (0.9, 0.1), {}, 0.01,
                       info={"positions": [2, 3]})
     trace = Trace("m", "ngram_trie", {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
-                  token_text, Totals.of([step]), "length", context_char_span=(2, 7))
+                  token_text, Totals.of([step]), "length", context_char_span=(2, 7),
+                  output_pieces=(" C", "!"), prompt_pieces=("A", " B", " C", " D"))
     src = context_sources(trace, 0)
     assert src["accepted"] == [(1, 3)] and src["proposed"] == [(3, 5)]   # ' C' and ' D' within 'B C D'
     html = viz.context_highlight_html(trace, 0)
@@ -268,3 +270,32 @@ def test_run_summary_gives_the_verify_priced_expectation(tiny_lm_tok) -> None:
     assert f"costs {m['verify_ratio']:.2f} plain steps" in text and f"priced so, **{m['priced']:.2f}x**" in text
     plain = about_markdown(generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=4)))
     assert "model drafting" not in plain
+
+
+def test_every_token_kind_reads_in_both_themes() -> None:
+    """Token spans set both colours; each (background, text) pair has a WCAG contrast of at
+    least 4.5 in the light and the dark theme, unknown sources included; the page's CSS
+    defines every variable the spans read, for both themes."""
+    from specviz.viz.palette import _FALLBACK, contrast_ratio, theme_css, token_colours, token_style
+    sources = [*SOURCE_COLOURS, *(f"new-source-{i}" for i in range(40))]
+    for dark in (False, True):
+        pairs = [token_colours("bonus", "", dark), token_colours("plain", "", dark)]
+        pairs += [token_colours("draft", s, dark) for s in sources]
+        for bg, fg in pairs:
+            assert contrast_ratio(bg, fg) >= 4.5, (dark, bg, fg)
+    css = theme_css()
+    light, dark = css.split(".dark{", 1)
+    for style in [token_style("bonus"), token_style("plain"), *(token_style("draft", s) for s in sources)]:
+        assert "color:var(--sv-ink" in style and "background:var(" in style
+        var = style.split("background:var(", 1)[1].split(",", 1)[0]
+        assert f"{var}:" in light and f"{var}:" in dark, var
+    assert len({token_colours("draft", s)[0] for s in SOURCE_COLOURS}) == len(SOURCE_COLOURS)
+    assert contrast_ratio("#ffffff", "#000000") == pytest.approx(21.0)
+    assert len(_FALLBACK) == 8
+
+
+def test_figures_have_transparent_backgrounds(spied) -> None:
+    trace, _ = spied
+    for fig in (viz.tree_figure(trace, 0), viz.mask_figure(trace, 0), viz.step_timing_figure(trace, 0)):
+        layout = fig.layout.template.layout
+        assert layout.paper_bgcolor == "rgba(0,0,0,0)" and layout.plot_bgcolor == "rgba(0,0,0,0)"

@@ -2,7 +2,8 @@
 
 Modules: questions.py (Spec-Bench files), methods.py (what is compared), runner.py (the
 interleaved measurement), resume.py (continuing a stopped run), metrics.py (Spec-Bench's
-definitions), figures.py and report.py (JSON, CSV, Markdown, self-contained HTML). The
+definitions), figures.py and report.py (JSON, CSV, Markdown, self-contained HTML),
+export_specbench.py (Spec-Bench's own model_answer files). The
 command line, `python -m specviz bench`, is specviz/cli/bench.py.
 
 The read API for front ends (the explorer's results tab): `load_results` (a results.json:

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
+from ..viz.palette import FIGURE_TEMPLATE
 from .methods import BASELINE
 
 PHASE_ORDER = ("prefill", "draft.search", "draft.tree", "verify.forward", "verify.accept",
@@ -31,7 +32,7 @@ def speedup_bars(rows: Sequence[dict[str, Any]]) -> go.Figure:
                     error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
                     hovertemplate="%{x}: %{y:.2f}x<extra>" + m + "</extra>")
     fig.add_hline(y=1.0, line_dash="dot", annotation_text=BASELINE)
-    fig.update_layout(title=f"Speedup vs {BASELINE} (whiskers: per-question min..max)", barmode="group",
+    fig.update_layout(template=FIGURE_TEMPLATE, title=f"Speedup vs {BASELINE} (whiskers: per-question min..max)", barmode="group",
                       yaxis_title="speedup (x)", legend_title="method")
     return fig
 
@@ -46,7 +47,7 @@ def phase_stack(rows: Sequence[dict[str, Any]], category: str = "all") -> go.Fig
         fig.add_bar(name=p, x=[r["method"] for r in sel],
                     y=[1000 * r["phase_seconds_per_token"].get(p, 0.0) for r in sel],
                     hovertemplate="%{x}: %{y:.2f} ms/token<extra>" + p + "</extra>")
-    fig.update_layout(title=f"Time per token by phase ({category}; peers report no phases)",
+    fig.update_layout(template=FIGURE_TEMPLATE, title=f"Time per token by phase ({category}; peers report no phases)",
                       barmode="stack", yaxis_title="ms per generated token")
     return fig
 
@@ -61,7 +62,7 @@ def accepted_histograms(rows: Sequence[dict[str, Any]], category: str = "all") -
             continue
         xs = sorted(hist)
         fig.add_bar(name=r["method"], x=xs, y=[hist[x] / total for x in xs])
-    fig.update_layout(title=f"Tokens committed per step ({category})", barmode="group",
+    fig.update_layout(template=FIGURE_TEMPLATE, title=f"Tokens committed per step ({category})", barmode="group",
                       xaxis_title="tokens per step (bonus included)", yaxis_title="share of steps")
     return fig
 
@@ -75,7 +76,7 @@ def depth_acceptance_lines(rows: Sequence[dict[str, Any]], category: str = "all"
             fig.add_scatter(name=r["method"], x=list(range(1, len(rates) + 1)), y=rates,
                             mode="lines+markers", customdata=r["depth_tested"],
                             hovertemplate="depth %{x}: %{y:.0%} of %{customdata} steps<extra></extra>")
-    fig.update_layout(title=f"Acceptance rate by draft depth ({category})", xaxis_title="draft depth",
+    fig.update_layout(template=FIGURE_TEMPLATE, title=f"Acceptance rate by draft depth ({category})", xaxis_title="draft depth",
                       yaxis_title="accepted / tried", yaxis_range=[0, 1])
     return fig
 
@@ -117,7 +118,7 @@ def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "sp
     if len(keys) == 1:
         pts = sorted(points, key=lambda p: _num(p[0][keys[0]]))
         fig = go.Figure(go.Bar(x=[str(s[keys[0]]) for s, _ in pts], y=[v for _, v in pts]))
-        fig.update_layout(title=f"{drafter}: {metric} by {keys[0]} ({where})", xaxis_title=keys[0],
+        fig.update_layout(template=FIGURE_TEMPLATE, title=f"{drafter}: {metric} by {keys[0]} ({where})", xaxis_title=keys[0],
                           yaxis_title=metric)
         return fig
     xs = sorted({s.get(keys[0], "") for s, _ in points}, key=_num)
@@ -127,7 +128,7 @@ def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "sp
         z[ys.index(s[keys[1]])][xs.index(s[keys[0]])] = v
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale="Viridis", texttemplate="%{z:.2f}",
                                colorbar={"title": metric}))
-    fig.update_layout(title=f"{drafter}: {metric} over {keys[0]} x {keys[1]} ({where})",
+    fig.update_layout(template=FIGURE_TEMPLATE, title=f"{drafter}: {metric} over {keys[0]} x {keys[1]} ({where})",
                       xaxis_title=keys[0], yaxis_title=keys[1], xaxis_type="category",
                       yaxis_type="category")
     return fig

@@ -1,10 +1,12 @@
 """What a benchmark compares: drafters (with settings), transformers' own peers, and sweeps.
 
-    --drafters "vanilla,prompt_lookup,ngram_trie,ngram_trie[num_draft=8;prefix_len=2]"
+    --drafters "vanilla,prompt_lookup,ngram_trie,ngram_trie[num_draft=8;prefix_len=2],ngram_trie@paper"
     --peers hf_greedy,hf_prompt_lookup,hf_assisted     (hf_assisted needs --draft-model)
     --sweep "ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5"   (the seed's Table 2 grid)
 
-A method's label is its name plus the settings it overrides, e.g. `ngram_trie[num_draft=8]`.
+A method's label is its name, its preset and the settings it overrides, e.g.
+`ngram_trie[num_draft=8]` or `glide@paper[gamma=4]` (drafters.choice parses them, as the CLI's
+--drafter and the explorer do).
 Settings are validated up front against the drafter's config (a ConfigError names the
 field), so a typo fails before any model loads. In a sweep, combinations that the config
 refuses (e.g. prefix_len >= n) are left out and listed.
@@ -14,7 +16,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ..drafters import baseline, get, ordered
+from ..drafters import baseline, ordered
+from ..drafters.choice import DrafterChoice, DrafterChoiceError, parse_choice
 from ..errors import ConfigError, SpecvizError
 
 BASELINE = baseline().name           # every speedup is measured against it; it always runs first
@@ -41,11 +44,8 @@ class Method:
     label: str
     kind: str                                  # "drafter" or "peer"
     name: str                                  # drafter name or peer name
-    settings: tuple[tuple[str, str], ...] = ()  # drafter settings overridden, as given
+    settings: tuple[tuple[str, str], ...] = ()  # drafter settings: the preset's, then those given
 
-
-def _label(name: str, settings: tuple[tuple[str, str], ...]) -> str:
-    return name + ("[" + ";".join(f"{k}={v}" for k, v in settings) + "]" if settings else "")
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -63,24 +63,16 @@ def split_top(text: str, sep: str = ",") -> list[str]:
 
 
 def drafter_method(spec_text: str) -> Method:
-    """'name' or 'name[key=value;key=value]' -> a validated Method."""
-    name, _, rest = spec_text.partition("[")
-    name = name.strip()
-    settings: list[tuple[str, str]] = []
-    if rest:
-        if not rest.endswith("]"):
-            raise MethodError(f"drafters: {spec_text!r}: expected name[key=value;...]")
-        for item in (i.strip() for i in rest[:-1].split(";") if i.strip()):
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise MethodError(f"drafters: {spec_text!r}: expected key=value, got {item!r}")
-            settings.append((key.strip(), value.strip()))
-    spec = get(name)                            # UnknownDrafterError names the known ones
+    """'name', 'name@preset', 'name[key=value;...]' or 'name@preset[key=value;...]' -> a validated Method."""
     try:
-        spec.config(dict(settings))
-    except ConfigError as err:
-        raise MethodError(f"drafters: {spec_text}: {err}") from None
-    return Method(_label(name, tuple(settings)), "drafter", name, tuple(settings))
+        choice = parse_choice(spec_text)        # UnknownDrafterError names the known ones
+    except DrafterChoiceError as err:
+        raise MethodError(f"drafters: {err}") from None
+    return _method(choice)
+
+
+def _method(choice: DrafterChoice) -> Method:
+    return Method(choice.label, "drafter", choice.name, tuple(choice.values().items()))
 
 
 def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
@@ -95,16 +87,20 @@ def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
         if not eq or not vals:
             raise MethodError(f"sweep: {part!r}: expected key=v1,v2,...")
         axes.append((key.strip(), vals))
-    spec = get(name.strip())
+    try:
+        base = parse_choice(name)               # a preset may be swept from: ngram_trie@paper:n=8,13
+    except DrafterChoiceError as err:
+        raise MethodError(f"sweep: {err}") from None
     methods, refused = [], []
     for combo in itertools.product(*(vals for _, vals in axes)):
         settings = tuple((k, v) for (k, _), v in zip(axes, combo))
+        choice = DrafterChoice(base.name, base.preset, base.overrides + settings)
         try:
-            spec.config(dict(settings))
+            choice.config()
         except ConfigError as err:
-            refused.append(f"{_label(spec.name, settings)}: {err}")
+            refused.append(f"{choice.label}: {err}")
             continue
-        methods.append(Method(_label(spec.name, settings), "drafter", spec.name, settings))
+        methods.append(_method(choice))
     if not methods:
         raise MethodError(f"sweep: {text!r}: no valid combination ({'; '.join(refused)})")
     return methods, refused

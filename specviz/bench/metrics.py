@@ -46,6 +46,9 @@ class Run:
     peak_memory_mb: float | None = None      # peak memory during the run (None: not measured)
     output_ids: tuple[int, ...] = ()
     model_tally: dict[str, float] | None = None   # draft_metrics.Tally as a dict (model drafters)
+    # the comparison with vanilla's output of the same turn (divergence.Divergence.to_dict());
+    # None for vanilla itself and in results written before it was kept
+    divergence: dict[str, Any] | None = None
 
     @property
     def draft_seconds(self) -> float:
@@ -57,6 +60,24 @@ class Run:
         for key in ("accepted_lengths", "depth_tested", "depth_accepted", "output_ids"):
             d[key] = tuple(d.get(key) or ())
         return Run(**d)
+
+
+def divergence_summary(runs: Sequence[Run]) -> dict[str, Any]:
+    """The turns' comparisons with vanilla (divergence.py): how many differ by a near-tie
+    (rounding, e.g. in bf16), which differ by a mismatch (a bug: "question/turn"), each
+    differing turn's first differing token ("question/turn@position"), and the speedup over
+    the tokens each turn shares with vanilla: vanilla's seconds for those tokens over the
+    method's, pooled over the turns (None without comparisons or shared tokens)."""
+    divs = [(r, r.divergence) for r in runs if r.divergence]
+    ref = sum(d.get("reference_seconds", 0.0) for _, d in divs)
+    mine = sum(d.get("run_seconds", 0.0) for _, d in divs)
+    return {
+        "near_ties": sum(d["verdict"] == "near-tie" for _, d in divs),
+        "mismatch_bugs": sorted(f"{r.question_id}/t{r.turn + 1}" for r, d in divs if d["verdict"] == "mismatch"),
+        "divergence_points": sorted(f"{r.question_id}/t{r.turn + 1}@{d['position']}" for r, d in divs
+                                    if d.get("position") is not None),
+        "speedup_shared_prefix": ref / mine if divs and mine > 0 else None,
+    }
 
 
 def depth_acceptance(steps: Sequence[StepRecord]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -185,6 +206,7 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
                 "peak_memory_mb": max(mems) if mems else None,
                 "identical_to_vanilla": f"{len(mine_runs) - len(mismatches)}/{len(mine_runs)}",
                 "mismatches": mismatches,
+                **divergence_summary(mine_runs),
                 "slower_than_vanilla": sorted({q.question_id for q, s in zip(mine, per_q) if s < 1.0}),
                 "alpha": model.get("alpha"), "cost_c": model.get("c"), "gamma": model.get("gamma"),
                 "expected_speedup": model.get("expected_speedup"),

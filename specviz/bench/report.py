@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from ..errors import SpecvizError
 from .figures import all_figures
+from .methods import BASELINE
 from .metrics import Run
 
 RESULTS_VERSION = 1
@@ -22,7 +23,8 @@ CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "sp
                "speedup_question_min", "speedup_question_median", "speedup_question_max",
                "speedup_repeat_min", "speedup_repeat_median", "speedup_repeat_max",
                "fraction_of_oracle", "mean_accepted", "draft_overhead", "peak_memory_mb",
-               "identical_to_vanilla", "mismatches", "alpha", "cost_c", "gamma", "expected_speedup",
+               "identical_to_vanilla", "mismatches", "near_ties", "mismatch_bugs",
+               "divergence_points", "speedup_shared_prefix", "alpha", "cost_c", "gamma", "expected_speedup",
                "verify_ratio", "expected_speedup_priced")
 
 
@@ -36,15 +38,24 @@ def _fmt(v: Any, spec: str) -> str:
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["| category | method | tokens/s | speedup | per question min / median / max | "
-             "of oracle | mean accepted | drafting | identical |", "|" + "---|" * 9]
+             "of oracle | mean accepted | drafting | identical | near-tie / mismatch | "
+             "speedup, shared text |", "|" + "---|" * 11]
     for r in rows:
         lo, med, hi = r["speedup_question_spread"]
         lines.append(
             f"| {r['category']} | {r['method']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
             f"{lo:.2f} / {med:.2f} / {hi:.2f} | {_fmt(r.get('fraction_of_oracle'), '.0%')} | "
             f"{_fmt(r['mean_accepted'], '.2f')} | {r['draft_overhead'] * 100:.1f}% | "
-            f"{r['identical_to_vanilla']} |")
+            f"{r['identical_to_vanilla']} | {_differs(r)} | {_fmt(r.get('speedup_shared_prefix'), '.2f')} |")
     return "\n".join(lines)
+
+
+def _differs(r: dict[str, Any]) -> str:
+    """'2 / 0': turns that left vanilla's text at a near-tie / at a mismatch (a bug);
+    'n/a' for rows without comparisons (vanilla itself, results from older versions)."""
+    if "near_ties" not in r or r["method"] == BASELINE:
+        return "n/a"
+    return f"{r['near_ties']} / {len(r.get('mismatch_bugs') or ())}"
 
 
 def model_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -69,6 +80,8 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
                         ("speedup_repeat", "speedup_repeat_spread")):
         out[f"{prefix}_min"], out[f"{prefix}_median"], out[f"{prefix}_max"] = r[key]
     out["mismatches"] = " ".join(r["mismatches"])
+    for key in ("mismatch_bugs", "divergence_points"):
+        out[key] = " ".join(r.get(key) or ())
     return out
 
 

@@ -20,12 +20,15 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..decoding import DecodingConfig
+from ..divergence import explain, explain_ids
 from ..draft_metrics import tally
 from ..drafters import get
+from ..drafters.store import DrafterStore
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..prompts import build_prompt
+from ..trace import Trace
 from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance
 from .questions import Question
@@ -95,11 +98,15 @@ class Bench:
     runs: list[Run] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)   # questions left out, with the reason
     stop_reason: str | None = None                      # why measure() stopped early
+    # what drafters keep across generations (ADED's adapted table): one store per bench run,
+    # so a method's state carries over from question to question (a resumed run starts afresh)
+    store: DrafterStore = field(default_factory=DrafterStore)
 
     def run_question(self, q: Question, repeat: int) -> list[Run]:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
         decoding = DecodingConfig(max_new_tokens=self.max_new_tokens)
         baseline_out: list[tuple[int, ...]] = []     # the baseline's output per turn (it runs first)
+        baseline_traces: list[Trace] = []            # per turn: the reference of the comparisons
         out: list[Run] = []
         for method in self.methods:
             history: list[tuple[str, str]] = []
@@ -111,18 +118,25 @@ class Bench:
                                                 self.assistant)
                         run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
                                   seconds, None, output_ids=ids)
+                        if baseline_traces:
+                            run = replace(run, divergence=explain_ids(
+                                baseline_traces[turn], ids, seconds).to_dict())
                     else:
                         spec = get(method.name)
                         config: dict[str, Any] = dict(method.settings)
                         if spec.needs_reference:
                             config = spec.with_reference(config, baseline_out[turn])
-                        trace = generate(self.lm, prompt, method.name, config, decoding)
+                        trace = generate(self.lm, prompt, method.name, config, decoding, self.store)
                         tested, accepted = depth_acceptance(trace.steps)
                         run = Run(q.question_id, q.category, turn, method.label, repeat,
                                   trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,
                                   tuple(s.accepted_len for s in trace.steps), tested, accepted,
                                   dict(trace.totals.phase_seconds), output_ids=trace.output_ids,
                                   model_tally=_tally_dict(trace.steps))
+                        if method.label == BASELINE:
+                            baseline_traces.append(trace)
+                        elif baseline_traces:
+                            run = replace(run, divergence=explain(baseline_traces[turn], trace).to_dict())
                     run = replace(run, peak_memory_mb=peak())
                 out.append(run)
                 if method.label == BASELINE:

@@ -21,7 +21,7 @@ import sys
 from typing import Sequence
 
 from ..errors import SpecvizError
-from . import bench, drafters, generate, index, train_glide
+from . import bench, doctor, drafters, generate, index, train_glide
 from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser
 from .errors import UsageError
 
@@ -40,11 +40,22 @@ COMMANDS = (
     ("train-glide", train_glide, "train a GLIDE draft model for a target (CPU or GPU)",
      "Train GLIDE (or, with --no-cross-attention, the vanilla "
      "drafter) for a frozen target; resumable checkpoints."),
+    ("doctor", doctor, "report device, dtype, forward cost and the drafters' exactness and speed",
+     "Device, dtype, attention, versions, cpu_linear; the forward-cost curve (1..64 rows) against "
+     "the calibrated cost model; each drafter against vanilla on a few prompts (identical / "
+     "near-tie / mismatch, speedup). Exit 1 on a mismatch."),
 )
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """`specviz --version` prints `specviz <version>` (specviz.__version__)."""
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"specviz {__version__}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specviz", description="See, teach and debug speculative decoding.")
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(c[0] for c in COMMANDS) + "}",
                                 parser_class=Parser)
     sub.required = True

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..bench.export_specbench import FORMATS as EXPORT_FORMATS, export_specbench
 from ..bench.methods import BASELINE, DEFAULT_DRAFTERS, PEERS, MethodError, parse_methods
 from ..bench.metrics import summarise
 from ..bench.questions import DEFAULT_QUESTIONS, read_questions, select
@@ -27,6 +28,7 @@ from ..bench.report import summary_markdown, write_results, write_results_json
 from ..bench.resume import check_compatible, check_fresh_out, load_previous, still_to_do
 from ..user_files import check_output_dir
 from ..errors import SpecvizError
+from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--categories", default="summarization,rag",
                         help="comma-separated categories; 'mt_bench' = its 8 categories; 'all'")
     parser.add_argument("--drafters", default=DEFAULT_DRAFTERS,
-                        help="comma-separated drafters, optionally with settings: "
-                             f"ngram_trie[num_draft=8;prefix_len=2]; {BASELINE} always runs first "
+                        help="comma-separated drafters, optionally with a preset and settings: "
+                             "NAME[key=value;...], NAME@PRESET, NAME@PRESET[key=value;...], e.g. "
+                             "ngram_trie[num_draft=8;prefix_len=2], glide@paper[gamma=4] "
+                             f"(presets: `specviz drafters`); {BASELINE} always runs first "
                              f"(default {DEFAULT_DRAFTERS})")
     parser.add_argument("--peers", default="hf_prompt_lookup",
                         help=f"comma-separated transformers peers: {', '.join(PEERS)} ('' for none)")
@@ -46,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--draft-model", default=None,
                         help="draft model for the hf_assisted peer (same tokenizer as --model)")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, default=10, help="questions per category")
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
@@ -62,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out: keep its finished questions, measure the "
                              "rest (same model, methods, --max-new-tokens and --repeats)")
+    parser.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"), default=None,
+                        help="also write the run in another tool's format: `specbench DIR` writes "
+                             "Spec-Bench's DIR/model_answer/<model_id>.jsonl, one file per method, "
+                             "for its evaluation/speed.py")
 
 
 def _cpu_name() -> str:
@@ -107,6 +115,25 @@ def _check_assistant(lm: Any, assistant: Any) -> None:
                           f"{lm.model_id!r}; assisted generation needs the same vocabulary")
 
 
+def _check_export(args: argparse.Namespace) -> None:
+    """--export FORMAT DIR is checked before any model loads."""
+    if not getattr(args, "export", None):
+        return
+    fmt, folder = args.export
+    if fmt not in EXPORT_FORMATS:
+        raise SpecvizError(f"--export: unknown format {fmt!r}; known: {', '.join(EXPORT_FORMATS)}")
+    if Path(folder).exists() and not Path(folder).is_dir():
+        raise SpecvizError(f"--export: {folder!r} is a file; give a folder")
+
+
+def _export(args: argparse.Namespace, lm: Any, labels: list[str], runs: list[Any]) -> None:
+    _, folder = args.export
+    files = export_specbench(folder, runs, labels, lm.model_id, str(lm.dtype).replace("torch.", ""),
+                             lm.tokenizer)
+    print(f"Spec-Bench answers written: {', '.join(str(f) for f in files)} (for Spec-Bench's "
+          "evaluation/speed.py: --file-path a method's file, --base-path the vanilla one)", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     import transformers
@@ -116,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from ..models import load_model
 
     _check_numbers(args)
+    _check_export(args)
     methods, notes = parse_methods(args.drafters, args.peers, args.sweep, args.draft_model)
     questions_all, warnings = read_questions(Path(args.questions))
     questions = select(questions_all, [c.strip() for c in args.categories.split(",") if c.strip()],
@@ -182,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
     meta_now = meta(finished)
     write_results(out, meta_now, rows, bench.runs)
     print(summary_markdown(rows))
+    if args.export:
+        _export(args, lm, labels, bench.runs)
     for line in notes + [f"skipped {s}" for s in bench.skipped]:
         print(f"note: {line}", file=sys.stderr)
     print(f"results written to {out}/ (results.json, summary.csv, summary.md, report.html)", file=sys.stderr)

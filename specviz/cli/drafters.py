@@ -19,12 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def drafter_listing() -> list[dict[str, Any]]:
     """Every registered drafter with its settings, as plain data."""
     from ..drafters import ordered
+    from ..drafters.choice import preset_rows
     from ..settings import describe
 
     out = []
     for spec in ordered():                                 # baseline first, the oracle last
         out.append({
             "name": spec.name, "family": spec.family, "summary": spec.summary, "reference": spec.reference,
+            "presets": preset_rows(spec),
             "settings": [{"name": i.name, "type": getattr(i.type, "__name__", str(i.type)),
                           "default": list(i.default) if isinstance(i.default, tuple) else i.default,
                           "range": "true/false" if i.type is bool else i.describe_range(),
@@ -32,6 +34,10 @@ def drafter_listing() -> list[dict[str, Any]]:
                          for i in describe(spec.config_cls)],
         })
     return out
+
+
+def _preset_values(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_cell(v)}" for k, v in values.items())
 
 
 def _cell(value: Any) -> str:
@@ -52,6 +58,10 @@ def drafters_markdown() -> str:
             note = "" if s["ui"] else " (CLI only)"
             lines.append(f"| `{d['name']}` | `{s['name']}` | {_cell(s['default'])} | {_cell(s['range'])} | "
                          f"{_cell(s['help'])}{note} |")
+    lines += ["", "| preset | settings | source |", "| --- | --- | --- |"]
+    for d in listing:
+        for p in d["presets"]:
+            lines.append(f"| `{d['name']}@{p['name']}` | {_cell(_preset_values(p['values']))} | {_cell(p['source'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -77,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
                 note = "" if s["ui"] else "  [CLI only, not in the UI]"
                 print(f"    {s['name']:<{width}}  default {default!s:<6} range {s['range']:<14} "
                       f"{s['help']}{note}")
+        for p in d["presets"]:
+            print(f"  preset {d['name']}@{p['name']}: {_preset_values(p['values'])}")
+            print(f"    source: {p['source']}")
         print()
     print("Decoding settings (generate flags): " + ", ".join(flag(k) for k in DECODING_FLAGS) + ", --stop")
     return 0

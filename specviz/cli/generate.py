@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, SpecvizError
+from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
                      decoding_values, flag, parse_set, read_context, tuple_settings)
 from .errors import UsageError
@@ -26,9 +27,13 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     from ..settings import describe
 
     from ..drafters import default
-    name = default().name
+    spec = default()
+    name = spec.name
+    example = f"{name}@{next(iter(spec.presets))}" if spec.presets else name
     gen.add_argument("--drafter", default=name,
-                     help=f"drafter name (see `python -m specviz drafters`); default {name}")
+                     help=f"drafter name, optionally with a preset and settings: NAME@PRESET, "
+                          f"NAME@PRESET[key=value;...], e.g. {example} (see `python -m specviz drafters`); "
+                          f"default {name}")
     gen.add_argument("--prompt", default="", help="the message or instruction")
     gen.add_argument("--context-file", metavar="FILE",
                      help="UTF-8 text placed before the prompt (a document to summarise, passages...)")
@@ -36,9 +41,8 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
                      help="wrap the prompt in the model's chat template (default: on)")
     gen.add_argument("--model", default="embedded",
                      help="'embedded' (offline SmolLM2-135M-Instruct), 'tiny-random', a hub id or a path")
-    gen.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    gen.add_argument("--dtype", default="auto",
-                     help="auto (fp32 on CPU, bf16/fp16 on GPU), float32, bfloat16, float16")
+    gen.add_argument("--device", default="auto", help=DEVICE_HELP)
+    gen.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     infos = {i.name: i for i in describe(DecodingConfig)}
     for name in DECODING_FLAGS:
         info = infos[name]
@@ -49,22 +53,47 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="a drafter setting (repeatable), e.g. --set num_draft=8")
     gen.add_argument("--trace", metavar="FILE", help="write the full trace (JSON) to FILE")
+    gen.add_argument("--check", action="store_true",
+                     help="also run vanilla and compare: the first differing token, the target's "
+                          "top-2 logits there, near-tie (rounding) or mismatch (a bug; exit 1)")
     gen.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
                      help="print tokens as they are committed (default: when stdout is a terminal)")
     add_retrieval_arguments(gen)
 
 
+def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> tuple[Any, dict[str, Any]]:
+    """--drafter NAME[@PRESET][[k=v;...]] and --set k=v -> (the DrafterSpec, its setting values:
+    the preset's, the bracketed ones, then --set's)."""
+    from ..drafters.choice import parse_choice
+
+    try:
+        choice = parse_choice(text, validate=False)
+    except SpecvizError as err:
+        raise UsageError(f"--drafter: {err}") from None
+    spec = choice.spec
+    return spec, tuple_settings(spec, choice.values(parse_set(set_items)))
+
+
+_PROCESS_STORE: Any = None
+
+
+def process_store() -> Any:
+    """This process's drafters.store.DrafterStore: what drafters keep across generations (ADED's
+    adapted table) lives as long as the command (a CLI process serves one user)."""
+    global _PROCESS_STORE
+    if _PROCESS_STORE is None:
+        from ..drafters.store import DrafterStore
+        _PROCESS_STORE = DrafterStore()
+    return _PROCESS_STORE
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import settings
     from ..decoding import DecodingConfig
-    from ..drafters import REFERENCE_SETTING, get
+    from ..drafters import REFERENCE_SETTING
 
     # everything that needs no model is checked first, so a mistake fails in a second
-    try:
-        spec = get(args.drafter)
-    except SpecvizError as err:
-        raise UsageError(f"--drafter: {err}") from None
-    drafter_values = tuple_settings(spec, parse_set(args.set))
+    spec, drafter_values = drafter_choice_values(args.drafter, args.set)
     try:
         drafter_config = spec.config(drafter_values)
     except ConfigError as err:
@@ -92,13 +121,16 @@ def run(args: argparse.Namespace) -> int:
         context, message = retrieved_context(args)
     lm = load_model(args.model, args.device, args.dtype)
     prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
+    runs: list[Any] = []                 # the baseline's run, when one is made (oracle), for --check
     drafter_config = reference_config(lm, prompt, spec.name, drafter_values, decoding, on_reference=(
         lambda base: print(f"{spec.name}: no --set {REFERENCE_SETTING}=...; running {base.name} first "
-                           "to get the continuation to replay", file=sys.stderr)))
+                           "to get the continuation to replay", file=sys.stderr)), on_trace=runs.append)
+    reference = runs[0] if runs else None
 
     stream = args.stream if args.stream is not None else sys.stdout.isatty()
     streamer = Streamer(lm.tokenizer, sys.stdout) if stream else None
-    steps_iter = generate_steps(lm, prompt, spec.name, drafter_config, decoding)   # validates first
+    steps_iter = generate_steps(lm, prompt, spec.name, drafter_config, decoding,   # validates first
+                                process_store())
     if not stream:
         print("specviz: generating (the text comes at the end; Ctrl-C stops and keeps what was generated)",
               file=sys.stderr, flush=True)
@@ -116,10 +148,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(trace.output_text)
     print(summary_line(trace), flush=True)
+    status = 0
+    if args.check:
+        trace, status = check_with_vanilla(lm, prompt, decoding, trace, reference)
     for message in trace.errors:
         print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
     write_trace(trace, args.trace)
-    return 0
+    return status
+
+
+EXIT_MISMATCH = 1
+
+
+def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, reference: Any = None) -> tuple[Any, int]:
+    """`generate --check`: run the baseline (vanilla) on the same input (unless `reference` is
+    its run already), print where the outputs part and why (divergence.py); the trace gains the
+    result. Exit status 1 for a mismatch (a bug), else 0."""
+    from ..divergence import MISMATCH, speed_note, with_divergence
+    from ..drafters import baseline
+    from ..engine import generate
+
+    base = baseline().name
+    if reference is None:
+        reference = generate(lm, prompt, base, None, decoding)
+    trace, d = with_divergence(trace, reference)
+    print(f"check: {d.line({**reference.token_text, **trace.token_text})}")
+    print(f"check: {speed_note(d)} (run {d.run_seconds:.2f} s, {base} {d.reference_seconds:.2f} s "
+          f"for {d.shared_tokens} tokens, {d.dtype})", flush=True)
+    return trace, (EXIT_MISMATCH if d.verdict == MISMATCH else 0)
 
 
 def write_trace(trace: Any, path: str | None) -> None:
@@ -164,8 +220,9 @@ def summary_line(trace: Any) -> str:
     model = (f", alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x"
              + (f" ({m['priced']:.2f}x with the verify priced at {m['verify_ratio']:.2f} plain steps)"
                 if "priced" in m else "") if m else "")
+    memory = f", peak GPU memory {trace.peak_memory_mb:,.0f} MiB" if trace.peak_memory_mb is not None else ""
     return (f"[{t.new_tokens} tokens, {t.steps} steps, {t.tokens_per_s:.1f} tokens/s, "
-            f"{t.mean_accepted:.2f} mean accepted tokens/step{model}, stop: {trace.stop_reason}]")
+            f"{t.mean_accepted:.2f} mean accepted tokens/step{model}{memory}, stop: {trace.stop_reason}]")
 
 
 class Streamer:

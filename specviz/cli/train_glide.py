@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, SpecvizError
+from ..precision import DTYPE_CHOICES
 
 
 def add_arguments(p: Any) -> None:
@@ -65,6 +66,10 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--export", default=None, metavar="FILE",
                    help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
+                   help="float32 (default): all in fp32, as the shipped drafts were trained; "
+                        "bfloat16 / float16: mixed precision (torch.autocast), weights and optimiser "
+                        "in fp32; auto: bfloat16 on a GPU that has it, else float32")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=d.seed)
 
@@ -77,7 +82,7 @@ def run(args: Any) -> int:
     from ..glide.data import batches, file_texts, sharegpt_texts, windows
     from ..glide.model import target_fingerprint
     from ..glide.target_pass import TargetCache
-    from ..glide.train import TrainConfig, attended_layers, fill_cache, train
+    from ..glide.train import TrainConfig, attended_layers, autocast_dtype, fill_cache, train
     from ..models import load_model
 
     if args.threads:
@@ -123,7 +128,7 @@ def run(args: Any) -> int:
         print(f"target cache {args.target_cache}: {count} batches of {cfg.batch} x {cfg.seq_len} tokens")
         return 0
     _, history = train(lm.model, lm.model_id, source, cfg, out, args.resume, data_name=args.data,
-                       held=held, target_cache=cache)
+                       held=held, target_cache=cache, autocast=autocast_dtype(args.dtype, lm.device))
     if args.export:
         ckpt.export(out, args.export)
     done = history[-1] if history else None

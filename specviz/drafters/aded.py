@@ -1,4 +1,4 @@
-"""aded: Adaptive Draft-Verification (seed 004; liuxukun2000/ADED).
+"""aded: Adaptive Draft-Verification (liuxukun2000/ADED).
 
 A tri-gram table from a corpus (top 12 successors per pair, index/trigram.py) stands in
 for the target model. Before every search it adapts to the generation: each tri-gram of the
@@ -9,9 +9,16 @@ visited prefixes, each extended by its most probable successor, are merged into 
 tree. Nodes from the search are labelled "mcts", the extensions "trigram". The step info
 holds the search tree with its visit counts (`mcts`) and the search time.
 
+The adapted table persists across generations, as the paper's matrix evolves over the stream
+of requests (its Fig. 4a spans 14k tokens): it lives in the session's DrafterStore
+(DraftSetup.store; store.py), keyed by (model, settings), so the explorer tab, the CLI process
+or the bench run that owns the store keeps it; `reset` starts every generation from the corpus
+table. Without a store (unit tests, the plain API) every generation starts fresh.
+
 Extensions (switches): `adapt_prompt` adapts every tri-gram of the prompt once at the start
 (the paper adapts only the last 16 tokens per search); `size_by_cost` cuts the tree to the best expected tokens per second,
 a node's raw chance being its share of its parent's visits (tree_cutter.TreeCutter).
+The `paper` preset turns both off (the paper's "Configuration of ADED", Appendix).
 """
 from __future__ import annotations
 
@@ -23,8 +30,9 @@ from ..index.mcts import mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams
 from ..settings import Settings, setting
 from ..tree import DraftTree, merge_chains
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .corpus_index import INDEX_HELP, resolve_index
+from .store import settings_key
 from .tree_cutter import TreeCutter, explore_setting
 
 
@@ -40,8 +48,13 @@ class AdedConfig(Settings):
                                low=0.0, high=1.0)
     cap: float = setting(3.0, "Cap on an adapted tri-gram probability (paper: 3.0).", low=0.0, low_open=True)
     window: int = setting(16, "Recent tokens whose tri-grams are adapted (paper: 16).", low=3, high=1024)
-    adapt_prompt: bool = setting(True, "Also adapt every tri-gram of the prompt once at the start (extension).")
-    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
+    adapt_prompt: bool = setting(True, "Also adapt every tri-gram of the prompt once at the start "
+                                 "(extension, on by default; the paper preset turns it off).")
+    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
+                                 "(extension, on by default; the paper preset turns it off).")
+    reset: bool = setting(False, "Start every generation from the corpus table (off: the adapted "
+                          "statistics carry over to the next generation of this session / process / "
+                          "bench run, as the paper's matrix evolves over the request stream).")
     first_prior: float = setting(0.3, "Prior trust in a first token's visit share (learned online).",
                                  low=0.0, high=1.0, low_open=True)
     continue_prior: float = setting(0.7, "Prior trust in later tokens' visit shares (learned online).",
@@ -58,10 +71,21 @@ class AdedDrafter:
         table = self.index.trigram if self.index is not None else None
         if self.index is not None and table is None:
             self.note = f"index {self.index.path} has no trigram part; build it with --kind trigram"
-        self.model = AdaptiveTrigrams(table, config.increment, config.cap)
+        self.model = self._table(config, setup, table)
         if config.adapt_prompt:
             self.model.adapt(setup.prompt_ids, window=len(setup.prompt_ids))
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+
+    @staticmethod
+    def _table(config: AdedConfig, setup: DraftSetup, table: object) -> AdaptiveTrigrams:
+        """The adapted table: this session's (setup.store) unless `reset` or no store."""
+        def make() -> AdaptiveTrigrams:
+            return AdaptiveTrigrams(table, config.increment, config.cap)
+        if config.reset or setup.store is None:
+            return make()
+        model_id = getattr(setup.target, "model_id", None)
+        key = ("aded", model_id, setup.vocab_size, settings_key(config, ("reset",)))
+        return setup.store.get(key, make)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
@@ -112,7 +136,16 @@ class AdedDrafter:
         self.cutter.observe(step)
 
 
+PAPER = Preset(
+    {"iterations": 150, "depth": 4, "candidates": 24, "c1": 32.0, "c2": 8.0, "increment": 0.04,
+     "cap": 3.0, "window": 16, "adapt_prompt": False, "size_by_cost": False, "reset": False},
+    "Adaptive Draft-Verification for Efficient LLM Decoding, Appendix 'Detailed Experimental Settings: "
+    "Configuration of ADED' (t = 12 tri-gram successors, s = 150 MCTS iterations, c1 = 32.0, c2 = 8.0, "
+    "depth l = 4, n = 24 candidates; t is the index's top-k, built with 12); the +0.04 update capped "
+    "at 3.0 over the last 16 tokens: the authors' code (DraftRetriever/src/mcts_sub.rs); the matrix "
+    "kept across requests: Methodology and Fig. 4a; no prompt adaptation, no cost cutting")
+
 SPEC = register(DrafterSpec("aded", AdedConfig, AdedDrafter,
                             "MCTS over an adaptive corpus tri-gram table (ADED).",
                             "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding",
-                            family="corpus", order=50))
+                            family="corpus", order=50, presets={"paper": PAPER}))

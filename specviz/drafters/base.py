@@ -8,6 +8,7 @@ A drafter that finds nothing returns `DraftTree.empty()` and the step is plain d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from .. import settings
@@ -28,6 +29,9 @@ class DraftSetup:
     # the generation's decoding.DecodingConfig, so a model drafter can draft from the same
     # (temperature / top-k / top-p warped) distribution it will be verified against
     decoding: Any = None
+    # state kept across generations (store.DrafterStore), owned by the front end's session (the
+    # explorer's gr.State, the CLI process, a bench run); None: every generation starts fresh
+    store: Any = None
 
 
 @dataclass
@@ -47,6 +51,8 @@ class DraftContext:
 
 
 class Drafter(Protocol):
+    # optional attribute: `target_topk: int`, how many of the target's best tokens per row
+    # StepView.target_topk should hold (verify.TOP_K when absent or smaller)
     def propose(self, ctx: DraftContext) -> DraftTree: ...
 
     def observe(self, step: "StepView") -> None: ...
@@ -60,13 +66,24 @@ class StepView:
     new_tokens: tuple[int, ...]
     tokens: Sequence[int]                    # the committed sequence after the step
     target_top: tuple[int, ...]              # target argmax per input row (root first)
-    # per input row, the target's verify.TOP_K best tokens, best first (on exact ties its order
+    # per input row, the target's verify.TOP_K (or the drafter's `target_topk`) best tokens, best first (on exact ties its order
     # may differ from target_top's); empty where the caller has no logits (unit tests)
     target_topk: tuple[tuple[int, ...], ...] = ()
 
 
 # the setting a drafter with `needs_reference` replays: the baseline's output token ids
 REFERENCE_SETTING = "tokens"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Named setting values for a drafter, with where they come from (a paper's section or
+    table). Settings a preset leaves out keep their defaults."""
+    values: Mapping[str, Any]
+    source: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,12 @@ class DrafterSpec:
     is_baseline: bool = False       # plain decoding, the row every speedup is measured against
     is_default: bool = False        # preselected where one drafter is asked for (CLI, UI)
     preselected: bool = False       # preselected in comparisons (the UI's compare tab)
+    # preset name -> Preset (e.g. "paper": the paper's own settings, every extension off)
+    presets: Mapping[str, Preset] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, preset in self.presets.items():
+            settings.build(self.config_cls, preset.values)     # a broken preset fails at import
 
     def config(self, values: Mapping[str, Any] | None = None) -> Any:
         """A validated config from loose values; raises ConfigError naming the field."""

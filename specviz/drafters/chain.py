@@ -11,13 +11,22 @@ masses, `draft_probs` None); under sampling each token is drawn from the draft m
 distribution warped like the target's (temperature / top-k / top-p) and that distribution
 is recorded as the node's `draft_probs`, so verification is exact speculative sampling.
 
-CAPE (confidence-aware proposal expansion, GLIDE paper section 4): at each position the
-top-1 probability picks an expansion set size from bins; the extra tokens become leaf
-siblings of the proposal token (drawn without replacement under sampling, the next most
-likely tokens under greedy), labelled `cape-expansion`.
+CAPE (confidence-aware proposal expansion, GLIDE with a CAPE section 4.2): at each position
+the top-1 probability picks from bins how many EXTRA tokens (the expansion set, the proposal
+token not counted) join it; they become leaf siblings of the proposal token (drawn without
+replacement under sampling, the next most likely tokens under greedy), labelled
+`cape-expansion`. `max_verify` caps the draft nodes verified per step (the paper: 32,
+section 5.3): proposal tokens first, then expansions by position, best first.
+
+Beam search (the GLIDE paper's GLIDE + BeamSearch baseline, section 5.1 / Table 3): a draft
+model that can forward a tree (`TreeDraftLM`) runs a beam search of `width` over gamma steps;
+every node that was in a beam is verified as a tree (labelled `beam-search`). The drafts are
+deterministic functions of the past (top-k of the warped draft distribution), so verification
+treats them as point masses and stays exact under sampling.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
@@ -34,6 +43,9 @@ PROPOSAL = "draft-model"
 EXPANSION = "cape-expansion"
 
 
+BEAM = "beam-search"
+
+
 class DraftLM(Protocol):
     length: int                                   # rows in its own KV cache
 
@@ -41,6 +53,14 @@ class DraftLM(Protocol):
 
     def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
         """Append `ids` (positions length.. length+n-1) to the cache; logits [n, V_draft]."""
+        ...
+
+
+class TreeDraftLM(DraftLM, Protocol):
+    def forward_nodes(self, ids: Sequence[int], positions: Sequence[int], visible: torch.Tensor,
+                      ctx: DraftContext) -> torch.Tensor:
+        """Append `ids` at the given positions; `visible` [n, length + n] bool says which cache
+        rows (and new rows) each one attends to; logits [n, V_draft]."""
         ...
 
 
@@ -56,7 +76,7 @@ def hf_forward(lm: Any, ids: Sequence[int]) -> torch.Tensor:
 
 def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], ...]:
     """'0.3:7,0.6:5,0.8:3,1:1' -> ((0.3, 7), (0.6, 5), (0.8, 3), (1.0, 1)): top-1 probability
-    up to the bound -> expansion set size (the proposal token included)."""
+    up to the bound -> extra tokens beside the proposal (the paper's K_i, proposal not counted)."""
     bins = []
     try:
         for part in text.split(","):
@@ -68,13 +88,13 @@ def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], 
     if not bins or bounds != sorted(bounds) or len(set(bounds)) != len(bounds) or bounds[-1] != 1.0 \
             or bounds[0] <= 0:
         raise ConfigError(field, f"bounds must increase strictly within (0, 1] and end at 1, got {text!r}")
-    if any(not 1 <= s <= 64 for _, s in bins):
-        raise ConfigError(field, f"sizes must be in [1, 64], got {text!r}")
+    if any(not 0 <= s <= 64 for _, s in bins):
+        raise ConfigError(field, f"extra tokens must be in [0, 64], got {text!r}")
     return tuple(bins)
 
 
 def expansion_size(top1: float, bins: Sequence[tuple[float, int]]) -> int:
-    """The bin of the top-1 probability: (0, b0] -> s0, (b0, b1] -> s1, ..."""
+    """Extra tokens for the top-1 probability's bin: (0, b0] -> s0, (b0, b1] -> s1, ..."""
     for bound, size in bins:
         if top1 <= bound:
             return size
@@ -137,7 +157,8 @@ class ChainLoop:
             rest[x] = 0.0
         return toks, rows
 
-    def draft(self, ctx: DraftContext, gamma: int, cape: Sequence[tuple[float, int]] | None = None) -> ChainResult:
+    def draft(self, ctx: DraftContext, gamma: int, cape: Sequence[tuple[float, int]] | None = None,
+              max_verify: int = 0) -> ChainResult:
         start = time.perf_counter()
         feed = self._sync(ctx.tokens)
         fed, forwards = len(feed), 1
@@ -152,8 +173,8 @@ class ChainLoop:
         for i in range(gamma):
             q = self._probs(logits.cpu())                              # [V]
             top1 = float(q.max())
-            size = expansion_size(top1, cape) if cape else 1
-            drawn, drawn_rows = self._draw(q, size)
+            extra = expansion_size(top1, cape) if cape else 0
+            drawn, drawn_rows = self._draw(q, 1 + extra)
             if not drawn:
                 break
             proposal_idx = len(tokens)
@@ -172,7 +193,79 @@ class ChainLoop:
                 fed += 1
         probs = torch.stack(rows) if rows else None                    # [N, V] or None (greedy)
         tree = DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(scores), probs)
+        if max_verify and len(tree) > max_verify:
+            tree = cap_expansions(tree, max_verify)
         return ChainResult(tree, forwards, fed, time.perf_counter() - start)
+
+    def beam(self, ctx: DraftContext, gamma: int, width: int, max_verify: int = 0) -> ChainResult:
+        """A beam search of `width` over `gamma` steps; the tree of every node that was in a
+        beam (`width` per depth at most), scored by the draft probability of its token."""
+        lm: Any = self.lm
+        start = time.perf_counter()
+        feed = self._sync(ctx.tokens)
+        fed, forwards = len(feed), 1
+        logits = lm.forward(feed, ctx)[-1:]                           # [1, V_draft]
+        self.seen.extend(feed)
+        base = lm.length                                               # rows of committed tokens
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        logp: list[float] = []
+        depth: list[int] = []
+        row: dict[int, int] = {}                                       # node -> its draft-cache row
+        frontier: list[int] = [-1]
+        try:
+            for d in range(1, gamma + 1):
+                if d > 1:
+                    ids = [tokens[n] for n in frontier]
+                    positions = [base - 1 + depth[n] for n in frontier]
+                    length = lm.length
+                    visible = torch.zeros(len(ids), length + len(ids), dtype=torch.bool)  # [n, L + n]
+                    visible[:, :base] = True
+                    for j, n in enumerate(frontier):
+                        a = n
+                        while a >= 0:
+                            if a in row:
+                                visible[j, row[a]] = True
+                            a = parents[a]
+                        visible[j, length + j] = True
+                    logits = lm.forward_nodes(ids, positions, visible, ctx)   # [n, V_draft]
+                    for j, n in enumerate(frontier):
+                        row[n] = length + j
+                    forwards += 1
+                    fed += len(ids)
+                cands: list[tuple[float, int, int, float]] = []         # (log p of path, parent, token, q)
+                for j, n in enumerate(frontier):
+                    q = self._probs(logits[j].cpu())                    # [V]
+                    k = min(width, int((q > 0).sum()))
+                    top = torch.topk(q, k)
+                    for p, x in zip(top.values.tolist(), top.indices.tolist()):
+                        cands.append(((logp[n] if n >= 0 else 0.0) + math.log(p), n, int(x), p))
+                cands.sort(key=lambda c: -c[0])
+                frontier = []
+                for lp, par, x, p in cands[:width]:
+                    frontier.append(len(tokens))
+                    tokens.append(x)
+                    parents.append(par)
+                    scores.append(p)
+                    logp.append(lp)
+                    depth.append(1 if par < 0 else depth[par] + 1)
+                if not frontier:
+                    break
+        finally:
+            lm.crop(base)                                              # the beams' rows are not kept
+        tree = DraftTree(tuple(tokens), tuple(parents), (BEAM,) * len(tokens), tuple(scores))
+        if max_verify and len(tree) > max_verify:
+            tree = tree.prune(range(max_verify))                       # shallowest, best-first
+        return ChainResult(tree, forwards, fed, time.perf_counter() - start)
+
+
+def cap_expansions(tree: DraftTree, max_verify: int) -> DraftTree:
+    """At most `max_verify` nodes: proposal tokens first, then expansions in node order (by
+    position, best first within one; a prefix of sampled siblings is still a valid draw)."""
+    proposals = [i for i, s in enumerate(tree.sources) if s != EXPANSION][:max_verify]
+    extras = [i for i, s in enumerate(tree.sources) if s == EXPANSION and tree.parents[i] in (-1, *proposals)]
+    return tree.prune(proposals + extras[: max_verify - len(proposals)])
 
 
 def adapt_gamma(gamma: int, accepted: int, drafted: int, low: int, high: int) -> int:
@@ -184,6 +277,11 @@ def adapt_gamma(gamma: int, accepted: int, drafted: int, low: int, high: int) ->
 
 def step_info(ctx: DraftContext, result: ChainResult, gamma: int) -> None:
     """The metrics a model drafter records per step (JSON-able)."""
+    if any(s == BEAM for s in result.tree.sources):
+        # a beam tree has no proposal chain: no acceptance rate (draft_metrics reads proposal_len)
+        ctx.info.update({"gamma": gamma, "draft_s": result.seconds, "draft_forwards": result.forwards,
+                         "draft_fed_tokens": result.fed, "beam_nodes": len(result.tree)})
+        return
     ctx.info.update({
         "gamma": gamma,
         "draft_s": result.seconds,
@@ -213,10 +311,13 @@ class ModelDrafter:
     (a GammaSettings), makes the ChainLoop (`chain_for`, seeded by the decoding seed), and
     shares propose / observe: gamma capped by the token budget, the step's metrics in
     ctx.info, gamma adapted after each step when `adaptive` is on. Subclasses set `name`,
-    call `super().__init__` first, then set self.chain (and self.bins for CAPE)."""
+    call `super().__init__` first, then set self.chain (and self.bins for CAPE, and for a
+    tree-capable draft self.beam (width, 0 = chains) and self.max_verify (0 = no cap))."""
     name = "model drafter"
     chain: ChainLoop
     bins: Sequence[tuple[float, int]] | None = None
+    beam: int = 0
+    max_verify: int = 0
 
     def __init__(self, config: GammaSettings, setup: DraftSetup) -> None:
         if setup.target is None:
@@ -234,7 +335,10 @@ class ModelDrafter:
         if gamma < 1:
             return DraftTree.empty()
         with ctx.timer("draft.search"):
-            result = self.chain.draft(ctx, gamma, self.bins)
+            if self.beam:
+                result = self.chain.beam(ctx, gamma, self.beam, self.max_verify)
+            else:
+                result = self.chain.draft(ctx, gamma, self.bins, self.max_verify)
         step_info(ctx, result, gamma)
         if result.tree.tokens:
             self.note(ctx)

@@ -3,8 +3,11 @@
 The draft layers (specviz/glide/model.py) read the target's committed KV cache of its top
 layers through DraftContext.target_cache (the delayed cache: as verified up to the last
 step) and keep their own self-attention cache, cropped on rejection. gamma proposal tokens
-per step (`draft-model`); with CAPE on, each position also gets leaf siblings, as many as the
-top-1 confidence bin says (`cape-expansion`). Exact speculative sampling under sampling.
+per step (`draft-model`); with CAPE on, each position also gets leaf siblings, as many extra
+tokens as the top-1 confidence bin says (`cape-expansion`), at most `max_verify` nodes in all;
+with `beam` > 0, a beam search of that width drafts a tree instead (`beam-search`; the paper's
+GLIDE + beam search baseline). Exact speculative sampling under sampling. Presets: `paper`
+(GLIDE + CAPE as the paper ran it), `paper-glide` (GLIDE alone), `paper-beam` (beam 4).
 
 The checkpoint: `checkpoint` if given, else the shipped one for the target
 (specviz/data/checkpoints/glide-<model id>.pt); none, or one trained for another target, is refused with the
@@ -19,10 +22,11 @@ from typing import Any, Sequence
 import torch
 
 from ..glide.checkpoint import CheckpointError, load
-from ..glide.model import GlideDraft, inference_cross_mask
+from ..glide.model import GlideDraft, positions_cross_mask
 from ..resources import data_path
+from ..errors import ConfigError
 from ..settings import setting
-from .base import DraftContext, DrafterSpec, DraftSetup, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, register
 from .chain import GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
@@ -37,13 +41,27 @@ def default_checkpoint(model_id: str) -> Path:
 class GlideConfig(GammaSettings):
     checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
                               "specviz/data/checkpoints/glide-<model>.pt).", kind="file")
+    gamma: int = setting(4, "Proposal tokens per step (default 4 here: on the CPU shorter chains pay, "
+                         "benchmarks/models: gamma 2 1.02x, gamma 4 0.84x of vanilla; the paper uses 5, "
+                         "section 5.1, as the paper preset does).", low=1, high=32)
     cape: bool = setting(False, "CAPE: add siblings at each position, more when the top-1 "
                          "confidence is low.")
-    cape_bins: str = setting("0.3:7,0.6:5,0.8:3,1:1", "CAPE bins 'p:size,...': top-1 probability up "
-                             "to p -> expansion set of that size (proposal included).")
+    cape_bins: str = setting("0.3:7,0.6:5,0.8:3,1:1", "CAPE bins 'p:extra,...': top-1 probability up "
+                             "to p -> that many extra tokens beside the proposal (the paper's "
+                             "7/5/3/1, section 4.2).")
+    max_verify: int = setting(32, "Most draft tokens verified per step, proposal first, then "
+                              "expansions by position (the paper's cap: 32, section 5.3; 0 = no cap).",
+                              low=0, high=512)
+    beam: int = setting(0, "GLIDE + beam search (the paper's baseline, section 5.1 / Table 3: "
+                        "width 4): a beam search of this width over gamma steps, verified as a "
+                        "tree; 0 = a chain.", low=0, high=16)
 
     def check(self) -> None:
         parse_bins(self.cape_bins)
+        if self.beam and self.cape:
+            raise ConfigError("beam", "beam search and CAPE are alternative expansions; turn one off")
+        if self.beam and self.adaptive:
+            raise ConfigError("beam", "an adaptive gamma is for chains; turn adaptive off with a beam")
 
 
 class GlideDraftLM:
@@ -77,16 +95,29 @@ class GlideDraftLM:
 
     def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
         n, start = len(ids), self.length
-        positions = torch.arange(start, start + n, device=self.device)[None]        # [1, n]
         self_visible = torch.ones(n, start + n, dtype=torch.bool)
         self_visible[:, start:] = torch.ones(n, n, dtype=torch.bool).tril()
-        cross = self.cross_inputs(ctx)
-        cached = cross[0][0].shape[2] if cross else 0
-        hidden, self.kv = self.draft.hidden(torch.tensor([list(ids)], device=self.device), positions,
-                                            self.kv, self_visible, cross,
-                                            inference_cross_mask(start, n, cached) if cross else None)
-        self.length += n
+        hidden = self._hidden(ids, list(range(start, start + n)), self_visible, ctx)
         return self.draft.logits(hidden[:, -1:])[0]                                # [1, V]
+
+    def forward_nodes(self, ids: Sequence[int], positions: Sequence[int], visible: torch.Tensor,
+                      ctx: DraftContext) -> torch.Tensor:
+        """Tree nodes (a beam search's frontier): each attends to the cache rows `visible` [n, L + n]
+        says; the target's committed cache as a chain token at its position would. Logits [n, V]."""
+        hidden = self._hidden(ids, list(positions), visible, ctx)
+        return self.draft.logits(hidden)[0]                                        # [n, V]
+
+    def _hidden(self, ids: Sequence[int], positions: list[int], self_visible: torch.Tensor,
+                ctx: DraftContext) -> torch.Tensor:
+        """Append `ids` at `positions` to the own cache; the final hidden states [1, n, H]."""
+        n = len(ids)
+        pos = torch.tensor([positions], device=self.device)                        # [1, n]
+        cross = self.cross_inputs(ctx)
+        cross_visible = positions_cross_mask(torch.tensor(positions), cross[0][0].shape[2]) if cross else None
+        hidden, self.kv = self.draft.hidden(torch.tensor([list(ids)], device=self.device), pos,
+                                            self.kv, self_visible, cross, cross_visible)
+        self.length += n
+        return hidden
 
 
 def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
@@ -108,10 +139,29 @@ class Glide(ModelDrafter):
         draft = load_for(setup.target, setup.target.model_id, config.checkpoint)
         self.chain = self.chain_for(GlideDraftLM(draft), setup)
         self.bins = parse_bins(config.cape_bins) if config.cape else None
+        self.beam = config.beam
+        self.max_verify = config.max_verify
 
+
+_PAPER = "GLIDE with a CAPE: A Low-Hassle Method to Accelerate Speculative Decoding"
+PRESETS = {
+    "paper": Preset(
+        {"gamma": 5, "cape": True, "cape_bins": "0.3:7,0.6:5,0.8:3,1:1", "max_verify": 32, "beam": 0,
+         "adaptive": False},
+        f"{_PAPER}: GLIDE + CAPE; gamma = 5 (section 5.1 'set proposal length gamma to be 5'); "
+        "S(p) = 7, 5, 3, 1 extra tokens for p in (0,.3], (.3,.6], (.6,.8], (.8,1] (section 4.2); "
+        "at most 32 tokens verified per step (section 5.3)"),
+    "paper-glide": Preset(
+        {"gamma": 5, "cape": False, "beam": 0, "adaptive": False},
+        f"{_PAPER}: GLIDE alone, gamma = 5 (section 5.1, the acceptance-rate experiments of section 5.2)"),
+    "paper-beam": Preset(
+        {"gamma": 5, "cape": False, "beam": 4, "max_verify": 32, "adaptive": False},
+        f"{_PAPER}: the GLIDE + BeamSearch baseline (section 5.1, Fig. 6), beam 4 (Appendix C, "
+        "Table 3); gamma = 5 (section 5.1)"),
+}
 
 SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "
                             "gamma tokens; CAPE adds siblings where the draft is unsure.",
                             "Du et al. 2024, GLIDE with a CAPE",
-                            family="model", order=90))
+                            family="model", order=90, presets=PRESETS))

@@ -1,4 +1,4 @@
-"""hierarchy: Hierarchy Drafting (seed 003; zomss/Hierarchy_Drafting).
+"""hierarchy: Hierarchy Drafting (zomss/Hierarchy_Drafting).
 
 Three databases ordered by temporal locality, all keyed by the last committed token, whose
 values are (level - 1)-token continuations; they are read in this order until the draft set
@@ -14,6 +14,11 @@ holds `draft_set` candidates:
    greedy answers to chat prompts (`index build --kind model-db`), static.
 3. statistics DB (source "corpus"): REST's suffix array over a chat corpus; the
    continuations of the longest matching suffix, most frequent first.
+
+With `lookahead` on, Lookahead's Jacobi window (lookahead.JacobiWindow, the same machinery)
+rides along in every verify forward (source "lookahead", never cut) and the n-grams it
+completes go into the context DB: the paper's "tokens generated through parallel decoding",
+as the authors' code does. The `paper` preset turns it on and recycling and cost cutting off.
 
 The candidates are merged into one tree; each node is labelled with the first DB that
 proposed it, and the step info holds how many candidates each DB gave (`db_hits`).
@@ -32,9 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..settings import Settings, setting
-from ..tree import DraftTree, merge_chains
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from ..tree import DraftTree, graft_chains, merge_chains
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .corpus_index import INDEX_HELP, resolve_index
+from .lookahead import JacobiWindow
 from .tree_cutter import TreeCutter, explore_setting
 from ..index.ngram_pool import NgramPool
 
@@ -61,7 +67,13 @@ class HierarchyConfig(Settings):
     corpus_span: int = setting(16, "Longest suffix looked up in the corpus (REST: 16; the authors use 2).",
                                low=1, high=16)
     corpus_matches: int = setting(500, "Corpus matches whose continuations are counted.", low=1, high=20000)
-    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
+    lookahead: bool = setting(False, "Also run Lookahead's Jacobi window in the same forward and put its "
+                              "n-grams into the context DB (the paper's parallel-decoding tokens, as the "
+                              "authors' code does; the paper preset turns it on).")
+    lookahead_window: int = setting(7, "Width W of that Jacobi window (the authors' code: 7); its levels are "
+                                    "level - 1.", low=1, high=64)
+    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
+                                 "(extension, on by default; the paper preset turns it off).")
     share_chances: bool = setting(True, "With size_by_cost: a node's chance is its share of the candidates "
                                         "through its parent times the learned trust (off: the trust alone).")
     first_prior: float = setting(0.3, "Prior chance a candidate's first token is accepted (learned per DB).",
@@ -81,6 +93,9 @@ class HierarchyDrafter:
         self.sa = self.index.suffix if self.index is not None and config.use_corpus else None
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
         self._seen = len(setup.prompt_ids)
+        self.window = (JacobiWindow(config.level, config.lookahead_window, setup.prompt_ids)
+                       if config.lookahead else None)
+        self._db_nodes = 0                  # nodes of the last tree that came from the DBs
 
     def _corpus(self, tokens: list[int], want: int) -> list[tuple[int, ...]]:
         if self.sa is None or want <= 0:
@@ -135,7 +150,12 @@ class HierarchyDrafter:
                     rank.setdefault(node, (db, min(r, RANK_BUCKETS)))
             buckets = [rank[i] for i in range(len(tree))]
             tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost, ctx.info)
+            self._db_nodes = len(tree)
             ctx.info.update(db_hits=hits, candidates=len(chains), kept=len(tree))
+            if self.window is not None:    # the Jacobi columns ride along (never cut)
+                tree, column_nodes = graft_chains(tree, [(c, "lookahead") for c in self.window.chains()])
+                self.window.bind(tree, column_nodes)
+                ctx.info["lookahead"] = [list(lv) for lv in self.window.levels]
             if self.index is None:
                 ctx.info["corpus"] = self.note
             return tree
@@ -143,7 +163,7 @@ class HierarchyDrafter:
     def observe(self, step: StepView) -> None:
         cfg = self.config
         tokens = step.tokens
-        self.cutter.observe(step)
+        self.cutter.observe(self._db_part(step))
         if cfg.recycle and step.tree.tokens:
             # recycled first (so committed n-grams below are the most recent in each LRU list):
             # for each rejected node, the n-gram ending with the target's next token after it
@@ -158,13 +178,37 @@ class HierarchyDrafter:
                     seq = (before + path + [nxt])[-cfg.level:]
                     if len(seq) == cfg.level:
                         self.pool.add(seq[:1], seq[1:])
+        if self.window is not None:        # the window's completed n-grams (parallel decoding)
+            for gram in self.window.advance(step):
+                self.pool.add(gram[:1], gram[1:])
         # committed n-grams that are new since the last step
         self.pool.add_sequence(tokens, start=max(0, self._seen - cfg.level + 1))
         self._seen = len(tokens)
 
 
+    def _db_part(self, step: StepView) -> StepView:
+        """The step as the cutter saw it: the DB nodes only (the Jacobi columns come after them)."""
+        k = self._db_nodes
+        if self.window is None or len(step.tree) <= k:
+            return step
+        t = step.tree
+        part = DraftTree(t.tokens[:k], t.parents[:k], t.sources[:k], t.scores[:k] if t.scores else None)
+        return StepView(part, tuple(i for i in step.accepted if i < k), step.new_tokens, step.tokens,
+                        step.target_top[: k + 1], step.target_topk[: k + 1])
+
+
+PAPER = Preset(
+    {"level": 5, "draft_set": 7, "use_model_db": True, "use_corpus": True, "recycle": False,
+     "lookahead": True, "lookahead_window": 7, "corpus_span": 2, "size_by_cost": False},
+    "Lossless Acceleration of LLMs with Hierarchical Drafting based on Temporal Locality in "
+    "Speculative Decoding, section 3.2 (Database Design: the context DB holds the prompt's tokens "
+    "and tokens from parallel decoding; Hierarchical Access: context, model, statistics DB until "
+    "the draft set holds N); N = 7, LEVEL = 5, Lookahead window 7 and the suffix-array query of "
+    "the last 2 tokens from the authors' code (zomss/Hierarchy_Drafting); no recycling (the "
+    "authors' code fills the context DB by parallel decoding), no cost cutting")
+
 SPEC = register(DrafterSpec("hierarchy", HierarchyConfig, HierarchyDrafter,
                             "Context, model and corpus n-gram DBs read in order of locality (Hierarchy Drafting).",
                             "Cho et al. 2025, Lossless Acceleration of LLMs with Hierarchical Drafting "
                             "based on Temporal Locality in Speculative Decoding",
-                            family="corpus", order=40))
+                            family="corpus", order=40, presets={"paper": PAPER}))

@@ -38,6 +38,7 @@ class TreeCutter:
         self._idle = 0                   # steps in a row, before this one, without a draft
         self._buckets: dict[Hashable, int] = {}
         self._last: tuple[DraftTree, list[float], list[int]] | None = None
+        self.kept: list[int] = []        # after cut: the input tree's node ids that were kept
 
     def _bucket(self, key: Hashable) -> int:
         return self._buckets.setdefault(key, len(self._buckets))
@@ -64,6 +65,7 @@ class TreeCutter:
         in the order to keep them (each prefix closed under ancestors, as
         NgramTrie.top_nodes returns them); else they are ranked by path probability."""
         ids = [self._bucket(b) for b in buckets]
+        self.kept = list(range(len(tree)))
         path: list[float] = []
         for i, par in enumerate(tree.parents):
             trust = (self.first if par < 0 else self.later).factor(ids[i])
@@ -78,7 +80,12 @@ class TreeCutter:
                 k = free_prefix(verify_cost, len(tree))
                 if info is not None:
                     info["explore"] = True
+            if info is not None:         # the sizing in numbers, for the step's narrative
+                info.update(expected_tokens=round(1 + sum(path[i] for i in order[:k]), 3),
+                            predicted_ms=round(1000 * verify_cost(k), 2),
+                            plain_ms=round(1000 * verify_cost(0), 2))
             keep = sorted(order[:k])
+            self.kept = keep
             if len(keep) < len(tree):
                 tree = tree.prune(keep)
                 ratios = [ratios[i] for i in keep]

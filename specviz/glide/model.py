@@ -111,8 +111,13 @@ def block_cross_mask(length: int, block: int = 5) -> torch.Tensor:
 def inference_cross_mask(start: int, n: int, cached: int) -> torch.Tensor:
     """Inference: [n, S] bool for queries at positions start..start+n-1 over S = `cached`
     committed rows: query t sees rows j < min(t, S)."""
-    t = torch.arange(start, start + n)
-    return torch.arange(cached)[None, :] < torch.clamp(t, max=cached)[:, None]
+    return positions_cross_mask(torch.arange(start, start + n), cached)
+
+
+def positions_cross_mask(positions: torch.Tensor, cached: int) -> torch.Tensor:
+    """[n, S] bool for queries at the given positions [n] (tree nodes: any order): query t sees
+    the committed rows j < min(t, S)."""
+    return torch.arange(cached)[None, :] < torch.clamp(positions, max=cached)[:, None]
 
 
 class GlideLayer(nn.Module):

@@ -234,10 +234,13 @@ def fill_cache(target: Any, batch_source: Iterable[torch.Tensor], cfg: TrainConf
 def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg: TrainConfig,
           out: str | Path | None = None, resume: bool = False, data_name: str = "",
           progress: bool = True, held: Iterable[torch.Tensor] = (),
-          target_cache: TargetCache | None = None) -> tuple[GlideDraft, list[StepStats]]:
+          target_cache: TargetCache | None = None,
+          autocast: torch.dtype | None = None) -> tuple[GlideDraft, list[StepStats]]:
     """Train (or resume) a GLIDE draft; returns it and the per-step stats. With epochs > 1 the
     first pass's batches are replayed, their target pass kept in memory or in `target_cache`.
-    `held`: batches kept out of training, evaluated at the end (HeldOut, in the manifest)."""
+    `held`: batches kept out of training, evaluated at the end (HeldOut, in the manifest).
+    `autocast`: mixed precision (bf16 / fp16 compute under torch.autocast; weights, gradients
+    and the optimiser stay fp32); None: plain fp32."""
     cfg.check()
     torch.manual_seed(cfg.seed)
     for p in target.parameters():
@@ -252,6 +255,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     device = next(target.parameters()).device
     draft.to(device).train()
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.0)
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast == torch.float16)   # off: a pass-through
     start_step, consumed, history = 0, 0, []
     source_iter: Iterator[torch.Tensor] = iter(batch_source)
     if resume and out is not None and Path(out).is_file():
@@ -321,7 +325,8 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
         while step < (cfg.stop_after or cfg.steps):
             t0 = time.perf_counter()                   # tokens/s end to end: data + target + draft
             try:
-                ids, tp = next(source)
+                with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                    ids, tp = next(source)
             except StopIteration:
                 if step == start_step:
                     raise DataError("data: no training batches (the data is empty or shorter than "
@@ -329,11 +334,14 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
                 break
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            loss = loss_fn(draft, ids, tp, cfg)
+            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                loss = loss_fn(draft, ids, tp, cfg)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            scaler.scale(loss).backward()          # fp16: loss scaling keeps small gradients alive
+            scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             dt = time.perf_counter() - t0
             step += 1
             value = float(loss.detach())
@@ -357,3 +365,11 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     save()
     draft.eval()
     return draft, history
+
+
+def autocast_dtype(name: str, device: torch.device) -> torch.dtype | None:
+    """train-glide's --dtype: the autocast compute dtype, None for plain float32. auto: bf16 on
+    a GPU that supports it (fp16 needs loss scaling, which train() adds), else float32."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
+    return {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

@@ -9,6 +9,7 @@ import gradio as gr
 
 from .. import viz
 from ..decoding import DecodingConfig
+from ..divergence import with_divergence
 from ..drafters import REGISTRY, baseline, ordered
 from ..trace import Trace
 from . import runner
@@ -66,7 +67,7 @@ def make_compare_handler(panel: SetupPanel):
                      for n in names}
             yield f"… loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
             runner.run_to_end(RunSpec(base.model_id, base_name, (), DecodingConfig(max_new_tokens=WARMUP_TOKENS),
-                                      base.context, base.message))      # untimed warm-up
+                                      base.context, base.message, base.dtype))      # untimed warm-up
             runs: dict[str, list[Trace]] = {n: [] for n in names}
             total = int(rounds) * len(names)
             for r in range(int(rounds)):
@@ -80,17 +81,19 @@ def make_compare_handler(panel: SetupPanel):
                         # replays the baseline's output of this round (run first: names[0])
                         spec = spec.with_drafter(n, REGISTRY[n].with_reference(
                             dict(spec.drafter_values), runs[base_name][-1].output_ids))
-                    runs[n].append(runner.run_to_end(spec))
+                    runs[n].append(runner.run_to_end(spec, session.drafter_store))
         done_runs = [runs[n] for n in names if runs[n]]
         if not done_runs or not runs[base_name]:
             yield f"■ stopped before {base_name} finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
             return
         k = min(len(v) for v in done_runs)
+        ref = runs[base_name][0]
+        done_runs = [[with_divergence(t, ref)[0] for t in v] for v in done_runs]   # each run carries it
         rows = viz.compare_rows([v[:k] for v in done_runs])
         session.compared = {v[0].drafter: v[0] for v in done_runs}
-        ref = runs[base_name][0]
-        note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}), {ref.totals.new_tokens} {base_name} tokens, "
-                f"one warm-up excluded." + (" Stopped early." if session.stop_requested else ""))
+        note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}, {ref.dtype}), {ref.totals.new_tokens} "
+                f"{base_name} tokens, one warm-up excluded." + (" Stopped early." if session.stop_requested else "")
+                + viz.divergence_notes(done_runs))
         yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
                gr.update(choices=list(session.compared), value=None), session)
 

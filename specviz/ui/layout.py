@@ -21,12 +21,16 @@ from . import runner  # noqa: E402
 from .compare_tab import build_compare_tab, make_compare_handler, pick_compared  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
-from .inspector import build_inspector, clamp, most_accepted_step, render_step  # noqa: E402
+from .machine_tab import build_machine_tab, make_doctor_handler  # noqa: E402
+from .inspector import build_inspector, clamp, most_accepted_step, play_interval, play_state, render_step  # noqa: E402
+from .keyboard import KEYBOARD_HEAD  # noqa: E402
+from .landing import landing_note, landing_step, new_landing_session  # noqa: E402
+from .progress import tracked  # noqa: E402
 from .presets import load_presets  # noqa: E402
 from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E402
 from .results_tab import build_results_tab, render_results  # noqa: E402
 from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
-from .session import RunSpec, Session, close_session, new_session  # noqa: E402
+from .session import RunSpec, Session, close_session  # noqa: E402
 from .setup_panel import build_setup_panel  # noqa: E402
 from .summary_tab import build_summary, render_summary  # noqa: E402
 from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
@@ -36,9 +40,10 @@ from .retrieval_tab import build_retrieval_tab  # noqa: E402
 CSS = """
 .gradio-container {max-width: 1500px !important}
 #counters p {font-size: 1.02em}
-"""
+#step-narrative {font-size: 0.95em}
+""" + viz.theme_css()          # token colours for the light and the dark theme
 LAUNCH_OPTIONS: dict[str, Any] = {"theme": gr.themes.Soft(primary_hue="blue"), "css": CSS,
-                                  "max_file_size": UPLOAD_LIMIT}
+                                  "head": KEYBOARD_HEAD, "max_file_size": UPLOAD_LIMIT}
 
 INTRO = """# specviz: speculative decoding, step by step
 A cheap **drafter** guesses the next tokens (a chain or a tree); the model checks all guesses in
@@ -74,10 +79,11 @@ def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, messag
 
 
 def build_demo() -> gr.Blocks:
-    """The explorer page; loads no model (the first run does)."""
+    """The explorer page; loads no model (the first run does). It opens on a recorded trace
+    (landing.py)."""
     presets = load_presets()
     with gr.Blocks(title="specviz explorer") as demo:
-        session = gr.State(new_session, delete_callback=close_session)
+        session = gr.State(new_landing_session, delete_callback=close_session)
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
@@ -111,46 +117,88 @@ def build_demo() -> gr.Blocks:
                 replay = build_replay_tab()
             with gr.Tab("Benchmark results"):
                 results = build_results_tab()
+            with gr.Tab("Machine"):
+                machine = build_machine_tab()
 
         # ---- views: everything below the run reads session.trace ------------------------------
         step_outputs = [*inspector.outputs, run.output]
         all_outputs = [*step_outputs, *summary.outputs, replay.download]
 
-        def show_step(s: Session, k: Any) -> list[Any]:
+        def show_step(s: Session, k: Any, move_slider: bool = True) -> list[Any]:
             trace = s.trace if isinstance(s, Session) else None
             k = clamp(trace, k)
-            html = viz.output_html(viz.output_spans(trace.steps, trace.token_text), highlight_step=k) \
+            html = viz.output_html(viz.output_spans(trace.steps, trace.output_pieces), highlight_step=k) \
                 if trace is not None else gr.skip()
-            return [*render_step(trace, k), html]
+            return [*render_step(trace, k, move_slider), html]
 
         def show_run(s: Session, where: str) -> list[Any]:
             trace = s.trace if isinstance(s, Session) else None
             k = 0
             if trace is not None and trace.steps:
-                k = len(trace.steps) - 1 if where == "last" else most_accepted_step(trace)
+                if where == "last":
+                    k = len(trace.steps) - 1
+                elif where == "landing":
+                    k = landing_step(trace)
+                else:
+                    k = most_accepted_step(trace)
             return [*show_step(s, k), *render_summary(trace), write_trace(trace)]
 
         views = dict(concurrency_limit=8, concurrency_id="views", api_visibility="private")
         first, last = gr.State("best"), gr.State("last")
-        inspector.slider.input(show_step, [session, inspector.slider], step_outputs, trigger_mode="always_last", **views)
+        inspector.slider.input(lambda s, k: show_step(s, k, move_slider=False), [session, inspector.slider], step_outputs, trigger_mode="always_last", **views)
         inspector.prev.click(lambda s, k: show_step(s, int(k or 0) - 1), [session, inspector.slider], step_outputs, **views)
         inspector.next.click(lambda s, k: show_step(s, int(k or 0) + 1), [session, inspector.slider], step_outputs, **views)
+
+        # ---- Play: a timer steps forward at the chosen speed until the last step ----------------
+        playing = gr.State(False)
+        play_outputs = [inspector.timer, inspector.play, playing]
+        skip_steps = [gr.skip()] * len(step_outputs)
+
+        def toggle_play(s: Session, k: Any, is_playing: bool) -> list[Any]:
+            trace = s.trace if isinstance(s, Session) else None
+            if is_playing or trace is None or len(trace.steps) < 2:
+                return [*play_state(False), *skip_steps]
+            k = clamp(trace, k)
+            if k >= len(trace.steps) - 1:          # at the end: play from the start
+                return [*play_state(True), *show_step(s, 0)]
+            return [*play_state(True), *skip_steps]
+
+        def play_tick(s: Session, k: Any) -> list[Any]:
+            trace = s.trace if isinstance(s, Session) else None
+            if trace is None or clamp(trace, k) >= len(trace.steps) - 1:
+                return [*play_state(False), *skip_steps]
+            k = clamp(trace, k) + 1
+            return [*(play_state(False) if k >= len(trace.steps) - 1 else [gr.skip()] * 3), *show_step(s, k)]
+
+        inspector.play.click(toggle_play, [session, inspector.slider, playing], [*play_outputs, *step_outputs], **views)
+        inspector.timer.tick(play_tick, [session, inspector.slider], [*play_outputs, *step_outputs],
+                             trigger_mode="once", show_progress="hidden", **views)
+        inspector.speed.change(play_interval, inspector.speed, inspector.timer, api_visibility="private")
+
+        # ---- the landing trace: shown before anything runs --------------------------------------
+        def show_landing(s: Session) -> list[Any]:
+            trace = s.trace if isinstance(s, Session) else None
+            return [*show_run(s, "landing"), landing_note(trace)]
+
+        demo.load(show_landing, session, [*all_outputs, run.counters], **views)
 
         # ---- runs: one at a time on the shared model ------------------------------------------
         model_slot = dict(concurrency_limit=1, concurrency_id="model")
         inputs = [session, *panel.inputs]
-        gen = run.generate.click(make_stream_handler(panel), inputs, [run.output, run.counters, session],
+        gen = run.generate.click(tracked(make_stream_handler(panel), 1, "loading the model"), inputs, [run.output, run.counters, session],
                                  api_name="generate", **model_slot)
         gen.then(show_run, [session, first], all_outputs, **views)
         run.stop.click(request_stop, session, None, concurrency_limit=None, api_visibility="private")
-        teach = run.step.click(make_teach_handler(panel), inputs, [run.output, run.counters, session],
+        teach = run.step.click(tracked(make_teach_handler(panel), 1, "loading the model"), inputs, [run.output, run.counters, session],
                                api_name="teach_step", **model_slot)
         teach.success(show_run, [session, last], all_outputs, **views)
         run.reset.click(teach_reset, session, [run.output, run.counters, session], api_visibility="private")
 
-        cmp = compare.run.click(make_compare_handler(panel), [session, compare.drafters, compare.rounds, *panel.inputs],
+        cmp = compare.run.click(tracked(make_compare_handler(panel), 3, "loading the model"), [session, compare.drafters, compare.rounds, *panel.inputs],
                                 [compare.status, compare.table, compare.plot, compare.pick, session],
                                 api_name="compare", **model_slot)
+        machine.run.click(make_doctor_handler(panel), [panel.model, panel.dtype], [machine.report, machine.plot],
+                          api_visibility="private", **model_slot)
         compare.pick.input(pick_compared, [session, compare.pick], session, api_visibility="private") \
             .then(show_run, [session, first], all_outputs, **views)
 

@@ -11,6 +11,7 @@ import gradio as gr
 from .. import viz
 from ..drafters import baseline
 from ..settings import to_dict
+from ..token_pieces import PieceStream
 from ..trace import StepRecord, Trace
 from . import runner
 from .errors import shown_to_user
@@ -56,8 +57,9 @@ def _remember(session: Session, trace: Trace) -> None:
             trace.totals.tokens_per_s
 
 
-def _live_view(steps: Sequence[StepRecord], token_text: Any, vanilla: float | None, status: str) -> tuple[str, str]:
-    spans = viz.output_spans(steps, token_text)
+def _live_view(steps: Sequence[StepRecord], pieces: Sequence[str], vanilla: float | None,
+               status: str) -> tuple[str, str]:
+    spans = viz.output_spans(steps, pieces)
     return viz.output_html(spans), viz.counters_markdown(steps, vanilla, status)
 
 
@@ -71,24 +73,26 @@ def make_stream_handler(panel: SetupPanel):
         with shown_to_user():
             spec = panel.spec(values)
             yield gr.skip(), f"… loading `{spec.model_id}` and preparing `{spec.drafter}`...", session
-            run = runner.start(spec)
-        names = runner.TokenText(run.lm.tokenizer)
+            run = runner.start(spec, session.drafter_store)
+        pieces = PieceStream(run.lm.tokenizer)         # the output's text, token by token, in place
         vanilla = _vanilla_tps(session, run)
         last = 0.0
         while not session.stop_requested:
-            step = runner.advance(run.steps_iter)
+            with shown_to_user():            # a model that rejects the tree mask fails here, at step 0
+                step = runner.advance(run.steps_iter)
             if step is None:
                 break
             run.steps.append(step)
+            pieces.extend(step.new_tokens)
             if time.perf_counter() - last > STREAM_EVERY_S:
                 last = time.perf_counter()
-                yield (*_live_view(run.steps, names, vanilla, f"… generating with `{spec.drafter}`..."), session)
+                yield (*_live_view(run.steps, pieces.pieces, vanilla, f"… generating with `{spec.drafter}`..."), session)
         stopped = session.stop_requested
         runner.stop(run)
         trace = runner.finish(run)
         _remember(session, trace)
         status = ("■ stopped: kept what was generated" if stopped else f"✓ done ({trace.stop_reason})")
-        yield (*_live_view(trace.steps, trace.token_text, vanilla, status), session)
+        yield (*_live_view(trace.steps, trace.output_pieces, vanilla, status), session)
 
     return stream_generate
 
@@ -108,9 +112,10 @@ def make_teach_handler(panel: SetupPanel):
             spec: RunSpec = panel.spec(values)
             if session.live is None or session.live.spec != spec or session.live.done:
                 session.close()
-                session.live = runner.start(spec)
+                session.live = runner.start(spec, session.drafter_store)
         run = session.live
-        step = runner.advance(run.steps_iter)
+        with shown_to_user():
+            step = runner.advance(run.steps_iter)
         if step is None or step.stop:
             run.done = True
         if step is not None:
@@ -119,7 +124,7 @@ def make_teach_handler(panel: SetupPanel):
         _remember(session, trace)
         status = (f"Teaching mode: step {len(run.steps) - 1} done"
                   + (f"; the run is over ({trace.stop_reason}); the next click starts again" if run.done else ""))
-        html, counters = _live_view(trace.steps, trace.token_text, _vanilla_tps(session, run), status)
+        html, counters = _live_view(trace.steps, trace.output_pieces, _vanilla_tps(session, run), status)
         return html, counters, session
 
     return teach_step

@@ -15,6 +15,7 @@ from ..trace import StepRecord, Trace
 from ..user_files import check_text_size
 from ..web_policy import check_request
 from ..drafters.base import get
+from ..drafters.choice import parse_choice
 from .session import LiveRun, RunSpec
 
 
@@ -24,20 +25,32 @@ def drafter_config(spec: RunSpec, lm: LoadedModel, prompt: Any) -> Any:
     return reference_config(lm, prompt, spec.drafter, dict(spec.drafter_values), spec.decoding)
 
 
-def start(spec: RunSpec) -> LiveRun:
+def resolve(spec: RunSpec) -> RunSpec:
+    """A drafter given as text with a preset (`ngram_trie@paper`, from the API) -> its name and
+    values (the preset's, then the spec's own settings on top)."""
+    if "@" not in spec.drafter and "[" not in spec.drafter:
+        return spec
+    choice = parse_choice(spec.drafter, validate=False)
+    return spec.with_drafter(choice.name, choice.values(dict(spec.drafter_values)))
+
+
+def start(spec: RunSpec, store: Any = None) -> LiveRun:
     """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError.
+    `store`: the session's drafters.store.DrafterStore (what drafters keep across its runs).
 
     Every web request comes through here: its model and path settings are checked against
     the server's allow-lists (web_policy) before anything is read."""
+    spec = resolve(spec)
     values = dict(spec.drafter_values)
     check_request(spec.model_id, spec.drafter, values)
     check_text_size(spec.context, "context")
     check_text_size(spec.message, "message")
     get(spec.drafter).config(values)                        # bad settings fail before loading
-    lm = load_model(spec.model_id or "embedded")
+    lm = load_model(spec.model_id or "embedded", dtype=spec.dtype)
     prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
     config = drafter_config(spec, lm, prompt)
-    return LiveRun(spec, lm, prompt, config, generate_steps(lm, prompt, spec.drafter, config, spec.decoding))
+    return LiveRun(spec, lm, prompt, config,
+                   generate_steps(lm, prompt, spec.drafter, config, spec.decoding, store))
 
 
 def advance(steps_iter: Iterator[StepRecord]) -> StepRecord | None:
@@ -56,33 +69,11 @@ def finish(run: LiveRun) -> Trace:
     return build_trace(run.lm, run.prompt, run.spec.drafter, run.config, run.spec.decoding, run.steps)
 
 
-def run_to_end(spec: RunSpec) -> Trace:
-    run = start(spec)
+def run_to_end(spec: RunSpec, store: Any = None) -> Trace:
+    run = start(spec, store)
     while (step := advance(run.steps_iter)) is not None:
         run.steps.append(step)
     return finish(run)
-
-
-class TokenText(Mapping[int, str]):
-    """id -> decoded piece, decoded lazily with the model's tokenizer (for streaming, before a
-    Trace with its own token_text exists)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tok, self._cache = tokenizer, {}
-
-    def __getitem__(self, tok: int) -> str:
-        if tok not in self._cache:
-            self._cache[tok] = self._tok.decode([tok])
-        return self._cache[tok]
-
-    def get(self, tok: int, default: Any = None) -> Any:  # type: ignore[override]
-        return self[tok]
-
-    def __iter__(self):
-        return iter(self._cache)
-
-    def __len__(self) -> int:
-        return len(self._cache)
 
 
 def decoding_of(values: Mapping[str, Any]) -> DecodingConfig:

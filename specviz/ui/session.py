@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..decoding import DecodingConfig
+from ..drafters.store import DrafterStore
 from ..trace import StepRecord, Trace
 
 
@@ -18,9 +19,11 @@ class RunSpec:
     decoding: DecodingConfig
     context: str
     message: str
+    dtype: str = "auto"                           # precision.DTYPE_CHOICES
 
     def with_drafter(self, name: str, values: dict[str, Any]) -> "RunSpec":
-        return RunSpec(self.model_id, name, tuple(values.items()), self.decoding, self.context, self.message)
+        return RunSpec(self.model_id, name, tuple(values.items()), self.decoding, self.context, self.message,
+                       self.dtype)
 
 
 @dataclass
@@ -42,6 +45,9 @@ class Session:
     stop_requested: bool = False
     vanilla_tps: dict[tuple, float] = field(default_factory=dict)   # reference per input
     compared: dict[str, Trace] = field(default_factory=dict)        # last comparison's runs
+    # what drafters keep across this tab's generations (ADED's adapted table); per tab, never
+    # shared between users
+    drafter_store: DrafterStore = field(default_factory=DrafterStore)
 
     def close(self) -> None:
         """Drop the live iterator (frees its KV cache)."""

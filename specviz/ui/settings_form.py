@@ -64,5 +64,12 @@ class SettingsForm:
         return {setting: value for (group, setting), value in zip(self.keys, flat)
                 if group == name and value is not None}
 
+    def fill(self, name: str, values: Mapping[str, Any], config_cls: type) -> list[Any]:
+        """One update per component (as `components` are ordered): the group `name`'s inputs get
+        `values`, or their default where `values` has none; every other group is left alone."""
+        defaults = {i.name: i.default for i in describe(config_cls)}
+        return [gr.update(value=values.get(setting, defaults.get(setting))) if group == name else gr.skip()
+                for group, setting in self.keys]
+
     def show_only(self, name: str) -> list[Any]:
         return [gr.update(visible=(g == name)) for g in self.groups]

@@ -1,5 +1,6 @@
-"""The run set-up: model, drafter (from the registry) with its settings, decoding settings,
-and the text inputs; turns the inputs' values into a RunSpec."""
+"""The run set-up: model, drafter (from the registry) with its settings and presets (a preset
+fills the settings form; drafters.choice resolves it, as for the CLI and bench), decoding
+settings, and the text inputs; turns the inputs' values into a RunSpec."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,11 +10,15 @@ import gradio as gr
 
 from ..decoding import DecodingConfig
 from ..drafters.base import REGISTRY, default, names
+from ..drafters.choice import DrafterChoice
+from ..errors import ConfigError
+from ..precision import DTYPE_CHOICES
 from ..settings import build
 from .session import RunSpec
 from .settings_form import SettingsForm
 
 DECODING_OVERRIDES = {"max_new_tokens": {"maximum": 1024, "value": 128, "label": "max new tokens"}}
+DEFAULTS = "defaults"          # the preset dropdown's entry for the drafter's own defaults
 
 
 def drafter_names() -> list[str]:
@@ -27,6 +32,25 @@ def drafter_about(name: str) -> str:
     return f"**{name}**: {spec.summary}{ref}"
 
 
+def preset_names(name: str) -> list[str]:
+    """The preset dropdown's choices for a drafter: its defaults, then its presets."""
+    return [DEFAULTS, *REGISTRY[name].presets] if name in REGISTRY else [DEFAULTS]
+
+
+def preset_note(name: str, preset: str | None) -> str:
+    if not preset or preset == DEFAULTS or name not in REGISTRY:
+        return ""
+    return f"*Preset `{name}@{preset}`: {REGISTRY[name].presets[preset].source}.*"
+
+
+def preset_updates(form: SettingsForm, name: str, preset: str | None) -> list[Any]:
+    """The drafter form's updates for a preset: its values, every other setting at its default."""
+    if name not in REGISTRY:
+        return [gr.skip() for _ in form.components]
+    values = DrafterChoice(name, None if not preset or preset == DEFAULTS else preset).values()
+    return form.fill(name, values, REGISTRY[name].config_cls)
+
+
 @dataclass
 class SetupPanel:
     model: gr.Textbox
@@ -36,22 +60,32 @@ class SetupPanel:
     decoding_form: SettingsForm
     context: gr.Textbox | None = None
     message: gr.Textbox | None = None
+    preset: gr.Dropdown | None = None       # fills drafter_form; not an input of the run itself
+    preset_about: gr.Markdown | None = None
+    dtype: gr.Dropdown | None = None
 
     @property
     def inputs(self) -> list[Any]:
+        # the dtype comes last, so the positions of everything before it stay as they were
         return [self.model, self.drafter, self.context, self.message,
-                *self.decoding_form.components, *self.drafter_form.components]
+                *self.decoding_form.components, *self.drafter_form.components,
+                *([self.dtype] if self.dtype is not None else [])]
 
     def spec(self, values: Sequence[Any]) -> RunSpec:
         """A RunSpec from the values of `inputs`; raises ConfigError for a bad value."""
         model, drafter, context, message = values[:4]
         n_dec = len(self.decoding_form.components)
         decoding = build(DecodingConfig, self.decoding_form.values("decoding", values[4:4 + n_dec]))
-        settings = self.drafter_form.values(drafter, values[4 + n_dec:])
+        n_drafter = len(self.drafter_form.components)
+        settings = self.drafter_form.values(drafter, values[4 + n_dec:4 + n_dec + n_drafter])
         if drafter in REGISTRY:
             REGISTRY[drafter].config(settings)              # validate now: ConfigError names the field
+        rest = values[4 + n_dec + n_drafter:]
+        dtype = (rest[0] if rest and rest[0] else "auto") if self.dtype is not None else "auto"
+        if dtype not in DTYPE_CHOICES:
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
         return RunSpec((model or "").strip() or "embedded", drafter, tuple(settings.items()), decoding,
-                       context or "", message or "")
+                       context or "", message or "", dtype)
 
 
 def build_setup_panel() -> SetupPanel:
@@ -60,8 +94,17 @@ def build_setup_panel() -> SetupPanel:
     model = gr.Textbox(value="embedded", label="Model", elem_id="model-id",
                        info="'embedded' (SmolLM2-135M-Instruct, offline), 'tiny-random' (random weights, "
                             "for trying the page), a local path or a hub id. Loaded once, then cached.")
-    drafter = gr.Dropdown(choices=listed, value=chosen, label="Drafter", elem_id="drafter")
+    dtype = gr.Dropdown(choices=list(DTYPE_CHOICES), value="auto", label="Precision", elem_id="dtype",
+                        info="auto: float32 on a CPU, and on a GPU when the model fits (outputs equal "
+                             "vanilla's exactly); bfloat16 / float16: faster on a GPU, outputs equal "
+                             "vanilla's up to near-ties (the Compare tab explains each difference)")
+    with gr.Row():
+        drafter = gr.Dropdown(choices=listed, value=chosen, label="Drafter", elem_id="drafter", scale=2)
+        preset = gr.Dropdown(choices=preset_names(chosen), value=DEFAULTS, label="Preset", elem_id="preset",
+                             scale=1, info="Fills the settings: 'paper' = the paper's own method "
+                                           "(every extension off); 'defaults' = ours.")
     about = gr.Markdown(drafter_about(chosen))
+    preset_about = gr.Markdown("")
     form = SettingsForm()
     with gr.Accordion("Drafter settings", open=True):
         for name in listed:
@@ -69,6 +112,11 @@ def build_setup_panel() -> SetupPanel:
     decoding = SettingsForm()
     with gr.Accordion("Decoding", open=False):
         decoding.add_group("decoding", DecodingConfig, overrides=DECODING_OVERRIDES)
-    drafter.change(lambda n: [drafter_about(n), *form.show_only(n)], inputs=drafter,
-                   outputs=[about, *form.groups.values()], queue=False, api_visibility="private")
-    return SetupPanel(model, drafter, about, form, decoding)
+    drafter.change(lambda n: [drafter_about(n), gr.update(choices=preset_names(n), value=DEFAULTS), "",
+                              *form.show_only(n)], inputs=drafter,
+                   outputs=[about, preset, preset_about, *form.groups.values()], queue=False,
+                   api_visibility="private")
+    preset.input(lambda n, p: [preset_note(n, p), *preset_updates(form, n, p)], inputs=[drafter, preset],
+                 outputs=[preset_about, *form.components], queue=False, api_visibility="private")
+    return SetupPanel(model, drafter, about, form, decoding, preset=preset, preset_about=preset_about,
+                      dtype=dtype)

@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
+from ..divergence import of_trace
 from ..trace import Trace
 
 
@@ -37,8 +38,12 @@ def about_markdown(trace: Trace) -> str:
     lines = [f"**{t.new_tokens} tokens in {t.steps} steps**, {t.tokens_per_s:.1f} tokens/s "
              f"({t.seconds:.2f} s, prefill {t.prefill_seconds * 1e3:.0f} ms), mean "
              f"{t.mean_accepted:.2f} tokens per step, stop: {trace.stop_reason}",
-             f"model `{trace.model_id}` on {trace.device} ({trace.dtype}) · drafter `{trace.drafter}` "
-             f"({config}) · decoding {trace.decoding}"]
+             f"model `{trace.model_id}` on {trace.device} ({trace.dtype})"
+             + (f", peak GPU memory {trace.peak_memory_mb:,.0f} MiB" if trace.peak_memory_mb is not None else "")
+             + f" · drafter `{trace.drafter}` ({config}) · decoding {trace.decoding}"]
+    d = of_trace(trace)
+    if d is not None:
+        lines.append(f"compared with vanilla: {d.line(trace.token_text)}")
     m = trace.draft_metrics()
     if m:
         lines.append(f"model drafting: acceptance rate α {m['alpha']:.2f}, cost coefficient c {m['c']:.2f} "

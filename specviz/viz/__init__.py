@@ -7,9 +7,11 @@ explorer, notebooks and scripts.
     from specviz.viz import tree_figure, mask_figure, output_html
     tree_figure(trace, 3); mask_figure(trace, 3); output_html(trace)
 """
-from .compare import CompareRow, compare_figure, compare_rows, verify_per_step
+from .compare import CompareRow, compare_figure, compare_rows, divergence_notes, verify_per_step
+from .machine import cost_curve_figure, doctor_markdown
 from .mask import mask_figure, mask_view, verifier_mask
-from .palette import KIND_COLOURS, source_colour
+from .narrative import step_narrative
+from .palette import FIGURE_TEMPLATE, KIND_COLOURS, contrast_ratio, source_colour, theme_css, token_colours
 from .run_figures import acceptance_by_depth, acceptance_figure, accepted_hist_figure, tokens_over_time_figure
 from .spans import Span, context_highlight_html, legend_html, output_html, output_spans, prompt_char_spans
 from .summary import counters_markdown, step_markdown
@@ -17,10 +19,11 @@ from .timing import phase_totals_figure, step_timing_figure, timing_by_step, tim
 from .tree import node_status, tree_figure, tree_layout
 
 __all__ = [
-    "CompareRow", "KIND_COLOURS", "Span", "acceptance_by_depth", "acceptance_figure",
-    "accepted_hist_figure", "compare_figure", "compare_rows", "context_highlight_html",
-    "counters_markdown", "legend_html", "mask_figure", "mask_view", "node_status",
+    "CompareRow", "FIGURE_TEMPLATE", "KIND_COLOURS", "Span", "acceptance_by_depth", "acceptance_figure",
+    "accepted_hist_figure", "compare_figure", "compare_rows", "context_highlight_html", "contrast_ratio",
+    "cost_curve_figure", "counters_markdown", "divergence_notes", "doctor_markdown", "legend_html",
+    "mask_figure", "mask_view", "node_status",
     "output_html", "output_spans", "phase_totals_figure", "prompt_char_spans", "source_colour",
-    "step_markdown", "step_timing_figure", "timing_by_step", "timing_stack_figure",
+    "step_markdown", "step_narrative", "step_timing_figure", "theme_css", "token_colours", "timing_by_step", "timing_stack_figure",
     "tokens_over_time_figure", "tree_figure", "tree_layout", "verifier_mask", "verify_per_step",
 ]

@@ -2,7 +2,10 @@
 
 The vanilla run (plain decoding) of the same input, measured in the same session, is the
 reference for speedup and for the "identical output" check, which is only a claim under
-greedy decoding (under sampling, outputs differ run to run by design).
+greedy decoding (under sampling, outputs differ run to run by design). Where a run differs,
+the divergence column says whether at a near-tie (rounding, e.g. in bfloat16) or at a
+mismatch (a bug), with the target's top-2 logits there (divergence.py), and the speedup is
+also given over the text both runs share.
 """
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..divergence import IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, explain, of_trace
 from ..draft_metrics import priced_speedup
 from ..trace import Trace
-from .palette import show_token
+from .palette import FIGURE_TEMPLATE, show_token
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class CompareRow:
     new_tokens: int
     identical: str          # "yes" / "no" / "n/a (sampling)"
     first_difference: str   # "" when identical
+    divergence: str = ""    # "" / "near-tie at #37" / "mismatch at #5" / ... (divergence.py)
+    shared_speedup: float | None = None   # speedup over the tokens shared with vanilla (None: nothing shared)
     # model drafters only (draft_metrics): acceptance rate and the analytic expected speedup,
     # beside the measured one, and the same with the verify forward priced at its measured
     # cost in vanilla steps (the formula takes it as one); None for the others
@@ -38,12 +44,14 @@ class CompareRow:
     @staticmethod
     def columns() -> list[str]:
         return ["drafter", "tokens/s", "speedup vs vanilla", "mean accepted", "steps",
-                "new tokens", "identical to vanilla", "first differing token", "alpha",
+                "new tokens", "identical to vanilla", "divergence", "speedup, shared text",
+                "first differing token", "alpha",
                 "expected speedup", "expected, verify priced"]
 
     def cells(self) -> list:
         return [self.drafter, round(self.tokens_per_s, 1), round(self.speedup, 2),
                 round(self.mean_accepted, 2), self.steps, self.new_tokens, self.identical,
+                self.divergence, "" if self.shared_speedup is None else round(self.shared_speedup, 2),
                 self.first_difference, "" if self.alpha is None else round(self.alpha, 2),
                 "" if self.expected_speedup is None else round(self.expected_speedup, 2),
                 "" if self.expected_priced is None else round(self.expected_priced, 2)]
@@ -76,6 +84,9 @@ def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
     for traces in runs:
         tps = median(t.totals.tokens_per_s for t in traces)
         diff = first_difference(ref, traces[0])
+        div = of_trace(traces[0]) or explain(ref, traces[0])
+        if div.verdict not in (IDENTICAL, SAMPLING):
+            diff = f"{diff}; {div.explanation(dict(ref.token_text) | dict(traces[0].token_text))}"
         model = traces[0].draft_metrics()
         plain, mine = median(verify_per_step(t) for t in vanilla), median(verify_per_step(t) for t in traces)
         priced = (priced_speedup(model["alpha"], int(model["gamma"]), model["c"], mine / plain)
@@ -85,8 +96,28 @@ def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
             median(t.totals.mean_accepted for t in traces), traces[0].totals.steps,
             traces[0].totals.new_tokens,
             ("no" if diff else "yes") if greedy else "n/a (sampling)", diff,
+            "" if traces is vanilla else div.short(), None if traces is vanilla else div.shared_speedup,
             model.get("alpha"), model.get("expected_speedup"), priced))
     return rows
+
+
+def divergence_notes(runs: Sequence[Sequence[Trace]]) -> str:
+    """A sentence for the compare status: which runs left vanilla's text and what that means
+    ('' when every run is identical or none carries a comparison)."""
+    near, bugs = [], []
+    for traces in runs[1:]:
+        d = of_trace(traces[0])
+        if d is not None and d.verdict == NEAR_TIE:
+            near.append(f"`{traces[0].drafter}` (#{d.position})")
+        elif d is not None and d.verdict == MISMATCH:
+            bugs.append(f"`{traces[0].drafter}` (#{d.position})")
+    out = ""
+    if near:
+        out += (f" Left vanilla's text at a near-tie (rounding in {runs[0][0].dtype}, not a bug): "
+                f"{', '.join(near)}; their speedup is also given over the shared text.")
+    if bugs:
+        out += f" ⚠️ Mismatch, a bug to report: {', '.join(bugs)}."
+    return out
 
 
 def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
@@ -100,5 +131,5 @@ def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
         fig.add_trace(go.Bar(x=names, y=vals, marker_color=colours, showlegend=False,
                              text=[fmt.format(v) for v in vals], textposition="auto"), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dot", line_color="#868e96", row=1, col=2)
-    fig.update_layout(template="plotly_white", height=340, margin=dict(l=20, r=20, t=50, b=30))
+    fig.update_layout(template=FIGURE_TEMPLATE, height=340, margin=dict(l=20, r=20, t=50, b=30))
     return fig

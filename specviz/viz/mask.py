@@ -12,7 +12,7 @@ import torch
 
 from ..trace import Trace
 from ..tree import build_buffers
-from .palette import show_token
+from .palette import FIGURE_TEMPLATE, show_token
 
 
 def verifier_mask(trace: Trace, step_index: int) -> np.ndarray:
@@ -54,7 +54,7 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
              for r in range(view.shape[0])]
     fig = go.Figure(go.Heatmap(
         z=view.astype(int), x=list(range(view.shape[1])), y=list(range(view.shape[0])),
-        colorscale=[[0, "#f8f9fa"], [1, "#1c7ed6"]], zmin=0, zmax=1, showscale=False,
+        colorscale=[[0, "rgba(134,142,150,0.15)"], [1, "#1c7ed6"]], zmin=0, zmax=1, showscale=False,
         hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
     n = view.shape[0]
     pads = n - 1 - len(step.tree)
@@ -62,7 +62,7 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
         title=dict(text=f"blue = may attend · first column: the {past_len} committed tokens"
                         + (f" · {pads} inert pad rows" if pads else ""), font=dict(size=12), y=0.01,
                    yanchor="bottom"),
-        template="plotly_white", height=max(300, min(900, 16 * n + 200)),
+        template=FIGURE_TEMPLATE, height=max(300, min(900, 16 * n + 200)),
         margin=dict(l=20, r=20, t=90, b=50),
         xaxis=dict(tickmode="array", tickvals=list(range(len(cols))), ticktext=cols, side="top",
                    tickangle=-60, tickfont=dict(size=10)),

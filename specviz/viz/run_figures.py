@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 
 from ..trace import Trace
 from ..trace import acceptance_by_depth as steps_acceptance_by_depth
+from .palette import FIGURE_TEMPLATE
 
 
 def accepted_hist_figure(trace: Trace) -> go.Figure:
@@ -16,7 +17,7 @@ def accepted_hist_figure(trace: Trace) -> go.Figure:
     fig = go.Figure(go.Bar(x=xs, y=[counts.get(x, 0) for x in xs], marker_color="#1c7ed6"))
     fig.update_layout(title=dict(text=f"Tokens committed per step (mean {trace.totals.mean_accepted:.2f})",
                                  font=dict(size=14)),
-                      template="plotly_white", height=300, margin=dict(l=20, r=20, t=40, b=30),
+                      template=FIGURE_TEMPLATE, height=300, margin=dict(l=20, r=20, t=40, b=30),
                       xaxis=dict(title="tokens in the step (accepted + bonus)", dtick=1), yaxis_title="steps")
     return fig
 
@@ -33,7 +34,7 @@ def acceptance_figure(trace: Trace) -> go.Figure:
                            text=[f"{a}/{t}" for t, a in stats.values()], textposition="auto"))
     fig.update_layout(title=dict(text="Acceptance rate by draft depth (given the depth was tested)",
                                  font=dict(size=14)),
-                      template="plotly_white", height=300, margin=dict(l=20, r=20, t=40, b=30),
+                      template=FIGURE_TEMPLATE, height=300, margin=dict(l=20, r=20, t=40, b=30),
                       xaxis=dict(title="draft depth", dtick=1), yaxis=dict(title="accepted", range=[0, 1.05]))
     return fig
 
@@ -47,7 +48,7 @@ def tokens_over_time_figure(trace: Trace) -> go.Figure:
         ys.append(n)
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", line=dict(color="#1c7ed6"),
                                marker=dict(size=4), name=trace.drafter))
-    fig.update_layout(title=dict(text="Tokens over time", font=dict(size=14)), template="plotly_white",
+    fig.update_layout(title=dict(text="Tokens over time", font=dict(size=14)), template=FIGURE_TEMPLATE,
                       height=300, margin=dict(l=20, r=20, t=40, b=30),
                       xaxis_title="seconds (prefill included)", yaxis_title="output tokens")
     return fig

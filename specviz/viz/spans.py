@@ -3,16 +3,19 @@ where the accepted drafts were copied from.
 
 Token kinds: "draft" (accepted from the draft, coloured by its source label), "bonus" (the
 target's own token after the accepted draft) and "plain" (a step without a draft).
-HTML is built here with inline styles, so it renders the same in any front end.
+HTML is built here with inline styles, so it renders the same in any front end; each token
+span sets its background and its text colour through the theme's CSS variables (palette.py),
+so it reads in a light and a dark page alike.
 """
 from __future__ import annotations
 
 import html
+from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..trace import StepRecord, Trace
-from .palette import KIND_COLOURS, source_colour
+from .palette import KIND_COLOURS, source_colour, token_style
 
 
 @dataclass(frozen=True)
@@ -33,13 +36,17 @@ class Span:
         return source_colour(self.source) if self.kind == "draft" else KIND_COLOURS[self.kind]
 
 
-def output_spans(steps: Sequence[StepRecord], token_text: Mapping[int, str]) -> list[Span]:
-    """One span per committed output token, in order."""
+def output_spans(steps: Sequence[StepRecord], pieces: Sequence[str]) -> list[Span]:
+    """One span per committed output token, in order; `pieces` holds the text of each output
+    token in its place (Trace.output_pieces, or token_pieces.PieceStream while streaming), so
+    the spans join to the output text."""
     spans: list[Span] = []
+    position = 0
     for s in steps:
         n_acc = len(s.accepted)
         for k, tok in enumerate(s.new_tokens):
-            text = token_text.get(tok, f"<{tok}>")
+            text = pieces[position] if position < len(pieces) else ""
+            position += 1
             if k < n_acc:
                 node = s.accepted[k]
                 spans.append(Span(text, "draft", s.tree.sources[node], s.index, tok, s.tree.depths[node]))
@@ -48,18 +55,18 @@ def output_spans(steps: Sequence[StepRecord], token_text: Mapping[int, str]) -> 
     return spans
 
 
-def _mark(text: str, background: str, title: str, extra: str = "") -> str:
-    return (f'<span title="{html.escape(title)}" style="background:{background};border-radius:3px;'
-            f'padding:1px 0;{extra}">{html.escape(text)}</span>')
+def _mark(text: str, kind: str, source: str, title: str, extra: str = "") -> str:
+    return (f'<span class="sv-token sv-{kind}" title="{html.escape(title)}" style="{token_style(kind, source)}'
+            f'border-radius:3px;padding:1px 0;{extra}">{html.escape(text)}</span>')
 
 
 def legend_html(labels: Sequence[str]) -> str:
     """Chips for the given source labels plus the bonus and plain kinds."""
-    chips = [(f"draft · {lab}", source_colour(lab)) for lab in labels]
-    chips += [("target's bonus token", KIND_COLOURS["bonus"]), ("plain decoding", KIND_COLOURS["plain"])]
-    return ('<div style="display:flex;flex-wrap:wrap;gap:6px;margin:2px 0 6px 0;font-size:0.85em">'
-            + "".join(f'<span style="background:{c};border-radius:4px;padding:1px 8px">'
-                      f'{html.escape(t)}</span>' for t, c in chips) + "</div>")
+    chips = [(f"draft · {lab}", "draft", lab) for lab in labels]
+    chips += [("target's bonus token", "bonus", ""), ("plain decoding", "plain", "")]
+    return ('<div class="sv-legend" style="display:flex;flex-wrap:wrap;gap:6px;margin:2px 0 6px 0;font-size:0.85em">'
+            + "".join(f'<span style="{token_style(kind, src)}border-radius:4px;padding:1px 8px">'
+                      f'{html.escape(t)}</span>' for t, kind, src in chips) + "</div>")
 
 
 def output_html(spans: Sequence[Span], highlight_step: int | None = None,
@@ -71,24 +78,23 @@ def output_html(spans: Sequence[Span], highlight_step: int | None = None,
     for s in spans:
         title = f"step {s.step} · {s.label}" + (f" · draft depth {s.depth}" if s.depth else "")
         extra = "outline:2px solid #1c7ed6;" if s.step == highlight_step else ""
-        body.append(_mark(s.text, s.colour, title, extra))
+        body.append(_mark(s.text, s.kind, s.source, title, extra))
     text = "".join(body) or '<span style="color:#868e96">(no output yet)</span>'
     return (legend_html(seen) + '<div class="specviz-output" style="white-space:pre-wrap;'
             'line-height:1.7;font-family:ui-monospace,Menlo,monospace;font-size:0.92em;'
             f'max-height:360px;overflow-y:auto">{text}</div>')
 
 
-def prompt_char_spans(prompt_text: str, prompt_ids: Sequence[int],
-                      token_text: Mapping[int, str]) -> list[tuple[int, int]]:
-    """[start, end) of each prompt token in `prompt_text`.
+def prompt_char_spans(prompt_text: str, pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """[start, end) of each prompt token in `prompt_text`, from the tokens' pieces in their
+    place (Trace.prompt_pieces, special tokens kept).
 
-    Single-token pieces concatenate to the prompt text except where a character is split
-    across tokens; each piece is searched for from the previous end, a short way ahead, so
-    one odd piece does not shift the rest.
+    The pieces concatenate to the prompt text except where a tokenizer's decoder adds or drops
+    something (a BOS marker, a space); each piece is searched for from the previous end, a short
+    way ahead, so one odd piece does not shift the rest.
     """
     out, cursor = [], 0
-    for tok in prompt_ids:
-        piece = token_text.get(tok, "")
+    for piece in pieces:
         found = prompt_text.find(piece, cursor, cursor + len(piece) + 8) if piece else -1
         if found >= 0:
             out.append((found, found + len(piece)))
@@ -108,7 +114,7 @@ def context_sources(trace: Trace, step_index: int) -> dict[str, list[tuple[int, 
     if not positions or trace.context_char_span is None:
         return out
     c0, c1 = trace.context_char_span
-    chars = prompt_char_spans(trace.prompt_text, trace.prompt_ids, trace.token_text)
+    chars = prompt_char_spans(trace.prompt_text, trace.prompt_pieces)
     accepted = set(step.accepted)
     for node, pos in enumerate(positions):
         span = chars[pos] if 0 <= pos < len(chars) else None
@@ -127,8 +133,10 @@ def context_highlight_html(trace: Trace, step_index: int) -> str:
     if not len(trace.steps[step_index].tree):
         return "<p><i>No draft in this step (plain decoding).</i></p>"
     if not trace.steps[step_index].info.get("positions"):
-        return (f"<p><i>The drafter <code>{html.escape(trace.drafter)}</code> does not record where "
-                "its drafts came from; the N-gram trie drafter does.</i></p>")
+        labels = Counter(trace.steps[step_index].tree.sources)
+        named = ", ".join(f"<code>{html.escape(k)}</code> ({v})" for k, v in labels.most_common())
+        return (f"<p><i>The drafter <code>{html.escape(trace.drafter)}</code> does not record places "
+                f"in the context for its drafts; this step's draft nodes came from: {named}.</i></p>")
     c0, c1 = trace.context_char_span
     context = trace.prompt_text[c0:c1]
     src = context_sources(trace, step_index)

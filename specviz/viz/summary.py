@@ -28,7 +28,7 @@ def step_markdown(trace: Trace, step_index: int) -> str:
     text: Mapping[int, str] = trace.token_text
     status = node_status(s)
     tested = sum(st != "unreached" for st in status)
-    acc = "".join(text.get(s.tree.tokens[i], "?") for i in s.accepted)
+    acc = "".join(trace.step_pieces(step_index)[:len(s.accepted)])   # the accepted text in its place
     lines = [f"**Step {s.index}** of {len(trace.steps) - 1} · {len(s.tree)} draft node(s), "
              f"{tested} tested by the target, **{len(s.accepted)} accepted** + bonus "
              f"`{show_token(text.get(s.bonus, '?'))}` · committed {len(s.new_tokens)} token(s) "

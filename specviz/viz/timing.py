@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from ..timing import PHASES
 from ..trace import StepRecord, Trace
+from .palette import FIGURE_TEMPLATE
 
 PHASE_COLOURS = {
     "prefill": "#868e96", "draft.search": "#4dabf7", "draft.tree": "#a5d8ff",
@@ -42,7 +43,7 @@ def step_timing_figure(trace: Trace, step_index: int) -> go.Figure:
         text=[f"{phases[k] * 1e3:.2f} ms" for k in names], textposition="auto"))
     fig.update_layout(title=dict(text=f"Step {step_index}: time by phase "
                                       f"({trace.steps[step_index].wall * 1e3:.1f} ms in all)", font=dict(size=14)),
-                      template="plotly_white", height=280, margin=dict(l=20, r=20, t=40, b=30),
+                      template=FIGURE_TEMPLATE, height=280, margin=dict(l=20, r=20, t=40, b=30),
                       xaxis_title="milliseconds", yaxis=dict(autorange="reversed"))
     return fig
 
@@ -56,7 +57,7 @@ def timing_stack_figure(trace: Trace) -> go.Figure:
                      for k, vals in data.items() if any(vals)])
     fig.update_layout(barmode="stack", title=dict(text="Time per step by phase (step 0 includes the prefill)",
                                                   font=dict(size=14)),
-                      template="plotly_white", height=320, margin=dict(l=20, r=20, t=40, b=30),
+                      template=FIGURE_TEMPLATE, height=320, margin=dict(l=20, r=20, t=40, b=30),
                       xaxis_title="step", yaxis_title="ms", legend=dict(orientation="h", y=-0.25))
     return fig
 
@@ -68,6 +69,6 @@ def phase_totals_figure(trace: Trace) -> go.Figure:
     fig = go.Figure(go.Bar(x=list(totals), y=[v * 1e3 for v in totals.values()],
                            marker_color=[PHASE_COLOURS.get(k, "#adb5bd") for k in totals],
                            text=[f"{v / whole:.0%}" for v in totals.values()], textposition="auto"))
-    fig.update_layout(title=dict(text="Total time by phase", font=dict(size=14)), template="plotly_white",
+    fig.update_layout(title=dict(text="Total time by phase", font=dict(size=14)), template=FIGURE_TEMPLATE,
                       height=320, margin=dict(l=20, r=20, t=40, b=30), yaxis_title="ms")
     return fig

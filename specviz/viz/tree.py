@@ -11,7 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..trace import StepRecord, Trace
-from .palette import KIND_COLOURS, show_token, source_colour
+from .palette import FIGURE_TEMPLATE, KIND_COLOURS, show_token, source_colour
 
 
 def node_status(step: StepRecord) -> list[str]:
@@ -105,7 +105,7 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
     title = (f"Step {step.index}: {len(tree)} draft node(s), {n_acc} accepted + bonus"
              if len(tree) else f"Step {step.index}: no draft (plain decoding)")
     fig.update_layout(
-        title=dict(text=title, font=dict(size=14)), template="plotly_white",
+        title=dict(text=title, font=dict(size=14)), template=FIGURE_TEMPLATE,
         height=max(300, min(900, 30 * (depth + 1) + 90)), hovermode="closest",
         margin=dict(l=20, r=20, t=40, b=20), showlegend=False,
         xaxis=dict(visible=False, range=[-0.6, width + 0.4]),

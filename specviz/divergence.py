@@ -1,0 +1,259 @@
+"""Where a run leaves vanilla's output, and whether that is rounding or a bug.
+
+    d = explain(vanilla_trace, run_trace)      # Divergence: position, top-2 logits, verdict
+    d.line()                                   # one line for the CLI, the explorer and the bench
+
+Under greedy decoding a speculative run must give vanilla's tokens. In float32 it does. In
+bfloat16 / float16 a tree forward and a one-token forward add the same numbers in another
+order and round differently, so where the target's two best tokens are nearly tied the two
+runs can pick different ones without any bug; after that the texts go separate ways.
+
+Each StepRecord keeps, per committed token, the target's largest logits (verify.TOP_K = 4,
+as (id, logit) pairs) at the row that chose it (`StepRecord.top_logits`), recorded during the
+run: exact, and free (no forward is re-run; re-running the prefix in one forward would round
+differently again). At the first position p where the outputs differ, vanilla committed
+token a and the run token b. The verdict is
+
+- **near-tie** when each run committed its own argmax (ties included), each run's token is
+  among the other's recorded top logits, and both margins, l_vanilla(a) - l_vanilla(b) and
+  l_run(b) - l_run(a), are at most
+
+      tolerance = K * eps(dtype) * max |logit|          (K = 8)
+
+  with eps the dtype's machine epsilon (float32 2^-23, bfloat16 2^-7, float16 2^-10). The
+  logits come out of a matmul of the hidden state with the head, so their rounding error
+  scales with their magnitude: eps * |logit| is one unit in the last place of the logit
+  itself, and the layers before it add more. Seen on the embedded model in bfloat16 on a
+  CPU, the same token's logit at the same position moved by up to about 3 eps * |logit|
+  between vanilla's one-token forward and a drafter's tree forward (16.12 vs 15.75); a flip
+  needs the two tokens' errors to go opposite ways, up to about twice that, so K = 8 leaves
+  a little headroom. A margin this small is a coin toss of rounding, not a bug.
+- **mismatch** otherwise: a margin above the tolerance, a run that committed a token that is
+  not its own target's argmax, or tokens outside each other's top logits. Under greedy
+  decoding that is a bug in a drafter, the tree mask, the KV cache or the acceptance: report it.
+
+Other verdicts: "identical"; "n/a (sampling)" (outputs differ by design under sampling; the
+position is still given); "unknown" where a trace has no top-2 logits (traces written before
+they were recorded, transformers' own generate in the bench).
+
+Speed under low precision compares like with like: `prefix_seconds` is the time a run took to
+commit its first n tokens, and the speedup over the shared prefix is vanilla's time for the
+tokens both runs share over the run's time for the same tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from .trace import StepRecord, Trace
+
+K = 8.0
+EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
+
+IDENTICAL, NEAR_TIE, MISMATCH, SAMPLING, UNKNOWN = "identical", "near-tie", "mismatch", "n/a (sampling)", "unknown"
+
+TopLogits = tuple[tuple[int, float], ...]   # (id, logit) pairs, best first (verify.TOP_K of them)
+
+
+def eps(dtype: str) -> float:
+    """Machine epsilon of a dtype named as in Trace.dtype (unknown names: float32's)."""
+    return EPS.get(dtype.replace("torch.", ""), EPS["float32"])
+
+
+def tolerance(dtype: str, logits: Sequence[float]) -> float:
+    """The largest margin between two logits that rounding in `dtype` can flip:
+    K * eps * max |logit|."""
+    return K * eps(dtype) * max((abs(x) for x in logits if x == x and abs(x) != float("inf")), default=0.0)
+
+
+def coarser(a: str, b: str) -> str:
+    """Of two dtypes, the one with the larger epsilon (the comparison is as exact as the worse run)."""
+    return a if eps(a) >= eps(b) else b
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two token sequences differ (the shorter length when one is a
+    prefix of the other); None when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def token_top_logits(steps: Sequence[StepRecord]) -> list[TopLogits]:
+    """The recorded top logits per committed token, in output order ([] for old traces)."""
+    out: list[TopLogits] = []
+    for s in steps:
+        if len(s.top_logits) != len(s.new_tokens):
+            return []
+        out.extend(s.top_logits)
+    return out
+
+
+def prefix_seconds(trace: Trace, n: int) -> float:
+    """Seconds the run took to commit its first n tokens (prefill included); the step that
+    crosses n is counted pro rata of its tokens."""
+    total, done = 0.0, 0
+    for s in trace.steps:
+        if done >= n:
+            break
+        k = len(s.new_tokens)
+        take = min(k, n - done)
+        total += s.wall * (take / k if k else 1.0)
+        done += take
+    return total
+
+
+def classify(a: int, b: int, ref: TopLogits | None, run: TopLogits | None,
+             dtype: str) -> tuple[str, str, float | None]:
+    """Greedy verdict at a differing position: vanilla committed a, the run b, with these
+    recorded top logits. Returns (verdict, reason, tolerance)."""
+    if not ref or not run:
+        return UNKNOWN, "no logits recorded at this position", None
+    in_ref, in_run = dict(ref), dict(run)
+    tol = tolerance(dtype, [v for _, v in ref] + [v for _, v in run])
+    if in_run.get(b) != run[0][1]:
+        return MISMATCH, (f"the run committed token {b}, but its target's argmax there was {run[0][0]} "
+                          f"(logit {run[0][1]:.4g}, token {b}: "
+                          f"{'below its top ' + str(len(run)) if b not in in_run else format(in_run[b], '.4g')}): "
+                          "a token the target did not choose was accepted"), tol
+    if in_ref.get(a) != ref[0][1]:
+        return MISMATCH, f"vanilla committed token {a}, but its argmax was {ref[0][0]}", tol
+    if b not in in_ref or a not in in_run:
+        return MISMATCH, (f"the two runs' best tokens are far apart: each run's token is outside the "
+                          f"other's top {min(len(ref), len(run))} logits"), tol
+    m_ref, m_run = in_ref[a] - in_ref[b], in_run[b] - in_run[a]
+    if max(m_ref, m_run) <= tol:
+        return NEAR_TIE, (f"margins {m_ref:.3g} (vanilla: {a} over {b}) and {m_run:.3g} (run: {b} over "
+                          f"{a}) are within the {dtype} rounding tolerance {tol:.3g}"), tol
+    return MISMATCH, (f"margin {max(m_ref, m_run):.3g} is above the {dtype} rounding tolerance "
+                      f"{tol:.3g}: not rounding"), tol
+
+
+@dataclass(frozen=True)
+class Divergence:
+    verdict: str                        # identical / near-tie / mismatch / n/a (sampling) / unknown
+    position: int | None                # first differing output token (None: identical)
+    shared_tokens: int                  # tokens both outputs share from the start
+    dtype: str                          # the coarser of the two runs' dtypes
+    reason: str = ""
+    reference_token: int | None = None  # vanilla's token at `position`
+    run_token: int | None = None        # the run's token there
+    reference_top: TopLogits | None = None  # vanilla's top logits there, (id, logit), best first
+    run_top: TopLogits | None = None        # the run's top logits there
+    tolerance: float | None = None
+    reference_seconds: float = 0.0      # time each run took for the shared tokens
+    run_seconds: float = 0.0
+
+    @property
+    def shared_speedup(self) -> float | None:
+        """vanilla's seconds / the run's for the tokens both share (None: nothing shared)."""
+        if self.shared_tokens == 0 or self.run_seconds <= 0:
+            return None
+        return self.reference_seconds / self.run_seconds
+
+    @property
+    def is_bug(self) -> bool:
+        return self.verdict == MISMATCH
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shared_speedup"] = self.shared_speedup
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Divergence":
+        d = {k: v for k, v in d.items() if k in Divergence.__dataclass_fields__}
+        for key in ("reference_top", "run_top"):
+            if d.get(key) is not None:
+                d[key] = tuple((int(i), float(v)) for i, v in d[key])
+        return Divergence(**d)
+
+    def line(self, token_text: Any = None) -> str:
+        """One line: what differs, where, the top-2 logits of both runs, the verdict and why."""
+        if self.verdict == IDENTICAL:
+            return f"identical to vanilla ({self.shared_tokens} tokens)"
+        return (f"differs from vanilla at token #{self.position}: vanilla {_show(self.reference_token, token_text)}, "
+                f"run {_show(self.run_token, token_text)}; {self.explanation(token_text)}")
+
+    def explanation(self, token_text: Any = None) -> str:
+        """The top-2 logits in both runs, the verdict and its reason."""
+        logits = ""
+        if self.reference_top and self.run_top:
+            logits = ("top-2 logits vanilla " + ", ".join(f"{_show(i, token_text)}={v:.4g}" for i, v in self.reference_top[:2])
+                      + "; run " + ", ".join(f"{_show(i, token_text)}={v:.4g}" for i, v in self.run_top[:2]) + " -> ")
+        tail = " (a bug: please report it)" if self.is_bug else ""
+        return f"{logits}{self.verdict}{tail}: {self.reason}"
+
+    def short(self) -> str:
+        """A table cell: 'identical', 'near-tie at #37', 'mismatch at #5'."""
+        return self.verdict if self.position is None else f"{self.verdict} at #{self.position}"
+
+
+def _show(tok: int | None, token_text: Any) -> str:
+    if tok is None:
+        return "(end)"
+    piece = token_text.get(tok) if token_text is not None else None
+    return f"{tok} {piece!r}" if piece is not None else str(tok)
+
+
+def explain(reference: Trace, run: Trace) -> Divergence:
+    """Compare `run` with `reference` (vanilla on the same input and decoding settings)."""
+    a, b = reference.output_ids, run.output_ids
+    pos = first_difference(a, b)
+    shared = min(len(a), len(b)) if pos is None else pos
+    dtype = coarser(reference.dtype, run.dtype)
+    times = {"reference_seconds": prefix_seconds(reference, shared), "run_seconds": prefix_seconds(run, shared)}
+    if pos is None:
+        return Divergence(IDENTICAL, None, shared, dtype, **times)
+    tok_a = a[pos] if pos < len(a) else None
+    tok_b = b[pos] if pos < len(b) else None
+    top_a, top_b = token_top_logits(reference.steps), token_top_logits(run.steps)
+    ref2 = top_a[pos] if pos < len(top_a) else None
+    run2 = top_b[pos] if pos < len(top_b) else None
+    common = dict(reference_token=tok_a, run_token=tok_b, reference_top=ref2, run_top=run2, **times)
+    if float(reference.decoding.get("temperature", 0.0)) != 0.0:
+        return Divergence(SAMPLING, pos, shared, dtype, "outputs differ by design under sampling", **common)
+    if tok_a is None or tok_b is None:
+        return Divergence(MISMATCH, pos, shared, dtype,
+                          f"one output stops earlier ({len(a)} vs {len(b)} tokens)", **common)
+    verdict, reason, tol = classify(tok_a, tok_b, ref2, run2, dtype)
+    return Divergence(verdict, pos, shared, dtype, reason, tolerance=tol, **common)
+
+
+def speed_note(d: Divergence) -> str:
+    """How to read a speed figure next to this comparison."""
+    if d.verdict == IDENTICAL:
+        return "same text: the speedup compares like with like"
+    if d.shared_speedup is None:
+        return "the texts differ from the first token: no speed comparison over a shared text"
+    return (f"the texts differ after {d.shared_tokens} tokens; over those shared tokens the run "
+            f"was {d.shared_speedup:.2f}x vanilla's speed")
+
+
+def with_divergence(run: Trace, reference: Trace) -> tuple[Trace, Divergence]:
+    """`run` carrying its comparison with `reference` (Trace.divergence), and the comparison."""
+    from dataclasses import replace
+
+    d = explain(reference, run)
+    return replace(run, divergence=d.to_dict()), d
+
+
+def of_trace(trace: Trace) -> Divergence | None:
+    """The comparison a trace carries (None: it was not compared with vanilla)."""
+    return Divergence.from_dict(trace.divergence) if trace.divergence else None
+
+
+def explain_ids(reference: Trace, ids: Sequence[int], seconds: float) -> Divergence:
+    """A run known only by its output ids and total seconds (transformers' own generate in
+    the bench): the position, but no logits, so a difference is "unknown"; the run's time for
+    the shared tokens is its total pro rata of its tokens."""
+    pos = first_difference(reference.output_ids, ids)
+    shared = min(len(reference.output_ids), len(ids)) if pos is None else pos
+    times = {"reference_seconds": prefix_seconds(reference, shared),
+             "run_seconds": seconds * shared / len(ids) if ids else 0.0}
+    if pos is None:
+        return Divergence(IDENTICAL, None, shared, reference.dtype, **times)
+    return Divergence(UNKNOWN, pos, shared, reference.dtype, "this run records no logits",
+                      reference_token=reference.output_ids[pos] if pos < len(reference.output_ids) else None,
+                      run_token=ids[pos] if pos < len(ids) else None, **times)

@@ -1,0 +1,224 @@
+"""`specviz doctor`: what this machine runs, how fast a forward is, and whether the drafters
+are exact and fast on it, as one report (a frozen dataclass; the CLI prints it as a table or
+JSON, the explorer's "Machine" tab shows it with the cost curve).
+
+    report = run_doctor("embedded", device="auto", dtype="auto")
+    print(format_report(report))
+
+It reports:
+- the set-up: device (and GPU name), dtype, attention implementation, torch and transformers
+  versions, torch threads, whether the CPU few-row linear trick (cpu_linear.py) is on;
+- the forward-cost curve: one target forward of 1, 2, 4, ... 64 rows over a KV cache of the
+  current context length (the first check prompt's, unless given), measured now (best of
+  two, after a warm-up round), beside the cost model calibrated once per model (on first use)
+  (cost.py, over a 512-token cache), and their ratio;
+- a 3-prompt check per drafter: each drafter against vanilla on the same prompts (the
+  explorer's worked examples with a context), interleaved (vanilla, then each drafter, per
+  prompt, after one untimed warm-up), greedy, few new tokens: identical / near-tie /
+  mismatch (divergence.py), the speedup, and the speedup over the text shared with vanilla.
+"""
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+ROWS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_DRAFTERS = ("prompt_lookup", "ngram_trie")   # the drafters the UI compare tab preselects
+CHECK_PROMPTS = 3
+MAX_NEW_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class CostPoint:
+    rows: int
+    measured_s: float            # one forward of this many rows, now, at the report's context length
+    predicted_s: float           # the cost model calibrated once per model (cost.py) for the same rows
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_s / self.predicted_s if self.predicted_s > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class DrafterCheck:
+    drafter: str
+    prompts: int
+    identical: int               # prompts whose output equals vanilla's
+    near_ties: int               # ... that left vanilla's text at a near-tie (rounding)
+    mismatches: int              # ... at a mismatch: a bug to report
+    speedup: float               # vanilla's seconds / the drafter's, all prompts pooled
+    shared_speedup: float | None  # the same over the tokens each prompt shares with vanilla
+    verdicts: tuple[str, ...]    # per prompt: "identical", "near-tie at #12", ...
+    mean_accepted: float         # new tokens per step
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    model_id: str
+    device: str
+    gpu_name: str | None
+    dtype: str
+    attention: str
+    torch_version: str
+    transformers_version: str
+    torch_threads: int
+    cpu_linear: bool
+    context_len: int
+    cost_curve: tuple[CostPoint, ...]
+    max_new_tokens: int
+    checks: tuple[DrafterCheck, ...]
+    peak_memory_mb: float | None   # peak GPU memory of the checks (None off a GPU)
+    seconds: float                 # the whole report, model load included
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        """No mismatch (near-ties are rounding, not bugs)."""
+        return all(c.mismatches == 0 for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for point, raw in zip(self.cost_curve, d["cost_curve"]):
+            raw["ratio"] = point.ratio
+        d["ok"] = self.ok
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def check_prompts(n: int = CHECK_PROMPTS) -> list[tuple[str, str, str]]:
+    """(name, context, message) of the first n worked examples that have a context."""
+    from .resources import data_path
+
+    path = data_path("presets.toml")
+    presets = tomllib.loads(path.read_text(encoding="utf-8")).get("preset", []) if path.is_file() else []
+    with_context = [(p["name"], p.get("context", "").strip(), p["message"].strip())
+                    for p in presets if p.get("context", "").strip()]
+    if not with_context:   # a package built without its data files
+        with_context = [("fallback", "The quick brown fox jumps over the lazy dog. " * 8,
+                         "Repeat the text above.")]
+    return (with_context * n)[:n]
+
+
+def cost_curve(lm: Any, context_len: int, rows: Sequence[int] = ROWS) -> tuple[CostPoint, ...]:
+    """Measure one forward per row count over a `context_len` cache, beside the load-time model."""
+    from .cost import calibrate
+
+    now = calibrate(lm.model, past_len=context_len, sizes=tuple(rows))
+    return tuple(CostPoint(m, s, lm.cost_model().calibrated(m)) for m, s in zip(now.sizes, now.seconds))
+
+
+def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
+                   max_new_tokens: int) -> tuple[DrafterCheck, ...]:
+    """Each drafter against vanilla on each prompt, interleaved, greedy."""
+    from .decoding import DecodingConfig
+    from .divergence import IDENTICAL, MISMATCH, NEAR_TIE, explain
+    from .engine import generate
+
+    from .drafters import baseline
+
+    base = baseline().name
+    decoding = DecodingConfig(max_new_tokens=max_new_tokens)
+    generate(lm, prompts[0], base, None, DecodingConfig(max_new_tokens=4))     # untimed warm-up
+    found: dict[str, list[Any]] = {d: [] for d in drafters}
+    runs: dict[str, list[Any]] = {d: [] for d in drafters}
+    vanilla = []
+    for prompt in prompts:
+        ref = generate(lm, prompt, base, None, decoding)
+        vanilla.append(ref)
+        for name in drafters:
+            trace = generate(lm, prompt, name, None, decoding)
+            runs[name].append(trace)
+            found[name].append(explain(ref, trace))
+    out = []
+    v_seconds = sum(t.totals.seconds for t in vanilla)
+    for name in drafters:
+        divs, traces = found[name], runs[name]
+        shared_ref = sum(d.reference_seconds for d in divs)
+        shared_run = sum(d.run_seconds for d in divs)
+        steps = sum(t.totals.steps for t in traces)
+        out.append(DrafterCheck(
+            name, len(divs), sum(d.verdict == IDENTICAL for d in divs), sum(d.verdict == NEAR_TIE for d in divs),
+            sum(d.verdict == MISMATCH for d in divs),
+            v_seconds / max(sum(t.totals.seconds for t in traces), 1e-12),
+            shared_ref / shared_run if shared_run > 0 else None,
+            tuple(d.short() for d in divs),
+            sum(t.totals.new_tokens for t in traces) / steps if steps else 0.0))
+    return tuple(out)
+
+
+def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "auto",
+               drafters: Sequence[str] = DEFAULT_DRAFTERS, max_new_tokens: int = MAX_NEW_TOKENS,
+               n_prompts: int = CHECK_PROMPTS, context_len: int | None = None,
+               rows: Sequence[int] = ROWS) -> DoctorReport:
+    """Load the model (cached) and measure; raises SpecvizError for a bad model, device,
+    dtype or drafter name before measuring anything."""
+    import torch
+    import transformers
+
+    from .drafters.base import get
+    from .errors import ConfigError
+    from .models import attention_implementation, cpu_linear_active, load_model
+    from .prompts import build_prompt
+    from .timing import PeakMemory
+
+    start = time.perf_counter()
+    for name in drafters:
+        get(name)                                   # an unknown drafter fails now
+    if max_new_tokens < 1 or n_prompts < 1:
+        raise ConfigError("max_new_tokens" if max_new_tokens < 1 else "prompts", "must be at least 1")
+    lm = load_model(model_id, device, dtype)
+    prompts = [build_prompt(lm.tokenizer, message, context=context)
+               for _, context, message in check_prompts(n_prompts)]
+    ctx = context_len if context_len is not None else len(prompts[0].ids)
+    ctx = max(1, min(ctx, lm.max_positions - max(rows)))
+    curve = cost_curve(lm, ctx, rows)
+    memory = PeakMemory(lm.device)
+    checks = drafter_checks(lm, prompts, drafters, max_new_tokens)
+    notes = []
+    if any(c.mismatches for c in checks):
+        notes.append("a mismatch is a bug (a drafter, the tree mask, the KV cache or the acceptance): please report it")
+    if any(c.near_ties for c in checks):
+        notes.append(f"near-ties are rounding in {str(lm.dtype).replace('torch.', '')}, not bugs "
+                     "(docs/gpu-and-precision.md)")
+    return DoctorReport(
+        model_id=lm.model_id, device=str(lm.device),
+        gpu_name=torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else None,
+        dtype=str(lm.dtype).replace("torch.", ""), attention=attention_implementation(lm.model),
+        torch_version=torch.__version__, transformers_version=transformers.__version__,
+        torch_threads=torch.get_num_threads(), cpu_linear=cpu_linear_active(lm.model),
+        context_len=ctx, cost_curve=curve, max_new_tokens=max_new_tokens, checks=checks,
+        peak_memory_mb=memory.peak_mb(), seconds=time.perf_counter() - start, notes=tuple(notes))
+
+
+def format_report(r: DoctorReport) -> str:
+    """The report as aligned plain-text tables (what `specviz doctor` prints)."""
+    lines = [
+        f"model        {r.model_id}",
+        f"device       {r.device}" + (f" ({r.gpu_name})" if r.gpu_name else ""),
+        f"dtype        {r.dtype}",
+        f"attention    {r.attention}",
+        f"torch        {r.torch_version} ({r.torch_threads} threads), transformers {r.transformers_version}",
+        f"cpu_linear   {'on' if r.cpu_linear else 'off'}",
+        "",
+        f"forward cost at {r.context_len} cached tokens (ms): measured now vs the cost model calibrated once per model",
+        f"  {'rows':>5} {'measured':>9} {'model':>9} {'ratio':>6}",
+    ]
+    lines += [f"  {p.rows:>5} {p.measured_s * 1e3:>9.1f} {p.predicted_s * 1e3:>9.1f} {p.ratio:>6.2f}"
+              for p in r.cost_curve]
+    lines += ["", f"drafters vs vanilla ({len(r.checks[0].verdicts) if r.checks else 0} prompts, "
+                  f"{r.max_new_tokens} new tokens, greedy, interleaved)",
+              f"  {'drafter':<14} {'identical':>9} {'near-tie':>8} {'mismatch':>8} {'speedup':>7} "
+              f"{'shared':>7} {'accepted':>8}"]
+    for c in r.checks:
+        shared = "n/a" if c.shared_speedup is None else f"{c.shared_speedup:.2f}x"
+        lines.append(f"  {c.drafter:<14} {c.identical:>4}/{c.prompts:<4} {c.near_ties:>8} {c.mismatches:>8} "
+                     f"{c.speedup:>6.2f}x {shared:>7} {c.mean_accepted:>8.2f}")
+    if r.peak_memory_mb is not None:
+        lines.append(f"peak GPU memory {r.peak_memory_mb:,.0f} MiB")
+    lines.append(f"{'OK' if r.ok else 'MISMATCH'}: {r.seconds:.1f} s" + "".join(f"; {n}" for n in r.notes))
+    return "\n".join(lines)
