@@ -94,6 +94,12 @@ def test_old_traces_load_and_explain_as_unknown() -> None:
     for s in data["steps"]:
         del s["top_logits"], s["peak_memory_mb"]
     del data["divergence"], data["peak_memory_mb"]
+    # a trace written before these fields (schema 1: no per-position pieces either)
+    for key in ("output_pieces", "prompt_pieces", "target_top_prob"):
+        data.pop(key, None)
+    for s in data["steps"]:
+        s.pop("target_top_prob", None)
+    data["schema_version"] = 1
     old = Trace.from_dict(data)
     assert old.divergence is None and old.peak_memory_mb is None
     assert explain(vanilla, old).verdict == UNKNOWN
