@@ -21,6 +21,14 @@ class DrafterStore:
         self._items: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> "DrafterStore":
+        # gradio deep-copies a gr.State's initial value for every new session: a copy is a new,
+        # empty store, so no session ever starts from (or shares) another's drafter state
+        return DrafterStore()
+
+    def __copy__(self) -> "DrafterStore":
+        return DrafterStore()
+
     def get(self, key: Hashable, make: Callable[[], T]) -> T:
         with self._lock:
             if key not in self._items:
