@@ -9,8 +9,14 @@ file is the Hugging Face Space entry point (`app_file: app.py`).
 """
 from __future__ import annotations
 
-from specviz.ui import LAUNCH_OPTIONS, build_demo
-from specviz.ui.gpu import preload_default_model
+import os
+
+# a page never builds the default corpus index (about 4 minutes) inside a run: a corpus
+# drafter without one says which `python -m specviz index build` command makes it
+os.environ.setdefault("SPECVIZ_BUILD_DEFAULT_INDEX", "0")
+
+from specviz.ui import LAUNCH_OPTIONS, build_demo  # noqa: E402
+from specviz.ui.gpu import preload_default_model  # noqa: E402
 
 preload_default_model()          # ZeroGPU only; elsewhere the first run loads the model
 demo = build_demo()

@@ -25,8 +25,8 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.bench.questions import DEFAULT_QUESTIONS, read_questions, select  # noqa: E402
 from specviz.decoding import DecodingConfig  # noqa: E402
-from specviz.drafters import corpus_support  # noqa: E402
-from specviz.drafters.corpus_support import TreeCutter  # noqa: E402
+from specviz.drafters import tree_cutter  # noqa: E402
+from specviz.drafters.tree_cutter import TreeCutter  # noqa: E402
 from specviz.tree import DraftTree  # noqa: E402
 
 RECORDS = Path("benchmarks/results/hierarchy-replay.pkl")
@@ -47,7 +47,7 @@ def record(limit: int, categories: list[str], out: Path) -> None:
                                          scores=tree.scores, buckets=list(buckets)))
         return cut(self, tree, ratios, buckets, verify_cost, enabled, info)
 
-    corpus_support.TreeCutter.cut = spy                   # type: ignore[method-assign]
+    tree_cutter.TreeCutter.cut = spy                   # type: ignore[method-assign]
     for q in select(questions, categories, limit):
         prompt = build_prompt(lm.tokenizer, q.turns[0])
         records.append(dict(qid=q.question_id, steps=[]))

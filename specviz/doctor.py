@@ -10,7 +10,7 @@ It reports:
   versions, torch threads, whether the CPU few-row linear trick (cpu_linear.py) is on;
 - the forward-cost curve: one target forward of 1, 2, 4, ... 64 rows over a KV cache of the
   current context length (the first check prompt's, unless given), measured now (best of
-  two, after a warm-up round), beside the cost model calibrated when the model loaded
+  two, after a warm-up round), beside the cost model calibrated once per model (on first use)
   (cost.py, over a 512-token cache), and their ratio;
 - a 3-prompt check per drafter: each drafter against vanilla on the same prompts (the
   explorer's worked examples with a context), interleaved (vanilla, then each drafter, per
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_DRAFTERS = ("prompt_lookup", "ngram_trie")
+DEFAULT_DRAFTERS = ("prompt_lookup", "ngram_trie")   # the drafters the UI compare tab preselects
 CHECK_PROMPTS = 3
 MAX_NEW_TOKENS = 32
 
@@ -35,7 +35,7 @@ MAX_NEW_TOKENS = 32
 class CostPoint:
     rows: int
     measured_s: float            # one forward of this many rows, now, at the report's context length
-    predicted_s: float           # the cost model calibrated at load (cost.py) for the same rows
+    predicted_s: float           # the cost model calibrated once per model (cost.py) for the same rows
 
     @property
     def ratio(self) -> float:
@@ -109,7 +109,7 @@ def cost_curve(lm: Any, context_len: int, rows: Sequence[int] = ROWS) -> tuple[C
     from .cost import calibrate
 
     now = calibrate(lm.model, past_len=context_len, sizes=tuple(rows))
-    return tuple(CostPoint(m, s, lm.verify_cost.calibrated(m)) for m, s in zip(now.sizes, now.seconds))
+    return tuple(CostPoint(m, s, lm.cost_model().calibrated(m)) for m, s in zip(now.sizes, now.seconds))
 
 
 def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
@@ -119,13 +119,16 @@ def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
     from .divergence import IDENTICAL, MISMATCH, NEAR_TIE, explain
     from .engine import generate
 
+    from .drafters import baseline
+
+    base = baseline().name
     decoding = DecodingConfig(max_new_tokens=max_new_tokens)
-    generate(lm, prompts[0], "vanilla", None, DecodingConfig(max_new_tokens=4))     # untimed warm-up
+    generate(lm, prompts[0], base, None, DecodingConfig(max_new_tokens=4))     # untimed warm-up
     found: dict[str, list[Any]] = {d: [] for d in drafters}
     runs: dict[str, list[Any]] = {d: [] for d in drafters}
     vanilla = []
     for prompt in prompts:
-        ref = generate(lm, prompt, "vanilla", None, decoding)
+        ref = generate(lm, prompt, base, None, decoding)
         vanilla.append(ref)
         for name in drafters:
             trace = generate(lm, prompt, name, None, decoding)
@@ -202,7 +205,7 @@ def format_report(r: DoctorReport) -> str:
         f"torch        {r.torch_version} ({r.torch_threads} threads), transformers {r.transformers_version}",
         f"cpu_linear   {'on' if r.cpu_linear else 'off'}",
         "",
-        f"forward cost at {r.context_len} cached tokens (ms): measured now vs the cost model calibrated at load",
+        f"forward cost at {r.context_len} cached tokens (ms): measured now vs the cost model calibrated once per model",
         f"  {'rows':>5} {'measured':>9} {'model':>9} {'ratio':>6}",
     ]
     lines += [f"  {p.rows:>5} {p.measured_s * 1e3:>9.1f} {p.predicted_s * 1e3:>9.1f} {p.ratio:>6.2f}"

@@ -12,14 +12,14 @@ hold token ids (kind "token_ids") are checked against the vocabulary before the 
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from transformers import DynamicCache
 
 from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from .decoding import DecodingConfig
-from .drafters.base import DraftContext, Drafter, DraftSetup, StepView, get
+from .drafters.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
 from .errors import ConfigError, ModelLoadError, PromptError
 from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
@@ -93,7 +93,7 @@ def _first_forward(model: Any, cache: DynamicCache, buf: Any, n_nodes: int) -> t
 def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: str,
          decoding: DecodingConfig) -> Iterator[StepRecord]:
     model, timer = lm.model, PhaseTimer(lm.device)
-    cost = lm.verify_cost.copy()                  # per-generation copy: no state shared by users
+    cost = lm.cost_model().copy()                  # per-generation copy: no state shared by users
     generator = torch.Generator().manual_seed(decoding.seed)
     tokens = list(prompt_ids)
     prompt_len = len(tokens)
@@ -190,6 +190,7 @@ def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str
     if bad is not None:
         raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{lm.vocab_size - 1})")
     setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding, store)
+    lm.cost_model()            # the target's cost model is timed now (once per model), not in step 0
     return _run(lm, ids, spec.make(config, setup), drafter, decoding)
 
 
@@ -204,7 +205,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
         ids.update(s.target_top)
     output_pieces = incremental_pieces(lm.tokenizer, output)           # joins to the output text
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
-    verify_ratio = lm.verify_cost.plain_steps([len(s.tree) for s in steps])
+    verify_ratio = lm.cost_model().plain_steps([len(s.tree) for s in steps])
     return Trace(
         model_id=lm.model_id, drafter=drafter, drafter_config=to_dict(config),
         decoding=to_dict(decoding), prompt_text=prompt.text, prompt_ids=tuple(prompt.ids),
@@ -214,7 +215,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
         token_text=token_labels(lm.tokenizer, ids), totals=Totals.of(list(steps)),
         stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
-        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio,
+        context_char_span=prompt.context_char_span, verify_ratio=verify_ratio, runtime=lm.runtime,
         peak_memory_mb=max((s.peak_memory_mb for s in steps if s.peak_memory_mb is not None), default=None))
 
 
@@ -224,3 +225,24 @@ def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",
     decoding = decoding or DecodingConfig()
     steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
+
+
+def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
+                     decoding: DecodingConfig | None = None,
+                     on_reference: Callable[[DrafterSpec], None] | None = None,
+                     on_trace: Callable[[Trace], None] | None = None) -> Any:
+    """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
+    (the oracle) and was given no continuation gets the baseline's output on the same prompt
+    and decoding settings, from a baseline run made here first (`on_reference` is told
+    before it starts, `on_trace` gets the baseline's Trace after it)."""
+    spec = get(drafter)
+    values = dict(values or {})
+    if spec.wants_reference(values):
+        base = baseline()
+        if on_reference is not None:
+            on_reference(base)
+        reference = generate(lm, prompt, base.name, None, decoding)
+        if on_trace is not None:
+            on_trace(reference)
+        values = spec.with_reference(values, reference.output_ids)
+    return spec.config(values)

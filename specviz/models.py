@@ -8,12 +8,18 @@
   build, for tests and for trying the UI without a real model.
 - anything else: a Hugging Face hub id or a local directory (needs the network for hub ids).
 
-Loaded models are cached per (id, device, dtype) and shared read-only by all users.
+Loaded models are cached per (id, device, dtype, cpu_linear) and shared read-only by all users.
+
+Two explicit runtime choices, recorded in every Trace (`LoadedModel.runtime`) and in the
+bench metadata: `cpu_linear` (few-row matrix products the fast way round on a CPU,
+cpu_linear.py; default on for a CPU device, off elsewhere) and the verify cost model
+(cost.calibrate), timed on first use by the engine, so draft and test models never pay for it.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +47,33 @@ class LoadedModel:
     dtype: torch.dtype
     max_positions: int           # the model's context length
     eos_ids: frozenset[int]
-    verify_cost: VerifyCost | None   # calibrated at load (None only while preloaded: see
-                                     # load_model(calibrate_cost=False)); the engine copies it per generation
+    # the verify cost model; None: calibrated once per model on first use (cost_model(), which
+    # the engine calls when a generation starts); the engine copies it per generation
+    verify_cost: VerifyCost | None = None
+    cpu_linear: bool = False     # nn.Linear patched for few-row products (cpu_linear.py)
 
     @property
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def cost_model(self) -> VerifyCost:
+        """The verify cost model: the one given, else calibrated once per model on first use."""
+        if self.verify_cost is not None:
+            return self.verify_cost
+        with _COST_LOCK:
+            if self.model not in _COSTS:
+                _COSTS[self.model] = calibrate(self.model)
+            return _COSTS[self.model]
+
+    @property
+    def runtime(self) -> dict[str, Any]:
+        """How the model runs (JSON-able): device, dtype, cpu_linear, attention implementation."""
+        return {"device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+                "cpu_linear": self.cpu_linear, "attention": attention_implementation(self.model)}
+
+
+_COSTS: "weakref.WeakKeyDictionary[Any, VerifyCost]" = weakref.WeakKeyDictionary()
+_COST_LOCK = threading.Lock()
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -117,7 +144,7 @@ def cpu_linear_active(model: Any) -> bool:
 
 def attention_implementation(model: Any) -> str:
     """The attention kernel transformers picked for `model` (sdpa, eager, flash_attention_2...)."""
-    return str(getattr(model.config, "_attn_implementation", None) or "unknown")
+    return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "unknown")
 
 
 def _load_embedded() -> tuple[Any, Any]:
@@ -166,7 +193,9 @@ def fp32_bytes(model: Any) -> int:
 
 
 def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: str = "",
-          calibrate_cost: bool = True) -> LoadedModel:
+          cpu_linear: bool | None = None) -> LoadedModel:
+    """Load `model_id` onto `device` in `dtype` (`requested` "auto": fp32 if it fits the GPU,
+    resolve_dtype); `cpu_linear` None: uses_cpu_linear(device). Runs no forward pass."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_id == EMBEDDED:
@@ -200,10 +229,10 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
         elif source:
             eos.update(source)
     max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
-    if uses_cpu_linear(device):
+    linear = uses_cpu_linear(device) if cpu_linear is None else bool(cpu_linear)
+    if linear:
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
-    cost = calibrate(model) if calibrate_cost else None
-    return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), cost)
+    return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
 
 
 def _load_embedded_tokenizer() -> tuple[None, Any]:
@@ -224,28 +253,36 @@ def _load_embedded_tokenizer() -> tuple[None, Any]:
     return None, tokenizer
 
 
-_CACHE: dict[tuple[str, str, str], LoadedModel] = {}
+_CACHE: dict[tuple[str, str, str, bool], LoadedModel] = {}
 _LOCK = threading.Lock()
+# models kept loaded at once: a target and its draft model (draft_model drafter, the bench's
+# --draft-model) must both stay; a third load drops the oldest, bounding memory on a Space
+MODEL_CACHE_SIZE = 2
 
 
 def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
-               calibrate_cost: bool = True) -> LoadedModel:
+               cpu_linear: bool | None = None, calibrate_cost: bool = False) -> LoadedModel:
     """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
+    `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
+    device, off otherwise (uses_cpu_linear).
 
-    calibrate_cost=False loads without running the model (no forward: what a ZeroGPU Space may
-    do at import, outside its GPU window); the first load_model call that wants the cost
-    calibrates the cached model then."""
+    A load runs no forward pass: the verify cost model is calibrated once per model on first
+    use (LoadedModel.cost_model(), called by the engine when a generation starts), so a ZeroGPU
+    Space may load at import, outside its GPU window (ui/gpu.py). `calibrate_cost=True`
+    calibrates it now instead."""
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)         # auto on a GPU is settled once the size is known
-    key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt))
+    linear = uses_cpu_linear(dev) if cpu_linear is None else bool(cpu_linear)
+    key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt), linear)
     with _LOCK:  # one load at a time; concurrent callers wait and then share
         if key not in _CACHE:
-            if len(_CACHE) >= 2:  # keep memory bounded: drop the oldest model
+            if len(_CACHE) >= MODEL_CACHE_SIZE:  # keep memory bounded: drop the oldest model
                 _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key] = _load(model_id, dev, dt, dtype, calibrate_cost)
-        elif calibrate_cost and _CACHE[key].verify_cost is None:      # preloaded: calibrate now
-            _CACHE[key] = replace(_CACHE[key], verify_cost=calibrate(_CACHE[key].model))
-        return _CACHE[key]
+            _CACHE[key] = _load(model_id, dev, dt, dtype, linear)
+        lm = _CACHE[key]
+    if calibrate_cost:
+        lm.cost_model()
+    return lm

@@ -15,8 +15,12 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 # a drafter that cuts trees by a learned trust explores (verifies a draft it would have cut)
-# until a bucket has had this many draft tokens tested: see ngram_trie and corpus_support
+# until a bucket has had this many draft tokens tested: see drafters/tree_cutter.py. A choice
+# of this project: equal to PRIOR_WEIGHT, i.e. until the tests weigh as much as the prior
 EXPLORE_TESTS = 4
+# how many tested draft tokens the prior of a TrustEstimate counts as (its pseudo-count): small,
+# so a few real tests move the trust; a choice of this project, no paper gives it
+PRIOR_WEIGHT = 4.0
 
 
 def free_prefix(cost: Callable[[int], float], available: int) -> int:
@@ -36,9 +40,10 @@ def best_prefix(path_probs: Sequence[float], cost: Callable[[int], float]) -> in
     return best_k
 
 
-class Calibration:
+class TrustEstimate:
     """Learns how far a drafter's raw probabilities can be trusted, per bucket (for the
-    n-gram trie: per matched prefix length). The factor is a ratio of sums with a prior:
+    n-gram trie: per matched prefix length). Not to be confused with cost.calibrate, which
+    times the model's forwards. The factor is a ratio of sums with a prior:
 
         factor = (accepted + prior_weight * prior) / (predicted + prior_weight)
 
@@ -47,7 +52,7 @@ class Calibration:
     those it accepted.
     """
 
-    def __init__(self, prior: float = 0.5, prior_weight: float = 4.0) -> None:
+    def __init__(self, prior: float = 0.5, prior_weight: float = PRIOR_WEIGHT) -> None:
         self.prior, self.prior_weight = prior, prior_weight
         self._acc: dict[int, float] = {}
         self._pred: dict[int, float] = {}

@@ -1,4 +1,5 @@
-"""DraftTree: the one data structure every drafter returns, and its tensor buffers.
+"""DraftTree: the one data structure every drafter returns, its tensor buffers, and
+`merge_chains` (candidate chains -> one trie-shaped DraftTree, labelled by source).
 
 A tree is flat arrays in topological order (every parent index is smaller than its child's).
 Parent -1 means "child of the root", the root being the last committed token, whose KV is
@@ -176,3 +177,60 @@ def build_buffers(tree: DraftTree, root_token: int, past_len: int, dtype: torch.
     mask = torch.zeros(visible.shape, dtype=dtype)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
     return TreeBuffers(input_ids, position_ids, mask[None, None].to(device))
+
+
+def merge_chains(chains: Sequence[tuple[Sequence[int], str]], limit: int | None = None
+                 ) -> tuple[DraftTree, list[int], list[list[int]]]:
+    """Chains (tokens, source) into a trie below the root, in order. Returns the tree, per
+    node how many chains pass through it, and per chain its node ids (a chain cut by `limit`,
+    the cap on nodes, has fewer ids than tokens)."""
+    index: dict[tuple[int, int], int] = {}
+    tokens: list[int] = []
+    parents: list[int] = []
+    sources: list[str] = []
+    through: list[int] = []
+    chain_nodes: list[list[int]] = []
+    for chain, source in chains:
+        par = -1
+        chain_nodes.append([])
+        for tok in chain:
+            key = (par, int(tok))
+            node = index.get(key)
+            if node is None:
+                if limit is not None and len(tokens) >= limit:
+                    break
+                node = index[key] = len(tokens)
+                tokens.append(int(tok))
+                parents.append(par)
+                sources.append(source)
+                through.append(0)
+            through[node] += 1
+            chain_nodes[-1].append(node)
+            par = node
+    tree = DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(float(t) for t in through))
+    return tree, through, chain_nodes
+
+
+def graft_chains(tree: DraftTree, chains: Sequence[tuple[Sequence[int], str]]
+                 ) -> tuple[DraftTree, list[list[int]]]:
+    """`tree` with chains (tokens, source) merged in below the root: a chain follows existing
+    nodes where it can (they keep their source) and new nodes are appended after the old ones.
+    Returns the tree and per chain its node ids."""
+    index = {(par, tok): i for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents))}
+    tokens, parents, sources = list(tree.tokens), list(tree.parents), list(tree.sources)
+    scores = list(tree.scores) if tree.scores is not None else [0.0] * len(tree)
+    chain_nodes: list[list[int]] = []
+    for chain, source in chains:
+        par, nodes = -1, []
+        for tok in chain:
+            node = index.get((par, int(tok)))
+            if node is None:
+                node = index[(par, int(tok))] = len(tokens)
+                tokens.append(int(tok))
+                parents.append(par)
+                sources.append(source)
+                scores.append(0.0)
+            nodes.append(node)
+            par = node
+        chain_nodes.append(nodes)
+    return DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(scores)), chain_nodes

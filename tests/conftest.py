@@ -41,7 +41,7 @@ def tiny_lm() -> LoadedModel:
     use_few_row_linear(model)                      # as load_model does on a CPU
     return LoadedModel(model_id="tiny-64", model=model, tokenizer=None, device=torch.device("cpu"),
                        dtype=torch.float32, max_positions=4096, eos_ids=frozenset(),
-                       verify_cost=calibrate(model))
+                       verify_cost=calibrate(model), cpu_linear=True)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.drafters.chain import EXPANSION, PROPOSAL, ChainDrafter, parse_bins
+from specviz.drafters.chain import EXPANSION, PROPOSAL, ChainLoop, parse_bins
 from specviz.drafters.glide import PRESETS
 from test_drafters import ctx
 
@@ -33,7 +33,7 @@ class ScriptedLM:
 
 
 def _draft(top1: float, gamma: int, max_verify: int = 0):
-    chain = ChainDrafter(ScriptedLM(top1), V, None)
+    chain = ChainLoop(ScriptedLM(top1), V, None)
     return chain.draft(ctx(list(range(1, 9)), 8), gamma, PAPER_BINS, max_verify).tree
 
 

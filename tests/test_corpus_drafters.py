@@ -176,15 +176,16 @@ def test_hierarchy_sizes_by_each_nodes_share_of_the_candidates(share):
 
 def test_tree_cutter_explores_a_source_it_never_tested():
     """A prior that never pays for drafting cuts every tree to nothing, except a tree of the
-    free nodes every `explore_every` steps until the source has had EXPLORE_TESTS tests."""
-    from specviz.drafters.corpus_support import TreeCutter
+    free nodes on the step after `explore_every` steps without a draft, until the source has had
+    EXPLORE_TESTS tests (the same rule as ngram_trie's)."""
+    from specviz.drafters.tree_cutter import TreeCutter
     from specviz.sizing import EXPLORE_TESTS
 
     def cost(n: int) -> float:                     # 1 row 1 s, up to 3 nodes 2 s, then steep
         return 1.0 if n == 0 else (2.0 if n <= 3 else 2.0 + n)
 
     tree = DraftTree((1, 2, 3, 4), (-1, 0, 1, -1), ("corpus",) * 4, (1.0,) * 4)
-    for every, expect in ((0, [0] * 12), (3, [0, 0, 3, 0, 0, 3])):
+    for every, expect in ((0, [0] * 12), (3, [0, 0, 0, 3, 0, 0, 0, 3])):   # after 3 steps without a draft
         cutter = TreeCutter(0.01, 0.01, every)
         sizes, explored = [], 0
         for _ in range(len(expect)):

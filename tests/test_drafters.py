@@ -171,6 +171,6 @@ def test_ngram_trie_stops_exploring_after_enough_tests():
         tree = d.propose(c)
         explored += bool(c.info.get("explore"))
         d.observe(StepView(tree, (), (99,), prompt + [99], (99,) * (len(tree) + 1)))
-    from specviz.drafters.ngram_trie import EXPLORE_TESTS
-    assert d.first.tests(3) >= EXPLORE_TESTS          # exploration ran until enough were tested
+    from specviz.sizing import EXPLORE_TESTS
+    assert d.cutter.tests(3) >= EXPLORE_TESTS         # exploration ran until enough were tested
     assert 1 <= explored <= EXPLORE_TESTS             # then stopped: at least one test per exploring step

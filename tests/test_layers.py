@@ -8,6 +8,11 @@
   those under `if` / `try` / class bodies there). Imports inside functions run later, when
   the function is called, and are excluded. `from X import a, b` is an edge to X.a / X.b
   where those are modules and to X where one of them is not.
+- No upward import: no module below the front ends (engine core, models, drafters, index,
+  retrieval, glide, viz) imports a front end (specviz.cli, specviz.ui, specviz.bench), at
+  module level or in a function; the UI reads the bench only through `specviz.bench`'s
+  public names (load_results, summary_markdown, results_figures), never its submodules.
+- No front end names a drafter (see test_no_front_end_names_a_drafter).
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
@@ -149,3 +155,79 @@ def test_engine_packages_do_not_load_the_cli() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+FRONT_ENDS = ("specviz/cli", "specviz/ui", "specviz/bench")
+
+
+def _front_end_files() -> list[Path]:
+    return [p for d in FRONT_ENDS for p in sorted((ROOT / d).rglob("*.py"))] + [ROOT / "app.py"]
+
+
+def _drafter_literals(path: Path, names: set[str]) -> list[str]:
+    """String literals in `path` that are a drafter's name, or a list of names ("a,b"; prose,
+    which has spaces, may mention drafters)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value.strip():
+            if set(node.value.strip().split(",")) & names:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_no_front_end_names_a_drafter() -> None:
+    """The CLI, the UI and the bench loop over the registry's specs (order, family, flags such
+    as is_baseline and needs_reference): no string literal there is a registered drafter's name."""
+    from specviz.drafters import REGISTRY
+
+    names = set(REGISTRY)
+    offenders = [hit for path in _front_end_files() for hit in _drafter_literals(path, names)]
+    assert not offenders, offenders
+
+
+def test_a_named_drafter_would_be_found() -> None:
+    probe = ROOT / "tests" / "_probe_front_end.py"       # under ROOT: reported relative to it
+    probe.write_text('X = "ngram_trie"\nY = "a,oracle"\nZ = "ngram_trie[n=3]"\n', encoding="utf-8")
+    try:
+        hits = _drafter_literals(probe, {"ngram_trie", "oracle"})
+    finally:
+        probe.unlink()
+    assert [h.split(" ")[0].rsplit(":", 1)[1] for h in hits] == ["1", "2"]
+
+
+FRONT_END_PACKAGES = ("specviz.cli", "specviz.ui", "specviz.bench")
+
+
+def _in(name: str, packages: Sequence[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _all_imports(modules: dict[str, Path]) -> list[tuple[str, int, str]]:
+    """(module, line, imported specviz module) for every import, in functions too."""
+    out = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out += [(name, node.lineno, t) for t in _targets(name, node, modules)]
+    return out
+
+
+def test_no_upward_import_into_a_front_end() -> None:
+    """index/, retrieval/, models.py, engine.py, the drafters... never import the CLI, the UI or
+    the bench (only specviz/__main__.py, the entry point, may)."""
+    modules = _modules()
+    offenders = [f"{name}:{line} imports {target}" for name, line, target in _all_imports(modules)
+                 if not _in(name, FRONT_END_PACKAGES) and name != "specviz.__main__"
+                 and _in(target, FRONT_END_PACKAGES)]
+    assert not offenders, offenders
+    lower = {"specviz.index", "specviz.retrieval", "specviz.models", "specviz.engine"}
+    assert lower <= set(modules), "a layer named here moved: update the test"
+
+
+def test_the_ui_reads_the_bench_through_its_public_api() -> None:
+    modules = _modules()
+    offenders = [f"{name}:{line} imports {target}" for name, line, target in _all_imports(modules)
+                 if _in(name, ("specviz.ui",)) and target.startswith("specviz.bench.")]
+    assert not offenders, offenders
+    import specviz.bench as bench
+    assert {"load_results", "summary_markdown", "results_figures"} <= set(bench.__all__)

@@ -144,7 +144,7 @@ def test_rest_tells_the_corpus_match_and_the_cost_model(tiny_lm_tok: LoadedModel
         assert f"found {s.info['candidates']} candidate" in text
         if not s.info["candidates"]:
             continue
-        # the tree cutter records the cost model's numbers (corpus_support.TreeCutter)
+        # the tree cutter records the cost model's numbers (tree_cutter.TreeCutter)
         assert {"expected_tokens", "predicted_ms", "plain_ms"} <= set(s.info)
         assert f"{s.info['plain_ms']:.0f} ms" in text
         sized += 1

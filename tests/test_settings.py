@@ -1,20 +1,17 @@
-"""Validation: settings coercion and ranges, prompt, drafter and model errors. Every error is
-a SpecvizError whose message names what was wrong."""
+"""Settings: coercion and ranges of settings.build, describe / to_dict, cross-field rules.
+Every error is a ConfigError naming the field. (Prompt, engine and model checks live in
+test_prompts.py, test_engine_checks.py and test_models.py.)"""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-import torch
 
-from specviz import DecodingConfig, generate_steps
+from specviz import DecodingConfig
 from specviz.drafters import REGISTRY, get
 from specviz.drafters.ngram_trie import NgramTrieConfig
 from specviz.drafters.oracle import OracleConfig
-from specviz.engine import check_fits
-from specviz.errors import ConfigError, ModelLoadError, PromptError, SpecvizError, UnknownDrafterError
-from specviz.models import load_model, resolve_device, resolve_dtype
-from specviz.prompts import build_prompt
+from specviz.errors import ConfigError, SpecvizError
 from specviz.settings import Settings, build, describe, setting, to_dict
 
 
@@ -131,92 +128,3 @@ def test_settings_reject_mutable_defaults_and_cross_field_rules():
     with pytest.raises(ConfigError) as err:
         build(Pair, {"lo": 5})
     assert err.value.field == "lo"
-
-
-# ---- prompts and the context window ------------------------------------------------------
-
-@pytest.mark.parametrize("message", ["", "   ", "\n\t", None])
-def test_empty_message(tiny_lm_tok, message):
-    with pytest.raises(PromptError, match="empty"):
-        build_prompt(tiny_lm_tok.tokenizer, message)
-
-
-def test_prompt_variants(tiny_lm_tok):
-    tok = tiny_lm_tok.tokenizer
-    only_context = build_prompt(tok, "", context="Some document.")
-    assert "Some document." in only_context.text and only_context.context_char_span is not None
-    plain = build_prompt(tok, "Hello there", chat=False)
-    assert plain.text == "Hello there" and plain.context_char_span is None
-    assert tok.decode(list(plain.ids), skip_special_tokens=True) == "Hello there"
-    system = build_prompt(tok, "Hi", system="You are terse.")
-    assert "You are terse." in system.text and "Hi" in system.text
-
-
-def test_prompt_with_history_is_the_chat_template_of_the_whole_conversation(tiny_lm_tok):
-    tok = tiny_lm_tok.tokenizer
-    two = build_prompt(tok, "And the second?", context="Doc.", history=[("First question?", "First answer.")])
-    expected = tok.apply_chat_template(
-        [{"role": "user", "content": "Doc.\n\nFirst question?"}, {"role": "assistant", "content": "First answer."},
-         {"role": "user", "content": "And the second?"}], tokenize=False, add_generation_prompt=True)
-    assert two.text == expected
-    assert two.text[slice(*two.context_char_span)] == "Doc."
-    plain = build_prompt(tok, "Q2", chat=False, history=[("Q1", "A1")])
-    assert plain.text == "Q1\n\nA1\n\nQ2"
-
-
-def test_check_fits():
-    check_fits(10, 4, 14)
-    with pytest.raises(PromptError, match="exceed"):
-        check_fits(10, 5, 14)
-
-
-def test_generate_steps_validates_eagerly(tiny_lm):
-    """Errors come from the call itself, before the first step is asked for."""
-    with pytest.raises(PromptError, match="4096"):
-        generate_steps(tiny_lm, [1] * 4000, "vanilla", None, DecodingConfig(max_new_tokens=97))
-    generate_steps(tiny_lm, [1] * 4000, "vanilla", None, DecodingConfig(max_new_tokens=96))
-    with pytest.raises(PromptError):
-        generate_steps(tiny_lm, [], "vanilla")
-    with pytest.raises(ConfigError) as err:
-        generate_steps(tiny_lm, [1, 2], "ngram_trie", {"n": 3, "prefix_len": 3})
-    assert err.value.field == "prefix_len"
-    with pytest.raises(UnknownDrafterError):
-        generate_steps(tiny_lm, [1, 2], "no_such_drafter")
-
-
-def test_long_prompt_near_the_limit_runs(tiny_lm):
-    small = dataclasses.replace(tiny_lm, max_positions=40)
-    steps = list(generate_steps(small, list(range(30)) + list(range(6)), "ngram_trie",
-                                {"size_by_cost": False}, DecodingConfig(max_new_tokens=4)))
-    assert sum(len(s.new_tokens) for s in steps) == 4
-
-
-# ---- drafters and models --------------------------------------------------------------------
-
-def test_unknown_drafter():
-    with pytest.raises(UnknownDrafterError) as err:
-        get("ngram-trie")
-    msg = str(err.value)
-    assert "ngram-trie" in msg and "ngram_trie" in msg and "vanilla" in msg   # lists what exists
-    assert not msg.startswith("'")                    # not KeyError's quoted repr
-    assert isinstance(err.value, KeyError) and isinstance(err.value, SpecvizError)
-
-
-@pytest.mark.parametrize("model_id", ["./no/such/model", "/no/such/model", "~/no/such/model", "a/b/c"])
-def test_missing_local_model(model_id):
-    with pytest.raises(ModelLoadError, match="no such directory"):
-        load_model(model_id)
-
-
-def test_model_option_errors():
-    with pytest.raises(ModelLoadError, match="empty"):
-        load_model("  ")
-    with pytest.raises(ModelLoadError, match="dtype"):
-        resolve_dtype("float8", torch.device("cpu"))
-    with pytest.raises(ModelLoadError, match="device"):
-        resolve_device("warp-drive")
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
-    if not torch.cuda.is_available():
-        with pytest.raises(ModelLoadError, match="CUDA"):
-            resolve_device("cuda")

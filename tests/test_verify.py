@@ -125,7 +125,13 @@ def test_commit_then_second_tree_step(tiny_lm):
 
 def test_commit_empty_cache_layers_are_skipped():
     cache = DynamicCache()
-    commit(cache, 0, ())          # nothing cached yet: no error
+    commit(cache, 0, ())          # nothing cached yet: no error, nothing appears
+    assert cache.get_seq_length() == 0
+    rows = torch.arange(5.0).view(1, 1, 5, 1)                # [B, H_kv, S, D]: prefix, root, 3 nodes
+    cache.update(rows, rows.clone(), 0)
+    commit(cache, 1, (2,))        # keep rows 0..1 (prefix + root) and node 2's row (1 + 1 + 2 = 4)
+    assert cache.layers[0].keys.flatten().tolist() == [0.0, 1.0, 4.0]
+    assert cache.get_seq_length() == 3
 
 
 # ---- accept_greedy on hand-made argmax arrays ------------------------------------------

@@ -60,8 +60,13 @@ def test_a_preloaded_model_is_calibrated_by_its_first_use(monkeypatch: pytest.Mo
     ran: list[int] = []
     real = models.calibrate
     monkeypatch.setattr(models, "calibrate", lambda model: ran.append(1) or real(model))
+    monkeypatch.setattr(models, "_COSTS", models.weakref.WeakKeyDictionary())
     pre = models.load_model("tiny-random", device="cpu", dtype="float32", calibrate_cost=False)
     assert pre.verify_cost is None and ran == []               # no forward at import
     lm = models.load_model("tiny-random", device="cpu", dtype="float32")
-    assert lm.verify_cost is not None and ran == [1] and lm.model is pre.model
-    assert models.load_model("tiny-random", device="cpu", dtype="float32") is lm and ran == [1]
+    assert lm is pre and ran == []                              # a load never runs the model
+    cost = lm.cost_model()                                      # the first generation asks for it
+    assert cost is not None and ran == [1]
+    assert lm.cost_model() is cost and ran == [1]               # once per model
+    assert models.load_model("tiny-random", device="cpu", dtype="float32", calibrate_cost=True) is lm
+    assert ran == [1]

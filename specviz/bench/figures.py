@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 
 from ..viz.palette import FIGURE_TEMPLATE
+from .methods import BASELINE
 
 PHASE_ORDER = ("prefill", "draft.search", "draft.tree", "verify.forward", "verify.accept",
                "cache.commit", "draft.update")
@@ -20,9 +21,9 @@ def _rows(rows: Sequence[dict[str, Any]], category: str) -> list[dict[str, Any]]
 
 
 def speedup_bars(rows: Sequence[dict[str, Any]]) -> go.Figure:
-    """Speedup vs vanilla per category and method; whiskers span the per-question min..max."""
+    """Speedup vs the baseline per category and method; whiskers span the per-question min..max."""
     fig = go.Figure()
-    methods = list(dict.fromkeys(r["method"] for r in rows if r["method"] != "vanilla"))
+    methods = list(dict.fromkeys(r["method"] for r in rows if r["method"] != BASELINE))
     for m in methods:
         mine = [r for r in rows if r["method"] == m]
         lo = [r["speedup"] - r["speedup_question_spread"][0] for r in mine]
@@ -30,8 +31,8 @@ def speedup_bars(rows: Sequence[dict[str, Any]]) -> go.Figure:
         fig.add_bar(name=m, x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
                     error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
                     hovertemplate="%{x}: %{y:.2f}x<extra>" + m + "</extra>")
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla")
-    fig.update_layout(template=FIGURE_TEMPLATE, title="Speedup vs vanilla (whiskers: per-question min..max)", barmode="group",
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text=BASELINE)
+    fig.update_layout(template=FIGURE_TEMPLATE, title=f"Speedup vs {BASELINE} (whiskers: per-question min..max)", barmode="group",
                       yaxis_title="speedup (x)", legend_title="method")
     return fig
 
@@ -57,7 +58,7 @@ def accepted_histograms(rows: Sequence[dict[str, Any]], category: str = "all") -
     for r in _rows(rows, category):
         hist = {int(k): v for k, v in r["accepted_length_histogram"].items()}
         total = sum(hist.values())
-        if not total or r["method"] == "vanilla":
+        if not total or r["method"] == BASELINE:
             continue
         xs = sorted(hist)
         fig.add_bar(name=r["method"], x=xs, y=[hist[x] / total for x in xs])
@@ -136,6 +137,14 @@ def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "sp
 def swept_drafters(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Drafters that appear with settings in the rows (sweep points)."""
     return sorted({parse_label(r["method"])[0] for r in rows if parse_label(r["method"])[1]})
+
+
+def results_figures(rows: Sequence[dict[str, Any]]) -> tuple[list[go.Figure], go.Figure | None]:
+    """The figures a results viewer shows: speedup, time by phase, tokens per step, acceptance
+    by depth; and the first swept drafter's speedup sweep, or None without a sweep."""
+    swept = swept_drafters(rows)
+    return ([speedup_bars(rows), phase_stack(rows), accepted_histograms(rows), depth_acceptance_lines(rows)],
+            sweep_figure(rows, swept[0]) if swept else None)
 
 
 def all_figures(rows: Sequence[dict[str, Any]]) -> list[go.Figure]:

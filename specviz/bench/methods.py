@@ -16,8 +16,17 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ..drafters import baseline, ordered
 from ..drafters.choice import DrafterChoice, DrafterChoiceError, parse_choice
 from ..errors import ConfigError, SpecvizError
+
+BASELINE = baseline().name           # every speedup is measured against it; it always runs first
+# the upper bound a method's speedup is read against ("fraction of oracle"): the drafter that
+# replays the baseline's output (every draft accepted), if one is registered
+UPPER_BOUND = next((s.name for s in ordered() if s.needs_reference), None)
+# the drafters a benchmark compares when none are given: the baseline, the preselected ones and
+# those that replay the baseline (the upper bound)
+DEFAULT_DRAFTERS = ",".join(s.name for s in ordered() if s.is_baseline or s.preselected or s.needs_reference)
 
 PEERS = {
     "hf_greedy": "transformers generate(), greedy",
@@ -101,11 +110,11 @@ def parse_methods(drafters: str, peers: str, sweeps: list[str] | None = None,
                   draft_model: str | None = None) -> tuple[list[Method], list[str]]:
     """Vanilla first (every speedup is against it), then drafters, sweep points, peers.
     Returns the methods and notes (sweep combinations left out)."""
-    methods = [Method("vanilla", "drafter", "vanilla")]
+    methods = [Method(BASELINE, "drafter", BASELINE)]
     notes: list[str] = []
     for text in split_top(drafters):
         m = drafter_method(text)
-        if m.label != "vanilla":
+        if m.label != BASELINE:
             methods.append(m)
     for text in sweeps or []:
         swept, refused = expand_sweep(text)

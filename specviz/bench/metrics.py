@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 
 from ..draft_metrics import Tally, priced_speedup
 from ..trace import StepRecord, acceptance_by_depth
+from .methods import BASELINE, UPPER_BOUND
 
 DRAFTING = ("draft.search", "draft.tree", "draft.update")
 
@@ -142,15 +143,16 @@ def by_question(runs: Iterable[Run]) -> list[QuestionRun]:
     return out
 
 
-def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str = "oracle") -> list[dict[str, Any]]:
+def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = UPPER_BOUND
+              ) -> list[dict[str, Any]]:
     """One row per (category, method), then the 'all' rows; every figure the report shows."""
     questions = by_question(runs)
-    vanilla = {(q.question_id, q.repeat): q for q in questions if q.method == "vanilla"}
+    vanilla = {(q.question_id, q.repeat): q for q in questions if q.method == BASELINE}
     rows: list[dict[str, Any]] = []
     for cat in sorted({q.category for q in questions}) + ["all"]:
         sel = [q for q in questions if (cat == "all" or q.category == cat)
                and (q.question_id, q.repeat) in vanilla]
-        base = [vanilla[(q.question_id, q.repeat)] for q in sel if q.method == "vanilla"]
+        base = [vanilla[(q.question_id, q.repeat)] for q in sel if q.method == BASELINE]
         if not base:
             continue
         cat_rows = []

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from ..errors import SpecvizError
 from .figures import all_figures
+from .methods import BASELINE
 from .metrics import Run
 
 RESULTS_VERSION = 1
@@ -52,7 +53,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def _differs(r: dict[str, Any]) -> str:
     """'2 / 0': turns that left vanilla's text at a near-tie / at a mismatch (a bug);
     'n/a' for rows without comparisons (vanilla itself, results from older versions)."""
-    if "near_ties" not in r or r["method"] == "vanilla":
+    if "near_ties" not in r or r["method"] == BASELINE:
         return "n/a"
     return f"{r['near_ties']} / {len(r.get('mismatch_bugs') or ())}"
 

@@ -4,7 +4,7 @@ Order: for each question, for each repeat, every method back to back (A B C, A B
 so drift of the machine (heat, other load) hits all methods alike. The first `warmup`
 questions run through every method unrecorded. Multi-turn questions run turn by turn as
 Spec-Bench does: each method's own answer to turn 1 goes into the conversation of turn 2.
-`oracle` replays vanilla's output of the same turn. A question that does not fit the
+A drafter whose spec `needs_reference` (the oracle) replays the baseline's output of the same turn. A question that does not fit the
 model's context is skipped (for every method) and counted; Ctrl-C stops after the current
 method and keeps every question that was finished.
 """
@@ -22,13 +22,14 @@ import torch
 from ..decoding import DecodingConfig
 from ..divergence import explain, explain_ids
 from ..draft_metrics import tally
+from ..drafters import get
 from ..drafters.store import DrafterStore
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..prompts import build_prompt
 from ..trace import Trace
-from .methods import Method
+from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance
 from .questions import Question
 
@@ -104,8 +105,8 @@ class Bench:
     def run_question(self, q: Question, repeat: int) -> list[Run]:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
         decoding = DecodingConfig(max_new_tokens=self.max_new_tokens)
-        vanilla_out: list[tuple[int, ...]] = []
-        vanilla_traces: list[Trace] = []                    # per turn: the reference of the comparisons
+        baseline_out: list[tuple[int, ...]] = []     # the baseline's output per turn (it runs first)
+        baseline_traces: list[Trace] = []            # per turn: the reference of the comparisons
         out: list[Run] = []
         for method in self.methods:
             history: list[tuple[str, str]] = []
@@ -117,13 +118,14 @@ class Bench:
                                                 self.assistant)
                         run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
                                   seconds, None, output_ids=ids)
-                        if vanilla_traces:
+                        if baseline_traces:
                             run = replace(run, divergence=explain_ids(
-                                vanilla_traces[turn], ids, seconds).to_dict())
+                                baseline_traces[turn], ids, seconds).to_dict())
                     else:
+                        spec = get(method.name)
                         config: dict[str, Any] = dict(method.settings)
-                        if method.name == "oracle":
-                            config["tokens"] = vanilla_out[turn]
+                        if spec.needs_reference:
+                            config = spec.with_reference(config, baseline_out[turn])
                         trace = generate(self.lm, prompt, method.name, config, decoding, self.store)
                         tested, accepted = depth_acceptance(trace.steps)
                         run = Run(q.question_id, q.category, turn, method.label, repeat,
@@ -131,14 +133,14 @@ class Bench:
                                   tuple(s.accepted_len for s in trace.steps), tested, accepted,
                                   dict(trace.totals.phase_seconds), output_ids=trace.output_ids,
                                   model_tally=_tally_dict(trace.steps))
-                        if method.label == "vanilla":
-                            vanilla_traces.append(trace)
-                        elif vanilla_traces:
-                            run = replace(run, divergence=explain(vanilla_traces[turn], trace).to_dict())
+                        if method.label == BASELINE:
+                            baseline_traces.append(trace)
+                        elif baseline_traces:
+                            run = replace(run, divergence=explain(baseline_traces[turn], trace).to_dict())
                     run = replace(run, peak_memory_mb=peak())
                 out.append(run)
-                if method.label == "vanilla":
-                    vanilla_out.append(run.output_ids)
+                if method.label == BASELINE:
+                    baseline_out.append(run.output_ids)
                 history.append((message, self.lm.tokenizer.decode(list(run.output_ids),
                                                                   skip_special_tokens=True)))
         return out

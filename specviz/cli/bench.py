@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.export_specbench import FORMATS as EXPORT_FORMATS, export_specbench
-from ..bench.methods import PEERS, MethodError, parse_methods
+from ..bench.methods import BASELINE, DEFAULT_DRAFTERS, PEERS, MethodError, parse_methods
 from ..bench.metrics import summarise
 from ..bench.questions import DEFAULT_QUESTIONS, read_questions, select
 from ..bench.report import summary_markdown, write_results, write_results_json
@@ -36,10 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a Spec-Bench question.jsonl (default: Spec-Bench's 480 questions, shipped in specviz/data/specbench/)")
     parser.add_argument("--categories", default="summarization,rag",
                         help="comma-separated categories; 'mt_bench' = its 8 categories; 'all'")
-    parser.add_argument("--drafters", default="vanilla,prompt_lookup,ngram_trie,oracle",
+    parser.add_argument("--drafters", default=DEFAULT_DRAFTERS,
                         help="comma-separated drafters, optionally with a preset and settings: "
-                             "ngram_trie[num_draft=8;prefix_len=2], ngram_trie@paper, glide@paper[gamma=4] "
-                             "(presets: `specviz drafters`); vanilla always runs first")
+                             "NAME[key=value;...], NAME@PRESET, NAME@PRESET[key=value;...], e.g. "
+                             "ngram_trie[num_draft=8;prefix_len=2], glide@paper[gamma=4] "
+                             f"(presets: `specviz drafters`); {BASELINE} always runs first "
+                             f"(default {DEFAULT_DRAFTERS})")
     parser.add_argument("--peers", default="hf_prompt_lookup",
                         help=f"comma-separated transformers peers: {', '.join(PEERS)} ('' for none)")
     parser.add_argument("--sweep", action="append", metavar="DRAFTER:K=V1,V2;K2=W1,W2",
@@ -179,8 +181,8 @@ def run(args: argparse.Namespace) -> int:
     def meta(finished: bool) -> dict[str, Any]:
         sitting["questions"] = len({r.question_id for r in bench.runs[kept:]})
         return {
-            "command": command, "date": _now(), **setup, "draft_model": args.draft_model,
-            "device": str(lm.device), "cpu": _cpu_name(), "cores": os.cpu_count(),
+            "command": command, "date": _now(), **setup, "assistant_model": args.draft_model,
+            "device": str(lm.device), "runtime": lm.runtime, "cpu": _cpu_name(), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__,
             "questions_file": str(args.questions), "categories": args.categories,

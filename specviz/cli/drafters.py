@@ -10,11 +10,6 @@ from typing import Any
 
 from .common import DECODING_FLAGS, flag
 
-LISTING_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "rest", "hierarchy", "aded", "lookahead",
-                 "token_recycling", "suffix_decoding",
-                 "draft_model", "self_draft", "glide", "oracle")   # baseline first, others after
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable output")
@@ -23,15 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def drafter_listing() -> list[dict[str, Any]]:
     """Every registered drafter with its settings, as plain data."""
-    from ..drafters import REGISTRY
+    from ..drafters import ordered
     from ..drafters.choice import preset_rows
     from ..settings import describe
 
     out = []
-    for name in sorted(REGISTRY, key=lambda n: (LISTING_ORDER.index(n) if n in LISTING_ORDER else 99, n)):
-        spec = REGISTRY[name]
+    for spec in ordered():                                 # baseline first, the oracle last
         out.append({
-            "name": name, "summary": spec.summary, "reference": spec.reference,
+            "name": spec.name, "family": spec.family, "summary": spec.summary, "reference": spec.reference,
             "presets": preset_rows(spec),
             "settings": [{"name": i.name, "type": getattr(i.type, "__name__", str(i.type)),
                           "default": list(i.default) if isinstance(i.default, tuple) else i.default,

@@ -26,9 +26,14 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     from ..decoding import DecodingConfig
     from ..settings import describe
 
-    gen.add_argument("--drafter", default="ngram_trie",
-                     help="drafter name, optionally with a preset and settings: ngram_trie@paper, "
-                          "ngram_trie@paper[num_draft=16] (see `python -m specviz drafters`); default ngram_trie")
+    from ..drafters import default
+    spec = default()
+    name = spec.name
+    example = f"{name}@{next(iter(spec.presets))}" if spec.presets else name
+    gen.add_argument("--drafter", default=name,
+                     help=f"drafter name, optionally with a preset and settings: NAME@PRESET, "
+                          f"NAME@PRESET[key=value;...], e.g. {example} (see `python -m specviz drafters`); "
+                          f"default {name}")
     gen.add_argument("--prompt", default="", help="the message or instruction")
     gen.add_argument("--context-file", metavar="FILE",
                      help="UTF-8 text placed before the prompt (a document to summarise, passages...)")
@@ -85,6 +90,7 @@ def process_store() -> Any:
 def run(args: argparse.Namespace) -> int:
     from .. import settings
     from ..decoding import DecodingConfig
+    from ..drafters import REFERENCE_SETTING
 
     # everything that needs no model is checked first, so a mistake fails in a second
     spec, drafter_values = drafter_choice_values(args.drafter, args.set)
@@ -104,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                          "(or a non-empty --context-file)")
     check_trace_path(args.trace)
 
-    from ..engine import build_trace, generate, generate_steps
+    from ..engine import build_trace, generate_steps, reference_config
     from ..models import load_model
     from ..prompts import build_prompt
 
@@ -115,13 +121,11 @@ def run(args: argparse.Namespace) -> int:
         context, message = retrieved_context(args)
     lm = load_model(args.model, args.device, args.dtype)
     prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
-    reference = None                     # vanilla's run, when one is made (oracle, --check)
-    if spec.name == "oracle" and not getattr(drafter_config, "tokens", True):
-        # the oracle replays a known continuation: take vanilla's, under the same settings
-        print("oracle: no --set tokens=...; running vanilla first to get the continuation to replay",
-              file=sys.stderr)
-        reference = generate(lm, prompt, "vanilla", None, decoding)
-        drafter_config = spec.config({**drafter_values, "tokens": reference.output_ids})
+    runs: list[Any] = []                 # the baseline's run, when one is made (oracle), for --check
+    drafter_config = reference_config(lm, prompt, spec.name, drafter_values, decoding, on_reference=(
+        lambda base: print(f"{spec.name}: no --set {REFERENCE_SETTING}=...; running {base.name} first "
+                           "to get the continuation to replay", file=sys.stderr)), on_trace=runs.append)
+    reference = runs[0] if runs else None
 
     stream = args.stream if args.stream is not None else sys.stdout.isatty()
     streamer = Streamer(lm.tokenizer, sys.stdout) if stream else None
@@ -157,17 +161,19 @@ EXIT_MISMATCH = 1
 
 
 def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, reference: Any = None) -> tuple[Any, int]:
-    """`generate --check`: run vanilla on the same input (unless `reference` is vanilla's run
-    already), print where the outputs part and why (divergence.py); the trace gains the
+    """`generate --check`: run the baseline (vanilla) on the same input (unless `reference` is
+    its run already), print where the outputs part and why (divergence.py); the trace gains the
     result. Exit status 1 for a mismatch (a bug), else 0."""
     from ..divergence import MISMATCH, speed_note, with_divergence
+    from ..drafters import baseline
     from ..engine import generate
 
+    base = baseline().name
     if reference is None:
-        reference = generate(lm, prompt, "vanilla", None, decoding)
+        reference = generate(lm, prompt, base, None, decoding)
     trace, d = with_divergence(trace, reference)
     print(f"check: {d.line({**reference.token_text, **trace.token_text})}")
-    print(f"check: {speed_note(d)} (run {d.run_seconds:.2f} s, vanilla {d.reference_seconds:.2f} s "
+    print(f"check: {speed_note(d)} (run {d.run_seconds:.2f} s, {base} {d.reference_seconds:.2f} s "
           f"for {d.shared_tokens} tokens, {d.dtype})", flush=True)
     return trace, (EXIT_MISMATCH if d.verdict == MISMATCH else 0)
 
@@ -257,7 +263,7 @@ def add_retrieval_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rerank", metavar="MODEL", default=None,
                        help="optional cross-encoder (local folder or cached hub id) re-ranking --candidates chunks")
     group.add_argument("--candidates", type=int, default=100, metavar="N",
-                       help="chunks fetched for the re-ranker (default 100, as in the seed)")
+                       help="chunks fetched for the re-ranker (default 100, as in the N-gram trie paper)")
 
 
 def check_retrieval_arguments(args: argparse.Namespace) -> None:
@@ -294,7 +300,7 @@ def retrieved_context(args: argparse.Namespace) -> tuple[str, str]:
     try:
         hits = retrieve(index, embedder, args.question, args.k, reranker, args.candidates)
     except QuestionError as err:
-        raise UsageError(f"--{str(err).split(':', 1)[0]}: {str(err).split(': ', 1)[-1]}") from None
+        raise UsageError(f"--{err.field}: {err.reason}") from None
     context = build_context(args.question, hits)
     for p in context.pieces:
         print(f"retrieved [{p.rank}] {p.chunk.source} characters {p.chunk.start}-{p.chunk.end} "

@@ -2,9 +2,11 @@
 that installed packages register through the `specviz.drafters` entry points (plugins.py)."""
 from . import (aded, draft_model, glide, hierarchy, lookahead, ngram_trie, oracle,  # noqa: F401  (registration)
                prompt_lookup, rest, self_draft, suffix_decoding, token_recycling, vanilla)
-from .base import REGISTRY, DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, get, register
+from .base import (REFERENCE_SETTING, REGISTRY, DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline,
+                   default, get, names, ordered, register)
 
-__all__ = ["REGISTRY", "DraftContext", "Drafter", "DrafterSpec", "DraftSetup", "StepView", "get", "register"]
+__all__ = ["REFERENCE_SETTING", "REGISTRY", "DraftContext", "Drafter", "DrafterSpec", "DraftSetup", "StepView", "baseline",
+           "default", "get", "names", "ordered", "register"]
 
 from .plugins import load_plugins  # noqa: E402  (after the built-ins: a plugin may not take their names)
 

@@ -17,7 +17,7 @@ table. Without a store (unit tests, the plain API) every generation starts fresh
 
 Extensions (switches): `adapt_prompt` adapts every tri-gram of the prompt once at the start
 (the paper adapts only the last 16 tokens per search); `size_by_cost` cuts the tree to the best expected tokens per second,
-a node's raw chance being its share of its parent's visits (corpus_support.TreeCutter).
+a node's raw chance being its share of its parent's visits (tree_cutter.TreeCutter).
 The `paper` preset turns both off (the paper's "Configuration of ADED", Appendix).
 """
 from __future__ import annotations
@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from ..index.mcts import mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams
 from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, merge_chains, resolve_index
+from .corpus_index import INDEX_HELP, resolve_index
 from .store import settings_key
+from .tree_cutter import TreeCutter, explore_setting
 
 
 @dataclass(frozen=True)
@@ -147,4 +148,4 @@ PAPER = Preset(
 SPEC = register(DrafterSpec("aded", AdedConfig, AdedDrafter,
                             "MCTS over an adaptive corpus tri-gram table (ADED).",
                             "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding",
-                            presets={"paper": PAPER}))
+                            family="corpus", order=50, presets={"paper": PAPER}))

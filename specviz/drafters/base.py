@@ -71,6 +71,10 @@ class StepView:
     target_topk: tuple[tuple[int, ...], ...] = ()
 
 
+# the setting a drafter with `needs_reference` replays: the baseline's output token ids
+REFERENCE_SETTING = "tokens"
+
+
 @dataclass(frozen=True)
 class Preset:
     """Named setting values for a drafter, with where they come from (a paper's section or
@@ -84,11 +88,21 @@ class Preset:
 
 @dataclass(frozen=True)
 class DrafterSpec:
+    """What the registry knows of a drafter: everything a front end (CLI, UI, bench) needs to
+    list, configure and run it without naming it."""
     name: str
     config_cls: type
     factory: Callable[[Any, DraftSetup], Drafter]
     summary: str
     reference: str
+    family: str = "other"           # "baseline", "context", "corpus", "model", "oracle": where it drafts from
+    order: int = 1000               # its place in lists (lower first; ties by name)
+    # runs the baseline first and replays its output: the config's REFERENCE_SETTING is filled
+    # with the baseline's output ids when the user gave none (engine.reference_config)
+    needs_reference: bool = False
+    is_baseline: bool = False       # plain decoding, the row every speedup is measured against
+    is_default: bool = False        # preselected where one drafter is asked for (CLI, UI)
+    preselected: bool = False       # preselected in comparisons (the UI's compare tab)
     # preset name -> Preset (e.g. "paper": the paper's own settings, every extension off)
     presets: Mapping[str, Preset] = field(default_factory=dict)
 
@@ -102,6 +116,17 @@ class DrafterSpec:
 
     def make(self, config: Any, setup: DraftSetup) -> Drafter:
         return self.factory(config, setup)
+
+    def wants_reference(self, values: Mapping[str, Any]) -> bool:
+        """True if this drafter replays the baseline's output and `values` give none."""
+        return self.needs_reference and not values.get(REFERENCE_SETTING)
+
+    def with_reference(self, values: Mapping[str, Any], output_ids: Sequence[int]) -> dict[str, Any]:
+        """`values` with the baseline's output filled in where this drafter wants it."""
+        out = dict(values)
+        if self.wants_reference(out):
+            out[REFERENCE_SETTING] = tuple(output_ids)
+        return out
 
 
 REGISTRY: dict[str, DrafterSpec] = {}
@@ -118,3 +143,29 @@ def get(name: str) -> DrafterSpec:
     except KeyError:
         raise UnknownDrafterError(
             f"unknown drafter {name!r}; available: {', '.join(sorted(REGISTRY))}") from None
+
+
+def ordered() -> list[DrafterSpec]:
+    """Every registered drafter in list order (`order`, then name)."""
+    return sorted(REGISTRY.values(), key=lambda s: (s.order, s.name))
+
+
+def names() -> list[str]:
+    return [s.name for s in ordered()]
+
+
+def _flagged(flag: str) -> DrafterSpec:
+    found = [s for s in ordered() if getattr(s, flag)]
+    if not found:
+        raise UnknownDrafterError(f"no registered drafter has {flag} set")
+    return found[0]
+
+
+def baseline() -> DrafterSpec:
+    """The plain-decoding drafter every speedup is measured against."""
+    return _flagged("is_baseline")
+
+
+def default() -> DrafterSpec:
+    """The drafter chosen when none is named."""
+    return _flagged("is_default")

@@ -1,4 +1,7 @@
-"""The drafting loop shared by the model drafters (draft_model, self_draft, glide).
+"""The drafting loop and the base class shared by the model drafters (draft_model, self_draft,
+glide): `ChainLoop` drafts a chain (plus CAPE siblings) from a `DraftLM`; `ModelDrafter` is
+the drafter around it (shared settings `GammaSettings`, gamma capped by the budget and
+adapted, the step metrics, the missing-target check).
 
 A `DraftLM` is a small autoregressive model with its own KV cache of `length` rows; the
 loop keeps it in step with the committed sequence (crop to the common prefix, forward only
@@ -32,8 +35,9 @@ import torch
 
 from ..decoding import DecodingConfig, target_probs
 from ..errors import ConfigError
+from ..settings import Settings, setting
 from ..tree import DraftTree
-from .base import DraftContext
+from .base import DraftContext, DraftSetup
 
 PROPOSAL = "draft-model"
 EXPANSION = "cape-expansion"
@@ -58,6 +62,16 @@ class TreeDraftLM(DraftLM, Protocol):
         """Append `ids` at the given positions; `visible` [n, length + n] bool says which cache
         rows (and new rows) each one attends to; logits [n, V_draft]."""
         ...
+
+
+def hf_forward(lm: Any, ids: Sequence[int]) -> torch.Tensor:
+    """Forward `ids` through a Hugging Face causal LM `lm.model` at positions `lm.length`..,
+    appending to its DynamicCache `lm.cache`; returns the logits [n, V]."""
+    pos = torch.arange(lm.length, lm.length + len(ids), device=lm.device)[None]      # [1, n]
+    out = lm.model(input_ids=torch.tensor([list(ids)], device=lm.device), position_ids=pos,
+                   past_key_values=lm.cache, use_cache=True)
+    lm.length += len(ids)
+    return out.logits[0]                                                               # [n, V]
 
 
 def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], ...]:
@@ -95,7 +109,7 @@ class ChainResult:
     seconds: float
 
 
-class ChainDrafter:
+class ChainLoop:
     """Keeps a DraftLM in step with the committed tokens and drafts chains (+ CAPE)."""
 
     def __init__(self, lm: DraftLM, vocab_size: int, decoding: DecodingConfig | None, seed: int = 0) -> None:
@@ -283,19 +297,38 @@ def accepted_proposals(tree: DraftTree, accepted: Sequence[int]) -> int:
     return sum(1 for i in accepted if tree.sources[i] == PROPOSAL)
 
 
-class ChainModelDrafter:
-    """propose / observe shared by the model drafters: gamma capped by the token budget,
-    the step's metrics in ctx.info, gamma adapted after each step when `adaptive` is on.
-    Subclasses set self.config (with gamma, adaptive, gamma_max), self.chain, self.bins, and
-    for a tree-capable draft self.beam (width, 0 = chains) and self.max_verify (0 = no cap)."""
-    config: Any
-    chain: ChainDrafter
+@dataclass(frozen=True)
+class GammaSettings(Settings):
+    """The settings every model drafter has (its config class derives from this one)."""
+    gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
+    adaptive: bool = setting(False, "Adapt gamma from the acceptance: +2 after a fully accepted "
+                             "chain, -1 otherwise, within [1, gamma_max].")
+    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
+
+
+class ModelDrafter:
+    """The base of the model drafters: refuses a setup without a target, keeps the config
+    (a GammaSettings), makes the ChainLoop (`chain_for`, seeded by the decoding seed), and
+    shares propose / observe: gamma capped by the token budget, the step's metrics in
+    ctx.info, gamma adapted after each step when `adaptive` is on. Subclasses set `name`,
+    call `super().__init__` first, then set self.chain (and self.bins for CAPE, and for a
+    tree-capable draft self.beam (width, 0 = chains) and self.max_verify (0 = no cap))."""
+    name = "model drafter"
+    chain: ChainLoop
     bins: Sequence[tuple[float, int]] | None = None
     beam: int = 0
     max_verify: int = 0
 
-    def start(self) -> None:
-        self.gamma = int(self.config.gamma)
+    def __init__(self, config: GammaSettings, setup: DraftSetup) -> None:
+        if setup.target is None:
+            raise ConfigError("target", f"drafter {self.name} needs the target model (DraftSetup.target)")
+        self.config: Any = config
+        self.gamma = int(config.gamma)
+
+    @staticmethod
+    def chain_for(lm: DraftLM, setup: DraftSetup) -> ChainLoop:
+        seed = setup.decoding.seed if setup.decoding is not None else 0
+        return ChainLoop(lm, setup.vocab_size, setup.decoding, seed)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         gamma = min(self.gamma, ctx.budget - 1)
@@ -307,14 +340,15 @@ class ChainModelDrafter:
             else:
                 result = self.chain.draft(ctx, gamma, self.bins, self.max_verify)
         step_info(ctx, result, gamma)
+        if result.tree.tokens:
+            self.note(ctx)
         return result.tree
+
+    def note(self, ctx: DraftContext) -> None:
+        """Drafter-specific step info, added after a non-empty draft (none by default)."""
 
     def observe(self, step: Any) -> None:
         if self.config.adaptive:
             drafted = sum(1 for s in step.tree.sources if s == PROPOSAL)
             self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,
                                      1, max(self.config.gamma_max, self.config.gamma))
-
-
-def no_model_error(name: str) -> Any:
-    return ConfigError("target", f"drafter {name} needs the target model (DraftSetup.target)")

@@ -17,10 +17,9 @@ from transformers import DynamicCache
 
 from ..errors import SpecvizError
 from ..kvcache import crop_to
-from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..settings import setting
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import ChainDrafter, ChainModelDrafter, no_model_error
+from .chain import GammaSettings, ModelDrafter, hf_forward
 
 
 class TokenizerMismatchError(SpecvizError):
@@ -28,14 +27,10 @@ class TokenizerMismatchError(SpecvizError):
 
 
 @dataclass(frozen=True)
-class DraftModelConfig(Settings):
+class DraftModelConfig(GammaSettings):
     model: str = setting("embedded", "Draft model: 'embedded' (SmolLM2-135M, drafts for larger "
                          "SmolLM2 targets), a hub id, a local path or 'tiny-random'; it must share "
                          "the target's tokenizer.", kind="model")
-    gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
-    adaptive: bool = setting(False, "Adapt gamma from the acceptance: +2 after a fully accepted "
-                             "chain, -1 otherwise, within [1, gamma_max].")
-    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
 
 
 class HFDraftLM:
@@ -52,11 +47,7 @@ class HFDraftLM:
         self.length = length
 
     def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
-        pos = torch.arange(self.length, self.length + len(ids), device=self.device)[None]
-        out = self.model(input_ids=torch.tensor([list(ids)], device=self.device), position_ids=pos,
-                         past_key_values=self.cache, use_cache=True)
-        self.length += len(ids)
-        return out.logits[0]                                          # [n, V_draft]
+        return hf_forward(self, ids)                                  # [n, V_draft]
 
 
 def load_draft(model_id: str, target: Any) -> Any:
@@ -83,26 +74,22 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
             f"{target.model_id!r}: {why}; pick a draft model of the same family")
 
 
-class DraftModel(ChainModelDrafter):
+class DraftModel(ModelDrafter):
+    name = "draft_model"
+
     def __init__(self, config: DraftModelConfig, setup: DraftSetup) -> None:
-        if setup.target is None:
-            raise no_model_error("draft_model")
-        self.config = config
+        super().__init__(config, setup)
         draft = load_draft(config.model, setup.target)
         check_same_tokenizer(draft, setup.target)
         self.model_id = draft.model_id
-        seed = setup.decoding.seed if setup.decoding is not None else 0
-        self.chain = ChainDrafter(HFDraftLM(draft.model), setup.vocab_size, setup.decoding, seed)
-        self.start()
+        self.chain = self.chain_for(HFDraftLM(draft.model), setup)
 
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        tree = super().propose(ctx)
-        if tree.tokens:
-            ctx.info["draft_model"] = self.model_id
-        return tree
+    def note(self, ctx: DraftContext) -> None:
+        ctx.info["draft_model"] = self.model_id
 
 
 SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,
                             "A small draft model with the target's tokenizer drafts gamma tokens "
                             "(exact speculative sampling, own KV cache rolled back on rejection).",
-                            "Leviathan et al. 2023; Chen et al. 2023"))
+                            "Leviathan et al. 2023; Chen et al. 2023",
+                            family="model", order=70))

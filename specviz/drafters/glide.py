@@ -24,10 +24,10 @@ import torch
 from ..glide.checkpoint import CheckpointError, load
 from ..glide.model import GlideDraft, positions_cross_mask
 from ..resources import data_path
-from ..settings import Settings, setting
 from ..errors import ConfigError
+from ..settings import setting
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, register
-from .chain import ChainDrafter, ChainModelDrafter, no_model_error, parse_bins
+from .chain import GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
 
@@ -38,7 +38,7 @@ def default_checkpoint(model_id: str) -> Path:
 
 
 @dataclass(frozen=True)
-class GlideConfig(Settings):
+class GlideConfig(GammaSettings):
     checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
                               "specviz/data/checkpoints/glide-<model>.pt).", kind="file")
     gamma: int = setting(4, "Proposal tokens per step (default 4 here: on the CPU shorter chains pay, "
@@ -55,8 +55,6 @@ class GlideConfig(Settings):
     beam: int = setting(0, "GLIDE + beam search (the paper's baseline, section 5.1 / Table 3: "
                         "width 4): a beam search of this width over gamma steps, verified as a "
                         "tree; 0 = a chain.", low=0, high=16)
-    adaptive: bool = setting(False, "Adapt gamma from the acceptance (+2 / -1).")
-    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
 
     def check(self) -> None:
         parse_bins(self.cape_bins)
@@ -133,18 +131,17 @@ def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
     return draft
 
 
-class Glide(ChainModelDrafter):
+class Glide(ModelDrafter):
+    name = "glide"
+
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
-        if setup.target is None:
-            raise no_model_error("glide")
-        self.config = config
+        super().__init__(config, setup)
         draft = load_for(setup.target, setup.target.model_id, config.checkpoint)
-        seed = setup.decoding.seed if setup.decoding is not None else 0
-        self.chain = ChainDrafter(GlideDraftLM(draft), setup.vocab_size, setup.decoding, seed)
+        self.chain = self.chain_for(GlideDraftLM(draft), setup)
         self.bins = parse_bins(config.cape_bins) if config.cape else None
         self.beam = config.beam
         self.max_verify = config.max_verify
-        self.start()
+
 
 _PAPER = "GLIDE with a CAPE: A Low-Hassle Method to Accelerate Speculative Decoding"
 PRESETS = {
@@ -166,4 +163,5 @@ PRESETS = {
 SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "
                             "gamma tokens; CAPE adds siblings where the draft is unsure.",
-                            "Du et al. 2024, GLIDE with a CAPE", presets=PRESETS))
+                            "Du et al. 2024, GLIDE with a CAPE",
+                            family="model", order=90, presets=PRESETS))

@@ -23,7 +23,7 @@ as the authors' code does. The `paper` preset turns it on and recycling and cost
 The candidates are merged into one tree; each node is labelled with the first DB that
 proposed it, and the step info holds how many candidates each DB gave (`db_hits`).
 Extension (a switch): `size_by_cost` cuts the tree to the best expected tokens per second
-(corpus_support.TreeCutter): a node's chance given its parent is its share of the candidates
+(tree_cutter.TreeCutter): a node's chance given its parent is its share of the candidates
 through its parent (`share_chances`; where several candidates agree on a token it is likelier)
 times a trust learned per DB and rank. With `share_chances` off every node's raw chance is 1
 and the trust alone sizes the tree, which over-rates bushy levels (siblings' chances then sum
@@ -37,14 +37,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..tree import DraftTree, graft_chains, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, graft_chains, merge_chains, resolve_index
+from .corpus_index import INDEX_HELP, resolve_index
 from .lookahead import JacobiWindow
+from .tree_cutter import TreeCutter, explore_setting
 from ..index.ngram_pool import NgramPool
 
 DBS = ("context", "model-db", "corpus")
 
+
+# trust buckets per database by the rank of the chain that first reached a node: ranks 0, 1
+# and 2 apart, rank 3 and beyond in one bucket so that the rarely drafted lower ranks still
+# see enough tests to learn from (a choice of this project, not from the Hierarchy Drafting
+# paper, which sizes no trees by trust)
+RANK_BUCKETS = 3
 
 @dataclass(frozen=True)
 class HierarchyConfig(Settings):
@@ -140,7 +147,7 @@ class HierarchyDrafter:
                 r = per_db.get(db, 0)
                 per_db[db] = r + 1
                 for node in nodes:
-                    rank.setdefault(node, (db, min(r, 3)))
+                    rank.setdefault(node, (db, min(r, RANK_BUCKETS)))
             buckets = [rank[i] for i in range(len(tree))]
             tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost, ctx.info)
             self._db_nodes = len(tree)
@@ -203,4 +210,5 @@ PAPER = Preset(
 SPEC = register(DrafterSpec("hierarchy", HierarchyConfig, HierarchyDrafter,
                             "Context, model and corpus n-gram DBs read in order of locality (Hierarchy Drafting).",
                             "Cho et al. 2025, Lossless Acceleration of LLMs with Hierarchical Drafting "
-                            "based on Temporal Locality in Speculative Decoding", presets={"paper": PAPER}))
+                            "based on Temporal Locality in Speculative Decoding",
+                            family="corpus", order=40, presets={"paper": PAPER}))

@@ -30,9 +30,8 @@ from typing import Sequence
 
 from ..index.ngram_pool import NgramPool
 from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_support import merge_chains
 
 
 @dataclass(frozen=True)
@@ -126,4 +125,5 @@ PRESETS = {
 SPEC = register(DrafterSpec("lookahead", LookaheadConfig, LookaheadDrafter,
                             "Jacobi lookahead window and an n-gram pool verified in one forward (Lookahead).",
                             "Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using "
-                            "Lookahead Decoding", presets=PRESETS))
+                            "Lookahead Decoding",
+                            family="context", order=60, presets=PRESETS))

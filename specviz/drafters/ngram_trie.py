@@ -1,4 +1,5 @@
-"""ngram_trie: N-Gram Trie speculative decoding (Chen et al.), with extensions (the `paper` preset turns them off).
+"""ngram_trie: N-Gram Trie speculative decoding (Chen et al.), with three extensions (the `paper`
+preset turns them off).
 
 Paper behaviour (switches off): a trie of the context's n-grams (index/ngram_trie.py), the
 longest suffix of the sequence (Lp tokens, shortened until one matches) selects a subtree,
@@ -18,8 +19,10 @@ Extensions, each a switch, for the limits the paper names:
   context does not predict the output the tree shrinks to nothing, and the step costs what
   a vanilla step costs. A trust is learned only from tokens the verifier tested, so a prior
   too pessimistic for the machine would never be corrected: while a match length has had
-  fewer than EXPLORE_TESTS draft tokens tested, every `explore_every` steps without a draft
-  verify the best chain anyway (only as many nodes as cost what one costs).
+  fewer than sizing.EXPLORE_TESTS draft tokens tested, a step after `explore_every` steps
+  without a draft verifies the best chain anyway (only as many nodes as cost what one
+  costs). The trust learning, sizing and exploration are the shared tree_cutter.TreeCutter
+  (bucket: the matched length), fed the trie's candidates best first.
 
 Each step's info says what the sizing decided: candidates found, nodes kept, the expected
 committed tokens and predicted milliseconds of the chosen tree, and of plain decoding.
@@ -31,9 +34,9 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..index.ngram_trie import NgramTrie
 from ..settings import Settings, setting
-from ..sizing import EXPLORE_TESTS, Calibration, best_prefix, free_prefix
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .tree_cutter import TreeCutter
 
 
 @dataclass(frozen=True)
@@ -65,65 +68,36 @@ class NgramTrieDrafter:
         self.config = config
         self.trie = NgramTrie(config.n, config.prefix_len)
         self.trie.extend(setup.prompt_ids)
-        self.first = Calibration(prior=config.first_prior)       # buckets: matched length
-        self.later = Calibration(prior=config.continue_prior)
-        self._last: tuple[int, list[float]] | None = None   # (match length, raw ratio per node)
-        self._since_draft = 0                               # steps since the last non-empty tree
+        # trust buckets: the matched prefix length
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
-        tree = self._propose(ctx)
-        self._since_draft = 0 if len(tree) else self._since_draft + 1
-        return tree
-
-    def _propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
         with ctx.timer("draft.search"):
             matched, m = self.trie.match(ctx.tokens)
             if matched is None:
-                self._last = None
+                self.cutter.skip()
                 return DraftTree.empty()
-            t1, t2 = (self.first.factor(m), self.later.factor(m)) if cfg.size_by_cost else (1.0, 1.0)
+            t1, t2 = self.cutter.trust(m) if cfg.size_by_cost else (1.0, 1.0)
             cands = NgramTrie.top_nodes(matched, cfg.num_draft, t1, t2, cfg.recency_ties)
         with ctx.timer("draft.tree"):
             ctx.info.update(match_len=m, candidates=len(cands))
-            if cfg.size_by_cost:
-                path: list[float] = []
-                for c in cands:
-                    p = c.ratio * (t2 * path[c.parent] if c.parent >= 0 else t1)
-                    path.append(p)
-                k = best_prefix(path, ctx.verify_cost)
-                if (k == 0 and cfg.explore_every and self._since_draft >= cfg.explore_every
-                        and self.first.tests(m) < EXPLORE_TESTS):
-                    k = free_prefix(ctx.verify_cost, len(cands))
-                    ctx.info["explore"] = True
-                ctx.info.update(trust_first=round(t1, 4), trust_later=round(t2, 4),
-                                expected_tokens=round(1 + sum(path[:k]), 3),
-                                predicted_ms=round(1000 * ctx.verify_cost(k), 2),
-                                plain_ms=round(1000 * ctx.verify_cost(0), 2))
-                cands = cands[:k]
-            ctx.info["kept"] = len(cands)
             positions = [c.node.last + (m + c.depth) - 1 for c in cands]  # latest occurrence
             sources = tuple("context" if p < ctx.prompt_len else "output" for p in positions)
             tree = DraftTree(tuple(c.node.token for c in cands), tuple(c.parent for c in cands),
                              sources, tuple(c.node.count for c in cands))
-            self._last = (m, [c.ratio for c in cands])
-            ctx.info["positions"] = positions
+            tree, _ = self.cutter.cut(tree, [c.ratio for c in cands], [m] * len(cands), ctx.verify_cost,
+                                         cfg.size_by_cost, ctx.info, best_first=True)
+            if cfg.size_by_cost:         # the cutter recorded expected_tokens, predicted_ms, plain_ms
+                ctx.info.update(trust_first=round(t1, 4), trust_later=round(t2, 4))
+            ctx.info["kept"] = len(tree)
+            ctx.info["positions"] = positions[:len(tree)]
             return tree
 
     def observe(self, step: StepView) -> None:
         if self.config.insert_output:
             self.trie.extend(step.new_tokens)
-        if self._last is None or not step.tree.tokens:
-            return
-        m, ratios = self._last
-        tested = {-1, *step.accepted}        # nodes whose children the verifier really tried
-        accepted = set(step.accepted)
-        for first in (True, False):
-            nodes = [i for i, par in enumerate(step.tree.parents)
-                     if par in tested and (par < 0) == first]
-            if nodes:
-                (self.first if first else self.later).update(
-                    m, sum(ratios[i] for i in nodes), sum(i in accepted for i in nodes), len(nodes))
+        self.cutter.observe(step)
 
 
 PAPER = Preset(
@@ -137,4 +111,6 @@ PAPER = Preset(
 SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
                             "Draft trees from an n-gram trie over the context.",
                             "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
-                            "Speculative Decoding", presets={"paper": PAPER}))
+                            "Speculative Decoding",
+                            family="context", order=20, is_default=True, preselected=True,
+                            presets={"paper": PAPER}))

@@ -41,4 +41,5 @@ class Oracle:
 
 SPEC = register(DrafterSpec("oracle", OracleConfig, Oracle,
                             "Replays a known continuation: the upper bound of speculative decoding here.",
-                            "-"))
+                            "-",
+                            family="oracle", order=100, needs_reference=True))

@@ -7,7 +7,7 @@ draft tree (index/candidates.py), cut to `num_draft` nodes (REST keeps 64 choice
 Every node is labelled "corpus".
 
 Extension (a switch): `size_by_cost` cuts the tree further to the size with the best
-expected tokens per second (corpus_support.TreeCutter); on a CPU a 64-node verify costs
+expected tokens per second (tree_cutter.TreeCutter); on a CPU a 64-node verify costs
 about twice a plain step, so an uncut REST tree is slower than plain decoding unless most
 drafts are accepted.
 """
@@ -20,8 +20,14 @@ from ..index.candidates import rank_continuations
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_support import INDEX_HELP, TreeCutter, explore_setting, resolve_index
+from .corpus_index import INDEX_HELP, resolve_index
+from .tree_cutter import TreeCutter, explore_setting
 
+
+# trust buckets by matched suffix length; matches of 8 tokens or more share the last bucket so
+# that each bucket sees enough tests to learn from (a choice of this project, not from the
+# REST paper, which sizes no trees by trust)
+MATCH_BUCKETS = 8
 
 @dataclass(frozen=True)
 class RestConfig(Settings):
@@ -69,7 +75,7 @@ class RestDrafter:
         with ctx.timer("draft.tree"):
             tree = DraftTree(cands.tokens, cands.parents, ("corpus",) * len(cands),
                              tuple(float(c) for c in cands.counts))
-            buckets = [min(m.length, 8)] * len(tree)
+            buckets = [min(m.length, MATCH_BUCKETS)] * len(tree)
             tree, path = self.cutter.cut(tree, cands.ratios, buckets, ctx.verify_cost, cfg.size_by_cost,
                                            ctx.info)
             ctx.info.update(match_len=m.length, matches=m.count, counted=len(ends),
@@ -82,4 +88,5 @@ class RestDrafter:
 
 SPEC = register(DrafterSpec("rest", RestConfig, RestDrafter,
                             "Drafts from a suffix-array datastore over a chat corpus (REST).",
-                            "He et al. 2024, REST: Retrieval-Based Speculative Decoding"))
+                            "He et al. 2024, REST: Retrieval-Based Speculative Decoding",
+                            family="corpus", order=30))

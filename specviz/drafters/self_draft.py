@@ -21,19 +21,15 @@ import torch
 from transformers import DynamicCache
 
 from ..errors import ConfigError
-from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..settings import setting
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import ChainDrafter, ChainModelDrafter, no_model_error
+from .chain import GammaSettings, ModelDrafter, hf_forward
 
 
 @dataclass(frozen=True)
-class SelfDraftConfig(Settings):
+class SelfDraftConfig(GammaSettings):
     k: int = setting(8, "Layers of the target used as the draft (1 .. L-1 for a target of L layers).",
                      low=1, high=1024)
-    gamma: int = setting(4, "Draft tokens per step (the start value when adaptive).", low=1, high=32)
-    adaptive: bool = setting(False, "Adapt gamma from the acceptance (+2 / -1).")
-    gamma_max: int = setting(12, "Upper bound of an adaptive gamma.", low=1, high=64)
 
 
 def num_layers(model: Any) -> int:
@@ -82,17 +78,14 @@ class SelfDraftLM:
                     self.cache.update(view.keys(i), view.values(i), i)
             self.length = view.length
             ids = list(ids)[-1:]                           # the root; rows before it are the view's
-        pos = torch.arange(self.length, self.length + len(ids), device=self.device)[None]
-        out = self.model(input_ids=torch.tensor([list(ids)], device=self.device), position_ids=pos,
-                         past_key_values=self.cache, use_cache=True)
-        self.length += len(ids)
-        return out.logits[0]                                          # [n, V]
+        return hf_forward(self, ids)                                  # [n, V]
 
 
-class SelfDraft(ChainModelDrafter):
+class SelfDraft(ModelDrafter):
+    name = "self_draft"
+
     def __init__(self, config: SelfDraftConfig, setup: DraftSetup) -> None:
-        if setup.target is None:
-            raise no_model_error("self_draft")
+        super().__init__(config, setup)
         inner = getattr(setup.target.model, "model", None)
         if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm"):
             raise ConfigError("drafter", f"self_draft needs a Llama-style model (model.layers, "
@@ -101,20 +94,14 @@ class SelfDraft(ChainModelDrafter):
         if not 1 <= config.k <= layers - 1:
             raise ConfigError("k", f"k={config.k} must be in 1..L-1 = 1..{layers - 1}: the target "
                                    f"{setup.target.model_id!r} has L={layers} layers")
-        self.config = config
-        seed = setup.decoding.seed if setup.decoding is not None else 0
-        self.chain = ChainDrafter(SelfDraftLM(setup.target.model, config.k), setup.vocab_size,
-                                  setup.decoding, seed)
-        self.start()
+        self.chain = self.chain_for(SelfDraftLM(setup.target.model, config.k), setup)
 
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        tree = super().propose(ctx)
-        if tree.tokens:
-            ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up
-        return tree
+    def note(self, ctx: DraftContext) -> None:
+        ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up
 
 
 SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
                             "Early exit: the target's first k layers + its norm and LM head draft "
                             "gamma tokens (no extra weights; reuses the target's committed KV).",
-                            "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)"))
+                            "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)",
+                            family="model", order=80))

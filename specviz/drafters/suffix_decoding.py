@@ -32,7 +32,7 @@ earlier answer; switch `global_tree` off for that. It stops growing at `history_
 (arctic-inference evicts whole requests first-in first-out instead).
 
 Extension (a switch): `size_by_cost` cuts the draft to the size with the best expected tokens
-per second (corpus_support.TreeCutter; a node's raw chance is its count ratio, a first
+per second (tree_cutter.TreeCutter; a node's raw chance is its count ratio, a first
 token's taken over the matched suffix's occurrences that have a continuation (the context's
 own occurrence would halve a once-seen copy's chance), trusted per match length and tree as
 learned online). Measured on one Spec-Bench summarization question (SmolLM2-135M, 64 tokens),
@@ -49,7 +49,7 @@ from ..settings import Settings, setting
 from ..tree import DraftTree
 from .store import settings_key, shared_entry, tokenizer_key
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_support import TreeCutter, explore_setting
+from .tree_cutter import TreeCutter, explore_setting
 
 _GENERATION = itertools.count()      # sequence ids in the global tree
 
@@ -184,4 +184,4 @@ SPEC = register(DrafterSpec("suffix_decoding", SuffixDecodingConfig, SuffixDecod
                             "adaptive draft length (SuffixDecoding).",
                             "Oliaro et al. 2024, SuffixDecoding: Extreme Speculative Decoding for "
                             "Emerging AI Applications",
-                            presets={"paper": PAPER}))
+                            family="context", order=65, presets={"paper": PAPER}))

@@ -24,7 +24,7 @@ init_from_prompt=false, size_by_cost=false.
 
 Extensions (switches): `init_from_prompt` starts the rows from the prompt's bigrams (most
 recent follower first), so the first steps have something to draft; `size_by_cost` cuts the
-80-node tree to the size with the best expected tokens per second (corpus_support.TreeCutter;
+80-node tree to the size with the best expected tokens per second (tree_cutter.TreeCutter;
 a node's chance is the acceptance rate learned online for its rank, first token apart from
 later ones): on a CPU an 80-node verify costs about twice a plain step, where on the paper's
 GPU it costs about the same as one.
@@ -38,7 +38,7 @@ from ..settings import Settings, setting
 from ..tree import DraftTree
 from .store import settings_key, shared_entry, tokenizer_key
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_support import TreeCutter, explore_setting
+from .tree_cutter import TreeCutter, explore_setting
 
 # The authors' tree template "2.2.2" (model/recycling/tree_template_.py): each node is the
 # path of candidate ranks from the root; levels of 8, 21, 25, 15, 8 and 3 nodes.
@@ -129,4 +129,4 @@ SPEC = register(DrafterSpec("token_recycling", TokenRecyclingConfig, TokenRecycl
                             "A static tree filled from each token's recycled top-k candidates (Token Recycling).",
                             "Luo et al. 2024, Turning Trash into Treasure: Accelerating Inference of Large "
                             "Language Models with Token Recycling",
-                            presets={"paper": PAPER}))
+                            family="context", order=62, presets={"paper": PAPER}))

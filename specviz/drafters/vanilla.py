@@ -26,4 +26,5 @@ class Vanilla:
 
 SPEC = register(DrafterSpec("vanilla", VanillaConfig, Vanilla,
                             "Plain autoregressive decoding, the baseline for every speedup.",
-                            "-"))
+                            "-",
+                            family="baseline", order=0, is_baseline=True))

@@ -358,11 +358,29 @@ def default_index_dir(ident: dict[str, Any]) -> Path:
 _BUILD_LOCK = threading.Lock()
 
 
-def default_index(tokenizer: Any, vocab_size: int) -> CorpusIndex:
-    """The cached default index for this tokenizer, built from ShareGPT on first use."""
+# "0": a missing default corpus index is refused with the command that builds it instead of
+# being built where it is first asked for (the explorer sets it: a build takes about 4
+# minutes and would hold the model slot); anything else: built on first use
+BUILD_ENV = "SPECVIZ_BUILD_DEFAULT_INDEX"
+
+
+def default_index_command(ident: dict[str, Any], model_id: str = "MODEL") -> str:
+    return (f"python -m specviz index build --kind suffix,trigram --corpus sharegpt --model {model_id} "
+            f"--out {default_index_dir(ident)}")
+
+
+def default_index(tokenizer: Any, vocab_size: int, model_id: str = "MODEL") -> CorpusIndex:
+    """The cached default corpus index for this tokenizer, built from ShareGPT on first use
+    (with a progress bar on stderr), or, where BUILD_ENV is "0", refused with an
+    IndexFileError naming the command that builds it."""
     ident = tokenizer_identity(tokenizer, vocab_size)
     folder = default_index_dir(ident)
     with _BUILD_LOCK:                    # one build per process; other users wait for it
+        if not _manifest_path(folder).is_file() and os.environ.get(BUILD_ENV, "1") == "0":
+            raise IndexFileError(
+                f"index: the default ShareGPT corpus index for {ident['name']} is not built yet "
+                f"(about 4 minutes, once); build it with `{default_index_command(ident, model_id)}`, "
+                "or give index=DIR")
         if not _manifest_path(folder).is_file():
             limit = int(os.environ.get("SPECVIZ_INDEX_CONVERSATIONS", DEFAULT_CONVERSATIONS))
             print(f"specviz: building the default corpus index for {ident['name']} from ShareGPT "

@@ -17,7 +17,13 @@ class DocumentError(RetrievalError, ValueError):
 
 
 class QuestionError(RetrievalError, ValueError):
-    """The question is empty or whitespace only, or k is out of range for the collection."""
+    """The question is empty or whitespace only, or k is out of range for the collection.
+    `field` names the input ("question", "k") and `reason` says what is wrong with it, so a
+    front end words the message for its own flag or widget without parsing this text."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
 
 
 class EmbedderLoadError(RetrievalError):

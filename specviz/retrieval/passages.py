@@ -54,15 +54,15 @@ def build_passage_index(docs: Sequence[Document], embedder: Embedder,
 
 def check_k(k: int, index: PassageIndex) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, float)) or int(k) != k:
-        raise QuestionError(f"k: expected a whole number of chunks, got {k!r}")
+        raise QuestionError("k", f"expected a whole number of chunks, got {k!r}")
     k = int(k)
     if k < 1:
-        raise QuestionError(f"k: must be at least 1, got {k}")
+        raise QuestionError("k", f"must be at least 1, got {k}")
     if k > len(index):
-        raise QuestionError(f"k: {k} is more than the {len(index)} chunks in the collection; "
+        raise QuestionError("k", f"{k} is more than the {len(index)} chunks in the collection; "
                             f"ask for at most {len(index)}")
     if k > MAX_K:
-        raise QuestionError(f"k: at most {MAX_K} chunks go into one context, got {k}")
+        raise QuestionError("k", f"at most {MAX_K} chunks go into one context, got {k}")
     return k
 
 
@@ -74,7 +74,7 @@ def retrieve(index: PassageIndex, embedder: Embedder, question: str, k: int = 3,
     """
     question = (question or "").strip()
     if not question:
-        raise QuestionError("question: it is empty (or whitespace only); type a question")
+        raise QuestionError("question", "it is empty (or whitespace only); type a question")
     k = check_k(k, index)
     if embedder.model_id != index.manifest.model_id:
         raise IndexMismatchError(f"index: built with the embedding model {index.manifest.model_id!r}, "

@@ -70,7 +70,7 @@ def build_context(question: str, hits: Sequence[tuple[Chunk, float]],
     """The context text for `hits` (best first) and the message holding the question."""
     question = (question or "").strip()
     if not question:
-        raise QuestionError("question: it is empty (or whitespace only); type a question")
+        raise QuestionError("question", "it is empty (or whitespace only); type a question")
     parts: list[str] = []
     pieces: list[ContextPiece] = []
     at = 0

@@ -10,14 +10,14 @@ import gradio as gr
 from .. import viz
 from ..decoding import DecodingConfig
 from ..divergence import with_divergence
+from ..drafters import REGISTRY, baseline, ordered
 from ..trace import Trace
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu
 from .session import RunSpec, Session
-from .setup_panel import SetupPanel, drafter_names
+from .setup_panel import SetupPanel
 
-DEFAULT_PEERS = ("prompt_lookup", "ngram_trie")
 WARMUP_TOKENS = 4
 
 
@@ -33,15 +33,16 @@ class CompareTab:
 
 
 def build_compare_tab() -> CompareTab:
-    names = [n for n in drafter_names() if n != "vanilla"]
-    gr.Markdown("Runs **vanilla** (plain decoding) and each selected drafter on the current model, "
+    base = baseline().name
+    peers = [s for s in ordered() if not s.is_baseline]
+    gr.Markdown(f"Runs **{base}** (plain decoding) and each selected drafter on the current model, "
                 "input and settings. Each drafter uses the settings in the panel on the left. "
-                "Speedup is the ratio to vanilla measured in the same comparison; tokens/s is the median "
+                f"Speedup is the ratio to {base} measured in the same comparison; tokens/s is the median "
                 "over the rounds, which are interleaved. Under greedy decoding every drafter must give "
-                "vanilla's exact output.")
+                f"{base}'s exact output.")
     with gr.Row():
-        drafters = gr.CheckboxGroup(names, value=[n for n in DEFAULT_PEERS if n in names],
-                                    label="Drafters to compare with vanilla", scale=3)
+        drafters = gr.CheckboxGroup([s.name for s in peers], value=[s.name for s in peers if s.preselected],
+                                    label=f"Drafters to compare with {base}", scale=3)
         rounds = gr.Slider(1, 5, value=1, step=1, label="Rounds", scale=1,
                            info="each round runs every drafter once")
     run = gr.Button("Compare", variant="primary", elem_id="compare-btn")
@@ -58,13 +59,14 @@ def make_compare_handler(panel: SetupPanel):
                 ) -> Iterator[tuple[Any, Any, Any, Any, Session]]:
         session = session if isinstance(session, Session) else Session()
         session.stop_requested = False
-        names = ["vanilla", *[n for n in (chosen or []) if n != "vanilla"]]
+        base_name = baseline().name
+        names = [base_name, *[n for n in (chosen or []) if n != base_name]]
         with shown_to_user():
             base = panel.spec(values)
             specs = {n: base.with_drafter(n, panel.drafter_form.values(n, values[4 + len(panel.decoding_form.components):]))
                      for n in names}
             yield f"… loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
-            runner.run_to_end(RunSpec(base.model_id, "vanilla", (), DecodingConfig(max_new_tokens=WARMUP_TOKENS),
+            runner.run_to_end(RunSpec(base.model_id, base_name, (), DecodingConfig(max_new_tokens=WARMUP_TOKENS),
                                       base.context, base.message, base.dtype))      # untimed warm-up
             runs: dict[str, list[Trace]] = {n: [] for n in names}
             total = int(rounds) * len(names)
@@ -75,21 +77,22 @@ def make_compare_handler(panel: SetupPanel):
                     done = sum(map(len, runs.values()))
                     yield f"… round {r + 1}: running `{n}` ({done + 1}/{total})...", gr.skip(), gr.skip(), gr.skip(), session
                     spec = specs[n]
-                    if n == "oracle" and not dict(spec.drafter_values).get("tokens"):
-                        spec = spec.with_drafter(n, {**dict(spec.drafter_values),
-                                                     "tokens": runs["vanilla"][-1].output_ids})
+                    if n in REGISTRY and REGISTRY[n].wants_reference(dict(spec.drafter_values)):
+                        # replays the baseline's output of this round (run first: names[0])
+                        spec = spec.with_drafter(n, REGISTRY[n].with_reference(
+                            dict(spec.drafter_values), runs[base_name][-1].output_ids))
                     runs[n].append(runner.run_to_end(spec, session.drafter_store))
         done_runs = [runs[n] for n in names if runs[n]]
-        if not done_runs or not runs["vanilla"]:
-            yield "■ stopped before vanilla finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
+        if not done_runs or not runs[base_name]:
+            yield f"■ stopped before {base_name} finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
             return
         k = min(len(v) for v in done_runs)
-        ref = runs["vanilla"][0]
+        ref = runs[base_name][0]
         done_runs = [[with_divergence(t, ref)[0] for t in v] for v in done_runs]   # each run carries it
         rows = viz.compare_rows([v[:k] for v in done_runs])
         session.compared = {v[0].drafter: v[0] for v in done_runs}
         note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}, {ref.dtype}), {ref.totals.new_tokens} "
-                f"vanilla tokens, one warm-up excluded." + (" Stopped early." if session.stop_requested else "")
+                f"{base_name} tokens, one warm-up excluded." + (" Stopped early." if session.stop_requested else "")
                 + viz.divergence_notes(done_runs))
         yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
                gr.update(choices=list(session.compared), value=None), session)

@@ -16,6 +16,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # runs offline; no u
 import gradio as gr  # noqa: E402
 
 from .. import viz  # noqa: E402
+from ..drafters import default  # noqa: E402
 from . import runner  # noqa: E402
 from .compare_tab import build_compare_tab, make_compare_handler, pick_compared  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
@@ -51,7 +52,10 @@ A cheap **drafter** guesses the next tokens (a chain or a tree); the model check
 step's draft tree, the attention mask the model was given, and where the time went."""
 
 
-def api_trace(model: str = "tiny-random", drafter: str = "ngram_trie", message: str = "Hello",
+DEFAULT_DRAFTER = default().name          # the API's default drafter (the registry's is_default)
+
+
+def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, message: str = "Hello",
               context: str = "", settings_json: str = "{}", max_new_tokens: int = 64,
               temperature: float = 0.0, seed: int = 0) -> str:
     """Run one generation and return its Trace as JSON (specviz.Trace.from_json reads it)."""

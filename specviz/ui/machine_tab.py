@@ -9,7 +9,8 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
-from ..doctor import run_doctor
+from ..doctor import DEFAULT_DRAFTERS, run_doctor
+from ..drafters import baseline
 from ..web_policy import check_model
 from .errors import shown_to_user
 from .gpu import gpu
@@ -26,8 +27,9 @@ class MachineTab:
 def build_machine_tab() -> MachineTab:
     gr.Markdown("What this machine runs and how fast: the device, dtype and attention kernel, the cost "
                 "of one target forward for 1 to 64 rows (what a draft tree costs to verify) against the "
-                "cost model calibrated when the model loaded, and each of `prompt_lookup` and "
-                "`ngram_trie` against vanilla on three worked examples: identical, **near-tie** "
+                "cost model calibrated once per model, and each of "
+                + " and ".join(f"`{d}`" for d in DEFAULT_DRAFTERS)
+                + f" against {baseline().name} on three worked examples: identical, **near-tie** "
                 "(rounding in a low-precision dtype, not a bug) or **mismatch** (a bug to report). "
                 "About a minute on a CPU; `specviz doctor` prints the same.")
     run = gr.Button("Run the doctor", elem_id="doctor-btn")

@@ -8,8 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..bench import figures
-from ..bench.report import load_results, summary_markdown
+from ..bench import load_results, results_figures, summary_markdown
 from .errors import shown_to_user
 from .uploads import TRACE_LIMIT_BYTES, UploadError
 
@@ -68,8 +67,5 @@ def render_results(path: str | None) -> list[Any]:
         if file.is_file() and file.stat().st_size > TRACE_LIMIT_BYTES:
             raise UploadError(f"results file {file.name!r} is larger than {TRACE_LIMIT_BYTES // 1_000_000} MB")
         meta, rows = load_results(file)
-    swept = figures.swept_drafters(rows)
-    sweep = figures.sweep_figure(rows, swept[0]) if swept else None
-    return [_meta_markdown(meta), summary_markdown(rows), figures.speedup_bars(rows), figures.phase_stack(rows),
-            figures.accepted_histograms(rows), figures.depth_acceptance_lines(rows),
-            gr.Plot(value=sweep, visible=sweep is not None)]
+    main, sweep = results_figures(rows)
+    return [_meta_markdown(meta), summary_markdown(rows), *main, gr.Plot(value=sweep, visible=sweep is not None)]

@@ -9,6 +9,7 @@ from typing import Any, Iterator, Sequence
 import gradio as gr
 
 from .. import viz
+from ..drafters import baseline
 from ..settings import to_dict
 from ..token_pieces import PieceStream
 from ..trace import StepRecord, Trace
@@ -51,7 +52,7 @@ def _vanilla_tps(session: Session, run: LiveRun) -> float | None:
 
 def _remember(session: Session, trace: Trace) -> None:
     session.trace = trace
-    if trace.drafter == "vanilla" and trace.stop_reason != "stopped":
+    if trace.drafter == baseline().name and trace.stop_reason != "stopped":
         session.vanilla_tps[reference_key(trace.model_id, trace.prompt_text, trace.decoding)] = \
             trace.totals.tokens_per_s
 

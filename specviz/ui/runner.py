@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from ..decoding import DecodingConfig
-from ..engine import build_trace, generate, generate_steps
+from ..engine import build_trace, generate_steps, reference_config
 from ..models import LoadedModel, load_model
 from ..prompts import build_prompt
 from ..trace import StepRecord, Trace
@@ -20,11 +20,9 @@ from .session import LiveRun, RunSpec
 
 
 def drafter_config(spec: RunSpec, lm: LoadedModel, prompt: Any) -> Any:
-    """The validated drafter config; the oracle replays vanilla's output on this input."""
-    values = dict(spec.drafter_values)
-    if spec.drafter == "oracle" and not values.get("tokens"):
-        values["tokens"] = generate(lm, prompt, "vanilla", None, spec.decoding).output_ids
-    return get(spec.drafter).config(values)
+    """The validated drafter config; a drafter that replays the baseline's output (the oracle)
+    gets it from a baseline run on this input."""
+    return reference_config(lm, prompt, spec.drafter, dict(spec.drafter_values), spec.decoding)
 
 
 def resolve(spec: RunSpec) -> RunSpec:

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import gradio as gr
 
 from ..decoding import DecodingConfig
-from ..drafters.base import REGISTRY
+from ..drafters.base import REGISTRY, default, names
 from ..drafters.choice import DrafterChoice
 from ..errors import ConfigError
 from ..precision import DTYPE_CHOICES
@@ -17,14 +17,13 @@ from ..settings import build
 from .session import RunSpec
 from .settings_form import SettingsForm
 
-DRAFTER_ORDER = ("vanilla", "prompt_lookup", "ngram_trie", "oracle")   # then the rest, sorted
-DEFAULT_DRAFTER = "ngram_trie"
 DECODING_OVERRIDES = {"max_new_tokens": {"maximum": 1024, "value": 128, "label": "max new tokens"}}
 DEFAULTS = "defaults"          # the preset dropdown's entry for the drafter's own defaults
 
 
 def drafter_names() -> list[str]:
-    return [n for n in DRAFTER_ORDER if n in REGISTRY] + sorted(set(REGISTRY) - set(DRAFTER_ORDER))
+    """The registered drafters in their specs' order (baseline first)."""
+    return names()
 
 
 def drafter_about(name: str) -> str:
@@ -90,8 +89,8 @@ class SetupPanel:
 
 
 def build_setup_panel() -> SetupPanel:
-    names = drafter_names()
-    default = DEFAULT_DRAFTER if DEFAULT_DRAFTER in names else names[0]
+    listed = drafter_names()
+    chosen = default().name
     model = gr.Textbox(value="embedded", label="Model", elem_id="model-id",
                        info="'embedded' (SmolLM2-135M-Instruct, offline), 'tiny-random' (random weights, "
                             "for trying the page), a local path or a hub id. Loaded once, then cached.")
@@ -100,16 +99,16 @@ def build_setup_panel() -> SetupPanel:
                              "vanilla's exactly); bfloat16 / float16: faster on a GPU, outputs equal "
                              "vanilla's up to near-ties (the Compare tab explains each difference)")
     with gr.Row():
-        drafter = gr.Dropdown(choices=names, value=default, label="Drafter", elem_id="drafter", scale=2)
-        preset = gr.Dropdown(choices=preset_names(default), value=DEFAULTS, label="Preset", elem_id="preset",
+        drafter = gr.Dropdown(choices=listed, value=chosen, label="Drafter", elem_id="drafter", scale=2)
+        preset = gr.Dropdown(choices=preset_names(chosen), value=DEFAULTS, label="Preset", elem_id="preset",
                              scale=1, info="Fills the settings: 'paper' = the paper's own method "
                                            "(every extension off); 'defaults' = ours.")
-    about = gr.Markdown(drafter_about(default))
+    about = gr.Markdown(drafter_about(chosen))
     preset_about = gr.Markdown("")
     form = SettingsForm()
     with gr.Accordion("Drafter settings", open=True):
-        for name in names:
-            form.add_group(name, REGISTRY[name].config_cls, visible=(name == default))
+        for name in listed:
+            form.add_group(name, REGISTRY[name].config_cls, visible=(name == chosen))
     decoding = SettingsForm()
     with gr.Accordion("Decoding", open=False):
         decoding.add_group("decoding", DecodingConfig, overrides=DECODING_OVERRIDES)

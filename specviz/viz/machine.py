@@ -14,7 +14,7 @@ def cost_curve_figure(report: Any) -> go.Figure:
     fig.add_trace(go.Scatter(x=rows, y=[p.measured_s * 1e3 for p in report.cost_curve], mode="lines+markers",
                              name=f"measured ({report.context_len} cached tokens)"))
     fig.add_trace(go.Scatter(x=rows, y=[p.predicted_s * 1e3 for p in report.cost_curve], mode="lines+markers",
-                             line=dict(dash="dot"), name="cost model (calibrated at load, 512 cached)"))
+                             line=dict(dash="dot"), name="cost model (calibrated on first use, 512 cached)"))
     fig.update_layout(template="plotly_white", height=320, margin=dict(l=20, r=20, t=40, b=30),
                       title=f"one target forward on {report.device} ({report.dtype})",
                       xaxis=dict(title="rows fed (root + draft nodes)", type="log", tickvals=rows),

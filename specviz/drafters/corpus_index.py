@@ -1,0 +1,30 @@
+"""The corpus index a corpus drafter (rest, hierarchy, aded) reads.
+
+`resolve_index`: the folder named in its `index` setting, or the default one for the
+model's tokenizer (built from ShareGPT on first use), or none for a model without a
+tokenizer (unit-test models: the drafter then drafts from what it has, and says so in the
+step info). `INDEX_HELP` is the help of the `index` setting they share.
+"""
+from __future__ import annotations
+
+from ..index.store import CorpusIndex, default_index, open_index, tokenizer_identity
+from .base import DraftSetup
+
+INDEX_HELP = ("Index folder (python -m specviz index build); empty = the default index for the "
+              "model's tokenizer, built from ShareGPT on first use and cached.")
+
+
+def resolve_index(path: str, setup: DraftSetup) -> tuple[CorpusIndex | None, str]:
+    """(index or None, a note for the step info). Raises IndexFileError (a SpecvizError) for
+    a missing / damaged folder or one built for another tokenizer."""
+    tokenizer = getattr(setup.target, "tokenizer", None)
+    ident = tokenizer_identity(tokenizer, setup.vocab_size)
+    if path:
+        index = open_index(path)
+        index.check_tokenizer(ident)
+        return index, str(index.path)
+    if tokenizer is None:
+        return None, ("no corpus index: the model has no tokenizer, so the default ShareGPT index "
+                      "does not apply; give index=DIR (an index built from token ids)")
+    index = default_index(tokenizer, setup.vocab_size, getattr(setup.target, "model_id", "MODEL"))
+    return index, str(index.path)

@@ -1,0 +1,54 @@
+"""models.load_model: bad ids, devices and dtypes end in a ModelLoadError naming the option;
+the explicit runtime choices (cpu_linear, the lazily calibrated cost model) and their record
+in LoadedModel.runtime and the Trace."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from specviz import DecodingConfig
+from specviz.engine import generate
+from specviz.errors import ModelLoadError
+from specviz.models import load_model, resolve_device, resolve_dtype
+from specviz.prompts import build_prompt
+
+
+@pytest.mark.parametrize("model_id", ["./no/such/model", "/no/such/model", "~/no/such/model", "a/b/c"])
+def test_missing_local_model(model_id):
+    with pytest.raises(ModelLoadError, match="no such directory"):
+        load_model(model_id)
+
+
+def test_model_option_errors():
+    with pytest.raises(ModelLoadError, match="empty"):
+        load_model("  ")
+    with pytest.raises(ModelLoadError, match="dtype"):
+        resolve_dtype("float8", torch.device("cpu"))
+    with pytest.raises(ModelLoadError, match="device"):
+        resolve_device("warp-drive")
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="CUDA"):
+            resolve_device("cuda")
+
+
+def test_cpu_linear_is_an_explicit_option_recorded_in_the_trace():
+    on = load_model("tiny-random", device="cpu", dtype="float32")                    # default: on on a CPU
+    off = load_model("tiny-random", device="cpu", dtype="float32", cpu_linear=False)
+    assert on.cpu_linear and not off.cpu_linear and on.model is not off.model
+    patched = [hasattr(m, "few_rows_limit") for m in off.model.modules() if isinstance(m, nn.Linear)]
+    assert patched and not any(patched)                                              # off: untouched
+    assert on.runtime["cpu_linear"] is True and off.runtime["cpu_linear"] is False
+    assert on.runtime["device"] == "cpu" and on.runtime["dtype"] == "float32" and on.runtime["attention"]
+    trace = generate(off, build_prompt(off.tokenizer, "Hi"), "vanilla", None, DecodingConfig(max_new_tokens=2))
+    assert trace.runtime == off.runtime
+    assert type(trace).from_json(trace.to_json()).runtime == off.runtime
+
+
+def test_the_cost_model_is_calibrated_on_first_use_only():
+    lm = load_model("tiny-random", device="cpu", dtype="float32")
+    assert lm.verify_cost is None                     # loading does not time the model
+    first = lm.cost_model()
+    assert lm.cost_model() is first                   # once per model
