@@ -36,10 +36,12 @@ browser:
 		|| { echo "make browser: could not install chromium; tests/test_browser.py will be skipped"; \
 		     test "$$CI" != true; }
 
-# the README picture: the browser test on the embedded model with the n-gram trie drafter
+# the README pictures: the browser test on the embedded model with the n-gram trie drafter
+# (a screenshot, and an animation of Generate then stepping; run it on a quiet machine)
 screenshot: setup browser
-	SPECVIZ_SCREENSHOT=assets/explorer.png SPECVIZ_BROWSER_MODEL=embedded SPECVIZ_BROWSER_DRAFTER=ngram_trie \
-		$(PY) -m pytest -q tests/test_browser.py
+	SPECVIZ_SCREENSHOT=assets/explorer.png SPECVIZ_ANIMATION=assets/explorer.webp \
+		SPECVIZ_BROWSER_MODEL=embedded SPECVIZ_BROWSER_DRAFTER=ngram_trie \
+		$(PY) -m pytest -q tests/test_browser.py -k generate_and_step
 
 # the tests that do not run the embedded model
 test-fast: setup

@@ -5,8 +5,9 @@ generates, moves the step slider and checks that the tree, the mask heatmap and 
 coloured output are on the page; saves a screenshot. Skipped when chromium or Playwright is
 missing (`make browser` installs chromium; `make test` runs it first).
 
-    SPECVIZ_SCREENSHOT=assets/explorer.png SPECVIZ_BROWSER_MODEL=embedded \\
-        SPECVIZ_BROWSER_DRAFTER=ngram_trie python -m pytest tests/test_browser.py   # the README picture
+    SPECVIZ_SCREENSHOT=assets/explorer.png SPECVIZ_ANIMATION=assets/explorer.webp \\
+        SPECVIZ_BROWSER_MODEL=embedded SPECVIZ_BROWSER_DRAFTER=ngram_trie \\
+        python -m pytest tests/test_browser.py -k generate_and_step     # the README pictures (make screenshot)
 """
 from __future__ import annotations
 
@@ -41,6 +42,27 @@ def app_url():
         demo.close()
 
 
+class _Frames:
+    """Viewport screenshots for the README's animation (SPECVIZ_ANIMATION=FILE.webp), half size."""
+
+    def __init__(self, page, path: str | None) -> None:  # noqa: ANN001
+        self.page, self.path, self.frames = page, Path(path) if path else None, []
+
+    def take(self) -> None:
+        if self.path is not None:
+            from io import BytesIO
+
+            from PIL import Image
+            image = Image.open(BytesIO(self.page.screenshot())).convert("RGB")
+            self.frames.append(image.resize((image.width // 2, image.height // 2)))
+
+    def save(self, ms: int = 700) -> None:
+        if self.path is not None and self.frames:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.frames[0].save(self.path, save_all=True, append_images=self.frames[1:], duration=ms,
+                                loop=0, quality=70, method=4)
+
+
 def _set_text(page, elem_id: str, text: str) -> None:
     page.locator(f"#{elem_id} textarea, #{elem_id} input").first.fill(text)
 
@@ -63,8 +85,14 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
         page.get_by_text("Summarization: the village bakery").first.click()   # a worked example
         page.wait_for_function("document.querySelector('#context textarea').value.length > 100")
         _set_text(page, "message", "Summarise the text above in two sentences.")
+        frames = _Frames(page, os.environ.get("SPECVIZ_ANIMATION"))
+        frames.take()
         page.locator("#generate-btn").click()
-        page.locator("#counters").get_by_text(re.compile("done|stopped")).wait_for(timeout=240_000 if MODEL == "tiny-random" else 1_200_000)
+        finished = page.locator("#counters").get_by_text(re.compile("done|stopped"))
+        while frames.path is not None and finished.count() == 0 and len(frames.frames) < 30:
+            page.wait_for_timeout(1500)                            # the output streaming in
+            frames.take()
+        finished.wait_for(timeout=240_000 if MODEL == "tiny-random" else 1_200_000)
         # coloured output: one span per token, titled with its step and kind
         page.locator("#output-html span[title^='step 0']").first.wait_for()
         assert page.locator("#output-html span[title*='step']").count() > 5
@@ -84,6 +112,12 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
         assert page.locator("#step-details").inner_text() != before
         assert page.locator("#output-html span[style*='outline']").count() > 0   # step 1 outlined
         page.locator("#tree-plot .js-plotly-plot").wait_for()
+        for k in range(2, 10 if frames.path is not None else 2):   # Step ▶ through the first steps
+            frames.take()
+            page.keyboard.press("ArrowRight")
+            page.locator("#step-details").get_by_text(re.compile(rf"^Step {k} of")).wait_for(timeout=WAIT_MS)
+        frames.take()
+        frames.save()
         if MODEL == "tiny-random":   # compare drafters (seconds on the tiny model)
             page.get_by_role("tab", name="Compare drafters").click()
             page.locator("#compare-btn").click()

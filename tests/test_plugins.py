@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -89,8 +90,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """pip installs the example into a folder (no network: --no-deps, no build isolation);
     returns the environment of a process that sees it and this checkout's specviz."""
     target = tmp_path_factory.mktemp("plugin-site")
+    source = tmp_path_factory.mktemp("plugin-src") / EXAMPLE.name   # setuptools builds in place:
+    shutil.copytree(EXAMPLE, source)                                # keep the checkout clean
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--disable-pip-version-check", "-q", "--target", str(target), str(EXAMPLE)],
+                    "--disable-pip-version-check", "-q", "--target", str(target), str(source)],
                    check=True, capture_output=True, text=True, timeout=300)
     assert (target / "specviz_echo_drafter").is_dir()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(target)]))
