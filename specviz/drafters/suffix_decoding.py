@@ -7,7 +7,7 @@ suffix_decoding/suffix_tree.cc and arctic_inference/suffix_decoding/cache.py), w
 Two frequency-counted suffix trees (index/suffix_tree.py), both depth-limited to max_depth:
 - the request's own tree: the prompt, then each step's committed tokens (source "context"
   or "output" by where the drafted string last occurred);
-- the global tree: the outputs of earlier generations in this process (source "history";
+- the global tree: the outputs of earlier generations in this session (source "history";
   the current output is added too, as arctic-inference does, so its nodes from this
   generation are labelled "output"), kept in the session's DrafterStore (store.py: one per
   explorer tab, CLI process or bench run, never shared between web users) by tokenizer and settings.
@@ -67,8 +67,9 @@ class SuffixDecodingConfig(Settings):
                                          "its path; arctic-inference: 0.1).", low=0.0, high=1.0)
     use_tree: bool = setting(True, "Draft a tree grown best first by probability (the paper); off: the "
                                    "most frequent path only (vLLM's suffix method).")
-    global_tree: bool = setting(True, "Also match the outputs of earlier generations in this process (the "
-                                      "paper's global tree; shared by every user of a server).")
+    global_tree: bool = setting(True, "Also match the outputs of earlier generations in this session (the "
+                                      "paper's global tree; an explorer tab, a CLI process or a bench run; "
+                                      "never shared between web users).")
     history_tokens: int = setting(32768, "Most output tokens the global tree takes; later ones are not added.",
                                   low=0, high=10_000_000)
     size_by_cost: bool = setting(True, "Cut the draft to the size with the best expected tokens/s (extension).")

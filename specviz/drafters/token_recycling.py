@@ -64,8 +64,9 @@ SOURCES = {ORIGIN_PROMPT: "context"}     # any other origin: "recycled"
 class TokenRecyclingConfig(Settings):
     k: int = setting(8, "Candidates kept per token, the target's top-k (paper: 8); the template "
                         "reads ranks up to 7, so a smaller k drops nodes.", low=1, high=16)
-    persist: bool = setting(False, "Keep the matrix across generations in this process (the paper's "
-                                   "hot start; shared by every user of a server).")
+    persist: bool = setting(False, "Keep the matrix across generations in this session (the paper's "
+                                   "hot start; an explorer tab, a CLI process or a bench run; never "
+                                   "shared between web users).")
     init_from_prompt: bool = setting(False, "Start rows from the prompt's bigrams, most recent first "
                                             "(an option, not in the paper).")
     size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
