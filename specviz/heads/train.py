@@ -1,0 +1,256 @@
+"""Train Medusa-1 or Hydra heads for a frozen target (the command line, `python -m specviz
+train-heads`, is specviz/cli/train_heads.py).
+
+The target is frozen and the heads read only its final hidden state (and, for Hydra, its
+input embeddings), so one pass of the target over the data gives everything: per batch of
+windows [B, T] its final hidden states [B, T, H] and its argmax at every row [B, T], kept in
+a TargetCache (glide/target_pass.py; `--target-cache`, shared by Medusa and Hydra runs on the
+same data) and replayed for every epoch. A step then costs only the heads.
+
+Objective (Medusa-1's, section 2.1.1, with the target's own choices as labels): head k
+(1-based) at row t predicts the target's argmax at row t+k (the token k+1 places after the
+one row t chose), cross-entropy over the shortlist, weighted 0.8^(k-1) (Medusa's lambda_k);
+labels outside the shortlist are ignored. Self-distillation on the target's own argmax is
+what a greedy draft needs (a draft token is accepted exactly when it is the target's choice);
+the rows before it are the data's tokens (teacher forcing), so Hydra's inputs are data
+tokens and the labels the target's choices after them. AdamW, linear warm-up then cosine
+decay (glide/train.lr_at). Checkpoints carry the optimiser state and the step: `resume`
+continues where a run stopped (Ctrl-C saves first).
+
+Held-out accuracy per head (`evaluate`): the share of held-out rows where the head's r-th
+best token is the target's choice, r = 0..9: top-1 is a first-level draft's greedy
+acceptance, and the ranks are what the sparse tree of the drafters is made of.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from ..errors import ConfigError
+from ..glide.data import DataError
+from ..glide.target_pass import TargetCache, TargetPass
+from ..glide.train import SHORTLIST_BATCHES, frequent_tokens, lr_at
+from . import checkpoint as ckpt
+from .model import KINDS, DraftHeads, HeadsSpec
+
+RANKS = 10                     # held-out accuracy is reported for ranks 0..RANKS-1
+HEAD_DECAY = 0.8               # Medusa-1's loss weight lambda_k = 0.8^k
+
+
+@dataclass(frozen=True)
+class HeadsTrainConfig:
+    kind: str = "medusa"
+    heads: int = 4
+    layers: int = 1
+    vocab: int = 8192
+    steps: int = 600
+    epochs: int = 4
+    batch: int = 4
+    seq_len: int = 256
+    lr: float = 1e-3
+    warmup: int = 20
+    save_every: int = 100
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError("kind", f"must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        for name, low in (("heads", 1), ("layers", 1), ("vocab", 1), ("steps", 1), ("epochs", 1),
+                          ("batch", 1), ("seq_len", 3), ("warmup", 0), ("save_every", 1)):
+            if getattr(self, name) < low:
+                raise ConfigError(name, f"must be >= {low}, got {getattr(self, name)}")
+        if self.heads > self.seq_len - 2:
+            raise ConfigError("heads", f"must be below seq_len - 1 ({self.seq_len - 1}), got {self.heads}")
+        if not 0 < self.lr < 1:
+            raise ConfigError("lr", f"must be in (0, 1), got {self.lr}")
+
+    def needs(self) -> dict[str, bool]:
+        """What the target's pass must keep (target_pass keywords): argmax and hidden states."""
+        return {"labels": True, "hidden": True, "logits": False}
+
+    @property
+    def batches(self) -> int:
+        """Distinct batches one run reads (later epochs replay them)."""
+        return math.ceil(self.steps / self.epochs)
+
+
+@dataclass
+class StepStats:
+    step: int
+    loss: float
+    seconds: float
+
+
+def heads_pass(target: Any, ids: torch.Tensor, autocast: torch.dtype | None = None) -> TargetPass:
+    """The target over ids [B, T]: its final hidden states [B, T, H] and argmax labels [B, T].
+    `autocast` (e.g. bfloat16): the decoder runs under torch.autocast (about 2x faster on a CPU
+    with AVX512-BF16), its hidden states are kept in fp32 and the LM head's argmax is taken
+    in fp32 from them, so no label is a bf16 rounding tie."""
+    with torch.no_grad():
+        with torch.autocast(ids.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+            hidden = target.model(input_ids=ids).last_hidden_state                    # [B, T, H]
+        hidden = hidden.float()
+        labels = torch.nn.functional.linear(hidden, target.lm_head.weight.float()).argmax(-1)   # [B, T]
+    return TargetPass(kv=[], labels=labels, hidden=hidden.to(next(target.parameters()).dtype))
+
+
+def head_labels(heads: DraftHeads, labels: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """Head k's (0-based) labels over rows 0..n-1: the target's choice at row t+k+1, as
+    shortlist indices (-100 outside it). labels [B, T] -> [B, n]."""
+    return heads.vocab_index(labels[:, k + 1: k + 1 + n])
+
+
+def loss_fn(heads: DraftHeads, ids: torch.Tensor, tp: TargetPass) -> torch.Tensor:
+    total, weight = 0.0, 0.0
+    for k, logits in enumerate(heads.train_logits(tp.hidden, ids)):           # [B, n, K]
+        want = head_labels(heads, tp.labels, k, logits.shape[1])
+        if bool((want >= 0).any()):
+            ce = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), want.flatten(),
+                                                   ignore_index=-100)
+            total = total + HEAD_DECAY ** k * ce
+            weight += HEAD_DECAY ** k
+    if not weight:
+        return sum(p.sum() for p in heads.parameters()) * 0.0
+    return total / weight
+
+
+def evaluate(heads: DraftHeads, held: Iterable[tuple[torch.Tensor, TargetPass]]) -> dict[str, Any] | None:
+    """Per head: `top1` and `rank_acc` (the share of rows whose target choice is the head's
+    r-th best, r = 0..RANKS-1) on held-out batches; `label_coverage`: the share of rows
+    whose target choice the shortlist holds (the ceiling)."""
+    was, n_heads = heads.training, heads.spec.n_heads
+    hits = torch.zeros(n_heads, RANKS)
+    rows, covered, count = [0] * n_heads, 0, 0
+    heads.eval()
+    with torch.no_grad():
+        for ids, tp in held:
+            for k, logits in enumerate(heads.train_logits(tp.hidden, ids)):
+                want = head_labels(heads, tp.labels, k, logits.shape[1])        # [B, n]
+                top = logits.topk(min(RANKS, logits.shape[-1]), -1).indices     # [B, n, R]
+                match = (top == want[..., None]) & (want[..., None] >= 0)
+                hits[k, : top.shape[-1]] += match.flatten(0, 1).sum(0).float()
+                rows[k] += want.numel()
+            covered += int((heads.vocab_index(tp.labels) >= 0).sum())
+            count += tp.labels.numel()
+    heads.train(was)
+    if not count:
+        return None
+    rank_acc = [[round(float(h) / max(r, 1), 4) for h in hits[k]] for k, r in enumerate(rows)]
+    return {"rows": rows[0], "top1": [a[0] for a in rank_acc], "rank_acc": rank_acc,
+            "label_coverage": round(covered / count, 4), "teacher_forced": heads.spec.kind == "hydra"}
+
+
+def _replay(cache: TargetCache, target: Any, source: Iterator[torch.Tensor], cfg: HeadsTrainConfig,
+            start: int, autocast: torch.dtype | None) -> Iterator[tuple[torch.Tensor, TargetPass]]:
+    """Batch (step % batches) + 1 for every step from `start`: read from the cache, where the
+    target's pass over it is made (heads_pass) the first time it is wanted."""
+    param = next(target.parameters())
+    read: list[torch.Tensor] = []              # the data's batches read so far
+    for step in itertools.count(start):
+        n = step % cfg.batches + 1
+        while n not in cache and len(read) < n:
+            nxt = next(source, None)
+            if nxt is None:
+                break
+            read.append(nxt)
+            if len(read) not in cache:
+                cache.put(len(read), nxt, heads_pass(target, nxt.to(param.device), autocast))
+        if n not in cache:                     # the data ran out: replay the batches there are
+            if not read:
+                raise DataError("data: no training batches (the data is empty or shorter than one "
+                                f"batch of {cfg.batch} x {cfg.seq_len} tokens)")
+            n = (n - 1) % len(read) + 1
+        ids, tp = cache.get(n)
+        yield ids.to(param.device), tp.to(param.dtype, param.device)
+
+
+def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: HeadsTrainConfig,
+          cache: TargetCache, out: str | Path | None = None, resume: bool = False,
+          held: Iterable[tuple[torch.Tensor, TargetPass]] = (), data_name: str = "",
+          progress: bool = True, autocast: torch.dtype | None = None) -> tuple[DraftHeads, list[StepStats]]:
+    """Train (or resume) heads of `cfg.kind`; returns them and the per-step stats. `source`
+    yields the training batches [B, T] (the target's pass over each is made once, into
+    `cache`, under `autocast` if given: heads_pass); `held`: (ids, target pass) batches kept
+    out, evaluated at the end."""
+    cfg.check()
+    torch.manual_seed(cfg.seed)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    target.eval()
+    vocab_size = int(target.lm_head.weight.shape[0])
+    if cfg.vocab > vocab_size:
+        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {cfg.vocab}")
+    spec = HeadsSpec(cfg.kind, cfg.heads, cfg.layers, int(target.config.hidden_size), cfg.vocab)
+    heads = DraftHeads(spec, target)
+    device = next(target.parameters()).device
+    heads.to(device).train()
+    opt = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
+    source_iter: Iterator[torch.Tensor] = iter(source)
+    step, history = 0, []
+    if resume and out is not None and Path(out).is_file():
+        blob = ckpt.read(out)
+        ckpt.check_target(blob["manifest"], target, target_id, out)
+        if ckpt.spec_of(blob["manifest"], out) != spec:
+            raise ConfigError("resume", f"{out} holds other heads ({blob['manifest']['heads']}); start a new --out")
+        heads.load_state_dict(blob["state"])
+        training = blob.get("training") or {}
+        if training.get("optimizer"):
+            opt.load_state_dict(training["optimizer"])
+        step = int(training.get("step", 0))
+        history = [StepStats(**s) for s in training.get("history", [])]
+    else:
+        first = list(itertools.islice(source_iter, min(cfg.batches, SHORTLIST_BATCHES)))
+        heads.set_vocab(frequent_tokens(first, cfg.vocab, vocab_size))
+        source_iter = itertools.chain(first, source_iter)
+    held_out: dict[str, Any] = {}
+
+    def save() -> None:
+        if out is None:
+            return
+        manifest = ckpt.manifest_for(heads, target_id, steps=step, data=data_name, train_config=cfg.__dict__,
+                                     loss=history[-1].loss if history else None,
+                                     **({"held_out": held_out} if held_out else {}))
+        ckpt.save(out, heads, manifest, {"optimizer": opt.state_dict(), "step": step,
+                                         "history": [h.__dict__ for h in history]})
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.steps, initial=step, unit="step", dynamic_ncols=True)
+    try:
+        batches = _replay(cache, target, source_iter, cfg, step, autocast)
+        while step < cfg.steps:
+            t0 = time.perf_counter()
+            ids, tp = next(batches)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, cfg)                       # type: ignore[arg-type]
+            loss = loss_fn(heads, ids, tp)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(heads.parameters(), 1.0)
+            opt.step()
+            step += 1
+            history.append(StepStats(step, float(loss.detach()), time.perf_counter() - t0))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{history[-1].loss:.3f}")
+            if step % cfg.save_every == 0:
+                save()
+    except KeyboardInterrupt:
+        save()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    result = evaluate(heads, held)
+    if result is not None:
+        held_out.update(result)
+    save()
+    heads.eval()
+    return heads, history
