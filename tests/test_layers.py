@@ -1,6 +1,6 @@
 """Layering of the specviz package.
 
-- The engine packages (retrieval, index, bench, glide, models) never import the command line:
+- The engine packages (retrieval, index, bench, glide, heads, models) never import the command line:
   importing them leaves `specviz.cli` out of sys.modules, and no module outside specviz/cli/
   (but specviz/__main__.py) names it in an import.
 - No import circle among specviz's modules. The graph is built from the AST of every module
@@ -24,7 +24,7 @@ from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
-ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.glide", "specviz.models")
+ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.glide", "specviz.heads", "specviz.models")
 
 
 def _modules() -> dict[str, Path]:

@@ -48,8 +48,9 @@ PAPER_MODE = {"insert_output": False, "recency_ties": False, "size_by_cost": Fal
 
 # (drafter, config) pairs: every registered drafter with its defaults, plus variants
 # (model drafters need a draft model / checkpoint of their own, or k < the tiny model's 2 layers:
-# draft_model and glide are covered in test_model_drafters.py / test_glide.py)
-NEEDS_MODEL = {"vanilla", "oracle", "draft_model", "glide", "self_draft"}
+# draft_model, glide, medusa and hydra are covered in test_model_drafters.py / test_glide.py /
+# test_heads.py)
+NEEDS_MODEL = {"vanilla", "oracle", "draft_model", "glide", "self_draft", "medusa", "hydra"}
 CONFIGS = [(name, {}) for name in sorted(REGISTRY) if name not in NEEDS_MODEL] + [
     ("self_draft", {"k": 1}),
     ("ngram_trie", PAPER_MODE),

@@ -6,13 +6,13 @@ and predicts x_{t+1+k}:
 
 - Medusa-1 (Cai et al. 2024, "Medusa: Simple LLM Inference Acceleration Framework with
   Multiple Decoding Heads", section 2.1.1): z = h_t, then `layers` residual blocks
-  z <- z + SiLU(W z + b) (W [H, H] zero at the start, so an untrained head is the target's
-  own LM head).
+  z <- z + SiLU(W z + b) (W [H, H] and b zero at the start, so an untrained head is the
+  target's own LM head: it guesses the root again).
 - Hydra (Ankner et al. 2024, "Hydra: Sequentially-Dependent Draft Heads for Medusa
   Decoding", section 3): head k also reads the input embeddings of the tokens before its own
   on the branch, x_{t+1} (the root) .. x_{t+k}: its first block is
-  z = h_t + SiLU(W_k [h_t; e(x_{t+1}); ..; e(x_{t+k})] + b) (W_k [H, (k+1) H], zero at the
-  start), then `layers - 1` Medusa blocks. The authors' code adds a second linear of the
+  z = h_t + SiLU(W_k [h_t; e(x_{t+1}); ..; e(x_{t+k})] + b) (W_k [H, (k+1) H] and b zero
+  at the start), then `layers - 1` Medusa blocks. The authors' code adds a second linear of the
   whole input as the residual; here the residual is h_t alone, which halves the head's size.
 
 Every head ends in the target's LM head restricted to a shortlist of `vocab` frequent tokens
@@ -50,7 +50,8 @@ class ResBlock(nn.Module):
         super().__init__()
         self.hidden = hidden
         self.linear = nn.Linear(inputs or hidden, hidden)
-        nn.init.zeros_(self.linear.weight)           # starts as the identity (Medusa's init)
+        nn.init.zeros_(self.linear.weight)           # starts as the identity (Medusa zeroes W only;
+        nn.init.zeros_(self.linear.bias)             # b too here, so an untrained head is the LM head)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[..., : self.hidden] + nn.functional.silu(self.linear(x))
