@@ -223,12 +223,12 @@ def test_random_heads_are_lossless(tiny_lm, tmp_path, kind):
     path = _random_ckpt(tiny_lm, tmp_path / f"{kind}.pt", kind)
     vanilla, _ = run_ids(tiny_lm, PROMPT, max_new_tokens=40)
     paper = dict(get(kind).presets["paper"].values)
-    assert paper == {"tree": "mc_sim_7b_63", "size_by_cost": False}
-    for cfg in (paper, {}, {"tree": "chain", "size_by_cost": False}):
+    assert paper == {"tree": "mc_sim_7b_63", "size_by_cost": False, "min_path": 0.0}
+    for cfg in (paper, {}, {"tree": "chain", "size_by_cost": False, "min_path": 0.0}):
         out, steps = run_ids(tiny_lm, PROMPT, kind, {"checkpoint": str(path), **cfg}, max_new_tokens=40)
         assert out == vanilla, cfg
         if not cfg.get("size_by_cost", True):
-            assert len(steps[0].tree) == (63 if cfg.get("tree") is None else 4)
+            assert len(steps[0].tree) == (63 if cfg["tree"] == "mc_sim_7b_63" else 4)
             assert set(steps[0].tree.sources) == {f"{kind}-head"}
 
 
@@ -237,8 +237,8 @@ def test_trained_heads_are_lossless_and_accepted(tiny_lm, medusa_ckpt, hydra_ckp
     path = medusa_ckpt if kind == "medusa" else hydra_ckpt
     for prompt in (PROMPT, [3, 4, 5], [60, 61, 1, 2, 9, 44]):
         vanilla, _ = run_ids(tiny_lm, prompt, max_new_tokens=40)
-        out, steps = run_ids(tiny_lm, prompt, kind, {"checkpoint": str(path), "size_by_cost": False},
-                             max_new_tokens=40)
+        out, steps = run_ids(tiny_lm, prompt, kind, {"checkpoint": str(path), "size_by_cost": False,
+                                                     "min_path": 0.0}, max_new_tokens=40)
         assert out == vanilla
         assert sum(len(s.accepted) for s in steps) > 0 and len(steps) < 40
         assert all(s.info.get("candidates") == 63 for s in steps[:-1])
@@ -246,13 +246,35 @@ def test_trained_heads_are_lossless_and_accepted(tiny_lm, medusa_ckpt, hydra_ckp
 
 def test_hydra_tokens_depend_on_the_branch(tiny_lm, tmp_path):
     path = _random_ckpt(tiny_lm, tmp_path / "h.pt", "hydra")
-    _, steps = run_ids(tiny_lm, PROMPT, "hydra", {"checkpoint": str(path), "size_by_cost": False}, max_new_tokens=8)
+    _, steps = run_ids(tiny_lm, PROMPT, "hydra", {"checkpoint": str(path), "size_by_cost": False, "min_path": 0.0},
+                       max_new_tokens=8)
     tree = steps[0].tree
     under = {}                                   # the rank-0 child of each first-level node
     for i, par in enumerate(tree.parents):
         if par >= 0 and tree.parents[par] < 0:
             under.setdefault(par, tree.tokens[i])
     assert len(set(under.values())) > 1          # Medusa's would be one token under every parent
+
+
+def _path_probs(tree: DraftTree) -> list[float]:
+    path: list[float] = []
+    for i, par in enumerate(tree.parents):
+        path.append(tree.scores[i] * (path[par] if par >= 0 else 1.0))
+    return path
+
+
+def test_min_path_drafts_nothing_under_unlikely_nodes(tiny_lm, hydra_ckpt):
+    whole = {"checkpoint": str(hydra_ckpt), "size_by_cost": False, "min_path": 0.0}
+    _, all_steps = run_ids(tiny_lm, PROMPT, "hydra", whole, max_new_tokens=8)
+    tree = all_steps[0].tree
+    first = sorted((p for p, par in zip(_path_probs(tree), tree.parents) if par < 0), reverse=True)
+    _, few_steps = run_ids(tiny_lm, PROMPT, "hydra", {**whole, "min_path": first[2]}, max_new_tokens=8)
+    few = few_steps[0].tree
+    assert len(tree) == 63 and len(few) < 63
+    assert sum(1 for p in few.parents if p < 0) == 10                 # the first level is always drafted
+    parents = {p for p in few.parents if p >= 0}
+    path = _path_probs(few)
+    assert len(parents) >= 3 and all(path[p] >= first[2] for p in parents)
 
 
 def test_wrong_or_missing_checkpoint_is_refused(tiny_lm, tiny_lm_tok, tmp_path):
@@ -356,7 +378,7 @@ def test_shipped_heads_equal_vanilla_on_the_embedded_model(embedded_lm):
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.")
     vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=32)
     for kind in ("medusa", "hydra"):
-        for cfg in ({}, {"size_by_cost": False}):
+        for cfg in ({}, dict(get(kind).presets["paper"].values)):
             out, steps = run_ids(embedded_lm, prompt.ids, kind, cfg, max_new_tokens=32)
             assert out == vanilla, (kind, cfg)
             if cfg:

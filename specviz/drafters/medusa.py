@@ -87,6 +87,9 @@ class HeadsConfig(Settings):
                                  low=0.0, high=1.0, low_open=True)
     continue_prior: float = setting(1.0, "Prior trust in a deeper head's probability (learned per depth).",
                                     low=0.0, high=1.0, low_open=True)
+    min_path: float = setting(0.01, "Draft no children under a node whose path probability (the product of "
+                                    "its heads' probabilities) is below this (extension: Hydra pays a head "
+                                    "row per parent; 0 = the whole tree).", low=0.0, high=1.0)
     explore_every: int = explore_setting()
 
 
@@ -117,24 +120,32 @@ class HeadsDrafter:
 
     def _level(self, d: int, hidden: torch.Tensor, branches: list[list[int]]) -> torch.Tensor:
         """Head d's (0-based) probabilities over the shortlist for each branch (the tokens
-        from the root down to a node of depth d), [len(branches), K]. Medusa's head reads the
-        hidden state alone: one row serves every branch."""
-        probs = torch.softmax(self.heads.logits(d, hidden[None]).float(), -1)           # [1, K]
-        return probs.expand(len(branches), -1)
+        from the root down to a node of depth d), [len(branches), K]. Medusa's heads read the
+        hidden state alone: every head runs at the first level, their rows stacked into one
+        shortlist product (it reads the [K, H] matrix once), and one row serves every branch."""
+        if d == 0:
+            z = torch.stack([head(hidden) for head in self.heads.heads])                  # [n_heads, H]
+            self._probs = torch.softmax(self.heads.shortlist_logits(z).float(), -1)       # [n_heads, K]
+        return self._probs[d].expand(len(branches), -1)
 
-    def expand(self, hidden: torch.Tensor, root: int) -> tuple[list[int], list[float]]:
-        """The template's tokens and their heads' probabilities, level by level (a level's
-        heads batched over its parents)."""
+    def expand(self, hidden: torch.Tensor, root: int, min_path: float = 0.0) -> tuple[list[int], list[float]]:
+        """The template's tokens and their heads' probabilities (0: not drafted), level by
+        level (a level's heads batched over its parents); no children under a node whose
+        path probability (the product of its branch's) is below `min_path`."""
         t = self.template
         tokens: list[int] = [0] * len(t.paths)
         probs: list[float] = [0.0] * len(t.paths)
+        path: list[float] = [0.0] * len(t.paths)
         vocab_ids = self.heads.vocab_ids.tolist()
         depth, start = 1, 0
         while start < len(t.paths):
             end = start
             while end < len(t.paths) and len(t.paths[end]) == depth:
                 end += 1
-            parents = sorted({t.parents[i] for i in range(start, end)})                  # -1: the root
+            parents = sorted({t.parents[i] for i in range(start, end)
+                              if t.parents[i] < 0 or (path[t.parents[i]] > 0 and path[t.parents[i]] >= min_path)})
+            if not parents:
+                break
             branches = [[root] + ([tokens[j] for j in self._ancestry(p)]) for p in parents]
             level = self._level(depth - 1, hidden, branches)                             # [P, K]
             ranks = max(t.paths[i][-1] for i in range(start, end)) + 1
@@ -142,9 +153,10 @@ class HeadsDrafter:
             row = {p: j for j, p in enumerate(parents)}
             for i in range(start, end):
                 r = t.paths[i][-1]
-                if r < top.indices.shape[-1]:
+                if t.parents[i] in row and r < top.indices.shape[-1]:
                     tokens[i] = vocab_ids[int(top.indices[row[t.parents[i]], r])]
                     probs[i] = float(top.values[row[t.parents[i]], r])
+                    path[i] = probs[i] * (path[t.parents[i]] if t.parents[i] >= 0 else 1.0)
             depth, start = depth + 1, end
         return tokens, probs
 
@@ -163,17 +175,17 @@ class HeadsDrafter:
         with ctx.timer("draft.search"), torch.inference_mode():
             param = self.heads.vocab_ids
             hidden = ctx.hidden.to(param.device, next(self.heads.parameters()).dtype)    # [H]
-            tokens, probs = self.expand(hidden, ctx.tokens[-1])
+            tokens, probs = self.expand(hidden, ctx.tokens[-1], self.config.min_path)
         with ctx.timer("draft.tree"):
             t = self.template
-            kept: set[int] = set()
-            for i, p in enumerate(probs):           # a rank beyond a tiny shortlist: no node, no subtree
-                if p > 0 and (t.parents[i] < 0 or t.parents[i] in kept):
-                    kept.add(i)
-            keep = sorted(kept)
-            tree = DraftTree(tuple(tokens), t.parents, (self.source,) * len(tokens), tuple(probs))
-            if len(keep) < len(tree):               # ranks beyond a tiny shortlist
-                tree = tree.prune(keep)
+            index: dict[int, int] = {}              # template node -> tree node, for drafted ones
+            for i, p in enumerate(probs):           # not drafted (prob 0): no node, no subtree
+                if p > 0 and (t.parents[i] < 0 or t.parents[i] in index):
+                    index[i] = len(index)
+            keep = sorted(index)
+            tree = DraftTree(tuple(tokens[i] for i in keep),
+                             tuple(index[t.parents[i]] if t.parents[i] >= 0 else -1 for i in keep),
+                             (self.source,) * len(keep), tuple(probs[i] for i in keep))
             depths = tree.depths
             tree, _ = self.cutter.cut(tree, list(tree.scores or ()), depths, ctx.verify_cost,
                                       self.config.size_by_cost, ctx.info)
@@ -191,7 +203,7 @@ class MedusaDrafter(HeadsDrafter):
 
 _PAPER = "Medusa: Simple LLM Inference Acceleration Framework with Multiple Decoding Heads"
 PRESETS = {"paper": Preset(
-    {"tree": "mc_sim_7b_63", "size_by_cost": False},
+    {"tree": "mc_sim_7b_63", "size_by_cost": False, "min_path": 0.0},
     f"{_PAPER}: Medusa-1 heads (section 2.1.1, one residual block each; section 2.2.1) on the sparse "
     "tree mc_sim_7b_63 of the authors' medusa/model/medusa_choices.py (section 2.3.3), every node "
     "verified; greedy / speculative-sampling acceptance, not the lossy typical acceptance (section 2.3.1)")}
