@@ -39,6 +39,7 @@ from ..glide.checkpoint import CheckpointError
 from ..heads.checkpoint import default_checkpoint, load, train_command
 from ..heads.model import DraftHeads
 from ..settings import Settings, setting
+from ..sizing import best_prefix
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .tree_cutter import TreeCutter, explore_setting
@@ -128,10 +129,13 @@ class HeadsDrafter:
             self._probs = torch.softmax(self.heads.shortlist_logits(z).float(), -1)       # [n_heads, K]
         return self._probs[d].expand(len(branches), -1)
 
-    def expand(self, hidden: torch.Tensor, root: int, min_path: float = 0.0) -> tuple[list[int], list[float]]:
+    def expand(self, hidden: torch.Tensor, root: int, min_path: float = 0.0,
+               verify_cost: Any = None) -> tuple[list[int], list[float]]:
         """The template's tokens and their heads' probabilities (0: not drafted), level by
         level (a level's heads batched over its parents); no children under a node whose
-        path probability (the product of its branch's) is below `min_path`."""
+        path probability (the product of its branch's) is below `min_path`, nor, given
+        `verify_cost` (the cost cut), under one outside the best prefix the cut would keep of
+        the nodes drafted so far (its children are less likely than it)."""
         t = self.template
         tokens: list[int] = [0] * len(t.paths)
         probs: list[float] = [0.0] * len(t.paths)
@@ -142,8 +146,10 @@ class HeadsDrafter:
             end = start
             while end < len(t.paths) and len(t.paths[end]) == depth:
                 end += 1
+            useful = self._useful(probs, start, verify_cost) if verify_cost is not None and start else None
             parents = sorted({t.parents[i] for i in range(start, end)
-                              if t.parents[i] < 0 or (path[t.parents[i]] > 0 and path[t.parents[i]] >= min_path)})
+                              if t.parents[i] < 0 or (path[t.parents[i]] > 0 and path[t.parents[i]] >= min_path
+                                                      and (useful is None or t.parents[i] in useful))})
             if not parents:
                 break
             branches = [[root] + ([tokens[j] for j in self._ancestry(p)]) for p in parents]
@@ -160,6 +166,21 @@ class HeadsDrafter:
             depth, start = depth + 1, end
         return tokens, probs
 
+    def _useful(self, probs: list[float], drafted: int, verify_cost: Any) -> set[int]:
+        """The template nodes among the first `drafted` that the cost cut would keep now: the
+        best prefix by path probability, each head's probability times the cut's learned
+        trust for its depth (as TreeCutter.cut computes it)."""
+        t, path, trusted = self.template, [0.0] * drafted, []
+        for i in range(drafted):
+            par = t.parents[i]
+            if probs[i] > 0 and (par < 0 or path[par] > 0):
+                first, later = self.cutter.trust(len(t.paths[i]))
+                path[i] = min(1.0, probs[i]) * (first if par < 0 else later) * (path[par] if par >= 0 else 1.0)
+                trusted.append((path[i], i))
+        trusted.sort(key=lambda x: -x[0])
+        k = best_prefix([p for p, _ in trusted], verify_cost)
+        return {i for _, i in trusted[:k]}
+
     def _ancestry(self, node: int) -> list[int]:
         """The template nodes from depth 1 down to `node` (none for the root, -1)."""
         out = []
@@ -175,7 +196,8 @@ class HeadsDrafter:
         with ctx.timer("draft.search"), torch.inference_mode():
             param = self.heads.vocab_ids
             hidden = ctx.hidden.to(param.device, next(self.heads.parameters()).dtype)    # [H]
-            tokens, probs = self.expand(hidden, ctx.tokens[-1], self.config.min_path)
+            tokens, probs = self.expand(hidden, ctx.tokens[-1], self.config.min_path,
+                                        ctx.verify_cost if self.config.size_by_cost else None)
         with ctx.timer("draft.tree"):
             t = self.template
             index: dict[int, int] = {}              # template node -> tree node, for drafted ones
