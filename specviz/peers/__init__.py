@@ -56,4 +56,8 @@ ENGINE_PEERS: dict[str, EnginePeer] = {p.name: p for p in (
                "arctic_inference", "arctic-inference 0.3.0", "arctic_suffix",
                "suffix_decoding[max_depth=24;max_spec_tokens=24;use_tree=false;global_tree=true;"
                "size_by_cost=false;history_tokens=10000000]"),
+    EnginePeer("draftretriever_aded",
+               "draftretriever's Reader (the authors' ADED retriever: tri-gram table and MCTS, Rust) "
+               "drafting in specviz's engine loop, over a datastore built from the same corpus index",
+               "draftretriever", "draftretriever 0.1.1", "draftretriever_aded", "aded@paper"),
 )}
