@@ -90,6 +90,8 @@ def test_arctic_suffix_drafts_what_suffix_decoding_drafts(tiny_lm):
     assert drafted > steps_total // 3                   # the comparison covers real drafts
     assert ties <= steps_total // 20
     assert len(theirs_store) == 1                        # one cache for the session, as vLLM keeps one
+    cache, _ = next(iter(theirs_store._items.values()))
+    assert not cache.active_requests and len(cache.cached_requests) == 6   # stopped, responses kept
 
 
 def test_arctic_suffix_runs_as_a_bench_row(tiny_lm_tok):
