@@ -4,7 +4,11 @@
 #   bash benchmarks/gpu/prepare.sh            # .gpu/c1 .. .gpu/cN
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PIECE_MB=${PIECE_MB:-32}            # a call carries one piece; the working tree (~25 MB) travels too
+# a call carries one piece beside the working tree (tracked + untracked-not-ignored files), 64 MiB in all
+TREE_MB=$(( ( $( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | awk '/total$/ {s += $1} END {print s}') >> 20 ) + 1 ))
+PIECE_MB=${PIECE_MB:-$(( 60 - TREE_MB ))}
+echo "working tree ${TREE_MB} MiB: pieces of ${PIECE_MB} MiB"
+[ "$PIECE_MB" -ge 8 ] || { echo "the working tree leaves too little room; ignore or remove what need not travel"; exit 2; }
 rm -rf .gpu && mkdir -p .gpu/whl .gpu/split
 # the device's python3 is 3.12 with torch, transformers 5.17, numpy, tokenizers, sentence-transformers
 # (device README, KINDS.md); what specviz needs beyond that, at requirements.txt's pins:
