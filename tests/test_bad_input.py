@@ -209,11 +209,16 @@ def test_malicious_pickle_never_runs(tmp_path: Path) -> None:
 
 def test_shipped_checkpoints_load_safely() -> None:
     from specviz.glide.checkpoint import read
+    from specviz.heads.checkpoint import FORMAT as HEADS_FORMAT, read as read_heads
     from specviz.resources import data_path
 
-    for path in sorted(data_path("checkpoints").glob("*.pt")):
-        blob = read(path)
-        assert blob["manifest"]["format"] == "specviz-glide/1" and blob["state"], path
+    paths = sorted(data_path("checkpoints").glob("*.pt"))
+    heads = [p for p in paths if p.name.startswith(("medusa-", "hydra-"))]
+    assert len(heads) == 2
+    for path in paths:
+        blob = read_heads(path) if path in heads else read(path)
+        assert blob["manifest"]["format"] == (HEADS_FORMAT if path in heads else "specviz-glide/1"), path
+        assert blob["state"], path
 
 
 # ---- trace files ------------------------------------------------------------------------------
