@@ -118,6 +118,7 @@ class HeadsDrafter:
         self.heads = load_heads(setup.target.model, setup.target.model_id, self.kind, config.checkpoint)
         self.template = Template.of(TREES[config.tree], self.heads.spec.n_heads)
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+        self._probs: torch.Tensor | None = None      # Medusa: every head's probabilities this step
 
     def _level(self, d: int, hidden: torch.Tensor, branches: list[list[int]]) -> torch.Tensor:
         """Head d's (0-based) probabilities over the shortlist for each branch (the tokens
@@ -127,6 +128,7 @@ class HeadsDrafter:
         if d == 0:
             z = torch.stack([head(hidden) for head in self.heads.heads])                  # [n_heads, H]
             self._probs = torch.softmax(self.heads.shortlist_logits(z).float(), -1)       # [n_heads, K]
+        assert self._probs is not None
         return self._probs[d].expand(len(branches), -1)
 
     def expand(self, hidden: torch.Tensor, root: int, min_path: float = 0.0,
