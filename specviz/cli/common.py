@@ -3,6 +3,7 @@ parsing, --context-file reading, the decoding flags and output-path checks."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,6 +20,40 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class RenamedFlag(argparse.Action):
+    """An old flag kept as an alias of its new name: it stores into the new flag's dest and
+    prints a one-line warning on stderr (`renamed_flag`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"specviz: warning: {option_string} is renamed {self.new}; the old name still works but "
+              "will go", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def renamed_flag(parser: Any, old: str, new: str, dest: str) -> None:
+    """Accept `old` as a hidden alias of the flag `new` (stored in `dest`), with a warning."""
+    parser.add_argument(old, dest=dest, action=RenamedFlag, new=new, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+
+
+def show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                 line: Any = None) -> None:
+    """warnings.showwarning for the CLI: specviz's own kinds (errors.RenamedWarning) print as
+    one line `specviz: warning: ...` on stderr, like the CLI's other messages."""
+    import warnings
+
+    from ..errors import RenamedWarning
+    if issubclass(category, RenamedWarning):
+        print(f"specviz: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def flag(field: str) -> str:

@@ -31,14 +31,14 @@ from ..index.trigram import AdaptiveTrigrams
 from ..settings import Settings, setting
 from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import INDEX_HELP, resolve_index
+from .corpus_index import corpus_index_setting, resolve_index
 from .store import settings_key
 from .tree_cutter import TreeCutter, explore_setting
 
 
 @dataclass(frozen=True)
 class AdedConfig(Settings):
-    index: str = setting("", INDEX_HELP, kind="folder")
+    corpus_index: str = corpus_index_setting()
     iterations: int = setting(150, "MCTS iterations per step (paper: 150).", low=1, high=5000)
     depth: int = setting(4, "MCTS depth in tokens (paper: 4).", low=1, high=16)
     candidates: int = setting(24, "Most visited prefixes turned into drafts (paper: 24).", low=1, high=256)
@@ -67,10 +67,10 @@ class AdedConfig(Settings):
 class AdedDrafter:
     def __init__(self, config: AdedConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.index, self.note = resolve_index(config.index, setup)
+        self.index, self.note = resolve_index(config.corpus_index, setup)
         table = self.index.trigram if self.index is not None else None
         if self.index is not None and table is None:
-            self.note = f"index {self.index.path} has no trigram part; build it with --kind trigram"
+            self.note = f"corpus index {self.index.path} has no trigram part; build it with --kind trigram"
         self.model = self._table(config, setup, table)
         if config.adapt_prompt:
             self.model.adapt(setup.prompt_ids, window=len(setup.prompt_ids))

@@ -39,7 +39,7 @@ import numpy as np
 from ..settings import Settings, setting
 from ..tree import DraftTree, graft_chains, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import INDEX_HELP, resolve_index
+from .corpus_index import corpus_index_setting, resolve_index
 from .lookahead import JacobiWindow
 from .tree_cutter import TreeCutter, explore_setting
 from ..index.ngram_pool import NgramPool
@@ -55,7 +55,7 @@ RANK_BUCKETS = 3
 
 @dataclass(frozen=True)
 class HierarchyConfig(Settings):
-    index: str = setting("", INDEX_HELP, kind="folder")
+    corpus_index: str = corpus_index_setting()
     level: int = setting(5, "n-gram length (the authors' LEVEL: 5); candidates are level - 1 tokens.",
                          low=2, high=12)
     draft_set: int = setting(7, "Candidates gathered across the DBs per step (the paper's N: 7).", low=1, high=64)
@@ -88,7 +88,7 @@ class HierarchyDrafter:
         self.config = config
         self.pool = NgramPool(1, config.level - 1, config.draft_set)     # the context-dependent DB
         self.pool.add_sequence(setup.prompt_ids)
-        self.index, self.note = resolve_index(config.index, setup)
+        self.index, self.note = resolve_index(config.corpus_index, setup)
         self.model_db = self.index.model_db if self.index is not None and config.use_model_db else None
         self.sa = self.index.suffix if self.index is not None and config.use_corpus else None
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)

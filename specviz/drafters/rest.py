@@ -20,7 +20,7 @@ from ..index.candidates import rank_continuations
 from ..settings import Settings, setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_index import INDEX_HELP, resolve_index
+from .corpus_index import corpus_index_setting, resolve_index
 from .tree_cutter import TreeCutter, explore_setting
 
 
@@ -31,7 +31,7 @@ MATCH_BUCKETS = 8
 
 @dataclass(frozen=True)
 class RestConfig(Settings):
-    index: str = setting("", INDEX_HELP, kind="folder")
+    corpus_index: str = corpus_index_setting()
     max_span: int = setting(16, "Longest suffix of the sequence looked up (REST: 16).", low=1, high=16)
     min_span: int = setting(2, "Shortest suffix accepted as a match (REST: 2).", low=1, high=16)
     max_matches: int = setting(1000, "Matches whose continuations are counted (REST: 5000), spread over all.",
@@ -53,10 +53,10 @@ class RestConfig(Settings):
 class RestDrafter:
     def __init__(self, config: RestConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.index, self.note = resolve_index(config.index, setup)
+        self.index, self.note = resolve_index(config.corpus_index, setup)
         self.sa = self.index.suffix if self.index is not None else None
         if self.index is not None and self.sa is None:
-            self.note = f"index {self.index.path} has no suffix part; build it with --kind suffix"
+            self.note = f"corpus index {self.index.path} has no suffix part; build it with --kind suffix"
         self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
 
     def propose(self, ctx: DraftContext) -> DraftTree:
