@@ -108,6 +108,34 @@ def check_trace_path(path: str | None) -> None:
         check_output_file(path, "--trace")
 
 
+# --- how the target runs: --device, --dtype, --cpu-linear (generate, bench, doctor) ----------
+
+def add_runtime_arguments(parser: Any) -> None:
+    """--device, --dtype and --cpu-linear, as every command that loads a target model reads them."""
+    from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
+
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
+    add_cpu_linear_argument(parser)
+
+
+def add_cpu_linear_argument(parser: Any) -> None:
+    from ..models import CPU_LINEAR_CHOICES
+
+    parser.add_argument("--cpu-linear", default="auto", choices=CPU_LINEAR_CHOICES,
+                        help="few-row matrix products the fast way round on a CPU (cpu_linear.py): auto "
+                             "(default) = on for a CPU device, off elsewhere; on needs a CPU device. "
+                             "Recorded in the trace's and the bench's runtime")
+
+
+def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:
+    """load_model with the command's --model (or `model_id`), --device, --dtype, --cpu-linear."""
+    from ..models import cpu_linear_option, load_model
+
+    return load_model(model_id or args.model, args.device, dtype or args.dtype,
+                      cpu_linear=cpu_linear_option(args.cpu_linear))
+
+
 # --- decoding flags (generate's; listed by `drafters`) ----------------------------------------
 
 DECODING_FLAGS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")

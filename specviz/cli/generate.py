@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, SpecvizError
-from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
-                     decoding_values, flag, parse_set, read_context, renamed_flag, tuple_settings)
+                     add_runtime_arguments, decoding_values, flag, load_target, parse_set, read_context, renamed_flag, tuple_settings)
 from .errors import UsageError
 
 
@@ -43,8 +42,7 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
                      help="wrap the prompt in the model's chat template (default: on)")
     gen.add_argument("--model", default="embedded",
                      help="'embedded' (offline SmolLM2-135M-Instruct), 'tiny-random', a hub id or a path")
-    gen.add_argument("--device", default="auto", help=DEVICE_HELP)
-    gen.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
+    add_runtime_arguments(gen)
     infos = {i.name: i for i in describe(DecodingConfig)}
     for name in DECODING_FLAGS:
         info = infos[name]
@@ -113,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
     check_trace_path(args.trace)
 
     from ..engine import build_trace, generate_steps, reference_config
-    from ..models import load_model
     from ..prompts import build_prompt
 
     from transformers.utils import logging as hf_logging
@@ -121,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     message = args.prompt or ""
     if args.passage_index:               # retrieved chunks become the context the trie drafts from
         context, message = retrieved_context(args)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_target(args)
     prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
     runs: list[Any] = []                 # the baseline's run, when one is made (oracle), for --check
     drafter_config = reference_config(lm, prompt, spec.name, drafter_values, decoding, on_reference=(
