@@ -11,7 +11,7 @@ It reports:
 - the forward-cost curve: one target forward of 1, 2, 4, ... 64 rows over a KV cache of the
   current context length (the first check prompt's, unless given), measured now (best of
   two, after a warm-up round), beside the cost model calibrated once per model (on first use)
-  (cost.py, over a 512-token cache), and their ratio;
+  (cost.py, over an 800-token cache), and their ratio;
 - a 3-prompt check per drafter: each drafter against vanilla on the same prompts (the
   explorer's worked examples with a context), interleaved (vanilla, then each drafter, per
   prompt, after one untimed warm-up), greedy, few new tokens: identical / near-tie /

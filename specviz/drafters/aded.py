@@ -35,6 +35,11 @@ from .corpus_index import corpus_index_setting, resolve_index
 from .store import settings_key
 from .tree_cutter import TreeCutter, explore_setting
 
+# the visit share given to a node the search never visited (one the tri-gram table added):
+# even odds, a choice of this project (the paper sizes no trees by trust); the TreeCutter's
+# learned trust scales it like any other share
+UNVISITED_SHARE = 0.5
+
 
 @dataclass(frozen=True)
 class AdedConfig(Settings):
@@ -118,7 +123,7 @@ class AdedDrafter:
             ratios = []
             for i, par in enumerate(tree.parents):
                 if i not in visits_of:
-                    ratios.append(0.5)
+                    ratios.append(UNVISITED_SHARE)
                 else:
                     denom = root_visits if par < 0 else visits_of.get(par, visits_of[i])
                     ratios.append(visits_of[i] / max(1, denom))

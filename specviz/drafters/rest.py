@@ -21,13 +21,8 @@ from ..settings import Settings, setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
 from .corpus_index import corpus_index_setting, resolve_index
-from .tree_cutter import TreeCutter, explore_setting
+from .tree_cutter import MATCH_BUCKETS, TreeCutter, explore_setting
 
-
-# trust buckets by matched suffix length; matches of 8 tokens or more share the last bucket so
-# that each bucket sees enough tests to learn from (a choice of this project, not from the
-# REST paper, which sizes no trees by trust)
-MATCH_BUCKETS = 8
 
 @dataclass(frozen=True)
 class RestConfig(Settings):

@@ -49,9 +49,13 @@ from ..settings import Settings, setting
 from ..tree import DraftTree
 from .store import settings_key, shared_entry, tokenizer_key
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .tree_cutter import TreeCutter, explore_setting
+from .tree_cutter import MATCH_BUCKETS, TreeCutter, explore_setting
 
 _GENERATION = itertools.count()      # sequence ids in the global tree
+# max_spec_tokens must stay below this many tokens per level of max_depth: a sanity bound of
+# this project (neither the paper nor arctic-inference has one) that refuses a token budget
+# no tree of that depth from a real context would fill
+SPEC_TOKENS_PER_LEVEL = 8
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,9 @@ class SuffixDecodingConfig(Settings):
     explore_every: int = explore_setting()
 
     def check(self) -> None:
-        if self.max_spec_tokens >= self.max_depth * 8:
-            raise ConfigError("max_spec_tokens", f"must be below 8 * max_depth ({8 * self.max_depth})")
+        if self.max_spec_tokens >= self.max_depth * SPEC_TOKENS_PER_LEVEL:
+            raise ConfigError("max_spec_tokens", f"must be below {SPEC_TOKENS_PER_LEVEL} * max_depth "
+                                                 f"({SPEC_TOKENS_PER_LEVEL * self.max_depth})")
 
 
 class SuffixDecodingDrafter:
@@ -132,7 +137,7 @@ class SuffixDecodingDrafter:
             sources, positions = labels
             tree = DraftTree(tuple(spec.tokens), tuple(spec.parents), tuple(sources),
                              tuple(round(p, 4) for p in spec.probs))
-            buckets = [(min(spec.match_len, 8), name)] * len(tree)
+            buckets = [(min(spec.match_len, MATCH_BUCKETS), name)] * len(tree)
             full = len(tree)
             tree, _ = self.cutter.cut(tree, chances, buckets, ctx.verify_cost, cfg.size_by_cost, ctx.info)
             positions = [positions[i] for i in self.cutter.kept]

@@ -22,6 +22,13 @@ from ..tree import DraftTree
 from .base import StepView
 
 
+# trust buckets by matched length (rest's suffix match, suffix_decoding's suffix-tree match):
+# matches of 8 tokens or more share the last bucket so that each bucket sees enough tests to
+# learn from (a choice of this project, not from the REST or SuffixDecoding papers, which size
+# no trees by trust)
+MATCH_BUCKETS = 8
+
+
 def explore_setting() -> object:
     """The `explore_every` field every TreeCutter drafter's config has."""
     return setting(8, "With size_by_cost: while a source has few tested drafts, verify its best nodes "
