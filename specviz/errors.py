@@ -13,11 +13,13 @@ class SpecvizError(Exception):
 
 
 class ConfigError(SpecvizError, ValueError):
-    """A setting is out of range or inconsistent. `field` names the offending setting."""
+    """A setting is out of range or inconsistent. `field` names the offending setting and
+    `reason` says what is wrong with it (front ends put their own name for the field before it)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.reason = message
 
 
 class ModelLoadError(SpecvizError):

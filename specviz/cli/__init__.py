@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide`.
+"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide | doctor`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -6,7 +6,7 @@
     python -m specviz index build --kind passages --docs specviz/data/docs --out out/demo-index
     python -m specviz generate --passage-index out/demo-index --question "What do honeybees dance about?" --k 3
 
-One module per command (generate.py, drafters.py, bench.py, index.py, train_glide.py), each
+One module per command (generate.py, drafters.py, bench.py, index.py, train_glide.py, doctor.py), each
 with add_arguments(parser) and run(args); common.py holds what they share. This package
 imports the engine, never the other way round.
 

@@ -61,9 +61,8 @@ def flag(field: str) -> str:
 
 
 def config_message(err: ConfigError) -> str:
-    """The part of a ConfigError after its 'field: '."""
-    text = str(err)
-    return text[len(err.field) + 2:] if text.startswith(err.field + ": ") else text
+    """What is wrong, without the field's name (the caller names the flag)."""
+    return err.reason
 
 
 def parse_set(items: Sequence[str] | None) -> dict[str, str]:

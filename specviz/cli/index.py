@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import ConfigError, SpecvizError
-from .common import Parser
+from .common import Parser, config_message
 from .errors import UsageError
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
@@ -114,7 +114,7 @@ def _passages_config(cls: type, args: argparse.Namespace) -> Any:
     try:
         return build(cls, values)
     except ConfigError as err:
-        raise UsageError(f"{_passages_flag(err.field, cls)}: {str(err).split(': ', 1)[-1]}") from None
+        raise UsageError(f"{_passages_flag(err.field, cls)}: {config_message(err)}") from None
 
 
 def build_passages(args: argparse.Namespace) -> int:
@@ -140,7 +140,7 @@ def build_passages(args: argparse.Namespace) -> int:
     try:
         index = build_passage_index(docs, embedder, chunking, index_config, progress, args.batch_size or 64)
     except ConfigError as err:          # nlist / m / nbits that this collection cannot train
-        raise UsageError(f"{_passages_flag(err.field, IndexConfig)}: {str(err).split(': ', 1)[-1]}") from None
+        raise UsageError(f"{_passages_flag(err.field, IndexConfig)}: {config_message(err)}") from None
     if sys.stderr.isatty():
         print(file=sys.stderr)
     out = index.save(args.out)

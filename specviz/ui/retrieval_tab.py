@@ -1,4 +1,4 @@
-"""The explorer's "Retrieve" tab: documents -> index -> question -> context for the main view.
+"""The explorer's "Retrieve" tab: documents -> passage index -> question -> context for the main view.
 
     with gr.Tab("Retrieve"):
         build_retrieval_tab(context_box, message_box)
