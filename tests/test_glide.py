@@ -17,7 +17,7 @@ from specviz.glide import checkpoint as ckpt
 from specviz.glide.model import GlideDraft, GlideSpec, block_cross_mask, inference_cross_mask
 from specviz.glide.train import TrainConfig, train
 from tests.conftest import run_ids
-from tests.test_sampling import ALPHA, COST, PROMPT, SAMPLES, T1, exact_pairs, fit_pvalues, sample
+from tests.test_sampling import COST, SAMPLES, assert_lossless_sampling
 
 # 11 tokens: the root sits at position 10, the start of a training block of 5
 TEXT_PROMPT = [5, 9, 33, 12, 7, 40, 22, 9, 33, 12, 61]
@@ -406,10 +406,7 @@ def test_vanilla_drafter_checkpoint_runs(tiny_lm, vanilla_ckpt):
                          ids=["glide", "glide+cape", "glide+beam"])
 def test_glide_sampling_lossless(tiny_lm, glide_ckpt, extra):
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, "glide", {"checkpoint": str(glide_ckpt), **extra}, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, "glide", {"checkpoint": str(glide_ckpt), **extra})
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
 
 
@@ -417,10 +414,7 @@ def test_glide_sampling_lossless_with_a_shortlist_head(tiny_lm, shortlist_ckpt):
     """A draft that never proposes 24 of the 64 tokens: the target still samples them at its
     own rate (they come from the residual distribution)."""
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, "glide", {"checkpoint": str(shortlist_ckpt), "gamma": 2}, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, "glide", {"checkpoint": str(shortlist_ckpt), "gamma": 2})
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
 
 

@@ -18,7 +18,7 @@ from specviz.engine import generate_steps
 from specviz.errors import ConfigError, SpecvizError
 from specviz.models import LoadedModel, tiny_random_model
 from tests.conftest import run_ids
-from tests.test_sampling import PROMPT, SAMPLES, T1, ALPHA, exact_pairs, fit_pvalues, sample
+from tests.test_sampling import SAMPLES, assert_lossless_sampling
 
 TEXT_PROMPT = [5, 9, 33, 12, 7, 40, 22, 9, 33, 12, 61, 3]
 
@@ -127,10 +127,7 @@ def fixed_cost_lm(tiny_lm):
 @pytest.mark.parametrize("drafter,config", [("draft_model", {"gamma": 2}), ("self_draft", {"k": 1, "gamma": 2})])
 def test_sampling_lossless(fixed_cost_lm, tiny_draft, drafter, config):
     lm = fixed_cost_lm
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, drafter, config, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, drafter, config)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
 
 

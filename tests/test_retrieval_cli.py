@@ -6,9 +6,6 @@ model; the bad-input cases call `cli.main()` in-process (one line on stderr, exi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,16 +13,11 @@ import pytest
 from specviz import cli
 from specviz.retrieval.faiss_index import PassageIndex
 from specviz.trace import Trace
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "specviz" / "data" / "docs"
 QUESTION = "When is the Veldmoor Lantern Festival held?"
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

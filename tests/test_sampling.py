@@ -213,6 +213,16 @@ T1 = DecodingConfig(temperature=1.0)
 WARPED = DecodingConfig(temperature=0.8, top_k=8, top_p=0.9)
 
 
+def assert_lossless_sampling(lm, drafter: str, config, cfg: DecodingConfig = T1):
+    """Sample `drafter` from PROMPT and check the first two tokens' distributions against the
+    exact ones (both p-values above ALPHA); returns the samples for further checks."""
+    p1, p12 = exact_pairs(lm, PROMPT, cfg)
+    s = sample(lm, drafter, config, cfg)
+    pv1, pv2 = fit_pvalues(s, p1, p12)
+    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    return s
+
+
 def test_vanilla_sampling_matches_target(lm):
     p1, p12 = exact_pairs(lm, PROMPT, T1)
     s = sample(lm, "vanilla", None, T1, seeds=range(300))
@@ -221,10 +231,7 @@ def test_vanilla_sampling_matches_target(lm):
 
 
 def test_ngram_trie_sampling_is_lossless(lm):
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, "ngram_trie", {"size_by_cost": False}, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, "ngram_trie", {"size_by_cost": False})
     # the trie drafted every time and its drafts were often accepted, sometimes 2 deep
     assert s.drafted_runs == SAMPLES
     assert s.accepted_runs > SAMPLES // 3
@@ -238,10 +245,7 @@ def test_ngram_trie_sampling_is_lossless(lm):
     ("suffix_decoding", {"size_by_cost": False, "global_tree": False, "max_spec_factor": 4.0}),
 ])
 def test_recycling_and_suffix_sampling_is_lossless(lm, drafter, config):
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, drafter, config, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, drafter, config)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 3
 
 
