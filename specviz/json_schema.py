@@ -29,22 +29,14 @@ _JSON_TYPES = {"object": "object", "array": "array", "string": "string", "intege
                "number": "number", "boolean": "boolean", "null": "null"}
 
 
+# Python type -> JSON type name, bool before int (a bool is an int in Python)
+_PY_TYPES: tuple[tuple[Any, str], ...] = ((type(None), "null"), (bool, "boolean"), (int, "integer"),
+                                          (float, "number"), (str, "string"), ((list, tuple), "array"),
+                                          (dict, "object"))
+
+
 def _type_of(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((name for cls, name in _PY_TYPES if isinstance(value, cls)), type(value).__name__)
 
 
 def _matches_type(value: Any, want: str) -> bool:

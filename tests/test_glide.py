@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,29 +32,28 @@ def _random_batches(n: int, batch: int = 4, length: int = 40, seed: int = 0):
         yield motif.repeat(1, length // 7 + 1)[:, :length]
 
 
-@pytest.fixture(scope="module")
-def glide_ckpt(tiny_lm, tmp_path_factory):
-    path = tmp_path_factory.mktemp("glide") / "glide-tiny.pt"
-    train(tiny_lm.model, tiny_lm.model_id, _random_batches(6), TrainConfig(steps=6, warmup=1), path,
+def _trained(lm, tmp_path_factory, name: str, steps: int, **config) -> Path:
+    """A draft trained `steps` steps on random motifs for the tiny target, saved as NAME.pt."""
+    path = tmp_path_factory.mktemp("glide") / f"{name}.pt"
+    train(lm.model, lm.model_id, _random_batches(steps), TrainConfig(steps=steps, warmup=1, **config), path,
           progress=False)
     return path
 
 
 @pytest.fixture(scope="module")
+def glide_ckpt(tiny_lm, tmp_path_factory):
+    return _trained(tiny_lm, tmp_path_factory, "glide-tiny", 6)
+
+
+@pytest.fixture(scope="module")
 def shortlist_ckpt(tiny_lm, tmp_path_factory):
     """A draft whose head holds 40 of the tiny model's 64 tokens (the rest: probability 0)."""
-    path = tmp_path_factory.mktemp("glide") / "short-tiny.pt"
-    train(tiny_lm.model, tiny_lm.model_id, _random_batches(6), TrainConfig(steps=6, warmup=1, vocab=40,
-                                                                           labels="target"), path, progress=False)
-    return path
+    return _trained(tiny_lm, tmp_path_factory, "short-tiny", 6, vocab=40, labels="target")
 
 
 @pytest.fixture(scope="module")
 def vanilla_ckpt(tiny_lm, tmp_path_factory):
-    path = tmp_path_factory.mktemp("glide") / "vanilla-tiny.pt"
-    train(tiny_lm.model, tiny_lm.model_id, _random_batches(3), TrainConfig(steps=3, warmup=1, cross_attention=False),
-          path, progress=False)
-    return path
+    return _trained(tiny_lm, tmp_path_factory, "vanilla-tiny", 3, cross_attention=False)
 
 
 # ---- masks ------------------------------------------------------------------------------------

@@ -192,19 +192,22 @@ class _QChainDrafter:
         pass
 
 
+def _registered(name: str, cls: type):
+    """Register a test drafter for one test, then remove it."""
+    register(DrafterSpec(name, _NoConfig, cls, "test only", "-"))
+    yield cls
+    REGISTRY.pop(name, None)
+
+
 @pytest.fixture
 def fixed_tree_drafter():
-    register(DrafterSpec("test_fixed_tree", _NoConfig, _FixedTreeDrafter, "test only", "-"))
-    yield _FixedTreeDrafter
-    REGISTRY.pop("test_fixed_tree", None)
+    yield from _registered("test_fixed_tree", _FixedTreeDrafter)
     _FixedTreeDrafter.tree = DraftTree.empty()
 
 
 @pytest.fixture
 def q_chain_drafter():
-    register(DrafterSpec("test_q_chain", _NoConfig, _QChainDrafter, "test only", "-"))
-    yield _QChainDrafter
-    REGISTRY.pop("test_q_chain", None)
+    yield from _registered("test_q_chain", _QChainDrafter)
 
 
 # ---- engine-level tests ----------------------------------------------------------------

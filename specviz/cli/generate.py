@@ -142,11 +142,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return finish_interrupted(args, lm, prompt, spec.name, drafter_config, decoding, steps, streamer)
     trace = build_trace(lm, prompt, spec.name, drafter_config, decoding, steps)
-    if streamer:
-        streamer.finish(trace.output_text)
-    else:
-        print(trace.output_text)
-    print(summary_line(trace), flush=True)
+    print_output(trace, streamer)
     status = 0
     if args.check:
         trace, status = check_with_vanilla(lm, prompt, decoding, trace, reference)
@@ -198,11 +194,7 @@ def finish_interrupted(args: argparse.Namespace, lm: Any, prompt: Any, drafter: 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose it again
     try:
         trace = build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
-        if streamer:
-            streamer.finish(trace.output_text)
-        else:
-            print(trace.output_text)
-        print(summary_line(trace), flush=True)
+        print_output(trace, streamer)
         print(f"specviz: interrupted after {trace.totals.new_tokens} new tokens (stop: {trace.stop_reason})",
               file=sys.stderr)
         write_trace(trace, args.trace)
@@ -212,6 +204,15 @@ def finish_interrupted(args: argparse.Namespace, lm: Any, prompt: Any, drafter: 
 
 
 # --- output ---------------------------------------------------------------------------------
+
+def print_output(trace: Any, streamer: "Streamer | None") -> None:
+    """The text (the rest of it, when streamed) and the summary line, on stdout."""
+    if streamer:
+        streamer.finish(trace.output_text)
+    else:
+        print(trace.output_text)
+    print(summary_line(trace), flush=True)
+
 
 def summary_line(trace: Any) -> str:
     t = trace.totals
