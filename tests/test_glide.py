@@ -329,14 +329,20 @@ def test_empty_data_is_an_error(tiny_lm):
 
 # ---- lossless decoding -----------------------------------------------------------------------------
 
+def _lossless_glide_steps(lm, ckpt, extra: dict) -> list:
+    """glide's greedy steps on TEXT_PROMPT, after checking its output equals vanilla's and no
+    step fell back on a drafter error."""
+    ref, _ = run_ids(lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=40)
+    out, steps = run_ids(lm, TEXT_PROMPT, "glide", {"checkpoint": str(ckpt), **extra}, max_new_tokens=40)
+    assert out == ref
+    assert not any("drafter_error" in s.info for s in steps)
+    return steps
+
+
 @pytest.mark.parametrize("extra", [{}, {"cape": True}, {"cape": True, "cape_bins": "0.5:3,1:2"},
                                    {"adaptive": True}])
 def test_glide_greedy_lossless(tiny_lm, glide_ckpt, extra):
-    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=40)
-    out, steps = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), **extra},
-                         max_new_tokens=40)
-    assert out == ref
-    assert not any("drafter_error" in s.info for s in steps)
+    steps = _lossless_glide_steps(tiny_lm, glide_ckpt, extra)
     sources = {src for s in steps for src in s.tree.sources}
     assert "draft-model" in sources
     assert ("cape-expansion" in sources) == bool(extra.get("cape"))
@@ -351,11 +357,7 @@ def test_glide_greedy_lossless(tiny_lm, glide_ckpt, extra):
 def test_glide_beam_greedy_lossless(tiny_lm, glide_ckpt, extra):
     """GLIDE + beam search (the paper's baseline): a tree of every node that was in a beam,
     at most `beam` per depth, verified losslessly."""
-    ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=40)
-    out, steps = run_ids(tiny_lm, TEXT_PROMPT, "glide", {"checkpoint": str(glide_ckpt), **extra},
-                         max_new_tokens=40)
-    assert out == ref
-    assert not any("drafter_error" in s.info for s in steps)
+    steps = _lossless_glide_steps(tiny_lm, glide_ckpt, extra)
     width, gamma, cap = extra["beam"], extra.get("gamma", 4), extra.get("max_verify", 32)
     drafted = [s for s in steps if s.tree.tokens]
     assert drafted and {src for s in drafted for src in s.tree.sources} == {"beam-search"}
