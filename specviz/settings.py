@@ -67,9 +67,14 @@ _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def describe(config_cls: type) -> list[SettingInfo]:
-    """The settings of a config dataclass, in declaration order."""
+    """The settings of a config dataclass: its own first, in declaration order, then those it
+    shares through a base (a drafter's own knobs before GammaSettings' or
+    TreeSizingSettings', even where it redeclares one of those with another default)."""
+    inherited = {f.name for base in config_cls.__mro__[1:] if dataclasses.is_dataclass(base)
+                 for f in dataclasses.fields(base)}
+    fields = dataclasses.fields(config_cls)
     infos = []
-    for f in dataclasses.fields(config_cls):
+    for f in [f for f in fields if f.name not in inherited] + [f for f in fields if f.name in inherited]:
         m = f.metadata
         typ = f.type if isinstance(f.type, type) else _TYPES.get(str(f.type), object)
         infos.append(SettingInfo(f.name, typ, f.default, m.get("help", ""), m.get("low"),

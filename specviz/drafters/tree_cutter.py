@@ -46,9 +46,9 @@ def continue_prior_setting(default: float = 0.7) -> Any:
 
 @dataclass(frozen=True)
 class TreeSizingSettings(Settings):
-    """The settings of every drafter that sizes its tree with a TreeCutter (listed first, as
-    GammaSettings are for the model drafters). A drafter whose priors differ redeclares
-    them with first_prior_setting(x) / continue_prior_setting(x); they keep their place."""
+    """The settings of every drafter that sizes its tree with a TreeCutter (settings.describe
+    lists them after the drafter's own, as GammaSettings' for the model drafters). A drafter
+    whose priors differ redeclares them with first_prior_setting(x) / continue_prior_setting(x)."""
     size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
                                        "(extension, on by default; a `paper` preset turns it off).")
     first_prior: float = first_prior_setting()
