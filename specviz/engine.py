@@ -3,6 +3,9 @@
     generate_steps(lm, prompt, "ngram_trie", {...}, DecodingConfig())  -> Iterator[StepRecord]
     generate(lm, prompt, "ngram_trie", {...}, DecodingConfig())        -> Trace
 
+`drafter` is a registered drafter's name, or a DrafterSpec the registry does not list (the
+authors' code as a bench peer, specviz/peers/).
+
 Each step: 1 draft -> 2 build mask and positions -> 3 one target forward over the tree ->
 4 accept the longest valid path plus a bonus token -> 5 commit the accepted KV rows ->
 6 the drafter observes -> 7 record. A drafter that raises, or proposes a token id outside the
@@ -172,14 +175,20 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
         step += 1
 
 
-def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str = "vanilla",
+def _spec(drafter: str | DrafterSpec) -> DrafterSpec:
+    """A registered drafter's spec by name, or a spec given as is (a bench peer's, specviz.peers:
+    the same loop, with a drafter the registry does not list)."""
+    return drafter if isinstance(drafter, DrafterSpec) else get(drafter)
+
+
+def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str | DrafterSpec = "vanilla",
                    drafter_config: Mapping[str, Any] | Any = None,
                    decoding: DecodingConfig | None = None, store: Any = None) -> Iterator[StepRecord]:
     """Validate everything now (raising SpecvizError), then return the step iterator.
     `store` (drafters.store.DrafterStore, owned by the caller's session) holds what a drafter
     keeps across generations; None: the drafter starts fresh."""
     decoding = decoding or DecodingConfig()
-    spec = get(drafter)
+    spec = _spec(drafter)
     config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
     ids = tuple(prompt.ids if isinstance(prompt, Prompt) else prompt)
     if not ids:
@@ -191,12 +200,13 @@ def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str
         raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{lm.vocab_size - 1})")
     setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding, store)
     lm.cost_model()            # the target's cost model is timed now (once per model), not in step 0
-    return _run(lm, ids, spec.make(config, setup), drafter, decoding)
+    return _run(lm, ids, spec.make(config, setup), spec.name, decoding)
 
 
-def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: Mapping[str, Any] | Any,
+def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec,
+                drafter_config: Mapping[str, Any] | Any,
                 decoding: DecodingConfig, steps: Sequence[StepRecord]) -> Trace:
-    spec = get(drafter)
+    spec = _spec(drafter)
     config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
     output = tuple(t for s in steps for t in s.new_tokens)
     ids = set(prompt.ids) | set(output)
@@ -207,7 +217,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
     verify_ratio = lm.cost_model().plain_steps([len(s.tree) for s in steps])
     return Trace(
-        model_id=lm.model_id, drafter=drafter, drafter_config=to_dict(config),
+        model_id=lm.model_id, drafter=spec.name, drafter_config=to_dict(config),
         decoding=to_dict(decoding), prompt_text=prompt.text, prompt_ids=tuple(prompt.ids),
         steps=tuple(steps), output_ids=output,
         output_text="".join(output_pieces), output_pieces=tuple(output_pieces),
@@ -219,7 +229,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str, drafter_config: M
         peak_memory_mb=max((s.peak_memory_mb for s in steps if s.peak_memory_mb is not None), default=None))
 
 
-def generate(lm: LoadedModel, prompt: Prompt, drafter: str = "vanilla",
+def generate(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec = "vanilla",
              drafter_config: Mapping[str, Any] | Any = None,
              decoding: DecodingConfig | None = None, store: Any = None) -> Trace:
     decoding = decoding or DecodingConfig()

@@ -1,8 +1,15 @@
-"""What a benchmark compares: drafters (with settings), transformers' own peers, and sweeps.
+"""What a benchmark compares: drafters (with settings), peers, and sweeps.
 
     --drafters "vanilla,prompt_lookup,ngram_trie,ngram_trie[num_draft=8;prefix_len=2],ngram_trie@paper"
     --peers hf_greedy,hf_prompt_lookup,hf_assisted     (hf_assisted needs --draft-model)
+    --peers arctic_suffix                               (the authors' code in specviz's loop: specviz.peers)
     --sweep "ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5"   (the seed's Table 2 grid)
+
+Two kinds of peer: transformers' own generate() ("peer": one timed call, no steps), and the
+authors' code drafting inside specviz's engine loop ("engine_peer", specviz.peers: the same
+verify and acceptance as the drafters, so its steps, mean accepted and drafting time are
+measured like theirs). An engine peer whose package is missing is refused up front, naming
+how to build it.
 
 A method's label is its name, its preset and the settings it overrides, e.g.
 `ngram_trie[num_draft=8]` or `glide@paper[gamma=4]` (drafters.choice parses them, as the CLI's
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 from ..drafters import baseline, ordered
 from ..drafters.choice import DrafterChoice, DrafterChoiceError, parse_choice
 from ..errors import ConfigError, SpecvizError
+from ..peers import ENGINE_PEERS
 
 BASELINE = baseline().name           # every speedup is measured against it; it always runs first
 # the upper bound a method's speedup is read against ("fraction of oracle"): the drafter that
@@ -28,11 +36,12 @@ UPPER_BOUND = next((s.name for s in ordered() if s.needs_reference), None)
 # those that replay the baseline (the upper bound)
 DEFAULT_DRAFTERS = ",".join(s.name for s in ordered() if s.is_baseline or s.preselected or s.needs_reference)
 
-PEERS = {
+HF_PEERS = {
     "hf_greedy": "transformers generate(), greedy",
     "hf_prompt_lookup": "transformers generate(prompt_lookup_num_tokens=10)",
     "hf_assisted": "transformers generate(assistant_model=--draft-model)",
 }
+PEERS = {**HF_PEERS, **{name: f"{p.summary}; beside {p.counterpart}" for name, p in ENGINE_PEERS.items()}}
 
 
 class MethodError(SpecvizError):
@@ -42,7 +51,7 @@ class MethodError(SpecvizError):
 @dataclass(frozen=True)
 class Method:
     label: str
-    kind: str                                  # "drafter" or "peer"
+    kind: str                                  # "drafter", "peer" (transformers) or "engine_peer"
     name: str                                  # drafter name or peer name
     settings: tuple[tuple[str, str], ...] = ()  # drafter settings: the preset's, then those given
 
@@ -125,7 +134,10 @@ def parse_methods(drafters: str, peers: str, sweeps: list[str] | None = None,
             raise MethodError(f"peers: unknown peer {name!r}; known: {', '.join(PEERS)}")
         if name == "hf_assisted" and not draft_model:
             raise MethodError("peers: hf_assisted needs --draft-model (a model sharing the target's tokenizer)")
-        methods.append(Method(name, "peer", name))
+        engine_peer = ENGINE_PEERS.get(name)
+        if engine_peer is not None and not engine_peer.available():
+            raise MethodError(f"peers: {engine_peer.why_unavailable()}")
+        methods.append(Method(name, "engine_peer" if engine_peer else "peer", name))
     labels = [m.label for m in methods]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:

@@ -38,7 +38,7 @@ class Run:
     repeat: int
     new_tokens: int
     seconds: float                     # wall time of the turn, prefill included
-    steps: int | None                  # speculative steps; None for peers (transformers hides them)
+    steps: int | None                  # speculative steps; None for transformers peers (generate hides them)
     accepted_lengths: tuple[int, ...] = ()   # tokens committed per step, the bonus included
     depth_tested: tuple[int, ...] = ()       # [d-1]: steps that tried a draft token at depth d
     depth_accepted: tuple[int, ...] = ()     # [d-1]: ... and accepted one

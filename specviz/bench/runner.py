@@ -27,6 +27,7 @@ from ..drafters.store import DrafterStore
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
+from ..peers import ENGINE_PEERS
 from ..prompts import build_prompt
 from ..trace import Trace
 from .methods import BASELINE, Method
@@ -121,12 +122,13 @@ class Bench:
                         if baseline_traces:
                             run = replace(run, divergence=explain_ids(
                                 baseline_traces[turn], ids, seconds).to_dict())
-                    else:
-                        spec = get(method.name)
+                    else:                       # a drafter, or the authors' code in the same loop
+                        spec = ENGINE_PEERS[method.name].spec() if method.kind == "engine_peer" \
+                            else get(method.name)
                         config: dict[str, Any] = dict(method.settings)
                         if spec.needs_reference:
                             config = spec.with_reference(config, baseline_out[turn])
-                        trace = generate(self.lm, prompt, method.name, config, decoding, self.store)
+                        trace = generate(self.lm, prompt, spec, config, decoding, self.store)
                         tested, accepted = depth_acceptance(trace.steps)
                         run = Run(q.question_id, q.category, turn, method.label, repeat,
                                   trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,

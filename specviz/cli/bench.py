@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.export_specbench import FORMATS as EXPORT_FORMATS, export_specbench
-from ..bench.methods import BASELINE, DEFAULT_DRAFTERS, PEERS, MethodError, parse_methods
+from ..bench.methods import BASELINE, DEFAULT_DRAFTERS, HF_PEERS, MethodError, parse_methods
 from ..bench.metrics import summarise
 from ..bench.questions import DEFAULT_QUESTIONS, read_questions, select
 from ..bench.report import summary_markdown, write_results, write_results_json
 from ..bench.resume import check_compatible, check_fresh_out, load_previous, still_to_do
+from ..peers import ENGINE_PEERS
 from ..user_files import check_output_dir
 from ..errors import SpecvizError
 from .common import add_runtime_arguments, load_target
@@ -43,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(presets: `specviz drafters`); {BASELINE} always runs first "
                              f"(default {DEFAULT_DRAFTERS})")
     parser.add_argument("--peers", default="hf_prompt_lookup",
-                        help=f"comma-separated transformers peers: {', '.join(PEERS)} ('' for none)")
+                        help=f"comma-separated peers: transformers' generate() ({', '.join(HF_PEERS)}) or the "
+                             f"authors' code in specviz's loop ({', '.join(ENGINE_PEERS)}, where installed: "
+                             "benchmarks/README.md) ('' for none)")
     parser.add_argument("--sweep", action="append", metavar="DRAFTER:K=V1,V2;K2=W1,W2",
                         help="a grid over a drafter's settings (repeatable), e.g. "
                              "\"ngram_trie:n=8,10,13,16;prefix_len=2,3,4,5\"")
