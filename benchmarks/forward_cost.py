@@ -16,9 +16,10 @@ from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz import load_model  # noqa: E402
+from specviz.cost import CALIBRATION_CACHE_TOKENS  # noqa: E402
 from specviz.tree import DraftTree, build_buffers  # noqa: E402
 
-PAST = 800
+PAST = CALIBRATION_CACHE_TOKENS      # 800: the cache the cost model is calibrated over
 
 
 def timed_forward(model, rows: int, masked: bool) -> float:

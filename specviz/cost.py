@@ -77,19 +77,25 @@ class VerifyCost:
         self.scale += self.smoothing * (seconds / self._table(rows) - self.scale)
 
 
-# the cache length calibrate() times over: a typical prompt of the explorer (the figures
-# quoted above were measured over 800 tokens; the running scale corrects for the real length)
-CALIBRATION_CACHE_TOKENS = 512
+# the cache length calibrate() times over: the 800 tokens of benchmarks/forward_cost.py, which
+# measured the figures quoted above (it imports this constant, so they cannot drift apart);
+# about the explorer's worked examples with their answers. The running scale corrects for
+# the real length of each generation's context.
+CALIBRATION_CACHE_TOKENS = 800
 
 
 @torch.no_grad()
 def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, sizes: tuple[int, ...] = GRID,
               repeats: int = 2) -> VerifyCost:
-    """Time forwards of each row count over a cache of `past_len` random tokens (min of repeats)."""
+    """Time forwards of each row count over a cache of `past_len` random tokens (min of repeats;
+    shortened where the model's context cannot hold it and the largest row count)."""
     from transformers import DynamicCache  # local: keep module import light
 
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
+    context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+    if context:
+        past_len = max(1, min(past_len, context - max(sizes)))
     gen = torch.Generator().manual_seed(0)
     cache = DynamicCache(config=model.config)
     model(input_ids=torch.randint(0, vocab, (1, past_len), generator=gen).to(device),

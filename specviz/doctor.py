@@ -11,7 +11,7 @@ It reports:
 - the forward-cost curve: one target forward of 1, 2, 4, ... 64 rows over a KV cache of the
   current context length (the first check prompt's, unless given), measured now (best of
   two, after a warm-up round), beside the cost model calibrated once per model (on first use)
-  (cost.py, over a 512-token cache), and their ratio;
+  (cost.py, over an 800-token cache), and their ratio;
 - a 3-prompt check per drafter: each drafter against vanilla on the same prompts (the
   explorer's worked examples with a context), interleaved (vanilla, then each drafter, per
   prompt, after one untimed warm-up), greedy, few new tokens: identical / near-tie /
@@ -154,7 +154,7 @@ def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
 def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "auto",
                drafters: Sequence[str] = DEFAULT_DRAFTERS, max_new_tokens: int = MAX_NEW_TOKENS,
                n_prompts: int = CHECK_PROMPTS, context_len: int | None = None,
-               rows: Sequence[int] = ROWS) -> DoctorReport:
+               rows: Sequence[int] = ROWS, cpu_linear: bool | None = None) -> DoctorReport:
     """Load the model (cached) and measure; raises SpecvizError for a bad model, device,
     dtype or drafter name before measuring anything."""
     import torch
@@ -162,7 +162,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
 
     from .drafters.base import get
     from .errors import ConfigError
-    from .models import attention_implementation, cpu_linear_active, load_model
+    from .models import attention_implementation, load_model
     from .prompts import build_prompt
     from .timing import PeakMemory
 
@@ -171,7 +171,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
         get(name)                                   # an unknown drafter fails now
     if max_new_tokens < 1 or n_prompts < 1:
         raise ConfigError("max_new_tokens" if max_new_tokens < 1 else "prompts", "must be at least 1")
-    lm = load_model(model_id, device, dtype)
+    lm = load_model(model_id, device, dtype, cpu_linear=cpu_linear)
     prompts = [build_prompt(lm.tokenizer, message, context=context)
                for _, context, message in check_prompts(n_prompts)]
     ctx = context_len if context_len is not None else len(prompts[0].ids)
@@ -190,7 +190,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
         gpu_name=torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else None,
         dtype=str(lm.dtype).replace("torch.", ""), attention=attention_implementation(lm.model),
         torch_version=torch.__version__, transformers_version=transformers.__version__,
-        torch_threads=torch.get_num_threads(), cpu_linear=cpu_linear_active(lm.model),
+        torch_threads=torch.get_num_threads(), cpu_linear=lm.cpu_linear,
         context_len=ctx, cost_curve=curve, max_new_tokens=max_new_tokens, checks=checks,
         peak_memory_mb=memory.peak_mb(), seconds=time.perf_counter() - start, notes=tuple(notes))
 

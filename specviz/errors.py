@@ -5,17 +5,21 @@ and never a traceback.
 """
 from __future__ import annotations
 
+import warnings
+
 
 class SpecvizError(Exception):
     """Base class: a problem with the user's input or environment, with a readable message."""
 
 
 class ConfigError(SpecvizError, ValueError):
-    """A setting is out of range or inconsistent. `field` names the offending setting."""
+    """A setting is out of range or inconsistent. `field` names the offending setting and
+    `reason` says what is wrong with it (front ends put their own name for the field before it)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.reason = message
 
 
 class ModelLoadError(SpecvizError):
@@ -35,3 +39,14 @@ class UnknownDrafterError(SpecvizError, KeyError):
 
 class TraceFormatError(SpecvizError, ValueError):
     """A trace file is malformed or from another schema version."""
+
+
+class RenamedWarning(FutureWarning):
+    """An old name (a CLI flag, a setting) was used; it still works. FutureWarning, so Python
+    shows it by default; the CLI prints it as one `specviz: warning: ...` line."""
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """Warn that `old` is now called `new` (and still accepted)."""
+    warnings.warn(f"{old} is renamed {new}; the old name still works but will go", RenamedWarning,
+                  stacklevel=3)

@@ -18,29 +18,25 @@ from .resources import data_path
 
 
 class SchemaError(ValueError):
-    """A document does not match its schema; the message names the place."""
+    """A document does not match its schema: `place` names where, `reason` what is wrong."""
+
+    def __init__(self, place: str, reason: str) -> None:
+        super().__init__(f"{place}: {reason}")
+        self.place, self.reason = place, reason
 
 
 _JSON_TYPES = {"object": "object", "array": "array", "string": "string", "integer": "integer",
                "number": "number", "boolean": "boolean", "null": "null"}
 
 
+# Python type -> JSON type name, bool before int (a bool is an int in Python)
+_PY_TYPES: tuple[tuple[Any, str], ...] = ((type(None), "null"), (bool, "boolean"), (int, "integer"),
+                                          (float, "number"), (str, "string"), ((list, tuple), "array"),
+                                          (dict, "object"))
+
+
 def _type_of(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((name for cls, name in _PY_TYPES if isinstance(value, cls)), type(value).__name__)
 
 
 def _matches_type(value: Any, want: str) -> bool:
@@ -67,30 +63,31 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
                 validate(value, option, root, path)
                 break
             except SchemaError as err:
-                errors.append(str(err))
+                errors.append(err)
         else:
-            raise SchemaError(errors[0] if len(errors) == 1 else f"{_where(path)}: " + " or ".join(
-                e.split(": ", 1)[-1] for e in errors))
+            if len(errors) == 1:
+                raise errors[0]
+            raise SchemaError(_where(path), " or ".join(e.reason for e in errors))
     want = schema.get("type")
     if want is not None:
         wants = [want] if isinstance(want, str) else list(want)
         if not any(_matches_type(value, w) for w in wants):
-            raise SchemaError(f"{_where(path)}: expected {' or '.join(wants)}, got {_type_of(value)}")
+            raise SchemaError(_where(path), f"expected {' or '.join(wants)}, got {_type_of(value)}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise SchemaError(f"{_where(path)}: expected a finite number, got {value}")
+        raise SchemaError(_where(path), f"expected a finite number, got {value}")
     if "enum" in schema and value not in schema["enum"]:
-        raise SchemaError(f"{_where(path)}: must be one of {schema['enum']}, got {value!r}")
+        raise SchemaError(_where(path), f"must be one of {schema['enum']}, got {value!r}")
     if "const" in schema and value != schema["const"]:
-        raise SchemaError(f"{_where(path)}: must be {schema['const']!r}, got {value!r}")
+        raise SchemaError(_where(path), f"must be {schema['const']!r}, got {value!r}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
-            raise SchemaError(f"{_where(path)}: must be >= {schema['minimum']}, got {value}")
+            raise SchemaError(_where(path), f"must be >= {schema['minimum']}, got {value}")
         if "maximum" in schema and value > schema["maximum"]:
-            raise SchemaError(f"{_where(path)}: must be <= {schema['maximum']}, got {value}")
+            raise SchemaError(_where(path), f"must be <= {schema['maximum']}, got {value}")
     if isinstance(value, dict):
         for name in schema.get("required", ()):
             if name not in value:
-                raise SchemaError(f"{_where(path)}: the field {name!r} is missing")
+                raise SchemaError(_where(path), f"the field {name!r} is missing")
         props = schema.get("properties", {})
         extra = schema.get("additionalProperties", True)
         for key, item in value.items():
@@ -98,14 +95,14 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
             if key in props:
                 validate(item, props[key], root, place)
             elif extra is False:
-                raise SchemaError(f"{_where(path)}: unknown field {key!r}")
+                raise SchemaError(_where(path), f"unknown field {key!r}")
             elif isinstance(extra, dict):
                 validate(item, extra, root, place)
     if isinstance(value, (list, tuple)):
         if "minItems" in schema and len(value) < schema["minItems"]:
-            raise SchemaError(f"{_where(path)}: needs at least {schema['minItems']} items, has {len(value)}")
+            raise SchemaError(_where(path), f"needs at least {schema['minItems']} items, has {len(value)}")
         if "maxItems" in schema and len(value) > schema["maxItems"]:
-            raise SchemaError(f"{_where(path)}: allows at most {schema['maxItems']} items, has {len(value)}")
+            raise SchemaError(_where(path), f"allows at most {schema['maxItems']} items, has {len(value)}")
         if "items" in schema:
             items = schema["items"]
             if _fast_numbers(value, items):

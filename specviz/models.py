@@ -131,6 +131,16 @@ def free_gpu_bytes(device: torch.device) -> int | None:
     return int(free)
 
 
+CPU_LINEAR_CHOICES = ("auto", "on", "off")
+
+
+def cpu_linear_option(text: str) -> bool | None:
+    """--cpu-linear auto|on|off -> load_model's cpu_linear (None = auto)."""
+    if text not in CPU_LINEAR_CHOICES:
+        raise ModelLoadError(f"cpu_linear: must be one of {', '.join(CPU_LINEAR_CHOICES)}, got {text!r}")
+    return {"auto": None, "on": True, "off": False}[text]
+
+
 def uses_cpu_linear(device: torch.device) -> bool:
     """Whether the few-row linear trick (cpu_linear.py) is switched on for a model on `device`:
     only on a CPU, where it was measured to help; on a GPU cuBLAS handles few rows well."""
@@ -264,7 +274,8 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
                cpu_linear: bool | None = None, calibrate_cost: bool = False) -> LoadedModel:
     """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
     `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
-    device, off otherwise (uses_cpu_linear).
+    device, off otherwise (uses_cpu_linear); True with a non-CPU device is a ModelLoadError.
+    The CLI's --cpu-linear auto|on|off (cpu_linear_option) sets it.
 
     A load runs no forward pass: the verify cost model is calibrated once per model on first
     use (LoadedModel.cost_model(), called by the engine when a generation starts), so a ZeroGPU
@@ -275,6 +286,9 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)         # auto on a GPU is settled once the size is known
+    if cpu_linear and dev.type != "cpu":
+        raise ModelLoadError(f"cpu_linear: on is for a CPU device, but the model goes to {dev}; "
+                             "use auto or off there")
     linear = uses_cpu_linear(dev) if cpu_linear is None else bool(cpu_linear)
     key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt), linear)
     with _LOCK:  # one load at a time; concurrent callers wait and then share

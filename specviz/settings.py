@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
-from .errors import ConfigError
+from .errors import ConfigError, warn_renamed
 
 T = TypeVar("T")
 KINDS = ("", "token_ids", "file", "folder", "model")
@@ -18,8 +18,10 @@ KINDS = ("", "token_ids", "file", "folder", "model")
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, choices: tuple[Any, ...] | None = None,
-            ui: bool = True, kind: str = "") -> Any:
+            ui: bool = True, kind: str = "", was: str = "") -> Any:
     """A dataclass field with its allowed range ([low, high], or (low, high] with low_open).
+
+    `was` is the field's old name: `build` still accepts it, with a RenamedSettingWarning.
 
     `kind` says what a value refers to, so shared checks need no drafter by name:
     "token_ids" (checked against the model's vocabulary before a run), "file" / "folder" (a
@@ -28,7 +30,7 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     if kind not in KINDS:
         raise TypeError(f"setting kind must be one of {KINDS}, got {kind!r}")
     meta = {"help": help, "low": low, "high": high, "low_open": low_open,
-            "choices": choices, "ui": ui, "kind": kind}
+            "choices": choices, "ui": ui, "kind": kind, "was": was}
     if isinstance(default, (list, dict, set)):
         raise TypeError("settings must be immutable; use a tuple")
     return dataclasses.field(default=default, metadata=meta)
@@ -47,6 +49,7 @@ class SettingInfo:
     choices: tuple[Any, ...] | None
     ui: bool
     kind: str = ""
+    was: str = ""               # the old name, still accepted by build() with a warning
 
     def describe_range(self) -> str:
         if self.choices:
@@ -64,14 +67,19 @@ _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def describe(config_cls: type) -> list[SettingInfo]:
-    """The settings of a config dataclass, in declaration order."""
+    """The settings of a config dataclass: its own first, in declaration order, then those it
+    shares through a base (a drafter's own knobs before GammaSettings' or
+    TreeSizingSettings', even where it redeclares one of those with another default)."""
+    inherited = {f.name for base in config_cls.__mro__[1:] if dataclasses.is_dataclass(base)
+                 for f in dataclasses.fields(base)}
+    fields = dataclasses.fields(config_cls)
     infos = []
-    for f in dataclasses.fields(config_cls):
+    for f in [f for f in fields if f.name not in inherited] + [f for f in fields if f.name in inherited]:
         m = f.metadata
         typ = f.type if isinstance(f.type, type) else _TYPES.get(str(f.type), object)
         infos.append(SettingInfo(f.name, typ, f.default, m.get("help", ""), m.get("low"),
                                  m.get("high"), m.get("low_open", False), m.get("choices"),
-                                 m.get("ui", True), m.get("kind", "")))
+                                 m.get("ui", True), m.get("kind", ""), m.get("was", "")))
     return infos
 
 
@@ -150,8 +158,8 @@ def build(config_cls: type[T], values: Mapping[str, Any] | None = None) -> T:
 
     Unknown keys, wrong types and out-of-range values raise ConfigError naming the field.
     """
-    values = dict(values or {})
     infos = {i.name: i for i in describe(config_cls)}
+    values = renamed_values(config_cls, dict(values or {}), infos.values())
     unknown = sorted(set(values) - set(infos))
     if unknown:
         raise ConfigError(unknown[0], f"unknown setting for {config_cls.__name__}; "
@@ -161,6 +169,18 @@ def build(config_cls: type[T], values: Mapping[str, Any] | None = None) -> T:
         return config_cls(**kwargs)  # Settings.__post_init__ checks ranges and cross-field rules
     except TypeError as err:
         raise ConfigError(config_cls.__name__, str(err)) from None
+
+
+def renamed_values(config_cls: type, values: dict[str, Any], infos: Any) -> dict[str, Any]:
+    """Old setting names (`setting(..., was=OLD)`) replaced by the new ones, each with a
+    RenamedSettingWarning; both names at once is a ConfigError."""
+    for info in infos:
+        if info.was and info.was in values:
+            if info.name in values:
+                raise ConfigError(info.was, f"the old name of {info.name}; give only {info.name}")
+            warn_renamed(f"setting {info.was!r} of {config_cls.__name__}", f"{info.name!r}")
+            values[info.name] = values.pop(info.was)
+    return values
 
 
 def to_dict(config: Any) -> dict[str, Any]:

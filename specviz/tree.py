@@ -170,13 +170,18 @@ def build_buffers(tree: DraftTree, root_token: int, past_len: int, dtype: torch.
     depth = torch.tensor((0, *tree.depths) + (0,) * pad, dtype=torch.long, device=device)
     position_ids = (past_len + depth).unsqueeze(0)
     rows = n + 1 + pad
-    visible = torch.ones((rows, past_len + rows), dtype=torch.bool)
+    # only the tree's own columns are computed; the committed prefix is visible to every row, so
+    # its columns are zeros, allocated on the device (no full-width host mask, no full copy).
+    # The model still takes the whole width (transformers reads a 4D mask over cache + rows).
+    # Probe on the shared 2-core CPU (tests' machine, not a benchmark figure): 64 nodes over a
+    # 4000-token cache 1.0 ms against 3.0 ms for the full-width host mask, 16 nodes over 800
+    # tokens about 45 us either way; a verify forward there takes 100-250 ms.
     tree_part = torch.eye(rows, dtype=torch.bool)
     tree_part[: n + 1, : n + 1] = torch.from_numpy(tree.ancestor_matrix())
-    visible[:, past_len:] = tree_part
-    mask = torch.zeros(visible.shape, dtype=dtype)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return TreeBuffers(input_ids, position_ids, mask[None, None].to(device))
+    tree_mask = torch.zeros((rows, rows), dtype=dtype).masked_fill_(~tree_part, torch.finfo(dtype).min)
+    mask = torch.zeros((1, 1, rows, past_len + rows), dtype=dtype, device=device)   # [1, 1, rows, past + rows]
+    mask[0, 0, :, past_len:] = tree_mask.to(device)
+    return TreeBuffers(input_ids, position_ids, mask)
 
 
 def merge_chains(chains: Sequence[tuple[Sequence[int], str]], limit: int | None = None

@@ -78,8 +78,9 @@ def check_request(model_id: str, drafter: str, values: Mapping[str, Any]) -> Non
 
     check_model(model_id or "embedded", "model")
     for info in describe(get(drafter).config_cls):
-        value = values.get(info.name, info.default)
-        if info.kind in ("file", "folder") and isinstance(value, str) and value.strip():
-            check_path(value.strip(), info.name)
-        elif info.kind == "model" and isinstance(value, str):
-            check_model(value, info.name)
+        for name in (info.name, info.was) if info.was else (info.name,):   # an old name is checked too
+            value = values.get(name, info.default)
+            if info.kind in ("file", "folder") and isinstance(value, str) and value.strip():
+                check_path(value.strip(), name)
+            elif info.kind == "model" and isinstance(value, str):
+                check_model(value, name)

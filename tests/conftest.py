@@ -12,6 +12,9 @@ Helpers shared by several test files live here too (`run_ids`).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
@@ -59,3 +62,13 @@ def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
     """Generate from token ids; returns (output ids, step records)."""
     steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding)))
     return [t for s in steps for t in s.new_tokens], steps
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m specviz ARGS` in a subprocess, this checkout first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -109,7 +109,7 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "oracle negative id": ((*GEN, "--prompt", "hi", "--drafter", "oracle", "--set", "tokens=-1,5"),
                            ("tokens", "token ids")),
     "index id past the vocabulary (rest)": ((*GEN, "--prompt", "hi", "--drafter", "rest", "--set",
-                                             "index={oov_index}"), ("index", "vocabulary", "tokens.npy")),
+                                             "corpus_index={oov_index}"), ("corpus_index", "vocabulary", "tokens.npy")),
     "temperature nan": ((*GEN, "--prompt", "hi", "--temperature", "nan"), ("--temperature", "finite")),
     "top-p nan": ((*GEN, "--prompt", "hi", "--top-p", "nan"), ("--top-p", "finite")),
     "first_prior nan": ((*GEN, "--prompt", "hi", "--set", "first_prior=nan"), ("first_prior", "finite")),
@@ -335,8 +335,10 @@ API_CASES: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {
     "aded c2 Infinity": (("tiny-random", "aded", "hi", "", '{"c2": Infinity}', 4, 0.0, 0), ("c2", "finite")),
     "checkpoint outside the allowed folders": (("tiny-random", "glide", "hi", "", '{"checkpoint": "{evil}"}',
                                                 4, 0.0, 0), ("checkpoint", "SPECVIZ_ALLOWED_DIRS")),
-    "index outside the allowed folders": (("tiny-random", "rest", "hi", "", '{"index": "/etc"}', 4, 0.0, 0),
-                                          ("index", "SPECVIZ_ALLOWED_DIRS")),
+    "corpus_index outside the allowed folders": (("tiny-random", "rest", "hi", "", '{"corpus_index": "/etc"}',
+                                                  4, 0.0, 0), ("corpus_index", "SPECVIZ_ALLOWED_DIRS")),
+    "old name index outside the allowed folders": (("tiny-random", "rest", "hi", "", '{"index": "/etc"}', 4, 0.0, 0),
+                                                   ("index", "SPECVIZ_ALLOWED_DIRS")),
     "model path outside the allowed folders": (("/etc", "vanilla", "hi", "", "{}", 4, 0.0, 0),
                                                ("model", "SPECVIZ_ALLOWED_DIRS")),
     "settings nested 100,000 deep": (("tiny-random", "vanilla", "hi", "", "[" * 100_000 + "]" * 100_000, 4, 0.0, 0),
@@ -369,7 +371,7 @@ def test_api_allowed_folder_still_refuses_pickles_and_bad_indexes(served: Any, f
                         4, 0.0, 0)
     assert "weights_only=True" in message and not files["marker"].exists()
     message = api_error(client, "tiny-random", "hierarchy", "hi", "",
-                        json.dumps({"index": str(files["oov_index"])}), 4, 0.0, 0)
+                        json.dumps({"corpus_index": str(files["oov_index"])}), 4, 0.0, 0)
     assert "vocabulary" in message and "tokens.npy" in message
 
 

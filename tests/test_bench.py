@@ -245,12 +245,13 @@ def test_bench_end_to_end_on_the_tiny_model(tmp_path, capsys):
     code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(questions),
                  "--categories", "qa,writing", "--limit", "2", "--max-new-tokens", "12", "--warmup", "0",
                  "--drafters", "vanilla,prompt_lookup,ngram_trie,oracle", "--peers", "hf_greedy",
-                 "--repeats", "2", "--out", str(out)])
+                 "--repeats", "2", "--out", str(out), "--cpu-linear", "off"])
     assert code == 0
     for name in ("results.json", "summary.csv", "summary.md", "report.html"):
         assert (out / name).stat().st_size > 0, name
     meta, rows = load_results(out / "results.json")
     assert meta["questions_measured"] == 3 and meta["repeats"] == 2
+    assert meta["runtime"]["cpu_linear"] is False and meta["runtime"]["device"] == "cpu"   # --cpu-linear off
     by = {(r["category"], r["method"]): r for r in rows}
     assert by[("all", "vanilla")]["mean_accepted"] == 1.0
     assert by[("all", "vanilla")]["speedup"] == 1.0

@@ -6,28 +6,20 @@ milliseconds instead of seconds of imports. Models: "tiny-random" only.
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from specviz import cli
 from specviz.trace import Trace
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = re.compile(r"^\[(\d+) tokens, (\d+) steps, [\d.]+ tokens/s, ([\d.]+) mean accepted "
                      r"tokens/step(?:, alpha [\d.]+, c [\d.]+, expected speedup [\d.]+x"
                      r"(?: \([\d.]+x with the verify priced at [\d.]+ plain steps\))?)?, stop: (\w+)\]$")
 CONTEXT = "The quick brown fox jumps over the lazy dog. " * 6
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

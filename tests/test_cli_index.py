@@ -1,5 +1,5 @@
 """`python -m specviz index build` (corpus kinds and model-db), its one-line refusals, and
-`generate --set index=DIR` with a good and a bad corpus index."""
+`generate --set corpus_index=DIR` (and the old name index=DIR) with a good and a bad corpus index."""
 from __future__ import annotations
 
 import json
@@ -24,10 +24,15 @@ def test_cli_index_build_and_use(tmp_path, capsys):
     assert "read 21 documents" in stdout and "suffix:" in stdout and "trigram:" in stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tokenizer"]["vocab_size"] == 49152 and manifest["corpus"]["documents"] == 21
-    code = cli.main(["generate", "--model", "tiny-random", "--drafter", "rest", "--prompt",
-                     "The quick brown fox", "--max-new-tokens", "4", "--set", f"index={out}"])
-    stdout, err = capsys.readouterr()
-    assert code == 0, err
+    outputs = {}
+    for key in ("corpus_index", "index"):               # index: the old name, still accepted
+        code = cli.main(["generate", "--model", "tiny-random", "--drafter", "rest", "--prompt",
+                         "The quick brown fox", "--max-new-tokens", "4", "--no-stream", "--set", f"{key}={out}"])
+        stdout, err = capsys.readouterr()
+        assert code == 0, err
+        assert ("'index' of RestConfig is renamed 'corpus_index'" in err) == (key == "index"), err
+        outputs[key] = stdout.splitlines()[0]
+    assert outputs["index"] == outputs["corpus_index"]
 
 
 def test_cli_model_db_build(tmp_path, capsys):
@@ -67,6 +72,6 @@ def test_cli_generate_with_a_bad_index(tmp_path, capsys):
     capsys.readouterr()
     for index, why in ((tmp_path / "none", "no such folder"), (tmp_path / "ids", "built for tokenizer")):
         code = cli.main(["generate", "--model", "tiny-random", "--drafter", "hierarchy", "--prompt", "hi",
-                         "--max-new-tokens", "2", "--set", f"index={index}"])
+                         "--max-new-tokens", "2", "--set", f"corpus_index={index}"])
         out, err = capsys.readouterr()
         assert code == 2 and err.count("\n") == 1 and why in err, err

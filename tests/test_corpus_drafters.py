@@ -62,7 +62,7 @@ def _prompts(tiny_lm, outputs):
 @pytest.mark.parametrize("size_by_cost", [True, False])
 def test_greedy_equals_vanilla_with_an_index(tiny_lm, ids_index, drafter, size_by_cost):
     folder, outputs = ids_index
-    config = {} if drafter == "lookahead" else {"index": folder, "size_by_cost": size_by_cost}
+    config = {} if drafter == "lookahead" else {"corpus_index": folder, "size_by_cost": size_by_cost}
     if drafter == "lookahead" and size_by_cost:
         config = {"level": 3, "window": 4, "guess_set": 3}
     accepted = drafted = 0
@@ -82,7 +82,7 @@ def test_greedy_equals_vanilla_with_an_index(tiny_lm, ids_index, drafter, size_b
 def test_sources_and_step_info(tiny_lm, ids_index):
     folder, outputs = ids_index
     prompt = outputs[3][:8]
-    _, steps = run_ids(tiny_lm, prompt, "hierarchy", {"index": folder, "size_by_cost": False}, max_new_tokens=NEW)
+    _, steps = run_ids(tiny_lm, prompt, "hierarchy", {"corpus_index": folder, "size_by_cost": False}, max_new_tokens=NEW)
     sources = {src for s in steps for src in s.tree.sources}
     assert sources <= {"context", "model-db", "corpus"} and {"corpus", "context"} <= sources
     for s in steps:
@@ -93,13 +93,13 @@ def test_sources_and_step_info(tiny_lm, ids_index):
             if n and len(s.tree) == s.info["kept"] and s.info["kept"]:
                 assert db in s.tree.sources or any(
                     src != db for src in s.tree.sources)           # (merged prefixes keep the first label)
-    _, steps = run_ids(tiny_lm, prompt, "aded", {"index": folder, "size_by_cost": False}, max_new_tokens=8)
+    _, steps = run_ids(tiny_lm, prompt, "aded", {"corpus_index": folder, "size_by_cost": False}, max_new_tokens=8)
     for s in steps:
         m = s.info["mcts"]
         assert sum(v for v, p in zip(m["visits"], m["parents"]) if p < 0) == 150
         assert len(m["tokens"]) == len(m["parents"]) == len(m["visits"])
         assert set(s.tree.sources) <= {"mcts", "trigram"} and s.info["mcts_seconds"] > 0
-    _, steps = run_ids(tiny_lm, prompt, "rest", {"index": folder, "size_by_cost": False}, max_new_tokens=8)
+    _, steps = run_ids(tiny_lm, prompt, "rest", {"corpus_index": folder, "size_by_cost": False}, max_new_tokens=8)
     assert all(set(s.tree.sources) <= {"corpus"} for s in steps)
     assert any(s.info["match_len"] >= 2 for s in steps)
 
@@ -107,7 +107,7 @@ def test_sources_and_step_info(tiny_lm, ids_index):
 def test_rest_cuts_to_num_draft(tiny_lm, ids_index):
     folder, outputs = ids_index
     _, steps = run_ids(tiny_lm, outputs[2][:10], "rest",
-                       {"index": folder, "size_by_cost": False, "num_draft": 5}, max_new_tokens=12)
+                       {"corpus_index": folder, "size_by_cost": False, "num_draft": 5}, max_new_tokens=12)
     assert all(len(s.tree) <= 5 for s in steps) and any(len(s.tree) == 5 for s in steps)
 
 
@@ -115,7 +115,7 @@ def test_hierarchy_reads_the_dbs_in_order(tiny_lm, ids_index):
     """Without the context DB's candidates the model-db comes first, then the corpus."""
     folder, _ = ids_index
     spec = get("hierarchy")
-    d = spec.make(spec.config({"index": folder, "size_by_cost": False, "draft_set": 3}),
+    d = spec.make(spec.config({"corpus_index": folder, "size_by_cost": False, "draft_set": 3}),
                   DraftSetup((1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 7), 64, frozenset(), 10))
     from test_drafters import ctx
     c = ctx([1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 7, 1], 11)
@@ -235,7 +235,7 @@ def test_index_for_another_vocabulary_is_refused(tiny_lm, tmp_path):
     build_corpus_parts(tmp_path, ("suffix", "trigram"), None, 128, tokens=np.arange(100, dtype=np.int32))
     for drafter in CORPUS_DRAFTERS:
         with pytest.raises(SpecvizError, match="built for tokenizer"):
-            run_ids(tiny_lm, [1, 2, 3], drafter, {"index": str(tmp_path)}, max_new_tokens=2)
+            run_ids(tiny_lm, [1, 2, 3], drafter, {"corpus_index": str(tmp_path)}, max_new_tokens=2)
 
 
 def test_settings_out_of_range_name_the_field():
@@ -258,7 +258,7 @@ def test_sampling_is_lossless(tiny_lm, ids_index, drafter):
     cfg = DecodingConfig(temperature=1.0)
     # a prompt whose greedy continuation is in the corpus, so corpus drafts are often accepted
     prompt, config = (PROMPT, {}) if drafter == "lookahead" else (
-        outputs[3][:8], {"index": folder, "size_by_cost": False})
+        outputs[3][:8], {"corpus_index": folder, "size_by_cost": False})
     p1, p12 = exact_pairs(lm, prompt, cfg)
     s = sample(lm, drafter, config, cfg, prompt=prompt)
     pv1, pv2 = fit_pvalues(s, p1, p12)
@@ -286,7 +286,7 @@ def test_embedded_corpus_drafters_equal_vanilla(embedded_lm, embedded_index):
     vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=40)
     total = 0
     for drafter in ("rest", "hierarchy", "aded", "lookahead"):
-        config = {} if drafter == "lookahead" else {"index": embedded_index}
+        config = {} if drafter == "lookahead" else {"corpus_index": embedded_index}
         out, steps = run_ids(embedded_lm, prompt.ids, drafter, config, max_new_tokens=40)
         assert out == vanilla, drafter
         total += sum(len(s.accepted) for s in steps)
@@ -320,7 +320,7 @@ def test_aded_keeps_its_adapted_table_across_generations(tiny_lm, ids_index, mon
 
     monkeypatch.setattr(aded.AdedDrafter, "_table", staticmethod(spy))
     store = DrafterStore()
-    config = {"index": folder, "reset": reset, "adapt_prompt": False}
+    config = {"corpus_index": folder, "reset": reset, "adapt_prompt": False}
     first, second = outputs[3][:8], outputs[5][:8]
     out1, _ = _aded_run(tiny_lm, first, config, store)
     out2, _ = _aded_run(tiny_lm, second, config, store)
@@ -345,7 +345,7 @@ def test_aded_keeps_its_adapted_table_across_generations(tiny_lm, ids_index, mon
 
 def test_aded_without_a_store_starts_fresh(tiny_lm, ids_index):
     folder, outputs = ids_index
-    out, steps = run_ids(tiny_lm, outputs[3][:8], "aded", {"index": folder}, max_new_tokens=12)
+    out, steps = run_ids(tiny_lm, outputs[3][:8], "aded", {"corpus_index": folder}, max_new_tokens=12)
     assert out == run_ids(tiny_lm, outputs[3][:8], max_new_tokens=12)[0]
 
 
@@ -359,7 +359,7 @@ def test_hierarchy_with_lookahead_tokens_equals_vanilla(tiny_lm, ids_index, conf
 
     folder, outputs = ids_index
     values = DrafterChoice("hierarchy", "paper").values() if config == "paper" else dict(config)
-    values["index"] = folder
+    values["corpus_index"] = folder
     window = values.get("lookahead_window", 7)
     for prompt in (outputs[3][:8], [5, 6, 7, 8, 9] * 4):
         vanilla, _ = run_ids(tiny_lm, prompt, max_new_tokens=NEW)

@@ -18,7 +18,7 @@ from specviz.engine import generate_steps
 from specviz.errors import ConfigError, SpecvizError
 from specviz.models import LoadedModel, tiny_random_model
 from tests.conftest import run_ids
-from tests.test_sampling import PROMPT, SAMPLES, T1, ALPHA, exact_pairs, fit_pvalues, sample
+from tests.test_sampling import SAMPLES, assert_lossless_sampling
 
 TEXT_PROMPT = [5, 9, 33, 12, 7, 40, 22, 9, 33, 12, 61, 3]
 
@@ -88,6 +88,34 @@ def test_self_draft_chain_is_the_truncated_models_greedy(tiny_lm):
     assert tiny_lm.model.config.num_hidden_layers == 2 and len(tiny_lm.model.model.layers) == 2
 
 
+def test_truncated_model_runs_only_the_first_k_layers(tiny_lm):
+    """The transformers internal truncated_model relies on (the decoder loops over
+    layers[: config.num_hidden_layers]): its logits are the full model's hidden state after
+    k layers, through the final norm and LM head."""
+    ids = torch.tensor([TEXT_PROMPT[:12]])
+    with torch.inference_mode():
+        full = tiny_lm.model(input_ids=ids, output_hidden_states=True)
+        after_one = full.hidden_states[1]                                   # [1, T, H]: after layer 0
+        expect = tiny_lm.model.lm_head(tiny_lm.model.model.norm(after_one))  # [1, T, V]
+        got = truncated_model(tiny_lm.model, 1)(input_ids=ids).logits       # [1, T, V]
+    torch.testing.assert_close(got, expect)
+    assert not torch.allclose(got, full.logits)                             # not the whole model
+
+
+def test_a_dynamic_cache_never_writes_into_the_tensors_it_was_given():
+    """What SelfDraftLM.forward relies on: DynamicCache.update on the target's committed rows
+    returns new tensors; a later update leaves the committed ones untouched."""
+    from transformers import DynamicCache
+
+    keys, values = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)         # [B, heads, T, d]
+    kept = keys.clone(), values.clone()
+    cache = DynamicCache()
+    cache.update(keys, values, 0)
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), 0)
+    assert torch.equal(keys, kept[0]) and torch.equal(values, kept[1])
+    assert cache.layers[0].keys.shape[2] == 8 and cache.layers[0].keys.data_ptr() != keys.data_ptr()
+
+
 # ---- sampling: the target's distribution -------------------------------------------------------
 
 @pytest.fixture
@@ -99,10 +127,7 @@ def fixed_cost_lm(tiny_lm):
 @pytest.mark.parametrize("drafter,config", [("draft_model", {"gamma": 2}), ("self_draft", {"k": 1, "gamma": 2})])
 def test_sampling_lossless(fixed_cost_lm, tiny_draft, drafter, config):
     lm = fixed_cost_lm
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, drafter, config, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, drafter, config)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
 
 

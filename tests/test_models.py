@@ -47,6 +47,32 @@ def test_cpu_linear_is_an_explicit_option_recorded_in_the_trace():
     assert type(trace).from_json(trace.to_json()).runtime == off.runtime
 
 
+def test_cpu_linear_on_needs_a_cpu_device():
+    from specviz.models import cpu_linear_option
+
+    assert [cpu_linear_option(t) for t in ("auto", "on", "off")] == [None, True, False]
+    with pytest.raises(ModelLoadError, match="cpu_linear: must be one of auto, on, off"):
+        cpu_linear_option("yes")
+    with pytest.raises(ModelLoadError, match="cpu_linear: on is for a CPU device.*meta"):
+        load_model("tiny-random", device="meta", cpu_linear=True)     # refused before any load
+    if torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="cpu_linear: on is for a CPU device"):
+            load_model("tiny-random", device="cuda", cpu_linear=True)
+
+
+@pytest.mark.parametrize("flag, expected", [("off", False), ("on", True), ("auto", True)])
+def test_the_cpu_linear_flag_reaches_the_trace(tmp_path, capsys, flag, expected):
+    """generate --cpu-linear auto|on|off -> load_model's option -> Trace.runtime (auto: on, on a CPU)."""
+    from specviz import cli
+    from specviz.trace import Trace
+
+    path = tmp_path / "t.json"
+    code = cli.main(["generate", "--model", "tiny-random", "--device", "cpu", "--prompt", "Hi", "--no-stream",
+                     "--max-new-tokens", "2", "--cpu-linear", flag, "--trace", str(path)])
+    assert code == 0, capsys.readouterr().err
+    assert Trace.from_json(path.read_text(encoding="utf-8")).runtime["cpu_linear"] is expected
+
+
 def test_the_cost_model_is_calibrated_on_first_use_only():
     lm = load_model("tiny-random", device="cpu", dtype="float32")
     assert lm.verify_cost is None                     # loading does not time the model

@@ -130,7 +130,7 @@ def _corpus_trace(lm: LoadedModel, drafter: str, config: dict) -> Trace:
 
 
 def test_rest_tells_the_corpus_match_and_the_cost_model(tiny_lm_tok: LoadedModel, tok_index: str) -> None:
-    trace = _corpus_trace(tiny_lm_tok, "rest", {"index": tok_index, "size_by_cost": True, "explore_every": 1})
+    trace = _corpus_trace(tiny_lm_tok, "rest", {"corpus_index": tok_index, "size_by_cost": True, "explore_every": 1})
     _check_common(trace)
     committed = (*trace.prompt_ids, *trace.output_ids)
     matched = [k for k, s in enumerate(trace.steps) if s.info.get("match_len")]
@@ -155,7 +155,7 @@ def test_rest_tells_the_corpus_match_and_the_cost_model(tiny_lm_tok: LoadedModel
 
 
 def test_hierarchy_tells_which_database_gave_what(tiny_lm_tok: LoadedModel, tok_index: str) -> None:
-    trace = _corpus_trace(tiny_lm_tok, "hierarchy", {"index": tok_index, "size_by_cost": False})
+    trace = _corpus_trace(tiny_lm_tok, "hierarchy", {"corpus_index": tok_index, "size_by_cost": False})
     _check_common(trace)
     for k, s in enumerate(trace.steps):
         hits = s.info["db_hits"]

@@ -254,29 +254,29 @@ def test_suffix_decoding_global_tree_carries_outputs_across_generations(tiny_lm)
     assert history.total_tokens <= 10
 
 
-def test_explorer_shows_where_suffix_drafts_came_from(tiny_lm_tok):
+def _first_drafted_step(lm, drafter: str, config: dict):
+    """(trace, index of its first step with a draft) for a prompt that repeats its context."""
     text = "the red fox jumps over the lazy dog and the red fox runs"
-    prompt = build_prompt(tiny_lm_tok.tokenizer, "Once more: the red fox", context=text, chat=False)
-    trace = generate(tiny_lm_tok, prompt, "suffix_decoding", {"size_by_cost": False, "global_tree": False},
-                     DecodingConfig(max_new_tokens=8))
+    prompt = build_prompt(lm.tokenizer, "Once more: the red fox", context=text, chat=False)
+    trace = generate(lm, prompt, drafter, config, DecodingConfig(max_new_tokens=8))
     k = next(i for i, s in enumerate(trace.steps) if len(s.tree))
+    assert viz.tree_figure(trace, k) is not None
+    return trace, k
+
+
+def test_explorer_shows_where_suffix_drafts_came_from(tiny_lm_tok):
+    trace, k = _first_drafted_step(tiny_lm_tok, "suffix_decoding", {"size_by_cost": False, "global_tree": False})
     assert set(trace.steps[k].tree.sources) <= {"context", "output"}
     src = context_sources(trace, k)
     assert src["accepted"] or src["proposed"]
     assert "highlighted" in viz.context_highlight_html(trace, k)
-    assert viz.tree_figure(trace, k) is not None
 
 
 def test_explorer_names_token_recycling_sources(tiny_lm_tok):
-    text = "the red fox jumps over the lazy dog and the red fox runs"
-    prompt = build_prompt(tiny_lm_tok.tokenizer, "Once more: the red fox", context=text, chat=False)
-    trace = generate(tiny_lm_tok, prompt, "token_recycling", {"size_by_cost": False, "init_from_prompt": True},
-                     DecodingConfig(max_new_tokens=8))
-    k = next(i for i, s in enumerate(trace.steps) if len(s.tree))
+    trace, k = _first_drafted_step(tiny_lm_tok, "token_recycling", {"size_by_cost": False, "init_from_prompt": True})
     assert set(trace.steps[k].tree.sources) <= {"context", "recycled"}
     note = viz.context_highlight_html(trace, k)
     assert "came from: " in note and "<code>context</code>" in note
-    assert viz.tree_figure(trace, k) is not None
 
 
 def test_bench_accepts_the_new_drafters():

@@ -132,7 +132,7 @@ def test_draftretriever_aded_is_lossless_and_drafts_from_the_corpus(tiny_lm, tin
     for doc in docs[:4]:
         prompt = doc[:8]                                 # its continuation is in the corpus
         vanilla, _ = run_ids(tiny_lm, prompt, max_new_tokens=24)
-        out, steps = _steps(tiny_lm, prompt, spec, {"index": folder}, store, 24)
+        out, steps = _steps(tiny_lm, prompt, spec, {"corpus_index": folder}, store, 24)
         assert out == vanilla
         assert all(set(s.tree.sources) <= {"draftretriever"} for s in steps)
         accepted += sum(len(s.accepted) for s in steps)

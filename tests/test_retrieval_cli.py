@@ -1,4 +1,4 @@
-"""The retrieval CLI: `index build --kind passages` and `generate --index`, end to end and bad input.
+"""The retrieval CLI: `index build --kind passages` and `generate --passage-index`, end to end and bad input.
 
 End to end runs the real CLI in subprocesses with the hashing embedder and the tiny random
 model; the bad-input cases call `cli.main()` in-process (one line on stderr, exit 2).
@@ -6,9 +6,6 @@ model; the bad-input cases call `cli.main()` in-process (one line on stderr, exi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,16 +13,11 @@ import pytest
 from specviz import cli
 from specviz.retrieval.faiss_index import PassageIndex
 from specviz.trace import Trace
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "specviz" / "data" / "docs"
 QUESTION = "When is the Veldmoor Lantern Festival held?"
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +36,7 @@ def test_build_then_generate_end_to_end(tmp_path: Path) -> None:
     assert "chunks from 34 documents, hashing (384 dims), kind=flat" in proc.stdout
     index = PassageIndex.load(out)
     assert index.manifest.chunking == {"chunk_chars": 600, "overlap_chars": 100}
-    proc = run_cli("generate", "--model", "tiny-random", "--index", str(out), "--question", QUESTION,
+    proc = run_cli("generate", "--model", "tiny-random", "--passage-index", str(out), "--question", QUESTION,
                    "--k", "2", "--max-new-tokens", "6", "--trace", str(trace_path))
     assert proc.returncode == 0, proc.stderr
     retrieved = [line for line in proc.stderr.splitlines() if line.startswith("retrieved [")]
@@ -97,18 +89,18 @@ def test_index_build_needs_a_known_kind(capsys: pytest.CaptureFixture) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--question", QUESTION], "--question: needs --index DIR"),
-    (["--index", "{index}"], "--question: it is empty"),
-    (["--index", "{index}", "--question", "  \t "], "--question: it is empty"),
-    (["--index", "{index}", "--question", QUESTION, "--prompt", "hi"], "give the question with --question"),
-    (["--index", "{index}", "--question", QUESTION, "--context-file", "{index}/manifest.json"],
+    (["--question", QUESTION], "--question: needs --passage-index DIR"),
+    (["--passage-index", "{index}"], "--question: it is empty"),
+    (["--passage-index", "{index}", "--question", "  \t "], "--question: it is empty"),
+    (["--passage-index", "{index}", "--question", QUESTION, "--prompt", "hi"], "give the question with --question"),
+    (["--passage-index", "{index}", "--question", QUESTION, "--context-file", "{index}/manifest.json"],
      "leave out --context-file"),
-    (["--index", "{index}", "--question", QUESTION, "--k", "0"], "--k: must be at least 1"),
-    (["--index", "{index}", "--question", QUESTION, "--k", "100000"], "--k: 100000 is more than the"),
-    (["--index", "{index}", "--question", QUESTION, "--embedder", "default"],
+    (["--passage-index", "{index}", "--question", QUESTION, "--k", "0"], "--k: must be at least 1"),
+    (["--passage-index", "{index}", "--question", QUESTION, "--k", "100000"], "--k: 100000 is more than the"),
+    (["--passage-index", "{index}", "--question", QUESTION, "--embedder", "default"],
      "built with the embedding model 'hashing'"),
-    (["--index", "{missing}", "--question", QUESTION], "index: no such folder"),
-    (["--index", "{index}", "--question", QUESTION, "--rerank", "no-such/reranker"], "reranker: cannot load"),
+    (["--passage-index", "{missing}", "--question", QUESTION], "passage index: no such folder"),
+    (["--passage-index", "{index}", "--question", QUESTION, "--rerank", "no-such/reranker"], "reranker: cannot load"),
 ])
 def test_generate_index_bad_input(tmp_path: Path, hashing_index: Path, capsys: pytest.CaptureFixture,
                                   argv: list[str], message: str) -> None:
@@ -119,13 +111,28 @@ def test_generate_index_bad_input(tmp_path: Path, hashing_index: Path, capsys: p
     assert len([l for l in err.splitlines() if l.startswith("specviz: error")]) == 1
 
 
+def test_old_index_flag_is_an_alias_that_warns(hashing_index: Path, capsys: pytest.CaptureFixture) -> None:
+    """`generate --index DIR` (the old name of --passage-index) still works: one warning line on
+    stderr naming the new flag, and the same chunks and output as --passage-index."""
+    runs = {}
+    for name in ("--passage-index", "--index"):
+        code = cli.main(["generate", "--model", "tiny-random", name, str(hashing_index), "--question", QUESTION,
+                         "--k", "2", "--max-new-tokens", "4", "--no-stream"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        runs[name] = (out.splitlines()[0], [l for l in err.splitlines() if l.startswith("retrieved [")], err)
+    assert "--index is renamed --passage-index" in runs["--index"][2]
+    assert "renamed" not in runs["--passage-index"][2]
+    assert runs["--index"][:2] == runs["--passage-index"][:2] and len(runs["--index"][1]) == 2
+
+
 def test_generate_refuses_a_damaged_index(tmp_path: Path, hashing_index: Path,
                                           capsys: pytest.CaptureFixture) -> None:
     import shutil
     broken = tmp_path / "broken"
     shutil.copytree(hashing_index, broken)
     (broken / "chunks.jsonl").write_text("", encoding="utf-8")
-    code = cli.main(["generate", "--model", "tiny-random", "--index", str(broken), "--question", QUESTION])
+    code = cli.main(["generate", "--model", "tiny-random", "--passage-index", str(broken), "--question", QUESTION])
     assert code == 2 and "is inconsistent: 0 chunks" in capsys.readouterr().err
 
 

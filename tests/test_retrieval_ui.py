@@ -25,7 +25,7 @@ def no_progress(fraction: float, desc: str = "") -> None:
 
 def build(files=None, pasted="", use_demo=True, embedder="hashing", size=600, overlap=100) -> SessionIndex:
     session, status = build_index_handler(files, pasted, use_demo, embedder, size, overlap, progress=no_progress)
-    assert "Index ready" in status
+    assert "Passage index ready" in status
     return session
 
 

@@ -192,25 +192,38 @@ class _QChainDrafter:
         pass
 
 
+def _registered(name: str, cls: type):
+    """Register a test drafter for one test, then remove it."""
+    register(DrafterSpec(name, _NoConfig, cls, "test only", "-"))
+    yield cls
+    REGISTRY.pop(name, None)
+
+
 @pytest.fixture
 def fixed_tree_drafter():
-    register(DrafterSpec("test_fixed_tree", _NoConfig, _FixedTreeDrafter, "test only", "-"))
-    yield _FixedTreeDrafter
-    REGISTRY.pop("test_fixed_tree", None)
+    yield from _registered("test_fixed_tree", _FixedTreeDrafter)
     _FixedTreeDrafter.tree = DraftTree.empty()
 
 
 @pytest.fixture
 def q_chain_drafter():
-    register(DrafterSpec("test_q_chain", _NoConfig, _QChainDrafter, "test only", "-"))
-    yield _QChainDrafter
-    REGISTRY.pop("test_q_chain", None)
+    yield from _registered("test_q_chain", _QChainDrafter)
 
 
 # ---- engine-level tests ----------------------------------------------------------------
 
 T1 = DecodingConfig(temperature=1.0)
 WARPED = DecodingConfig(temperature=0.8, top_k=8, top_p=0.9)
+
+
+def assert_lossless_sampling(lm, drafter: str, config, cfg: DecodingConfig = T1):
+    """Sample `drafter` from PROMPT and check the first two tokens' distributions against the
+    exact ones (both p-values above ALPHA); returns the samples for further checks."""
+    p1, p12 = exact_pairs(lm, PROMPT, cfg)
+    s = sample(lm, drafter, config, cfg)
+    pv1, pv2 = fit_pvalues(s, p1, p12)
+    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    return s
 
 
 def test_vanilla_sampling_matches_target(lm):
@@ -221,10 +234,7 @@ def test_vanilla_sampling_matches_target(lm):
 
 
 def test_ngram_trie_sampling_is_lossless(lm):
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, "ngram_trie", {"size_by_cost": False}, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, "ngram_trie", {"size_by_cost": False})
     # the trie drafted every time and its drafts were often accepted, sometimes 2 deep
     assert s.drafted_runs == SAMPLES
     assert s.accepted_runs > SAMPLES // 3
@@ -238,10 +248,7 @@ def test_ngram_trie_sampling_is_lossless(lm):
     ("suffix_decoding", {"size_by_cost": False, "global_tree": False, "max_spec_factor": 4.0}),
 ])
 def test_recycling_and_suffix_sampling_is_lossless(lm, drafter, config):
-    p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, drafter, config, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, drafter, config)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 3
 
 

@@ -128,3 +128,16 @@ def test_settings_reject_mutable_defaults_and_cross_field_rules():
     with pytest.raises(ConfigError) as err:
         build(Pair, {"lo": 5})
     assert err.value.field == "lo"
+
+
+def test_a_renamed_setting_is_accepted_under_its_old_name_with_a_warning() -> None:
+    """`setting(..., was=OLD)`: build() maps the old key to the new field with a RenamedWarning
+    (the corpus drafters' `index` -> `corpus_index`); both names at once is refused."""
+    from specviz.errors import RenamedWarning
+
+    cls = get("rest").config_cls
+    with pytest.warns(RenamedWarning, match="'index' of RestConfig is renamed 'corpus_index'"):
+        old = build(cls, {"index": "/some/dir"})
+    assert old == build(cls, {"corpus_index": "/some/dir"})
+    with pytest.raises(ConfigError, match="give only corpus_index"):
+        build(cls, {"index": "a", "corpus_index": "b"})

@@ -1,14 +1,15 @@
-"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide | train-heads`.
+"""Command line: `python -m specviz generate | drafters | bench | index build | train-glide |
+train-heads | doctor`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
     python -m specviz drafters
     python -m specviz index build --kind passages --docs specviz/data/docs --out out/demo-index
-    python -m specviz generate --index out/demo-index --question "What do honeybees dance about?" --k 3
+    python -m specviz generate --passage-index out/demo-index --question "What do honeybees dance about?" --k 3
 
 One module per command (generate.py, drafters.py, bench.py, index.py, train_glide.py,
-train_heads.py), each with add_arguments(parser) and run(args); common.py holds what they
-share. This package imports the engine, never the other way round.
+train_heads.py, doctor.py), each with add_arguments(parser) and run(args); common.py holds
+what they share. This package imports the engine, never the other way round.
 
 Bad input (an empty prompt, a setting out of range, an unknown drafter or model, a context
 file that is not UTF-8 text...) ends in one line on stderr naming the field and what is
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Sequence
 
-from ..errors import SpecvizError
+from ..errors import RenamedWarning, SpecvizError
 from . import bench, doctor, drafters, generate, index, train_glide, train_heads
-from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser
+from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, show_warning
 from .errors import UsageError
 
 __all__ = ["UsageError", "build_parser", "main"]
@@ -34,9 +36,9 @@ COMMANDS = (
      "a summary line (tokens, steps, tokens/s, mean accepted)."),
     ("drafters", drafters, "list the drafters and their settings", None),
     ("bench", bench, "speed benchmark of drafters (Spec-Bench questions)", None),
-    ("index", index, "build indexes (retrieval passages; corpus indexes for rest, hierarchy, aded)",
-     "Build an index folder: passages for retrieval, or the corpus "
-     "drafters' suffix array, tri-gram table and model-db."),
+    ("index", index, "build a passage index (retrieval) or a corpus index (the corpus drafters)",
+     "Build an index folder: a passage index for retrieval (--kind passages), or a corpus index "
+     "for the corpus drafters: suffix array, tri-gram table and model-db."),
     ("train-glide", train_glide, "train a GLIDE draft model for a target (CPU or GPU)",
      "Train GLIDE (or, with --no-cross-attention, the vanilla "
      "drafter) for a frozen target; resumable checkpoints."),
@@ -69,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with warnings.catch_warnings():              # restores the process's warning settings after
+        warnings.simplefilter("always", RenamedWarning)
+        warnings.showwarning = show_warning
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -29,7 +29,7 @@ from ..bench.resume import check_compatible, check_fresh_out, load_previous, sti
 from ..peers import ENGINE_PEERS
 from ..user_files import check_output_dir
 from ..errors import SpecvizError
-from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
+from .common import add_runtime_arguments, load_target
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,8 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--draft-model", default=None,
                         help="draft model for the hf_assisted peer (same tokenizer as --model)")
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
-    parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
+    add_runtime_arguments(parser)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, default=10, help="questions per category")
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
@@ -143,7 +142,6 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..bench.runner import Bench
-    from ..models import load_model
 
     _check_numbers(args)
     _check_export(args)
@@ -159,10 +157,10 @@ def run(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_target(args)
     assistant = None
     if args.draft_model:
-        assistant = load_model(args.draft_model, args.device, args.dtype)
+        assistant = load_target(args, args.draft_model)
         _check_assistant(lm, assistant)
     labels = [m.label for m in methods]
     setup = {"model": lm.model_id, "max_new_tokens": args.max_new_tokens, "methods": labels,

@@ -3,6 +3,7 @@ parsing, --context-file reading, the decoding flags and output-path checks."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,14 +22,47 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class RenamedFlag(argparse.Action):
+    """An old flag kept as an alias of its new name: it stores into the new flag's dest and
+    prints a one-line warning on stderr (`renamed_flag`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"specviz: warning: {option_string} is renamed {self.new}; the old name still works but "
+              "will go", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def renamed_flag(parser: Any, old: str, new: str, dest: str) -> None:
+    """Accept `old` as a hidden alias of the flag `new` (stored in `dest`), with a warning."""
+    parser.add_argument(old, dest=dest, action=RenamedFlag, new=new, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+
+
+def show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                 line: Any = None) -> None:
+    """warnings.showwarning for the CLI: specviz's own kinds (errors.RenamedWarning) print as
+    one line `specviz: warning: ...` on stderr, like the CLI's other messages."""
+    import warnings
+
+    from ..errors import RenamedWarning
+    if issubclass(category, RenamedWarning):
+        print(f"specviz: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
 def config_message(err: ConfigError) -> str:
-    """The part of a ConfigError after its 'field: '."""
-    text = str(err)
-    return text[len(err.field) + 2:] if text.startswith(err.field + ": ") else text
+    """What is wrong, without the field's name (the caller names the flag)."""
+    return err.reason
 
 
 def parse_set(items: Sequence[str] | None) -> dict[str, str]:
@@ -71,6 +105,34 @@ def check_trace_path(path: str | None) -> None:
 
     if path is not None:
         check_output_file(path, "--trace")
+
+
+# --- how the target runs: --device, --dtype, --cpu-linear (generate, bench, doctor) ----------
+
+def add_runtime_arguments(parser: Any) -> None:
+    """--device, --dtype and --cpu-linear, as every command that loads a target model reads them."""
+    from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
+
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
+    add_cpu_linear_argument(parser)
+
+
+def add_cpu_linear_argument(parser: Any) -> None:
+    from ..models import CPU_LINEAR_CHOICES
+
+    parser.add_argument("--cpu-linear", default="auto", choices=CPU_LINEAR_CHOICES,
+                        help="few-row matrix products the fast way round on a CPU (cpu_linear.py): auto "
+                             "(default) = on for a CPU device, off elsewhere; on needs a CPU device. "
+                             "Recorded in the trace's and the bench's runtime")
+
+
+def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:
+    """load_model with the command's --model (or `model_id`), --device, --dtype, --cpu-linear."""
+    from ..models import cpu_linear_option, load_model
+
+    return load_model(model_id or args.model, args.device, dtype or args.dtype,
+                      cpu_linear=cpu_linear_option(args.cpu_linear))
 
 
 # --- decoding flags (generate's; listed by `drafters`) ----------------------------------------

@@ -2,11 +2,13 @@
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
-    python -m specviz generate --index out/demo-index --question "What do honeybees dance about?" --k 3
+    python -m specviz generate --passage-index out/demo-index --question "What do honeybees dance about?" --k 3
 
-With --index, k chunks are retrieved for --question from a passage index (`index build --kind
-passages`), listed on stderr, and become the context the output is generated from (the N-gram
-trie is built from that prompt).
+With --passage-index (formerly --index, still accepted with a warning), k chunks are retrieved
+for --question from a passage index (`index build --kind passages`), listed on stderr, and
+become the context the output is generated from (the N-gram trie is built from that prompt).
+A corpus index (what the corpus drafters draft from) is a drafter setting instead:
+--set corpus_index=DIR.
 """
 from __future__ import annotations
 
@@ -16,9 +18,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, SpecvizError
-from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
-                     decoding_values, flag, parse_set, read_context, tuple_settings)
+                     add_runtime_arguments, decoding_values, flag, load_target, parse_set, read_context, renamed_flag, tuple_settings)
 from .errors import UsageError
 
 
@@ -41,8 +42,7 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
                      help="wrap the prompt in the model's chat template (default: on)")
     gen.add_argument("--model", default="embedded",
                      help="'embedded' (offline SmolLM2-135M-Instruct), 'tiny-random', a hub id or a path")
-    gen.add_argument("--device", default="auto", help=DEVICE_HELP)
-    gen.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
+    add_runtime_arguments(gen)
     infos = {i.name: i for i in describe(DecodingConfig)}
     for name in DECODING_FLAGS:
         info = infos[name]
@@ -105,21 +105,20 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{flag(err.field)}: {config_message(err)}") from None
     check_retrieval_arguments(args)
     context = read_context(args.context_file)
-    if not (args.prompt or "").strip() and not context.strip() and not args.index:
+    if not (args.prompt or "").strip() and not context.strip() and not args.passage_index:
         raise UsageError("--prompt: the prompt is empty; give a question or instruction "
                          "(or a non-empty --context-file)")
     check_trace_path(args.trace)
 
     from ..engine import build_trace, generate_steps, reference_config
-    from ..models import load_model
     from ..prompts import build_prompt
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()      # "Loading weights" bars would clutter the output
     message = args.prompt or ""
-    if args.index:                       # retrieved chunks become the context the trie drafts from
+    if args.passage_index:               # retrieved chunks become the context the trie drafts from
         context, message = retrieved_context(args)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_target(args)
     prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
     runs: list[Any] = []                 # the baseline's run, when one is made (oracle), for --check
     drafter_config = reference_config(lm, prompt, spec.name, drafter_values, decoding, on_reference=(
@@ -143,11 +142,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return finish_interrupted(args, lm, prompt, spec.name, drafter_config, decoding, steps, streamer)
     trace = build_trace(lm, prompt, spec.name, drafter_config, decoding, steps)
-    if streamer:
-        streamer.finish(trace.output_text)
-    else:
-        print(trace.output_text)
-    print(summary_line(trace), flush=True)
+    print_output(trace, streamer)
     status = 0
     if args.check:
         trace, status = check_with_vanilla(lm, prompt, decoding, trace, reference)
@@ -199,11 +194,7 @@ def finish_interrupted(args: argparse.Namespace, lm: Any, prompt: Any, drafter: 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose it again
     try:
         trace = build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
-        if streamer:
-            streamer.finish(trace.output_text)
-        else:
-            print(trace.output_text)
-        print(summary_line(trace), flush=True)
+        print_output(trace, streamer)
         print(f"specviz: interrupted after {trace.totals.new_tokens} new tokens (stop: {trace.stop_reason})",
               file=sys.stderr)
         write_trace(trace, args.trace)
@@ -213,6 +204,15 @@ def finish_interrupted(args: argparse.Namespace, lm: Any, prompt: Any, drafter: 
 
 
 # --- output ---------------------------------------------------------------------------------
+
+def print_output(trace: Any, streamer: "Streamer | None") -> None:
+    """The text (the rest of it, when streamed) and the summary line, on stdout."""
+    if streamer:
+        streamer.finish(trace.output_text)
+    else:
+        print(trace.output_text)
+    print(summary_line(trace), flush=True)
+
 
 def summary_line(trace: Any) -> str:
     t = trace.totals
@@ -251,11 +251,15 @@ class Streamer:
             self.printed = text
 
 
-# --- generate --index: retrieval -------------------------------------------------------------
+# --- generate --passage-index: retrieval -----------------------------------------------------
 
 def add_retrieval_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("retrieval (generate from an index built by `index build --kind passages`)")
-    group.add_argument("--index", metavar="DIR", help="a passage index folder; the context is the retrieved chunks")
+    group = parser.add_argument_group("retrieval (generate from a passage index built by "
+                                      "`index build --kind passages`)")
+    group.add_argument("--passage-index", metavar="DIR",
+                       help="a passage index folder; the context is the retrieved chunks (formerly --index; "
+                            "a corpus drafter's corpus index is --set corpus_index=DIR)")
+    renamed_flag(group, "--index", "--passage-index", "passage_index")
     group.add_argument("--question", help="the question: retrieves chunks and becomes the message")
     group.add_argument("--k", type=int, default=3, help="chunks retrieved into the context (default 3)")
     group.add_argument("--embedder", default=None,
@@ -268,14 +272,14 @@ def add_retrieval_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_retrieval_arguments(args: argparse.Namespace) -> None:
     """Flag combinations, checked before any model loads."""
-    if args.question is not None and not args.index:
-        raise UsageError("--question: needs --index DIR (a passage index); for a plain prompt use --prompt")
-    if not args.index:
+    if args.question is not None and not args.passage_index:
+        raise UsageError("--question: needs --passage-index DIR; for a plain prompt use --prompt")
+    if not args.passage_index:
         return
     if args.context_file:
-        raise UsageError("--index: the context comes from the index; leave out --context-file")
+        raise UsageError("--passage-index: the context comes from the passage index; leave out --context-file")
     if (args.prompt or "").strip():
-        raise UsageError("--index: give the question with --question, not --prompt")
+        raise UsageError("--passage-index: give the question with --question, not --prompt")
     if args.question is None or not args.question.strip():
         raise UsageError("--question: it is empty (or whitespace only); give a question to retrieve chunks for")
     if args.k < 1:
@@ -285,7 +289,7 @@ def check_retrieval_arguments(args: argparse.Namespace) -> None:
 
 
 def retrieved_context(args: argparse.Namespace) -> tuple[str, str]:
-    """(context, message) for `generate --index`; the chunks are listed on stderr."""
+    """(context, message) for `generate --passage-index`; the chunks are listed on stderr."""
     from ..retrieval.embed import canonical_id, load_embedder
     from ..retrieval.errors import QuestionError
     from ..retrieval.faiss_index import PassageIndex
@@ -294,7 +298,7 @@ def retrieved_context(args: argparse.Namespace) -> tuple[str, str]:
     from ..retrieval.rerank import load_reranker
 
     expect = canonical_id(args.embedder) if args.embedder else None
-    index = PassageIndex.load(args.index, expect_model=expect)
+    index = PassageIndex.load(args.passage_index, expect_model=expect)
     embedder = load_embedder(index.manifest.model_id)
     reranker = load_reranker(args.rerank) if args.rerank else None
     try:

@@ -5,8 +5,11 @@
     python -m specviz index build --kind model-db --corpus sharegpt --model embedded --out DIR \\
         --prompts 64 --max-new-tokens 128
 
-passages (retrieval) loads, chunks, embeds and indexes documents and saves the index folder.
-suffix and trigram read a corpus (ShareGPT from the package, or a .json/.jsonl/.txt file)
+Two kinds of index, two names everywhere:
+- a passage index (--kind passages; read by `generate --passage-index` and the Retrieve tab)
+  loads, chunks, embeds and indexes documents and saves the folder;
+- a corpus index (--kind suffix, trigram, model-db; read by the corpus drafters through their
+  `corpus_index` setting) holds token statistics of a chat corpus. suffix and trigram read a corpus (ShareGPT from the package, or a .json/.jsonl/.txt file)
 and share one tokenization pass; model-db generates greedy answers of the target to the
 corpus's first user turns and keeps their most frequent n-grams. All write into the same
 folder, whose manifest names the tokenizer (an index is refused for another one).
@@ -19,7 +22,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import ConfigError, SpecvizError
-from .common import Parser
+from .common import Parser, config_message
 from .errors import UsageError
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
@@ -38,9 +41,11 @@ def add_arguments(idx: argparse.ArgumentParser) -> None:
     kinds = index_kinds()
     isub = idx.add_subparsers(dest="index_command", metavar="{build}", parser_class=Parser)
     isub.required = True
-    build = isub.add_parser("build", help="build one kind of index into a folder")
+    build = isub.add_parser("build", help="build a passage index or a corpus index into a folder")
     build.add_argument("--kind", required=True,
-                       help=f"what to build: {', '.join(kinds)} (suffix,trigram builds both)")
+                       help="what to build: 'passages' (a passage index, for generate --passage-index) "
+                            f"or corpus index parts {', '.join(CORPUS_KINDS)} (for the corpus drafters' "
+                            "--set corpus_index=DIR; suffix,trigram builds both)")
     build.add_argument("--out", required=True, metavar="DIR", help="index folder (created; parts are added)")
     build.add_argument("--model", default="embedded", help="the model whose tokenizer a corpus index is for")
     build.add_argument("--device", default="auto", help="device for kinds that run the model (model-db)")
@@ -109,7 +114,7 @@ def _passages_config(cls: type, args: argparse.Namespace) -> Any:
     try:
         return build(cls, values)
     except ConfigError as err:
-        raise UsageError(f"{_passages_flag(err.field, cls)}: {str(err).split(': ', 1)[-1]}") from None
+        raise UsageError(f"{_passages_flag(err.field, cls)}: {config_message(err)}") from None
 
 
 def build_passages(args: argparse.Namespace) -> int:
@@ -135,13 +140,13 @@ def build_passages(args: argparse.Namespace) -> int:
     try:
         index = build_passage_index(docs, embedder, chunking, index_config, progress, args.batch_size or 64)
     except ConfigError as err:          # nlist / m / nbits that this collection cannot train
-        raise UsageError(f"{_passages_flag(err.field, IndexConfig)}: {str(err).split(': ', 1)[-1]}") from None
+        raise UsageError(f"{_passages_flag(err.field, IndexConfig)}: {config_message(err)}") from None
     if sys.stderr.isatty():
         print(file=sys.stderr)
     out = index.save(args.out)
     m = index.manifest
     params = ", ".join(f"{k}={v}" for k, v in m.index.items() if v or k == "kind")
-    print(f"index: {m.n_chunks} chunks from {m.n_documents} documents, {m.model_id} ({m.dim} dims), "
+    print(f"passage index: {m.n_chunks} chunks from {m.n_documents} documents, {m.model_id} ({m.dim} dims), "
           f"{params}; embedder loaded in {loaded - started:.1f}s, built in {m.build_seconds:.1f}s; "
           f"saved to {out}")
     return 0

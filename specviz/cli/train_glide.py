@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError, SpecvizError
 from ..precision import DTYPE_CHOICES
+from .common import add_cpu_linear_argument
 
 
 def add_arguments(p: Any) -> None:
@@ -70,6 +71,7 @@ def add_arguments(p: Any) -> None:
                    help="float32 (default): all in fp32, as the shipped drafts were trained; "
                         "bfloat16 / float16: mixed precision (torch.autocast), weights and optimiser "
                         "in fp32; auto: bfloat16 on a GPU that has it, else float32")
+    add_cpu_linear_argument(p)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=d.seed)
 
@@ -83,7 +85,7 @@ def run(args: Any) -> int:
     from ..glide.model import target_fingerprint
     from ..glide.target_pass import TargetCache
     from ..glide.train import TrainConfig, attended_layers, autocast_dtype, fill_cache, train
-    from ..models import load_model
+    from ..models import cpu_linear_option, load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -93,7 +95,7 @@ def run(args: Any) -> int:
                       init_layer=args.init_layer, epochs=args.epochs,
                       save_every=args.save_every, seed=args.seed, stop_after=args.stop_after)
     cfg.check()
-    lm = load_model(args.model, device=args.device, dtype="float32")
+    lm = load_model(args.model, device=args.device, dtype="float32", cpu_linear=cpu_linear_option(args.cpu_linear))
     if lm.tokenizer is None:
         raise SpecvizError(f"model: {args.model!r} has no tokenizer to read training text with")
     layers = lm.model.config.num_hidden_layers

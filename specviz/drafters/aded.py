@@ -28,17 +28,22 @@ from dataclasses import dataclass
 
 from ..index.mcts import mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams
-from ..settings import Settings, setting
+from ..settings import setting
 from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import INDEX_HELP, resolve_index
+from .corpus_index import corpus_index_setting, resolve_index
 from .store import settings_key
-from .tree_cutter import TreeCutter, explore_setting
+from .tree_cutter import TreeSizingSettings
+
+# the visit share given to a node the search never visited (one the tri-gram table added):
+# even odds, a choice of this project (the paper sizes no trees by trust); the TreeCutter's
+# learned trust scales it like any other share
+UNVISITED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
-class AdedConfig(Settings):
-    index: str = setting("", INDEX_HELP, kind="folder")
+class AdedConfig(TreeSizingSettings):
+    corpus_index: str = corpus_index_setting()
     iterations: int = setting(150, "MCTS iterations per step (paper: 150).", low=1, high=5000)
     depth: int = setting(4, "MCTS depth in tokens (paper: 4).", low=1, high=16)
     candidates: int = setting(24, "Most visited prefixes turned into drafts (paper: 24).", low=1, high=256)
@@ -50,16 +55,9 @@ class AdedConfig(Settings):
     window: int = setting(16, "Recent tokens whose tri-grams are adapted (paper: 16).", low=3, high=1024)
     adapt_prompt: bool = setting(True, "Also adapt every tri-gram of the prompt once at the start "
                                  "(extension, on by default; the paper preset turns it off).")
-    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
-                                 "(extension, on by default; the paper preset turns it off).")
     reset: bool = setting(False, "Start every generation from the corpus table (off: the adapted "
                           "statistics carry over to the next generation of this session / process / "
                           "bench run, as the paper's matrix evolves over the request stream).")
-    first_prior: float = setting(0.3, "Prior trust in a first token's visit share (learned online).",
-                                 low=0.0, high=1.0, low_open=True)
-    continue_prior: float = setting(0.7, "Prior trust in later tokens' visit shares (learned online).",
-                                    low=0.0, high=1.0, low_open=True)
-    explore_every: int = explore_setting()
     seed: int = setting(0, "Seed of the rollouts (drafts never change the output, only the speed).",
                         low=0, ui=False)
 
@@ -67,14 +65,14 @@ class AdedConfig(Settings):
 class AdedDrafter:
     def __init__(self, config: AdedConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.index, self.note = resolve_index(config.index, setup)
+        self.index, self.note = resolve_index(config.corpus_index, setup)
         table = self.index.trigram if self.index is not None else None
         if self.index is not None and table is None:
-            self.note = f"index {self.index.path} has no trigram part; build it with --kind trigram"
+            self.note = f"corpus index {self.index.path} has no trigram part; build it with --kind trigram"
         self.model = self._table(config, setup, table)
         if config.adapt_prompt:
             self.model.adapt(setup.prompt_ids, window=len(setup.prompt_ids))
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+        self.cutter = config.cutter()
 
     @staticmethod
     def _table(config: AdedConfig, setup: DraftSetup, table: object) -> AdaptiveTrigrams:
@@ -118,7 +116,7 @@ class AdedDrafter:
             ratios = []
             for i, par in enumerate(tree.parents):
                 if i not in visits_of:
-                    ratios.append(0.5)
+                    ratios.append(UNVISITED_SHARE)
                 else:
                     denom = root_visits if par < 0 else visits_of.get(par, visits_of[i])
                     ratios.append(visits_of[i] / max(1, denom))

@@ -63,6 +63,13 @@ class Drafter(Protocol):
     def observe(self, step: "StepView") -> None: ...
 
 
+class Unlearning:
+    """Base of a drafter that learns nothing from a step's outcome: `observe` does nothing."""
+
+    def observe(self, step: "StepView") -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class StepView:
     """The outcome of a step as a drafter learns it (a subset of trace.StepRecord)."""

@@ -44,6 +44,9 @@ EXPANSION = "cape-expansion"
 
 
 BEAM = "beam-search"
+# most extra tokens one CAPE bin may add per position: a bound of this project, the largest row
+# count the verify cost model is timed for (cost.GRID); the paper's bins add at most 7
+MAX_CAPE_EXTRA = 64
 
 
 class DraftLM(Protocol):
@@ -88,8 +91,8 @@ def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], 
     if not bins or bounds != sorted(bounds) or len(set(bounds)) != len(bounds) or bounds[-1] != 1.0 \
             or bounds[0] <= 0:
         raise ConfigError(field, f"bounds must increase strictly within (0, 1] and end at 1, got {text!r}")
-    if any(not 0 <= s <= 64 for _, s in bins):
-        raise ConfigError(field, f"extra tokens must be in [0, 64], got {text!r}")
+    if any(not 0 <= s <= MAX_CAPE_EXTRA for _, s in bins):
+        raise ConfigError(field, f"extra tokens must be in [0, {MAX_CAPE_EXTRA}], got {text!r}")
     return tuple(bins)
 
 
@@ -268,11 +271,17 @@ def cap_expansions(tree: DraftTree, max_verify: int) -> DraftTree:
     return tree.prune(proposals + extras[: max_verify - len(proposals)])
 
 
+# Hugging Face's "heuristic" schedule of the draft length (transformers, generation/
+# candidate_generator.py, AssistedCandidateGenerator.update_candidate_strategy with
+# num_assistant_tokens_schedule="heuristic"): +2 after a fully accepted chain, -1 otherwise
+GAMMA_UP, GAMMA_DOWN = 2, 1
+
+
 def adapt_gamma(gamma: int, accepted: int, drafted: int, low: int, high: int) -> int:
-    """Hugging Face's heuristic: +2 after a fully accepted chain, -1 otherwise."""
+    """Hugging Face's heuristic: +GAMMA_UP after a fully accepted chain, -GAMMA_DOWN otherwise."""
     if drafted == 0:
         return gamma
-    return min(high, gamma + 2) if accepted >= drafted else max(low, gamma - 1)
+    return min(high, gamma + GAMMA_UP) if accepted >= drafted else max(low, gamma - GAMMA_DOWN)
 
 
 def step_info(ctx: DraftContext, result: ChainResult, gamma: int) -> None:

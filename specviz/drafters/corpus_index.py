@@ -1,17 +1,25 @@
 """The corpus index a corpus drafter (rest, hierarchy, aded) reads.
 
-`resolve_index`: the folder named in its `index` setting, or the default one for the
+`resolve_index`: the folder named in its `corpus_index` setting, or the default one for the
 model's tokenizer (built from ShareGPT on first use), or none for a model without a
 tokenizer (unit-test models: the drafter then drafts from what it has, and says so in the
-step info). `INDEX_HELP` is the help of the `index` setting they share.
+step info). `corpus_index_setting()` is the `corpus_index` field they share (its old name
+`index` is still accepted, with a warning). A corpus index is not a passage index
+(retrieval/, `generate --passage-index`).
 """
 from __future__ import annotations
 
 from ..index.store import CorpusIndex, default_index, open_index, tokenizer_identity
+from ..settings import setting
 from .base import DraftSetup
 
-INDEX_HELP = ("Index folder (python -m specviz index build); empty = the default index for the "
-              "model's tokenizer, built from ShareGPT on first use and cached.")
+INDEX_HELP = ("Corpus index folder (python -m specviz index build --kind suffix,trigram); empty = the "
+              "default corpus index for the model's tokenizer, built from ShareGPT on first use and cached.")
+
+
+def corpus_index_setting() -> str:
+    """The `corpus_index` setting of a corpus drafter (formerly `index`)."""
+    return setting("", INDEX_HELP, kind="folder", was="index")  # type: ignore[no-any-return]
 
 
 def resolve_index(path: str, setup: DraftSetup) -> tuple[CorpusIndex | None, str]:
@@ -25,6 +33,6 @@ def resolve_index(path: str, setup: DraftSetup) -> tuple[CorpusIndex | None, str
         return index, str(index.path)
     if tokenizer is None:
         return None, ("no corpus index: the model has no tokenizer, so the default ShareGPT index "
-                      "does not apply; give index=DIR (an index built from token ids)")
+                      "does not apply; give corpus_index=DIR (a corpus index built from token ids)")
     index = default_index(tokenizer, setup.vocab_size, getattr(setup.target, "model_id", "MODEL"))
     return index, str(index.path)

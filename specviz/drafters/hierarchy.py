@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..settings import Settings, setting
+from ..settings import setting
 from ..tree import DraftTree, graft_chains, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import INDEX_HELP, resolve_index
+from .corpus_index import corpus_index_setting, resolve_index
 from .lookahead import JacobiWindow
-from .tree_cutter import TreeCutter, explore_setting
+from .tree_cutter import TreeSizingSettings
 from ..index.ngram_pool import NgramPool
 
 DBS = ("context", "model-db", "corpus")
@@ -54,8 +54,8 @@ DBS = ("context", "model-db", "corpus")
 RANK_BUCKETS = 3
 
 @dataclass(frozen=True)
-class HierarchyConfig(Settings):
-    index: str = setting("", INDEX_HELP, kind="folder")
+class HierarchyConfig(TreeSizingSettings):
+    corpus_index: str = corpus_index_setting()
     level: int = setting(5, "n-gram length (the authors' LEVEL: 5); candidates are level - 1 tokens.",
                          low=2, high=12)
     draft_set: int = setting(7, "Candidates gathered across the DBs per step (the paper's N: 7).", low=1, high=64)
@@ -72,15 +72,8 @@ class HierarchyConfig(Settings):
                               "authors' code does; the paper preset turns it on).")
     lookahead_window: int = setting(7, "Width W of that Jacobi window (the authors' code: 7); its levels are "
                                     "level - 1.", low=1, high=64)
-    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
-                                 "(extension, on by default; the paper preset turns it off).")
     share_chances: bool = setting(True, "With size_by_cost: a node's chance is its share of the candidates "
                                         "through its parent times the learned trust (off: the trust alone).")
-    first_prior: float = setting(0.3, "Prior chance a candidate's first token is accepted (learned per DB).",
-                                 low=0.0, high=1.0, low_open=True)
-    continue_prior: float = setting(0.7, "Prior chance a later token is accepted after its parent.",
-                                    low=0.0, high=1.0, low_open=True)
-    explore_every: int = explore_setting()
 
 
 class HierarchyDrafter:
@@ -88,10 +81,10 @@ class HierarchyDrafter:
         self.config = config
         self.pool = NgramPool(1, config.level - 1, config.draft_set)     # the context-dependent DB
         self.pool.add_sequence(setup.prompt_ids)
-        self.index, self.note = resolve_index(config.index, setup)
+        self.index, self.note = resolve_index(config.corpus_index, setup)
         self.model_db = self.index.model_db if self.index is not None and config.use_model_db else None
         self.sa = self.index.suffix if self.index is not None and config.use_corpus else None
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+        self.cutter = config.cutter()
         self._seen = len(setup.prompt_ids)
         self.window = (JacobiWindow(config.level, config.lookahead_window, setup.prompt_ids)
                        if config.lookahead else None)

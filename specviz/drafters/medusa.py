@@ -38,11 +38,11 @@ from ..errors import ConfigError
 from ..glide.checkpoint import CheckpointError
 from ..heads.checkpoint import default_checkpoint, load, train_command
 from ..heads.model import DraftHeads
-from ..settings import Settings, setting
+from ..settings import setting
 from ..sizing import best_prefix
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .tree_cutter import TreeCutter, explore_setting
+from .tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 # Medusa's sparse tree "mc_sim_7b_63" (medusa/model/medusa_choices.py; also Hydra's
 # hydra/model/hydra_choices.py): 63 paths of per-head ranks over 4 heads.
@@ -76,22 +76,17 @@ class Template:
 
 
 @dataclass(frozen=True)
-class HeadsConfig(Settings):
+class HeadsConfig(TreeSizingSettings):
     checkpoint: str = setting("", "Heads checkpoint file ('' = the shipped one for this target, "
                               "specviz/data/checkpoints/<drafter>-<model>.pt).", kind="file")
     tree: str = setting("mc_sim_7b_63", "Sparse tree of per-head ranks: mc_sim_7b_63 (Medusa's 63-node tree, "
                         "medusa_choices.py) or chain (each head's best token).", choices=tuple(TREES))
-    size_by_cost: bool = setting(True, "Cut the tree each step to the nodes with the best expected tokens/s "
-                                       "(extension: on a CPU a 64-node verify costs about two plain steps).")
-    first_prior: float = setting(1.0, "Prior trust in a first head's softmax probability (learned per depth; "
-                                      "1 = take the head's probability as the chance).",
-                                 low=0.0, high=1.0, low_open=True)
-    continue_prior: float = setting(1.0, "Prior trust in a deeper head's probability (learned per depth).",
-                                    low=0.0, high=1.0, low_open=True)
     min_path: float = setting(0.01, "Draft no children under a node whose path probability (the product of "
                                     "its heads' probabilities) is below this (extension: Hydra pays a head "
                                     "row per parent; 0 = the whole tree).", low=0.0, high=1.0)
-    explore_every: int = explore_setting()
+    # the heads' softmax is trained to be the chance: full trust to start, learned per depth
+    first_prior: float = first_prior_setting(1.0)
+    continue_prior: float = continue_prior_setting(1.0)
 
 
 def load_heads(target: Any, target_id: str, kind: str, checkpoint: str) -> DraftHeads:
@@ -117,7 +112,7 @@ class HeadsDrafter:
         self.config = config
         self.heads = load_heads(setup.target.model, setup.target.model_id, self.kind, config.checkpoint)
         self.template = Template.of(TREES[config.tree], self.heads.spec.n_heads)
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+        self.cutter = config.cutter()
         self._probs: torch.Tensor | None = None      # Medusa: every head's probabilities this step
 
     def _level(self, d: int, hidden: torch.Tensor, branches: list[list[int]]) -> torch.Tensor:

@@ -33,14 +33,14 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.ngram_trie import NgramTrie
-from ..settings import Settings, setting
+from ..settings import setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .tree_cutter import TreeCutter
+from .tree_cutter import TreeSizingSettings
 
 
 @dataclass(frozen=True)
-class NgramTrieConfig(Settings):
+class NgramTrieConfig(TreeSizingSettings):
     n: int = setting(13, "n-gram window length (paper: 13).", low=2, high=64)
     prefix_len: int = setting(3, "Maximum matched prefix length Lp (paper: 3); must be < n.", low=1, high=16)
     num_draft: int = setting(16, "Most nodes kept from the matched subtree (default 16 here; the paper finds "
@@ -48,15 +48,6 @@ class NgramTrieConfig(Settings):
     insert_output: bool = setting(True, "Also insert generated tokens into the trie (extension, on by default; "
                                   "the paper does not modify the trie during inference, Appendix B).")
     recency_ties: bool = setting(True, "Break frequency ties by the most recent occurrence (extension, on by default).")
-    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
-                                 "(extension, on by default).")
-    first_prior: float = setting(0.3, "Prior chance the first draft token is accepted (learned online).",
-                                 low=0.0, high=1.0, low_open=True)
-    continue_prior: float = setting(0.7, "Prior chance a later draft token is accepted after its parent.",
-                                    low=0.0, high=1.0, low_open=True)
-    explore_every: int = setting(8, "With size_by_cost: while a match length has few tested drafts, "
-                                    "verify the best chain after this many steps without a draft (0 = never).",
-                                 low=0, high=1000)
 
     def check(self) -> None:
         if self.prefix_len >= self.n:
@@ -69,7 +60,7 @@ class NgramTrieDrafter:
         self.trie = NgramTrie(config.n, config.prefix_len)
         self.trie.extend(setup.prompt_ids)
         # trust buckets: the matched prefix length
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+        self.cutter = config.cutter()
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..settings import Settings, setting
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class OracleConfig(Settings):
     max_tokens: int = setting(32, "Longest chain proposed per step.", low=1, high=256)
 
 
-class Oracle:
+class Oracle(Unlearning):
     def __init__(self, config: OracleConfig, setup: DraftSetup) -> None:
         self.config = config
         self.on_track = True
@@ -34,9 +34,6 @@ class Oracle:
                 return DraftTree.empty()
         with ctx.timer("draft.tree"):
             return DraftTree.chain(cont[done: done + self.config.max_tokens], "oracle")
-
-    def observe(self, step: StepView) -> None:
-        pass
 
 
 SPEC = register(DrafterSpec("oracle", OracleConfig, Oracle,

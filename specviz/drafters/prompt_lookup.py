@@ -11,7 +11,7 @@ import numpy as np
 
 from ..settings import Settings, setting
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ def lookup(tokens: np.ndarray, max_ngram: int, num_tokens: int) -> tuple[int, in
     return -1, 0
 
 
-class PromptLookup:
+class PromptLookup(Unlearning):
     def __init__(self, config: PromptLookupConfig, setup: DraftSetup) -> None:
         self.config = config
 
@@ -47,9 +47,6 @@ class PromptLookup:
             ctx.info["positions"] = list(range(start, start + len(cont)))
             source = "context" if start < ctx.prompt_len else "output"
             return DraftTree.chain(cont, source)
-
-    def observe(self, step: StepView) -> None:
-        pass
 
 
 SPEC = register(DrafterSpec("prompt_lookup", PromptLookupConfig, PromptLookup,

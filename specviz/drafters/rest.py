@@ -17,33 +17,24 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.candidates import rank_continuations
-from ..settings import Settings, setting
+from ..settings import setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_index import INDEX_HELP, resolve_index
-from .tree_cutter import TreeCutter, explore_setting
+from .corpus_index import corpus_index_setting, resolve_index
+from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
-
-# trust buckets by matched suffix length; matches of 8 tokens or more share the last bucket so
-# that each bucket sees enough tests to learn from (a choice of this project, not from the
-# REST paper, which sizes no trees by trust)
-MATCH_BUCKETS = 8
 
 @dataclass(frozen=True)
-class RestConfig(Settings):
-    index: str = setting("", INDEX_HELP, kind="folder")
+class RestConfig(TreeSizingSettings):
+    first_prior: float = first_prior_setting(0.4)
+    continue_prior: float = continue_prior_setting(0.8)
+    corpus_index: str = corpus_index_setting()
     max_span: int = setting(16, "Longest suffix of the sequence looked up (REST: 16).", low=1, high=16)
     min_span: int = setting(2, "Shortest suffix accepted as a match (REST: 2).", low=1, high=16)
     max_matches: int = setting(1000, "Matches whose continuations are counted (REST: 5000), spread over all.",
                                low=1, high=20000)
     cont_len: int = setting(10, "Tokens of continuation read after each match (REST: 10).", low=1, high=32)
     num_draft: int = setting(64, "Most draft nodes (REST's draft choices: 64).", low=1, high=256)
-    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
-    first_prior: float = setting(0.4, "Prior trust in the first draft token's frequency (learned online).",
-                                 low=0.0, high=1.0, low_open=True)
-    continue_prior: float = setting(0.8, "Prior trust in later tokens' frequencies (learned online).",
-                                    low=0.0, high=1.0, low_open=True)
-    explore_every: int = explore_setting()
 
     def check(self) -> None:
         if self.min_span > self.max_span:
@@ -53,11 +44,11 @@ class RestConfig(Settings):
 class RestDrafter:
     def __init__(self, config: RestConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.index, self.note = resolve_index(config.index, setup)
+        self.index, self.note = resolve_index(config.corpus_index, setup)
         self.sa = self.index.suffix if self.index is not None else None
         if self.index is not None and self.sa is None:
-            self.note = f"index {self.index.path} has no suffix part; build it with --kind suffix"
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+            self.note = f"corpus index {self.index.path} has no suffix part; build it with --kind suffix"
+        self.cutter = config.cutter()
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config

@@ -10,6 +10,15 @@ committed), so it equals what the first k layers alone would compute. Each step 
 starts a DynamicCache whose first k layers point at the committed tensors (read-only:
 DynamicLayer.update concatenates into new tensors, never writing in place) and forwards
 only the root and its own drafted tokens: no catch-up forward, nothing to roll back.
+
+Transformers internals this relies on, each kept to one place here and each checked by a
+test in tests/test_model_drafters.py, so an upgrade that changes one fails there, not as a
+silent slowdown or a wrong draft:
+- `truncated_model`: a Llama-style decoder runs `layers[: config.num_hidden_layers]` (and
+  reads `config.layer_types` per layer), so a copy with a smaller config runs only the
+  first k layers on the target's own modules;
+- `SelfDraftLM.forward`: `DynamicCache.update` on an empty layer concatenates into new
+  tensors and never writes into the ones it was given (the target's committed cache).
 """
 from __future__ import annotations
 

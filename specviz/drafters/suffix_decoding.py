@@ -45,17 +45,23 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.suffix_tree import Speculation, SuffixTree
-from ..settings import Settings, setting
+from ..settings import setting
 from ..tree import DraftTree
 from .store import settings_key, shared_entry, tokenizer_key
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .tree_cutter import TreeCutter, explore_setting
+from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 _GENERATION = itertools.count()      # sequence ids in the global tree
+# max_spec_tokens must stay below this many tokens per level of max_depth: a sanity bound of
+# this project (neither the paper nor arctic-inference has one) that refuses a token budget
+# no tree of that depth from a real context would fill
+SPEC_TOKENS_PER_LEVEL = 8
 
 
 @dataclass(frozen=True)
-class SuffixDecodingConfig(Settings):
+class SuffixDecodingConfig(TreeSizingSettings):
+    first_prior: float = first_prior_setting(0.5)
+    continue_prior: float = continue_prior_setting(0.8)
     max_depth: int = setting(24, "Deepest suffix kept in the trees: match plus draft length (vLLM: 24; "
                                  "arctic-inference and the paper: 64).", low=2, high=256)
     max_spec_tokens: int = setting(32, "Most draft tokens per step.", low=1, high=256)
@@ -72,16 +78,11 @@ class SuffixDecodingConfig(Settings):
                                       "never shared between web users).")
     history_tokens: int = setting(32768, "Most output tokens the global tree takes; later ones are not added.",
                                   low=0, high=10_000_000)
-    size_by_cost: bool = setting(True, "Cut the draft to the size with the best expected tokens/s (extension).")
-    first_prior: float = setting(0.5, "Prior trust in a first draft token's count ratio (learned online).",
-                                 low=0.0, high=1.0, low_open=True)
-    continue_prior: float = setting(0.8, "Prior trust in later tokens' count ratios (learned online).",
-                                    low=0.0, high=1.0, low_open=True)
-    explore_every: int = explore_setting()
 
     def check(self) -> None:
-        if self.max_spec_tokens >= self.max_depth * 8:
-            raise ConfigError("max_spec_tokens", f"must be below 8 * max_depth ({8 * self.max_depth})")
+        if self.max_spec_tokens >= self.max_depth * SPEC_TOKENS_PER_LEVEL:
+            raise ConfigError("max_spec_tokens", f"must be below {SPEC_TOKENS_PER_LEVEL} * max_depth "
+                                                 f"({SPEC_TOKENS_PER_LEVEL * self.max_depth})")
 
 
 class SuffixDecodingDrafter:
@@ -98,7 +99,7 @@ class SuffixDecodingDrafter:
             key = ("suffix_decoding", tokenizer_key(setup), setup.vocab_size,
                    settings_key(config))
             self.history, self.lock = shared_entry(setup, key, lambda: SuffixTree(config.max_depth))
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+        self.cutter = config.cutter()
 
     def _speculate(self, tree: SuffixTree, context: list[int], known: list[int]) -> Speculation:
         cfg = self.config
@@ -132,7 +133,7 @@ class SuffixDecodingDrafter:
             sources, positions = labels
             tree = DraftTree(tuple(spec.tokens), tuple(spec.parents), tuple(sources),
                              tuple(round(p, 4) for p in spec.probs))
-            buckets = [(min(spec.match_len, 8), name)] * len(tree)
+            buckets = [(min(spec.match_len, MATCH_BUCKETS), name)] * len(tree)
             full = len(tree)
             tree, _ = self.cutter.cut(tree, chances, buckets, ctx.verify_cost, cfg.size_by_cost, ctx.info)
             positions = [positions[i] for i in self.cutter.kept]

@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix, Template
-from ..settings import Settings, setting
+from ..settings import setting
 from ..tree import DraftTree
 from .store import settings_key, shared_entry, tokenizer_key
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .tree_cutter import TreeCutter, explore_setting
+from .tree_cutter import TreeSizingSettings, continue_prior_setting
 
 # The authors' tree template "2.2.2" (model/recycling/tree_template_.py): each node is the
 # path of candidate ranks from the root; levels of 8, 21, 25, 15, 8 and 3 nodes.
@@ -61,7 +61,8 @@ SOURCES = {ORIGIN_PROMPT: "context"}     # any other origin: "recycled"
 
 
 @dataclass(frozen=True)
-class TokenRecyclingConfig(Settings):
+class TokenRecyclingConfig(TreeSizingSettings):
+    continue_prior: float = continue_prior_setting(0.5)
     k: int = setting(8, "Candidates kept per token, the target's top-k (paper: 8); the template "
                         "reads ranks up to 7, so a smaller k drops nodes.", low=1, high=16)
     persist: bool = setting(False, "Keep the matrix across generations in this session (the paper's "
@@ -69,12 +70,6 @@ class TokenRecyclingConfig(Settings):
                                    "shared between web users).")
     init_from_prompt: bool = setting(False, "Start rows from the prompt's bigrams, most recent first "
                                             "(an option, not in the paper).")
-    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s (extension).")
-    first_prior: float = setting(0.3, "Prior chance a first-level candidate is accepted (learned per rank).",
-                                 low=0.0, high=1.0, low_open=True)
-    continue_prior: float = setting(0.5, "Prior chance a deeper candidate is accepted after its parent.",
-                                    low=0.0, high=1.0, low_open=True)
-    explore_every: int = explore_setting()
 
 
 class TokenRecyclingDrafter:
@@ -89,7 +84,7 @@ class TokenRecyclingDrafter:
             self.matrix, self.lock = CandidateMatrix(setup.vocab_size, config.k), None
         if config.init_from_prompt:
             self._locked(lambda: self.matrix.fill_from_bigrams(setup.prompt_ids))
-        self.cutter = TreeCutter(config.first_prior, config.continue_prior, config.explore_every)
+        self.cutter = config.cutter()
 
     def _locked(self, fn):  # noqa: ANN001, ANN202 - a tiny helper
         if self.lock is None:

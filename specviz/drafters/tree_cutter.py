@@ -1,5 +1,6 @@
 """`TreeCutter`: sizes a draft tree by expected tokens per second, for the drafters whose
-candidates carry a raw chance (ngram_trie, rest, hierarchy, aded).
+candidates carry a raw chance (ngram_trie, rest, hierarchy, aded, token_recycling,
+suffix_decoding), and the settings they share (`TreeSizingSettings`).
 
 A node's chance of acceptance given its parent's is its raw ratio (its share of the
 candidates through its parent) times a trust learned online per bucket (a key the drafter
@@ -14,18 +15,51 @@ verifies the best nodes anyway (as many as cost what one costs).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
-from ..settings import setting
+from ..settings import Settings, setting
 from ..sizing import EXPLORE_TESTS, TrustEstimate, best_prefix, free_prefix
 from ..tree import DraftTree
 from .base import StepView
 
 
-def explore_setting() -> object:
-    """The `explore_every` field every TreeCutter drafter's config has."""
-    return setting(8, "With size_by_cost: while a source has few tested drafts, verify its best nodes "
-                      "after this many steps whose tree was cut to nothing (0 = never).", low=0, high=1000)
+# trust buckets by matched length (rest's suffix match, suffix_decoding's suffix-tree match):
+# matches of 8 tokens or more share the last bucket so that each bucket sees enough tests to
+# learn from (a choice of this project, not from the REST or SuffixDecoding papers, which size
+# no trees by trust)
+MATCH_BUCKETS = 8
+
+
+def first_prior_setting(default: float = 0.3) -> Any:
+    """`first_prior`, with a drafter's own default (TreeSizingSettings has 0.3)."""
+    return setting(default, "Prior trust in a first draft token's chance (the drafter's own estimate: a "
+                            "count ratio, a visit share...), learned online per bucket.",
+                   low=0.0, high=1.0, low_open=True)
+
+
+def continue_prior_setting(default: float = 0.7) -> Any:
+    """`continue_prior`, with a drafter's own default (TreeSizingSettings has 0.7)."""
+    return setting(default, "Prior trust in a later draft token's chance after its parent, learned online.",
+                   low=0.0, high=1.0, low_open=True)
+
+
+@dataclass(frozen=True)
+class TreeSizingSettings(Settings):
+    """The settings of every drafter that sizes its tree with a TreeCutter (settings.describe
+    lists them after the drafter's own, as GammaSettings' for the model drafters). A drafter
+    whose priors differ redeclares them with first_prior_setting(x) / continue_prior_setting(x)."""
+    size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
+                                       "(extension, on by default; a `paper` preset turns it off).")
+    first_prior: float = first_prior_setting()
+    continue_prior: float = continue_prior_setting()
+    explore_every: int = setting(8, "With size_by_cost: while a bucket has few tested drafts, verify its "
+                                    "best nodes after this many steps whose tree was cut to nothing "
+                                    "(0 = never).", low=0, high=1000)
+
+    def cutter(self) -> "TreeCutter":
+        """A new TreeCutter with these priors."""
+        return TreeCutter(self.first_prior, self.continue_prior, self.explore_every)
 
 
 class TreeCutter:

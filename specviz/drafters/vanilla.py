@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..settings import Settings
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
 
 
 @dataclass(frozen=True)
@@ -13,15 +13,12 @@ class VanillaConfig(Settings):
     pass
 
 
-class Vanilla:
+class Vanilla(Unlearning):
     def __init__(self, config: VanillaConfig, setup: DraftSetup) -> None:
         pass
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         return DraftTree.empty()
-
-    def observe(self, step: StepView) -> None:
-        pass
 
 
 SPEC = register(DrafterSpec("vanilla", VanillaConfig, Vanilla,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from ..errors import SpecvizError
 
@@ -109,29 +109,36 @@ def sharegpt_records(path: Path | None = None, stats: CorpusStats | None = None)
     return iter_json_array(_read_text(path), stats or CorpusStats(str(path)))
 
 
-def read_sharegpt(path: Path | None, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
-    """Conversations (lists of turn texts) from a ShareGPT JSON file; `limit` > 0 stops early."""
-    for record in sharegpt_records(path, stats):
-        segments = _conversation_segments(record)
+def _counted(documents: Iterable[list[str]], stats: CorpusStats, limit: int, note: str = "") -> Iterator[list[str]]:
+    """The documents `stats` accepts (CorpusStats.add), until `limit` > 0 of them (then `note`
+    goes into stats.notes)."""
+    for segments in documents:
         if not stats.add(segments):
             continue
         yield segments
         if limit and stats.documents >= limit:
-            stats.notes.append(f"stopped after {limit} conversations (limit)")
+            if note:
+                stats.notes.append(note)
             return
+
+
+def read_sharegpt(path: Path | None, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
+    """Conversations (lists of turn texts) from a ShareGPT JSON file; `limit` > 0 stops early."""
+    conversations = (_conversation_segments(record) for record in sharegpt_records(path, stats))
+    return _counted(conversations, stats, limit, f"stopped after {limit} conversations (limit)")
 
 
 def read_txt(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
     """Paragraphs (blank-line separated) of a UTF-8 text file, each a document."""
-    for para in _read_text(path).split("\n\n"):
-        if para.strip() and stats.add([para]):
-            yield [para]
-            if limit and stats.documents >= limit:
-                return
+    return _counted(([para] for para in _read_text(path).split("\n\n") if para.strip()), stats, limit)
 
 
 def read_jsonl(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[str]]:
     """JSONL: a `text` field, Spec-Bench `turns`, or ShareGPT-style `conversations` per line."""
+    return _counted(_jsonl_segments(path), stats, limit)
+
+
+def _jsonl_segments(path: Path) -> Iterator[list[str]]:
     for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
@@ -145,11 +152,7 @@ def read_jsonl(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[
             segments = [t for t in rec["turns"] if isinstance(t, str) and t.strip()]
         else:
             segments = _conversation_segments(rec)
-        if not stats.add(segments):
-            continue
         yield segments
-        if limit and stats.documents >= limit:
-            return
 
 
 def _read_text(path: Path) -> str:

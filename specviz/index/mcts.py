@@ -1,4 +1,5 @@
-"""ADED's Monte Carlo tree search over a tri-gram model (seed 004; liuxukun2000/ADED mcts_sub.rs).
+"""ADED's Monte Carlo tree search over a tri-gram model (the paper "Adaptive
+Draft-Verification for Efficient Large Language Model Decoding"; liuxukun2000/ADED mcts_sub.rs).
 
 The root is the last two tokens; a node's children are the tri-gram successors of (its
 parent's token, its token), each with its (adapted) probability p as prior. Each iteration:

@@ -1,4 +1,4 @@
-"""The n-gram trie of seed 001 (N-Gram Trie speculative decoding), built incrementally.
+"""The n-gram trie of the N-Gram Trie speculative decoding paper, built incrementally.
 
 The paper slides a window of n tokens over the context, splits each window into a prefix
 P_i (the first Lp tokens) and a suffix S_i, and inserts every key P_i[j:Lp] + S_i

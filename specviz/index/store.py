@@ -106,7 +106,7 @@ class CorpusIndex:
         mine = self.tokenizer
         if mine.get("fingerprint") != ident["fingerprint"] or mine.get("vocab_size") != ident["vocab_size"]:
             raise IndexFileError(
-                f"index {self.path} was built for tokenizer {mine.get('name')!r} (vocabulary "
+                f"corpus index {self.path} was built for tokenizer {mine.get('name')!r} (vocabulary "
                 f"{mine.get('vocab_size')}, fingerprint {mine.get('fingerprint')}), but this model's "
                 f"tokenizer is {ident['name']!r} (vocabulary {ident['vocab_size']}, fingerprint "
                 f"{ident['fingerprint']}); token ids would not mean the same. Build one for this model: "
@@ -120,9 +120,9 @@ def _manifest_path(folder: Path) -> Path:
 def read_manifest(folder: Path) -> dict[str, Any]:
     path = _manifest_path(folder)
     if not folder.is_dir():
-        raise IndexFileError(f"index: no such folder {str(folder)!r}; build one with: {build_hint(folder)}")
+        raise IndexFileError(f"corpus_index: no such folder {str(folder)!r}; build one with: {build_hint(folder)}")
     if not path.is_file():
-        raise IndexFileError(f"index: {path} is missing (not an index folder?); build one with: "
+        raise IndexFileError(f"corpus_index: {path} is missing (not an index folder?); build one with: "
                           f"{build_hint(folder)}")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -131,10 +131,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
         ok = False
     if not ok:
-        raise IndexFileError(f"index: {path} is damaged (not a {FORMAT} manifest); rebuild with: "
+        raise IndexFileError(f"corpus_index: {path} is damaged (not a {FORMAT} manifest); rebuild with: "
                           f"{build_hint(folder)}")
     if manifest.get("version") != VERSION:
-        raise IndexFileError(f"index: {path} has format version {manifest.get('version')}, this specviz "
+        raise IndexFileError(f"corpus_index: {path} has format version {manifest.get('version')}, this specviz "
                           f"reads version {VERSION}; rebuild with: {build_hint(folder)}")
     return manifest
 
@@ -142,11 +142,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 def _load_array(folder: Path, name: str, kind: str) -> np.ndarray:
     path = folder / name
     if not path.is_file():
-        raise IndexFileError(f"index: {path} is missing; rebuild the {kind} part with: {build_hint(folder, kind)}")
+        raise IndexFileError(f"corpus_index: {path} is missing; rebuild the {kind} part with: {build_hint(folder, kind)}")
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
-        raise IndexFileError(f"index: {path} is damaged ({err}); rebuild the {kind} part with: "
+        raise IndexFileError(f"corpus_index: {path} is damaged ({err}); rebuild the {kind} part with: "
                           f"{build_hint(folder, kind)}") from None
 
 
@@ -160,7 +160,7 @@ def check_ids(index: CorpusIndex, vocab_size: int) -> None:
         low_ok = (v >= 0) | (v == SEP) if allow_sep else v >= 0
         if not bool(low_ok.all()) or int(v.max()) >= high:
             worst = int(v.max()) if int(v.max()) >= high else int(v[~low_ok][0])
-            raise IndexFileError(f"index: {index.path} holds token id {worst} in {what}, outside the "
+            raise IndexFileError(f"corpus_index: {index.path} holds token id {worst} in {what}, outside the "
                                  f"vocabulary of {vocab_size} ids its manifest names; rebuild with: "
                                  f"{build_hint(index.path)}")
     if index.suffix is not None:
@@ -182,13 +182,13 @@ def load_index(folder: str | Path) -> CorpusIndex:
         if "suffix" in parts:
             tok, order, first = (_load_array(folder, f, "suffix") for f in FILES["suffix"])
             if len(order) != len(tok) or tok.dtype != np.int32:
-                raise IndexFileError(f"index: {folder / 'suffix_order.npy'} does not match tokens.npy; "
+                raise IndexFileError(f"corpus_index: {folder / 'suffix_order.npy'} does not match tokens.npy; "
                                   f"rebuild with: {build_hint(folder)}")
             index.suffix = SuffixArray(tok, order, first, int(parts["suffix"].get("max_span", MAX_SPAN)))
         if "trigram" in parts:
             keys, offsets, succ, prob = (_load_array(folder, f, "trigram") for f in FILES["trigram"])
             if len(offsets) != len(keys) + 1 or len(succ) != len(prob):
-                raise IndexFileError(f"index: the trigram files in {folder} do not match; rebuild with: "
+                raise IndexFileError(f"corpus_index: the trigram files in {folder} do not match; rebuild with: "
                                   f"{build_hint(folder, 'trigram')}")
             index.trigram = TrigramTable(keys, offsets, succ, prob, int(manifest["tokenizer"]["vocab_size"]))
         if "model-db" in parts:
@@ -198,7 +198,7 @@ def load_index(folder: str | Path) -> CorpusIndex:
     except IndexFileError:
         raise
     except Exception as err:  # noqa: BLE001 - any inconsistency in the files
-        raise IndexFileError(f"index: {folder} is damaged ({type(err).__name__}: {err}); rebuild with: "
+        raise IndexFileError(f"corpus_index: {folder} is damaged ({type(err).__name__}: {err}); rebuild with: "
                           f"{build_hint(folder)}") from None
     return index
 
@@ -269,7 +269,7 @@ def _start_manifest(folder: Path, ident: dict[str, Any]) -> dict[str, Any]:
     if _manifest_path(folder).is_file():
         manifest = read_manifest(folder)
         if manifest["tokenizer"].get("fingerprint") != ident["fingerprint"]:
-            raise IndexFileError(f"index: {folder} holds an index for tokenizer "
+            raise IndexFileError(f"corpus_index: {folder} holds an index for tokenizer "
                               f"{manifest['tokenizer'].get('name')!r}; give another --out for "
                               f"{ident['name']!r}")
         return manifest
@@ -304,7 +304,7 @@ def build_corpus_parts(folder: str | Path, kinds: Iterable[str], tokenizer: Any,
     if not len(tokens) or not (tokens != SEP).any():
         raise CorpusError("corpus: no tokens to index (empty corpus)")
     if int(tokens.max()) >= vocab_size:
-        raise IndexFileError(f"index: token id {int(tokens.max())} >= the vocabulary size {vocab_size}")
+        raise IndexFileError(f"corpus_index: token id {int(tokens.max())} >= the vocabulary size {vocab_size}")
     t_tok = time.perf_counter() - t0
     corpus_info = stats.to_dict() if stats else {"source": "token ids"}
     corpus_info.update(tokens=int((tokens != SEP).sum()), tokenize_seconds=round(t_tok, 2))
@@ -378,9 +378,9 @@ def default_index(tokenizer: Any, vocab_size: int, model_id: str = "MODEL") -> C
     with _BUILD_LOCK:                    # one build per process; other users wait for it
         if not _manifest_path(folder).is_file() and os.environ.get(BUILD_ENV, "1") == "0":
             raise IndexFileError(
-                f"index: the default ShareGPT corpus index for {ident['name']} is not built yet "
+                f"corpus_index: the default ShareGPT corpus index for {ident['name']} is not built yet "
                 f"(about 4 minutes, once); build it with `{default_index_command(ident, model_id)}`, "
-                "or give index=DIR")
+                "or give corpus_index=DIR")
         if not _manifest_path(folder).is_file():
             limit = int(os.environ.get("SPECVIZ_INDEX_CONVERSATIONS", DEFAULT_CONVERSATIONS))
             print(f"specviz: building the default corpus index for {ident['name']} from ShareGPT "

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..cachedir import cache_dir
 from ..drafters.base import DraftContext, DrafterSpec, DraftSetup, StepView
-from ..drafters.corpus_index import INDEX_HELP, resolve_index
+from ..drafters.corpus_index import corpus_index_setting, resolve_index
 from ..drafters.store import shared_entry
 from ..index.store import CorpusIndex
 from ..index.suffix_array import SEP
@@ -47,7 +47,7 @@ WINDOW = 16                    # the Reader adapts the tri-grams of the last 16 
 
 @dataclass(frozen=True)
 class DraftRetrieverConfig(Settings):
-    index: str = setting("", INDEX_HELP, kind="folder")
+    corpus_index: str = corpus_index_setting()
     choices: int = setting(24, "search(choices=): most drafts a step (ADED: 24).", low=1, high=256)
 
 
@@ -80,7 +80,7 @@ def _reader(index: CorpusIndex, vocab_size: int) -> Any:
     path = datastore_path(index)
     if not path.exists():
         if index.suffix is None:
-            raise ValueError(f"index {index.path} has no suffix part (its token stream); build it with --kind suffix")
+            raise ValueError(f"corpus index {index.path} has no suffix part (its token stream); build it with --kind suffix")
         build_datastore(index.suffix.tokens, path, vocab_size)
     return draftretriever.Reader(index_file_path=str(path))
 
@@ -88,7 +88,7 @@ def _reader(index: CorpusIndex, vocab_size: int) -> Any:
 class DraftRetrieverDrafter:
     def __init__(self, config: DraftRetrieverConfig, setup: DraftSetup) -> None:
         self.config = config
-        index, self.note = resolve_index(config.index, setup)
+        index, self.note = resolve_index(config.corpus_index, setup)
         self.reader, self.lock = None, threading.Lock()
         if index is not None:
             key = ("draftretriever_aded", str(datastore_path(index)))

@@ -10,7 +10,7 @@ answers cheaper to decode when they reuse the passages' words (the seed's RAG se
     rerank.py       optional cross-encoder re-ranking
     prompt.py       chunks -> context text, and context offsets -> chunk + document span
     passages.py     build_passage_index() and retrieve()
-    (the command line, `index build --kind passages` and `generate --index`, is in specviz/cli/)
+    (the command line, `index build --kind passages` and `generate --passage-index`, is in specviz/cli/)
 """
 from .chunks import Chunk, ChunkingConfig, chunk_documents
 from .documents import Document, load_documents, split_pasted

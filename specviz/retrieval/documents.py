@@ -77,32 +77,33 @@ def parse_jsonl(text: str, name: str) -> list[Document]:
     return docs
 
 
-def document_from_bytes(data: bytes, name: str) -> list[Document]:
-    """The documents in one uploaded file (its name decides the format)."""
-    suffix = Path(name).suffix.lower()
+def _supported_suffix(file_name: str, name: str) -> str:
+    suffix = Path(file_name).suffix.lower()
     if suffix not in SUFFIXES:
         raise DocumentError(f"{name}: unsupported file type {suffix or '(none)'!r}; "
                             f"give {', '.join(SUFFIXES)} files")
-    text = decode_text(data, name)
+    return suffix
+
+
+def _file_documents(text: str, name: str, suffix: str) -> list[Document]:
+    """A .jsonl file's records, or a text file as one document."""
     if suffix in JSONL_SUFFIXES:
         return parse_jsonl(text, name)
     if not text.strip():
         raise DocumentError(f"{name}: the file is empty (or whitespace only)")
     return [Document(name, text)]
+
+
+def document_from_bytes(data: bytes, name: str) -> list[Document]:
+    """The documents in one uploaded file (its name decides the format)."""
+    suffix = _supported_suffix(name, name)
+    return _file_documents(decode_text(data, name), name, suffix)
 
 
 def load_file(path: Path, name: str | None = None) -> list[Document]:
     name = name or path.name
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise DocumentError(f"{name}: unsupported file type {suffix or '(none)'!r}; "
-                            f"give {', '.join(SUFFIXES)} files")
-    text = _read(path, name)
-    if suffix in JSONL_SUFFIXES:
-        return parse_jsonl(text, name)
-    if not text.strip():
-        raise DocumentError(f"{name}: the file is empty (or whitespace only)")
-    return [Document(name, text)]
+    suffix = _supported_suffix(path.name, name)
+    return _file_documents(_read(path, name), name, suffix)
 
 
 def load_documents(path: str | Path) -> list[Document]:

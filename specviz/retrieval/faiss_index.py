@@ -130,15 +130,15 @@ class Manifest:
         try:
             d = json.loads(text)
             if d.get("format") != FORMAT:
-                raise IndexFormatError(f"index: {where} is not a specviz passage index "
+                raise IndexFormatError(f"passage index: {where} is not a specviz passage index "
                                        f"(format {d.get('format')!r})")
             if d.get("version") != FORMAT_VERSION:
-                raise IndexFormatError(f"index: {where} has format version {d.get('version')}; this "
+                raise IndexFormatError(f"passage index: {where} has format version {d.get('version')}; this "
                                        f"specviz reads version {FORMAT_VERSION}; rebuild the index")
             d["sources"] = tuple(d.get("sources", ()))
             return Manifest(**d)
         except (json.JSONDecodeError, TypeError) as err:
-            raise IndexFormatError(f"index: {where} is not a valid manifest ({err})") from None
+            raise IndexFormatError(f"passage index: {where} is not a valid manifest ({err})") from None
 
 
 @dataclass
@@ -155,7 +155,7 @@ class PassageIndex:
         """The k best chunks for each query row ([Q, D] float32), best first, with scores."""
         q = np.ascontiguousarray(queries, dtype=np.float32)      # [Q, D]
         if q.ndim != 2 or q.shape[1] != self.manifest.dim:
-            raise IndexMismatchError(f"index: query vectors have {q.shape[-1]} dimensions, the index "
+            raise IndexMismatchError(f"passage index: query vectors have {q.shape[-1]} dimensions, the index "
                                      f"{self.manifest.dim} (built with {self.manifest.model_id})")
         scores, ids = self.index.search(q, min(k, len(self.chunks)))   # [Q, k], [Q, k]
         return [[(self.chunks[int(i)], float(s)) for s, i in zip(srow, irow) if i >= 0]
@@ -166,7 +166,7 @@ class PassageIndex:
 
         out = Path(folder).expanduser()
         if out.exists() and not out.is_dir():
-            raise IndexFormatError(f"index: {str(folder)!r} exists and is not a folder")
+            raise IndexFormatError(f"passage index: {str(folder)!r} exists and is not a folder")
         out.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.index, str(out / "index.faiss"))
         with open(out / "chunks.jsonl", "w", encoding="utf-8") as f:
@@ -183,11 +183,11 @@ class PassageIndex:
 
         root = Path(folder).expanduser()
         if not root.is_dir():
-            raise IndexFormatError(f"index: no such folder {str(folder)!r} (build one with "
+            raise IndexFormatError(f"passage index: no such folder {str(folder)!r} (build one with "
                                    "`python -m specviz index build --kind passages`)")
         missing = [f for f in FILES if not (root / f).is_file()]
         if missing:
-            raise IndexFormatError(f"index: {str(folder)!r} lacks {', '.join(missing)}; rebuild it")
+            raise IndexFormatError(f"passage index: {str(folder)!r} lacks {', '.join(missing)}; rebuild it")
         manifest = Manifest.from_json((root / "manifest.json").read_text(encoding="utf-8"), str(root))
         check_manifest(manifest, expect_model, expect_chunking)
         chunks = []
@@ -196,17 +196,17 @@ class PassageIndex:
                 try:
                     chunks.append(Chunk.from_dict(json.loads(line)))
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    raise IndexFormatError(f"index: {root / 'chunks.jsonl'}:{number} is not a chunk record") from None
+                    raise IndexFormatError(f"passage index: {root / 'chunks.jsonl'}:{number} is not a chunk record") from None
         try:
             index = faiss.read_index(str(root / "index.faiss"))
         except RuntimeError as err:
-            raise IndexFormatError(f"index: cannot read {root / 'index.faiss'} "
+            raise IndexFormatError(f"passage index: cannot read {root / 'index.faiss'} "
                                    f"({str(err).strip().splitlines()[-1][:160]})") from None
         if not (len(chunks) == manifest.n_chunks == index.ntotal):
-            raise IndexFormatError(f"index: {str(folder)!r} is inconsistent: {len(chunks)} chunks, "
+            raise IndexFormatError(f"passage index: {str(folder)!r} is inconsistent: {len(chunks)} chunks, "
                                    f"{index.ntotal} vectors, manifest says {manifest.n_chunks}; rebuild it")
         if index.d != manifest.dim:
-            raise IndexFormatError(f"index: {str(folder)!r} holds {index.d}-dimensional vectors but its "
+            raise IndexFormatError(f"passage index: {str(folder)!r} holds {index.d}-dimensional vectors but its "
                                    f"manifest says {manifest.dim}; rebuild it")
         if manifest.index.get("kind") == "ivfpq":
             faiss.extract_index_ivf(index).nprobe = int(manifest.index.get("nprobe") or 1)
@@ -217,13 +217,13 @@ def check_manifest(manifest: Manifest, expect_model: str | None,
                    expect_chunking: ChunkingConfig | None) -> None:
     """IndexMismatchError unless the manifest was made with this model and chunking."""
     if expect_model is not None and manifest.model_id != expect_model:
-        raise IndexMismatchError(f"index: built with the embedding model {manifest.model_id!r} "
+        raise IndexMismatchError(f"passage index: built with the embedding model {manifest.model_id!r} "
                                  f"({manifest.dim} dimensions), but queries would use {expect_model!r}; "
                                  "query with the same model or rebuild the index")
     if expect_chunking is not None:
         want = asdict(expect_chunking)
         if {k: manifest.chunking.get(k) for k in want} != want:
-            raise IndexMismatchError(f"index: built with chunking {manifest.chunking}, but {want} was "
+            raise IndexMismatchError(f"passage index: built with chunking {manifest.chunking}, but {want} was "
                                      "asked for; rebuild the index with that chunking")
 
 

@@ -77,7 +77,7 @@ def retrieve(index: PassageIndex, embedder: Embedder, question: str, k: int = 3,
         raise QuestionError("question", "it is empty (or whitespace only); type a question")
     k = check_k(k, index)
     if embedder.model_id != index.manifest.model_id:
-        raise IndexMismatchError(f"index: built with the embedding model {index.manifest.model_id!r}, "
+        raise IndexMismatchError(f"passage index: built with the embedding model {index.manifest.model_id!r}, "
                                  f"but the question would be embedded with {embedder.model_id!r}; "
                                  "use the same model or rebuild the index")
     query = embedder.encode([question])                       # [1, D]

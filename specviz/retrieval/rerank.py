@@ -1,8 +1,9 @@
-"""Optional re-ranking of retrieved chunks by a cross-encoder (the seed uses bge-reranker-v2-m3).
+"""Optional re-ranking of retrieved chunks by a cross-encoder (the N-Gram Trie paper
+uses bge-reranker-v2-m3).
 
 No cross-encoder ships with specviz, so re-ranking runs only where one is available: a local
 folder with a sentence-transformers CrossEncoder, or a hub id already in the local cache.
-Retrieval then takes `candidates` chunks from the index (the seed: 100) and keeps the k the
+Retrieval then takes `candidates` chunks from the index (the N-Gram Trie paper: 100) and keeps the k the
 cross-encoder scores highest; the scores shown become the cross-encoder's.
 """
 from __future__ import annotations

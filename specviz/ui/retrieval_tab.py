@@ -1,4 +1,4 @@
-"""The explorer's "Retrieve" tab: documents -> index -> question -> context for the main view.
+"""The explorer's "Retrieve" tab: documents -> passage index -> question -> context for the main view.
 
     with gr.Tab("Retrieve"):
         build_retrieval_tab(context_box, message_box)
@@ -11,7 +11,7 @@ names each chunk's source and character range, so a span leads back to its docum
 
 Each browser session keeps its own index in a gr.State; the only shared state is the cached
 embedding model (retrieval/embed.py). Nothing loads at build time: the model loads on the
-first "Build index". The handlers are plain functions (tested directly); user mistakes
+first "Build passage index". The handlers are plain functions (tested directly); user mistakes
 become a gr.Error with the message naming what was wrong.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def collect_documents(files: Sequence[Any] | None, pasted: str, use_demo: bool) 
 def build_index_handler(files: Sequence[Any] | None, pasted: str, use_demo: bool, embedder_id: str,
                         chunk_chars: float, overlap_chars: float,
                         progress: Callable[..., Any] = gr.Progress()) -> tuple[SessionIndex, str]:
-    """"Build index": (the session's index, a status line)."""
+    """"Build passage index": (the session's index, a status line)."""
     try:
         chunking = build(ChunkingConfig, {"chunk_chars": int(chunk_chars), "overlap_chars": int(overlap_chars)})
         docs = collect_documents(files, pasted, use_demo)
@@ -85,7 +85,7 @@ def build_index_handler(files: Sequence[Any] | None, pasted: str, use_demo: bool
     except SpecvizError as err:
         raise _error(err) from None
     m = index.manifest
-    status = (f"Index ready: **{m.n_chunks} chunks** from **{m.n_documents} documents**, "
+    status = (f"Passage index ready: **{m.n_chunks} chunks** from **{m.n_documents} documents**, "
               f"embedded with `{m.model_id}` ({m.dim} dimensions), {m.index['kind']} index, "
               f"built in {m.build_seconds:.1f} s.")
     return SessionIndex(index, embedder.model_id), status
@@ -96,10 +96,10 @@ def retrieve_handler(session: SessionIndex | None, embedder_id: str, question: s
     """"Retrieve": (table rows, the retrieved context, the context text shown for review)."""
     try:
         if session is None:
-            raise SpecvizError("index: none built yet; choose documents and press Build index")
+            raise SpecvizError("passage index: none built yet; choose documents and press Build passage index")
         wanted = canonical_id(embedder_id or "default")
         if wanted != session.embedder_id:
-            raise SpecvizError(f"index: built with the embedding model {session.embedder_id!r}, but "
+            raise SpecvizError(f"passage index: built with the embedding model {session.embedder_id!r}, but "
                                f"the embedder box now says {wanted!r}; put it back or rebuild the index")
         embedder = load_embedder(session.embedder_id)
         hits = retrieve(session.index, embedder, question, int(k) if float(k).is_integer() else k)
@@ -141,8 +141,8 @@ def build_retrieval_tab(context: gr.Textbox, message: gr.Textbox) -> None:
         defaults = ChunkingConfig()
         chunk_chars = gr.Slider(100, 2000, value=defaults.chunk_chars, step=50, label="Chunk size (characters)")
         overlap = gr.Slider(0, 400, value=defaults.overlap_chars, step=10, label="Chunk overlap (characters)")
-    build_button = gr.Button("Build index", variant="primary")
-    status = gr.Markdown("No index yet.")
+    build_button = gr.Button("Build passage index", variant="primary")
+    status = gr.Markdown("No passage index yet.")
     with gr.Row():
         question = gr.Textbox(label="Question", lines=1, scale=4,
                               placeholder="When is the Veldmoor Lantern Festival held?")

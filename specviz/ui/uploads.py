@@ -22,6 +22,17 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:g} MB"
 
 
+def _read_text(path: Path, what: str, limit: int, not_text: type[Exception]) -> str:
+    """The UTF-8 text of an upload under `limit` bytes; UploadError (too big) or `not_text`."""
+    size = path.stat().st_size
+    if size > limit:
+        raise UploadError(f"{what} {path.name!r} is {_mb(size)}; the limit is {_mb(limit)}")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_text(f"{what} {path.name!r} is not UTF-8 text") from None
+
+
 def read_context_files(paths: Sequence[str | Path]) -> str:
     """The files' text, joined by blank lines; raises UploadError naming the bad file."""
     texts = []
@@ -29,24 +40,10 @@ def read_context_files(paths: Sequence[str | Path]) -> str:
         path = Path(p)
         if path.suffix.lower() not in CONTEXT_SUFFIXES:
             raise UploadError(f"context file {path.name!r}: only {', '.join(CONTEXT_SUFFIXES)} text files are accepted")
-        size = path.stat().st_size
-        if size > CONTEXT_LIMIT_BYTES:
-            raise UploadError(f"context file {path.name!r} is {_mb(size)}; the limit is {_mb(CONTEXT_LIMIT_BYTES)}")
-        try:
-            texts.append(path.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError:
-            raise UploadError(f"context file {path.name!r} is not UTF-8 text") from None
+        texts.append(_read_text(path, "context file", CONTEXT_LIMIT_BYTES, UploadError))
     return "\n\n".join(t.strip() for t in texts)
 
 
 def read_trace_file(path: str | Path) -> Trace:
     """A Trace from an uploaded JSON file; raises TraceFormatError / UploadError with the reason."""
-    path = Path(path)
-    size = path.stat().st_size
-    if size > TRACE_LIMIT_BYTES:
-        raise UploadError(f"trace file {path.name!r} is {_mb(size)}; the limit is {_mb(TRACE_LIMIT_BYTES)}")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise TraceFormatError(f"trace file {path.name!r} is not UTF-8 JSON text") from None
-    return Trace.from_json(text)
+    return Trace.from_json(_read_text(Path(path), "trace file", TRACE_LIMIT_BYTES, TraceFormatError))
