@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.glide.data import batches, sharegpt_texts, windows  # noqa: E402
 from specviz.glide.model import GlideDraft, GlideSpec  # noqa: E402
 from specviz.glide.target_pass import TargetPass, target_pass  # noqa: E402
-from specviz.glide.train import TrainConfig, loss_fn, lr_at  # noqa: E402
+from specviz.glide.train import TrainConfig, loss_fn, lr_at, optimise  # noqa: E402
 from specviz.models import load_model  # noqa: E402
 
 BATCH, LENGTH = 4, 256
@@ -96,14 +96,9 @@ def train(args: argparse.Namespace) -> None:
     t0, step = time.time(), 0
     for epoch in range(args.epochs):
         for ids, kv, hid, lab in train_set:
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, cfg)
             tp = TargetPass(kv=cross(kv) or [], labels=lab, hidden=hid.float())
             loss = loss_fn(draft, ids, tp, objective)                # train-glide's own objective
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            opt.step()
+            optimise(loss, opt, lr_at(step, cfg))                    # ... and its optimiser step
             step += 1
         print(f"{args.objective} cross={spec.cross_attention} lr={args.lr} epoch {epoch + 1}: held-out top-1 "
               f"agreement {agreement():.3f} ({time.time() - t0:.0f}s)", flush=True)

@@ -54,6 +54,11 @@ class DrafterCheck:
     verdicts: tuple[str, ...]    # per prompt: "identical", "near-tie at #12", ...
     mean_accepted: float         # new tokens per step
 
+    @property
+    def shared_text(self) -> str:
+        """shared_speedup as shown (e.g. "1.31x"; "n/a" when there is none)."""
+        return "n/a" if self.shared_speedup is None else f"{self.shared_speedup:.2f}x"
+
 
 @dataclass(frozen=True)
 class DoctorReport:
@@ -215,9 +220,8 @@ def format_report(r: DoctorReport) -> str:
               f"  {'drafter':<14} {'identical':>9} {'near-tie':>8} {'mismatch':>8} {'speedup':>7} "
               f"{'shared':>7} {'accepted':>8}"]
     for c in r.checks:
-        shared = "n/a" if c.shared_speedup is None else f"{c.shared_speedup:.2f}x"
         lines.append(f"  {c.drafter:<14} {c.identical:>4}/{c.prompts:<4} {c.near_ties:>8} {c.mismatches:>8} "
-                     f"{c.speedup:>6.2f}x {shared:>7} {c.mean_accepted:>8.2f}")
+                     f"{c.speedup:>6.2f}x {c.shared_text:>7} {c.mean_accepted:>8.2f}")
     if r.peak_memory_mb is not None:
         lines.append(f"peak GPU memory {r.peak_memory_mb:,.0f} MiB")
     lines.append(f"{'OK' if r.ok else 'MISMATCH'}: {r.seconds:.1f} s" + "".join(f"; {n}" for n in r.notes))

@@ -76,11 +76,16 @@ def _probe_folder(folder: Path, what: str, shown: str) -> None:
         raise FileCheckError(f"{what}: cannot write in {shown!r} ({err.strerror or err})") from None
 
 
+def _named(path: str | None, what: str, empty: str) -> Path:
+    """The path a user gave (~ expanded); FileCheckError `what: empty` when it is empty."""
+    if path is None or not str(path).strip():
+        raise FileCheckError(f"{what}: {empty}")
+    return Path(path).expanduser()
+
+
 def check_output_file(path: str | None, what: str) -> Path:
     """A file path that can be written: not empty, not a folder, in an existing writable folder."""
-    if path is None or not str(path).strip():
-        raise FileCheckError(f"{what}: empty file name; give a path such as trace.json")
-    file = Path(path).expanduser()
+    file = _named(path, what, "empty file name; give a path such as trace.json")
     if file.is_dir():
         raise FileCheckError(f"{what}: {path!r} is a directory; give a file name such as trace.json")
     if file.exists() and not file.is_file():
@@ -95,9 +100,7 @@ def check_output_file(path: str | None, what: str) -> Path:
 def check_output_dir(path: str | None, what: str) -> Path:
     """A folder that exists and is writable, or can be created (its nearest existing parent is a
     writable folder). Nothing is created here."""
-    if path is None or not str(path).strip():
-        raise FileCheckError(f"{what}: empty folder name")
-    folder = Path(path).expanduser()
+    folder = _named(path, what, "empty folder name")
     if folder.exists():
         if not folder.is_dir():
             raise FileCheckError(f"{what}: {path!r} exists and is not a folder")

@@ -64,6 +64,43 @@ def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
     return [t for s in steps for t in s.new_tokens], steps
 
 
+def model_documents(lm: LoadedModel, rng: Any, n: int = 12) -> list[list[int]]:
+    """n token documents for a corpus the model agrees with: 6 random ids (< 64, from `rng`)
+    and the model's greedy 40-token continuation of them."""
+    docs = []
+    for _ in range(n):
+        prompt = [rng.randrange(64) for _ in range(6)]
+        docs.append(prompt + run_ids(lm, prompt, max_new_tokens=40)[0])
+    return docs
+
+
+def first_child_path(tree: Any) -> tuple[tuple[int, ...], int]:
+    """For deliberately wrong acceptance rules: the path that follows each node's first child
+    from the root down, whatever the target says, and its last node (-1: the root)."""
+    path, node = [], -1
+    while tree.children[node]:
+        node = tree.children[node][0]
+        path.append(node)
+    return tuple(path), node
+
+
+def assert_export_loads(ckpt: Any, src: Path, original: Any, lm: LoadedModel, tmp_path: Path) -> Any:
+    """`ckpt.export` (glide/ or heads/ checkpoint module) of the checkpoint `src`: no training
+    state, smaller than src, and it loads back in fp32 close to `original` (the model src
+    loads as; integer buffers equal). Returns the loaded copy."""
+    slim = tmp_path / "slim.pt"
+    ckpt.export(src, slim)
+    assert ckpt.read(slim)["training"] is None and slim.stat().st_size < src.stat().st_size
+    copy, _ = ckpt.load(slim, lm.model, lm.model_id)
+    for p, q in zip(original.state_dict().values(), copy.state_dict().values(), strict=True):
+        if p.is_floating_point():
+            assert q.dtype == torch.float32
+            torch.testing.assert_close(p, q, atol=1e-2, rtol=1e-2)
+        else:
+            assert torch.equal(p, q)
+    return copy
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

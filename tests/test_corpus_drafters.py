@@ -16,7 +16,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import run_ids
+from conftest import model_documents, run_ids
 from specviz.decoding import DecodingConfig
 from specviz.drafters import get
 from specviz.drafters.base import DraftSetup, StepView
@@ -35,11 +35,7 @@ CORPUS_DRAFTERS = ("rest", "hierarchy", "aded")
 def ids_index(tiny_lm, tmp_path_factory):
     """suffix + trigram + model-db over the tiny model's own outputs (vocab 64, no tokenizer)."""
     rng = random.Random(5)
-    outputs = []
-    for _ in range(12):
-        prompt = [rng.randrange(64) for _ in range(6)]
-        out, _ = run_ids(tiny_lm, prompt, max_new_tokens=40)
-        outputs.append(prompt + out)
+    outputs = model_documents(tiny_lm, rng)
     noise = [[rng.randrange(64) for _ in range(50)] for _ in range(4)]
     toks = np.asarray([t for doc in outputs + noise for t in doc + [SEP]], dtype=np.int32)
     folder = tmp_path_factory.mktemp("ids-index")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import first_child_path
 
 from specviz import cli, divergence, verify
 from specviz.accept import Acceptance
@@ -153,11 +154,8 @@ def test_the_same_model_in_float32_is_identical() -> None:
 
 def _accept_first_child(tree, argmax):
     """A broken greedy rule: follow the first child whatever the target says."""
-    path, node = [], -1
-    while tree.children[node]:
-        node = tree.children[node][0]
-        path.append(node)
-    return Acceptance(tuple(path), argmax[node + 1])
+    path, node = first_child_path(tree)
+    return Acceptance(path, argmax[node + 1])
 
 
 def test_a_broken_acceptance_comes_out_as_mismatch(monkeypatch) -> None:

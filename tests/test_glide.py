@@ -17,7 +17,7 @@ from specviz.errors import ConfigError, SpecvizError
 from specviz.glide import checkpoint as ckpt
 from specviz.glide.model import GlideDraft, GlideSpec, block_cross_mask, inference_cross_mask
 from specviz.glide.train import TrainConfig, train
-from tests.conftest import run_ids
+from tests.conftest import assert_export_loads, run_ids
 from tests.test_sampling import COST, SAMPLES, assert_lossless_sampling
 
 # 11 tokens: the root sits at position 10, the start of a training block of 5
@@ -127,13 +127,7 @@ def test_checkpoint_round_trip(tiny_lm, glide_ckpt, tmp_path):
         assert n1 == n2 and torch.equal(p1, p2)
     assert not any(k.startswith("target") for k in draft.state_dict())     # shared weights not saved
     assert (tmp_path / "again.json").is_file()
-    slim = tmp_path / "slim.pt"
-    ckpt.export(glide_ckpt, slim)
-    assert ckpt.read(slim)["training"] is None and slim.stat().st_size < glide_ckpt.stat().st_size
-    draft3, _ = ckpt.load(slim, tiny_lm.model, tiny_lm.model_id)
-    for p1, p3 in zip(draft.state_dict().values(), draft3.state_dict().values()):
-        assert p3.dtype == torch.float32
-        torch.testing.assert_close(p1, p3, atol=1e-2, rtol=1e-2)
+    assert_export_loads(ckpt, glide_ckpt, draft, tiny_lm, tmp_path)
 
 
 def test_checkpoint_for_another_target_is_refused(tiny_lm_tok, glide_ckpt):

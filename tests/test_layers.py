@@ -109,10 +109,9 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         return None
 
     for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
+        found = visit(node) if node not in state else None
+        if found:
+            return found
     return None
 
 

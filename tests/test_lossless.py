@@ -154,12 +154,16 @@ CONTEXT = (
 )
 
 
-@pytest.mark.slow
-def test_embedded_drafters_equal_vanilla(embedded_lm):
+def lighthouse_prompt(tokenizer):
+    """The chat prompt of the embedded-model lossless tests: retell CONTEXT."""
     from specviz.prompts import build_prompt
 
-    prompt = build_prompt(embedded_lm.tokenizer, "Retell the history of the lighthouse in your own words.",
-                          context=CONTEXT)
+    return build_prompt(tokenizer, "Retell the history of the lighthouse in your own words.", context=CONTEXT)
+
+
+@pytest.mark.slow
+def test_embedded_drafters_equal_vanilla(embedded_lm):
+    prompt = lighthouse_prompt(embedded_lm.tokenizer)
     runs = {}
     for drafter in ("vanilla", "ngram_trie", "prompt_lookup"):
         runs[drafter] = run_ids(embedded_lm, prompt.ids, drafter, None, max_new_tokens=48)

@@ -286,9 +286,8 @@ def test_bench_accepts_the_new_drafters():
 
 @pytest.mark.slow
 def test_new_drafters_equal_vanilla_on_the_embedded_model(embedded_lm):
-    from test_lossless import CONTEXT
-    prompt = build_prompt(embedded_lm.tokenizer, "Retell the history of the lighthouse in your own words.",
-                          context=CONTEXT)
+    from test_lossless import lighthouse_prompt
+    prompt = lighthouse_prompt(embedded_lm.tokenizer)
     vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=48)
     for drafter, cfg in [("token_recycling", {}), ("token_recycling", {"size_by_cost": False, "persist": True}),
                          ("suffix_decoding", {}), ("suffix_decoding", {"size_by_cost": False, "max_depth": 64})]:

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import run_ids
+from conftest import model_documents, run_ids
 from specviz.bench.methods import MethodError, parse_methods
 from specviz.bench.questions import Question
 from specviz.bench.runner import Bench
@@ -110,11 +110,7 @@ def test_arctic_suffix_runs_as_a_bench_row(tiny_lm_tok):
 @pytest.fixture()
 def tiny_index(tiny_lm, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))     # the datastore is built there
-    rng = random.Random(5)
-    docs = []
-    for _ in range(12):
-        prompt = [rng.randrange(64) for _ in range(6)]
-        docs.append(prompt + run_ids(tiny_lm, prompt, max_new_tokens=40)[0])
+    docs = model_documents(tiny_lm, random.Random(5))
     tokens = np.asarray([t for doc in docs for t in doc + [SEP]], dtype=np.int32)
     build_corpus_parts(tmp_path / "index", ("suffix", "trigram"), None, 64, tokens=tokens)
     return str(tmp_path / "index"), docs

