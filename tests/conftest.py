@@ -101,6 +101,17 @@ def assert_export_loads(ckpt: Any, src: Path, original: Any, lm: LoadedModel, tm
     return copy
 
 
+def bench_one_question(lm: LoadedModel, drafters: str, peers: str, max_new_tokens: int, text: str) -> tuple[Any, list]:
+    """The bench's methods (`--drafters`, `--peers`) on one single-turn question: (the Bench, its runs)."""
+    from specviz.bench.methods import parse_methods
+    from specviz.bench.questions import Question
+    from specviz.bench.runner import Bench
+
+    methods, _ = parse_methods(drafters, peers)
+    bench = Bench(lm, methods, max_new_tokens)
+    return bench, bench.run_question(Question(1, "qa", (text,)), 0)
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -268,25 +268,36 @@ def test_bench_end_to_end_on_the_tiny_model(tmp_path, capsys):
 
 
 def test_bench_interrupted_keeps_finished_questions(tmp_path, monkeypatch):
-    from specviz.bench import runner
+    started: list[int] = []
 
-    calls = {"n": 0}
-    real = runner.Bench.run_question
-
-    def flaky(self, q, rep):
-        calls["n"] += 1
-        if calls["n"] == 2:
+    def flaky(q):
+        started.append(q.question_id)
+        if len(started) == 2:
             raise KeyboardInterrupt
-        return real(self, q, rep)
 
-    monkeypatch.setattr(runner.Bench, "run_question", flaky)
+    _before_each_question(monkeypatch, flaky)
     out = tmp_path / "out"
-    code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_write(tmp_path, Q)),
-                 "--categories", "qa", "--limit", "2", "--max-new-tokens", "6", "--warmup", "0",
-                 "--drafters", "vanilla,ngram_trie", "--peers", "", "--out", str(out)])
-    assert code == 130
+    assert _bench_qa(tmp_path, out) == 130
     meta, rows = load_results(out / "results.json")
     assert meta["interrupted"] is True and meta["questions_measured"] == 1
+
+
+def _before_each_question(monkeypatch, hook):
+    """hook(question) runs before every question the bench measures (it may raise to stop the run);
+    a later call replaces the hook (inspect.unwrap: the real run_question)."""
+    import functools
+    import inspect
+
+    from specviz.bench import runner
+
+    real = inspect.unwrap(runner.Bench.run_question)
+
+    @functools.wraps(real)
+    def run_question(self, q, rep):
+        hook(q)
+        return real(self, q, rep)
+
+    monkeypatch.setattr(runner.Bench, "run_question", run_question)
 
 
 def _bench_qa(tmp_path, out, *extra):
@@ -296,18 +307,14 @@ def _bench_qa(tmp_path, out, *extra):
 
 
 def test_bench_saves_after_every_question_and_resume_measures_only_the_rest(tmp_path, monkeypatch):
-    from specviz.bench import runner
-
-    real = runner.Bench.run_question
     measured: list[int] = []
 
-    def killed_after_one(self, q, rep):           # as if the process were killed (no Ctrl-C handler)
+    def killed_after_one(q):           # as if the process were killed (no Ctrl-C handler)
         if measured:
             raise SystemExit(137)
         measured.append(q.question_id)
-        return real(self, q, rep)
 
-    monkeypatch.setattr(runner.Bench, "run_question", killed_after_one)
+    _before_each_question(monkeypatch, killed_after_one)
     out = tmp_path / "out"
     with pytest.raises(SystemExit):
         _bench_qa(tmp_path, out)
@@ -316,12 +323,7 @@ def test_bench_saves_after_every_question_and_resume_measures_only_the_rest(tmp_
     first = measured[0]
 
     resumed: list[int] = []
-
-    def counting(self, q, rep):
-        resumed.append(q.question_id)
-        return real(self, q, rep)
-
-    monkeypatch.setattr(runner.Bench, "run_question", counting)
+    _before_each_question(monkeypatch, lambda q: resumed.append(q.question_id))
     assert _bench_qa(tmp_path, out, "--resume") == 0
     assert first not in resumed and len(resumed) == 1      # only the unfinished question ran
     meta, rows = load_results(out / "results.json")
@@ -352,13 +354,11 @@ def test_time_limit_stops_between_questions_and_resume_finishes(tmp_path, monkey
     from specviz.bench import runner
 
     clock = {"now": 0.0}
-    real = runner.Bench.run_question
 
-    def a_minute_each(self, q, rep):
+    def a_minute_each(q):
         clock["now"] += 60.0
-        return real(self, q, rep)
 
-    monkeypatch.setattr(runner.Bench, "run_question", a_minute_each)
+    _before_each_question(monkeypatch, a_minute_each)
     monkeypatch.setattr(runner.time, "monotonic", lambda: clock["now"])
     out = tmp_path / "out"
     assert _bench_qa(tmp_path, out, "--time-limit", "0.5") == 0       # 1 question started, then the limit

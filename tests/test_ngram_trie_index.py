@@ -53,6 +53,13 @@ def node_at(trie: NgramTrie, path: Path) -> TrieNode | None:
     return node
 
 
+def built(n: int, lp: int, tokens: list[int]) -> NgramTrie:
+    """NgramTrie(n, lp) over `tokens` (one extend)."""
+    trie = NgramTrie(n, lp)
+    trie.extend(tokens)
+    return trie
+
+
 def random_cases(count: int, seed: int):
     rng = random.Random(seed)
     for _ in range(count):
@@ -67,8 +74,7 @@ def test_hand_example():
     """T = 1 2 3 4, n = 3, Lp = 2. Full windows: 1 2 3 (keys 123, 23) and 2 3 4 (keys 234,
     34). The stream's end also holds the partial windows 3 4 (keys 34, 4) and 4 (key 4),
     which become full windows as tokens arrive."""
-    trie = NgramTrie(3, 2)
-    trie.extend([1, 2, 3, 4])
+    trie = built(3, 2, [1, 2, 3, 4])
     counts, last = dump(trie)
     assert counts == {(1,): 1, (1, 2): 1, (1, 2, 3): 1, (2,): 2, (2, 3): 2, (2, 3, 4): 1,
                       (3,): 2, (3, 4): 2, (4,): 2}
@@ -78,8 +84,7 @@ def test_hand_example():
 
 def test_matches_brute_force_on_random_streams():
     for _, n, lp, stream in random_cases(300, seed=0):
-        trie = NgramTrie(n, lp)
-        trie.extend(stream)
+        trie = built(n, lp, stream)
         counts, last = brute_force(stream, n, lp)
         got_counts, got_last = dump(trie)
         assert got_counts == counts, (n, lp, stream)
@@ -91,8 +96,7 @@ def test_matches_brute_force_on_random_streams():
 
 def test_incremental_extend_equals_all_at_once():
     for rng, n, lp, stream in random_cases(200, seed=1):
-        whole = NgramTrie(n, lp)
-        whole.extend(stream)
+        whole = built(n, lp, stream)
         chunked = NgramTrie(n, lp)
         i = 0
         while i < len(stream):
@@ -120,8 +124,7 @@ def brute_match(counts: dict[Path, int], query: list[int], lp: int) -> tuple[Pat
 def test_match_longest_suffix_with_continuations():
     checked = 0
     for rng, n, lp, stream in random_cases(300, seed=2):
-        trie = NgramTrie(n, lp)
-        trie.extend(stream)
+        trie = built(n, lp, stream)
         counts, _ = brute_force(stream, n, lp)
         queries = [stream, stream[: len(stream) // 2], [rng.randrange(8) for _ in range(rng.randint(0, 6))]]
         for q in queries:
@@ -137,8 +140,7 @@ def test_match_longest_suffix_with_continuations():
 
 
 def test_match_examples():
-    trie = NgramTrie(4, 3)
-    trie.extend([1, 2, 3, 9, 2, 3, 7, 5])
+    trie = built(4, 3, [1, 2, 3, 9, 2, 3, 7, 5])
     node, m = trie.match([8, 2, 3])                   # "8 2 3" unseen, "2 3" seen twice
     assert m == 2 and set(node.children) == {9, 7}
     node, m = trie.match([7, 5])                      # "7 5" and "5" end the stream: no continuation
@@ -170,8 +172,7 @@ def test_top_nodes_equal_brute_force_top_k(by_recency, first_weight, weight):
     # weights are powers of two: scores compare exactly in floating point either way
     tested = 0
     for rng, n, lp, stream in random_cases(150, seed=3):
-        trie = NgramTrie(n, lp)
-        trie.extend(stream)
+        trie = built(n, lp, stream)
         matched, m = trie.match(stream)
         if matched is None:
             continue

@@ -9,10 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from conftest import model_documents, run_ids
+from conftest import bench_one_question, model_documents, run_ids
 from specviz.bench.methods import MethodError, parse_methods
-from specviz.bench.questions import Question
-from specviz.bench.runner import Bench
 from specviz.decoding import DecodingConfig
 from specviz.drafters import REGISTRY
 from specviz.drafters.choice import parse_choice
@@ -96,9 +94,7 @@ def test_arctic_suffix_drafts_what_suffix_decoding_drafts(tiny_lm):
 
 def test_arctic_suffix_runs_as_a_bench_row(tiny_lm_tok):
     pytest.importorskip("arctic_inference.suffix_decoding")
-    methods, _ = parse_methods("", "arctic_suffix")
-    bench = Bench(tiny_lm_tok, methods, 12)
-    runs = bench.run_question(Question(1, "qa", ("hello there, general hello there",)), 0)
+    _, runs = bench_one_question(tiny_lm_tok, "", "arctic_suffix", 12, "hello there, general hello there")
     assert [r.method for r in runs] == ["vanilla", "arctic_suffix"]
     peer = runs[1]
     assert peer.output_ids == runs[0].output_ids and peer.steps is not None   # steps measured, unlike hf peers

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import bench_one_question
 
 from specviz import cli
 from specviz.cli.drafters import drafters_markdown
@@ -172,9 +173,6 @@ def test_bench_sweeps_from_a_preset():
 
 def test_bench_runs_a_preset_with_its_store(tiny_lm_tok, monkeypatch):
     from specviz.bench import runner as bench_runner
-    from specviz.bench.questions import Question
-    from specviz.bench.runner import Bench
-
     stores = []
     original = bench_runner.generate
 
@@ -183,9 +181,7 @@ def test_bench_runs_a_preset_with_its_store(tiny_lm_tok, monkeypatch):
         return original(lm, prompt, name, config, decoding, store)
 
     monkeypatch.setattr(bench_runner, "generate", spy)
-    methods, _ = parse_methods("ngram_trie@paper", "")
-    bench = Bench(tiny_lm_tok, methods, 6)
-    runs = bench.run_question(Question(1, "qa", ("hello there, general",)), 0)
+    bench, runs = bench_one_question(tiny_lm_tok, "ngram_trie@paper", "", 6, "hello there, general")
     assert [r.method for r in runs] == ["vanilla", "ngram_trie@paper"]
     assert runs[0].output_ids == runs[1].output_ids
     assert stores and all(s is bench.store for s in stores)     # one store for the whole run

@@ -106,7 +106,7 @@ class DrafterSpec:
     config_cls: type
     factory: Callable[[Any, DraftSetup], Drafter]
     summary: str
-    reference: str
+    reference: str = "-"            # the paper, by authors, year and title ("-": none)
     family: str = "other"           # "baseline", "context", "corpus", "model", "oracle": where it drafts from
     order: int = 1000               # its place in lists (lower first; ties by name)
     # runs the baseline first and replays its output: the config's REFERENCE_SETTING is filled

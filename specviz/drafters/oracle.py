@@ -38,5 +38,4 @@ class Oracle(Unlearning):
 
 SPEC = register(DrafterSpec("oracle", OracleConfig, Oracle,
                             "Replays a known continuation: the upper bound of speculative decoding here.",
-                            "-",
                             family="oracle", order=100, needs_reference=True))

@@ -23,5 +23,4 @@ class Vanilla(Unlearning):
 
 SPEC = register(DrafterSpec("vanilla", VanillaConfig, Vanilla,
                             "Plain autoregressive decoding, the baseline for every speedup.",
-                            "-",
                             family="baseline", order=0, is_baseline=True))

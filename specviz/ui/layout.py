@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # runs offline; no usage pings
 
@@ -78,6 +78,12 @@ def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, messag
         return runner.run_to_end(spec).to_json()
 
 
+def _tab(title: str, build: Callable[[], Any]) -> Any:
+    """A tab titled `title` holding what build() lays out; returns build()'s handles."""
+    with gr.Tab(title):
+        return build()
+
+
 def build_demo() -> gr.Blocks:
     """The explorer page; loads no model (the first run does). It opens on a recorded trace
     (landing.py)."""
@@ -106,19 +112,12 @@ def build_demo() -> gr.Blocks:
                                 inputs=[context, message, max_new], example_labels=[p.name for p in presets],
                                 label="Worked examples")
                 run = build_run_panel()
-        with gr.Tabs():
-            with gr.Tab("Inspect a step"):
-                inspector = build_inspector()
-            with gr.Tab("Run summary"):
-                summary = build_summary()
-            with gr.Tab("Compare drafters"):
-                compare = build_compare_tab()
-            with gr.Tab("Export / replay"):
-                replay = build_replay_tab()
-            with gr.Tab("Benchmark results"):
-                results = build_results_tab()
-            with gr.Tab("Machine"):
-                machine = build_machine_tab()
+        with gr.Tabs():                                       # one tab per view: its title, its builder
+            views = [_tab(title, build) for title, build in (
+                ("Inspect a step", build_inspector), ("Run summary", build_summary),
+                ("Compare drafters", build_compare_tab), ("Export / replay", build_replay_tab),
+                ("Benchmark results", build_results_tab), ("Machine", build_machine_tab))]
+        inspector, summary, compare, replay, results, machine = views
 
         # ---- views: everything below the run reads session.trace ------------------------------
         step_outputs = [*inspector.outputs, run.output]
