@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from .base import DrafterSpec, Preset, register
-from .medusa import HeadsConfig, HeadsDrafter
+from .medusa import PAPER_TREE, HeadsConfig, HeadsDrafter
 
 
 class HydraDrafter(HeadsDrafter):
@@ -36,7 +36,7 @@ class HydraDrafter(HeadsDrafter):
 
 _PAPER = "Hydra: Sequentially-Dependent Draft Heads for Medusa Decoding"
 PRESETS = {"paper": Preset(
-    {"tree": "mc_sim_7b_63", "size_by_cost": False, "min_path": 0.0},
+    PAPER_TREE,
     f"{_PAPER}: the basic Hydra heads (not Hydra++), as the authors' hydra/train/train.py defaults "
     "(hydra_head_arch mlp, hydra_num_layers 1, grounded_heads) on the tree mc_sim_7b_63 of "
     "hydra/model/hydra_choices.py, every node verified")}

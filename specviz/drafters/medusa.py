@@ -220,9 +220,12 @@ class MedusaDrafter(HeadsDrafter):
     source = "medusa-head"
 
 
+# both papers' own setting: the sparse tree mc_sim_7b_63, every node verified (no cost cut, no min_path)
+PAPER_TREE = {"tree": "mc_sim_7b_63", "size_by_cost": False, "min_path": 0.0}
+
 _PAPER = "Medusa: Simple LLM Inference Acceleration Framework with Multiple Decoding Heads"
 PRESETS = {"paper": Preset(
-    {"tree": "mc_sim_7b_63", "size_by_cost": False, "min_path": 0.0},
+    PAPER_TREE,
     f"{_PAPER}: Medusa-1 heads (section 2.1.1, one residual block each; section 2.2.1) on the sparse "
     "tree mc_sim_7b_63 of the authors' medusa/model/medusa_choices.py (section 2.3.3), every node "
     "verified; greedy / speculative-sampling acceptance, not the lossy typical acceptance (section 2.3.1)")}
