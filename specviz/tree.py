@@ -2,9 +2,9 @@
 (a tree grown node by node), and `merge_chains` (candidate chains -> one trie-shaped
 DraftTree, labelled by source).
 
-A tree is flat arrays in topological order (every parent index is smaller than its child's).
-Parent -1 means "child of the root", the root being the last committed token, whose KV is
-not cached yet. The verifier feeds `[root] + tree.tokens` in one forward; row 0 of the input
+A tree is flat arrays in topological order (every parent index is smaller than its child's;
+flat_tree.FlatTree holds tokens, parents and the structure read from them). Parent -1 means
+"child of the root", the root being the last committed token, whose KV is not cached yet. The verifier feeds `[root] + tree.tokens` in one forward; row 0 of the input
 is the root and row i+1 is node i.
 
     committed:  t0 t1 ... t_{L-1}          (KV cached for t0..t_{L-2}; t_{L-1} is the root)
@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from .flat_tree import FlatTree
+
 
 @dataclass(frozen=True)
-class DraftTree:
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]
+class DraftTree(FlatTree):
     sources: tuple[str, ...]
     # drafter's own score per node (trie frequency, draft probability...), for display and sizing
     scores: tuple[float, ...] | None = None
@@ -76,34 +75,7 @@ class DraftTree:
                          tuple(float(s) for s in scores) if scores is not None else None,
                          draft_probs)
 
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    # ---- structure ---------------------------------------------------------------------------
-    @cached_property
-    def depths(self) -> tuple[int, ...]:
-        """Depth of each node: 1 for children of the root."""
-        d: list[int] = []
-        for p in self.parents:
-            d.append(1 if p < 0 else d[p] + 1)
-        return tuple(d)
-
-    @cached_property
-    def children(self) -> dict[int, list[int]]:
-        """Children of each node in order; key -1 is the root."""
-        out: dict[int, list[int]] = {-1: []}
-        for i, p in enumerate(self.parents):
-            out.setdefault(p, []).append(i)
-            out.setdefault(i, [])
-        return out
-
-    def path_to(self, node: int) -> list[int]:
-        """Node ids from the root's child down to `node`."""
-        return ancestry(self.parents, node)
-
-    def leaves(self) -> list[int]:
-        return [i for i in range(len(self)) if not self.children[i]]
-
+    # ---- structure (depths, children, path_to, leaves: FlatTree) ---------------------------
     def ancestor_matrix(self) -> np.ndarray:
         """[N+1, N+1] bool, row r sees column c; row/column 0 is the root."""
         n = len(self)
@@ -180,16 +152,6 @@ def build_buffers(tree: DraftTree, root_token: int, past_len: int, dtype: torch.
     mask = torch.zeros((1, 1, rows, past_len + rows), dtype=dtype, device=device)   # [1, 1, rows, past + rows]
     mask[0, 0, :, past_len:] = tree_mask.to(device)
     return TreeBuffers(input_ids, position_ids, mask)
-
-
-def ancestry(parents: Sequence[int], node: int) -> list[int]:
-    """In a parent array (-1 = the root), the nodes from the root's child down to `node`
-    (none for the root)."""
-    path = []
-    while node >= 0:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
 
 
 class TreeBuilder:

@@ -36,7 +36,8 @@ import torch
 from ..decoding import DecodingConfig, target_probs
 from ..errors import ConfigError
 from ..settings import Settings, setting
-from ..tree import DraftTree, TreeBuilder, ancestry
+from ..flat_tree import ancestry
+from ..tree import DraftTree, TreeBuilder
 from .base import DraftContext, DraftSetup
 
 PROPOSAL = "draft-model"

@@ -40,7 +40,8 @@ from ..heads.checkpoint import default_checkpoint, load, train_command
 from ..heads.model import DraftHeads
 from ..settings import setting
 from ..sizing import best_prefix
-from ..tree import DraftTree, ancestry
+from ..flat_tree import ancestry
+from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 from .tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
