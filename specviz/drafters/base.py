@@ -87,6 +87,13 @@ class StepView:
 REFERENCE_SETTING = "tokens"
 
 
+def checkpoint_setting(what: str, file: str) -> Any:
+    """The `checkpoint` setting of a drafter with trained weights (glide, medusa, hydra): a
+    file, '' = the shipped one, specviz/data/checkpoints/`file` (a pattern like glide-<model>.pt)."""
+    return settings.setting("", f"{what} checkpoint file ('' = the shipped one for this target, "
+                                f"specviz/data/checkpoints/{file}).", kind="file")
+
+
 @dataclass(frozen=True)
 class Preset:
     """Named setting values for a drafter, with where they come from (a paper's section or

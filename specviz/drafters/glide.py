@@ -26,7 +26,7 @@ from ..glide.model import GlideDraft, positions_cross_mask
 from ..resources import data_path
 from ..errors import ConfigError
 from ..settings import setting
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
 from .chain import GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
@@ -39,8 +39,7 @@ def default_checkpoint(model_id: str) -> Path:
 
 @dataclass(frozen=True)
 class GlideConfig(GammaSettings):
-    checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
-                              "specviz/data/checkpoints/glide-<model>.pt).", kind="file")
+    checkpoint: str = checkpoint_setting("GLIDE", "glide-<model>.pt")
     gamma: int = setting(4, "Proposal tokens per step (default 4 here: on the CPU shorter chains pay, "
                          "benchmarks/models: gamma 2 1.02x, gamma 4 0.84x of vanilla; the paper uses 5, "
                          "section 5.1, as the paper preset does).", low=1, high=32)

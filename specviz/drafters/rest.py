@@ -20,7 +20,7 @@ from ..index.candidates import rank_continuations
 from ..settings import setting
 from ..tree import DraftTree
 from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_index import corpus_index_setting, resolve_index
+from .corpus_index import corpus_index_setting, resolve_part
 from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 
@@ -44,10 +44,7 @@ class RestConfig(TreeSizingSettings):
 class RestDrafter:
     def __init__(self, config: RestConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.index, self.note = resolve_index(config.corpus_index, setup)
-        self.sa = self.index.suffix if self.index is not None else None
-        if self.index is not None and self.sa is None:
-            self.note = f"corpus index {self.index.path} has no suffix part; build it with --kind suffix"
+        self.sa, self.note = resolve_part(config.corpus_index, setup, "suffix")
         self.cutter = config.cutter()
 
     def propose(self, ctx: DraftContext) -> DraftTree:
