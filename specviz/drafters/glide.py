@@ -27,7 +27,7 @@ from ..resources import data_path
 from ..errors import ConfigError
 from ..settings import setting
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
-from .chain import GammaSettings, ModelDrafter, parse_bins
+from .chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
 
@@ -135,11 +135,12 @@ class Glide(ModelDrafter):
 
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
         super().__init__(config, setup)
-        draft = load_for(setup.target, setup.target.model_id, config.checkpoint)
-        self.chain = self.chain_for(GlideDraftLM(draft), setup)
         self.bins = parse_bins(config.cape_bins) if config.cape else None
         self.beam = config.beam
         self.max_verify = config.max_verify
+
+    def draft_lm(self, config: GlideConfig, setup: DraftSetup) -> DraftLM:
+        return GlideDraftLM(load_for(setup.target, setup.target.model_id, config.checkpoint))
 
 
 _PAPER = "GLIDE with a CAPE: A Low-Hassle Method to Accelerate Speculative Decoding"
