@@ -4,15 +4,16 @@
 model's tokenizer (built from ShareGPT on first use), or none for a model without a
 tokenizer (unit-test models: the drafter then drafts from what it has, and says so in the
 step info). `resolve_part`: one part of it (rest's suffix array, aded's tri-gram table), with
-the note saying how to build it where the index lacks it. `corpus_index_setting()` is the `corpus_index` field they share (its old name
-`index` is still accepted, with a warning). A corpus index is not a passage index
-(retrieval/, `generate --passage-index`).
+the note saying how to build it where the index lacks it. `corpus_index_setting()` is the
+`corpus_index` field they share (its old name `index` is still accepted, with a warning);
+`span_setting` a suffix length looked up in the suffix array. A corpus index is not a
+passage index (retrieval/, `generate --passage-index`).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..index.store import CorpusIndex, default_index, open_index, tokenizer_identity
+from ..index.store import MAX_SPAN, CorpusIndex, default_index, open_index, tokenizer_identity
 from ..settings import setting
 from .base import DraftSetup
 
@@ -23,6 +24,12 @@ INDEX_HELP = ("Corpus index folder (python -m specviz index build --kind suffix,
 def corpus_index_setting() -> str:
     """The `corpus_index` setting of a corpus drafter (formerly `index`)."""
     return setting("", INDEX_HELP, kind="folder", was="index")  # type: ignore[no-any-return]
+
+
+def span_setting(default: int, help: str) -> Any:
+    """A suffix length looked up in the corpus index's suffix array: 1 .. MAX_SPAN, the longest
+    span an index is built to match (index build's default)."""
+    return setting(default, help, low=1, high=MAX_SPAN)
 
 
 def resolve_index(path: str, setup: DraftSetup) -> tuple[CorpusIndex | None, str]:
