@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from ..decoding import DecodingConfig, target_probs
 from ..errors import ConfigError
+from ..kvcache import crop_to
 from ..settings import Settings, setting
 from ..flat_tree import ancestry
 from ..tree import DraftTree, TreeBuilder
@@ -76,6 +78,24 @@ def hf_forward(lm: Any, ids: Sequence[int]) -> torch.Tensor:
                    past_key_values=lm.cache, use_cache=True)
     lm.length += len(ids)
     return out.logits[0]                                                               # [n, V]
+
+
+class HFDraftLM:
+    """A Hugging Face causal LM with its own DynamicCache, as a DraftLM (draft_model's; self_draft's
+    reads the target's committed rows into it)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        crop_to(self.cache, length)
+        self.length = length
+
+    def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
+        return hf_forward(self, ids)                                  # [n, V_draft]
 
 
 def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], ...]:
@@ -302,10 +322,10 @@ class GammaSettings(Settings):
 
 class ModelDrafter:
     """The base of the model drafters: refuses a setup without a target, keeps the config
-    (a GammaSettings), makes the ChainLoop (`chain_for`, seeded by the decoding seed), and
-    shares propose / observe: gamma capped by the token budget, the step's metrics in
-    ctx.info, gamma adapted after each step when `adaptive` is on. Subclasses set `name`,
-    call `super().__init__` first, then set self.chain (and self.bins for CAPE, and for a
+    (a GammaSettings), makes the ChainLoop around the subclass's `draft_lm` (seeded by the
+    decoding seed), and shares propose / observe: gamma capped by the token budget, the
+    step's metrics in ctx.info, gamma adapted after each step when `adaptive` is on.
+    Subclasses set `name` and define `draft_lm` (and may set self.bins for CAPE, and for a
     tree-capable draft self.beam (width, 0 = chains) and self.max_verify (0 = no cap))."""
     name = "model drafter"
     chain: ChainLoop
@@ -318,11 +338,12 @@ class ModelDrafter:
             raise ConfigError("target", f"drafter {self.name} needs the target model (DraftSetup.target)")
         self.config: Any = config
         self.gamma = int(config.gamma)
-
-    @staticmethod
-    def chain_for(lm: DraftLM, setup: DraftSetup) -> ChainLoop:
         seed = setup.decoding.seed if setup.decoding is not None else 0
-        return ChainLoop(lm, setup.vocab_size, setup.decoding, seed)
+        self.chain = ChainLoop(self.draft_lm(config, setup), setup.vocab_size, setup.decoding, seed)
+
+    def draft_lm(self, config: Any, setup: DraftSetup) -> DraftLM:
+        """The draft model the chain runs (called once, by __init__, after the target check)."""
+        raise NotImplementedError
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         gamma = min(self.gamma, ctx.budget - 1)

@@ -42,7 +42,7 @@ from ..settings import setting
 from ..sizing import best_prefix
 from ..flat_tree import ancestry
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, checkpoint_setting, register
 from .tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 # Medusa's sparse tree "mc_sim_7b_63" (medusa/model/medusa_choices.py; also Hydra's
@@ -78,8 +78,7 @@ class Template:
 
 @dataclass(frozen=True)
 class HeadsConfig(TreeSizingSettings):
-    checkpoint: str = setting("", "Heads checkpoint file ('' = the shipped one for this target, "
-                              "specviz/data/checkpoints/<drafter>-<model>.pt).", kind="file")
+    checkpoint: str = checkpoint_setting("Heads", "<drafter>-<model>.pt")
     tree: str = setting("mc_sim_7b_63", "Sparse tree of per-head ranks: mc_sim_7b_63 (Medusa's 63-node tree, "
                         "medusa_choices.py) or chain (each head's best token).", choices=tuple(TREES))
     min_path: float = setting(0.01, "Draft no children under a node whose path probability (the product of "
