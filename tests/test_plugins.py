@@ -7,42 +7,37 @@ in fresh processes, where it is found the way a user's installed plugin is.
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from specviz.drafters import REGISTRY, plugins
 from specviz.drafters.base import DrafterSpec
-from specviz.settings import Settings, setting
 from specviz.trace import Trace
-from specviz.tree import DraftTree
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "specviz-echo-drafter"
 
 
-@dataclass(frozen=True)
-class _Cfg(Settings):
-    n: int = setting(2, "how many", low=1, high=4)
+def _example_spec() -> DrafterSpec:
+    """The out-of-tree example's own spec (examples/specviz-echo-drafter), imported from its file."""
+    path = EXAMPLE / "specviz_echo_drafter" / "__init__.py"
+    module_spec = importlib.util.spec_from_file_location("_specviz_echo_example", path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module                 # dataclasses look their module up there
+    module_spec.loader.exec_module(module)
+    return module.SPEC
 
 
-class _Nothing:
-    def __init__(self, config, setup) -> None: ...
-
-    def propose(self, ctx) -> DraftTree:
-        return DraftTree.empty()
-
-    def observe(self, step) -> None: ...
-
-
-GOOD = DrafterSpec("plugin_good", _Cfg, _Nothing, "a test plugin", "-")
+GOOD = dataclasses.replace(_example_spec(), name="plugin_good")
 
 
 class _EntryPoint:
@@ -56,7 +51,7 @@ class _EntryPoint:
 
 
 def test_plugins_register_and_broken_ones_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    clash = DrafterSpec("vanilla", _Cfg, _Nothing, "takes a built-in name", "-")
+    clash = dataclasses.replace(GOOD, name="vanilla")
     eps = [_EntryPoint("good", "pkg_good:SPEC", lambda: GOOD),                  # a callable returning a spec
            _EntryPoint("broken", "pkg_broken:SPEC", error=ImportError("No module named 'pkg_broken'")),
            _EntryPoint("foreign", "pkg_foreign:thing", obj=42),
@@ -78,7 +73,7 @@ def test_plugins_register_and_broken_ones_are_named(monkeypatch: pytest.MonkeyPa
         # the plugin is listed, with its settings, like a built-in
         from specviz.cli.drafters import drafter_listing
         listed = {d["name"]: d for d in drafter_listing()}
-        assert listed["plugin_good"]["settings"][0]["name"] == "n"
+        assert listed["plugin_good"]["settings"][0]["name"] == "k"
     finally:
         REGISTRY.pop("plugin_good", None)
 
