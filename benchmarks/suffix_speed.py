@@ -132,8 +132,8 @@ def replay(data: dict[str, Any], warmup: int, limit: int) -> tuple[Side, Side, d
             new = new[:budget]
             tokens.extend(new)
             agree["steps"] += 1
-            agree["same_score"] += (len(mine) == len(other) and info.get("match_len", 0) == other_info.get("match_len", 0)
-                                    and abs(info.get("score", 0) - other_info.get("score", 0)) < 1e-3)
+            agree["same_score"] += len(mine) == len(other) and (not len(mine) or (
+                info["match_len"] == other_info["match_len"] and abs(info["score"] - other_info["score"]) < 1e-3))
             agree["same_tokens"] += mine.tokens == other.tokens
             agree["same_accepted"] += len(acc) == len(accepted_path(other, answer[done:]))
             views = {ours.name: StepView(mine, acc, new, tokens, ()),

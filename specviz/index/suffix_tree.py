@@ -75,6 +75,8 @@ class SuffixTree:
         self._active: dict[int, list[int]] = {}
         self._lengths: dict[int, int] = {}
         self._clock = 0
+        self._ones = array("q", [1]) * (max_depth + 1)
+        self._none = array("i", [-1]) * (max_depth + 1)
         # clock ranges: from tick _run_clock[i] on, the ticks appended sequence _run_seq[i]
         # from position _run_pos[i] on (one range per stretch of one sequence's tokens)
         self._run_clock = array("q")
@@ -109,22 +111,45 @@ class SuffixTree:
             runs.append(clock + 1)
             self._run_seq.append(seq_id)
             self._run_pos.append(pos)
-        limit, get = self.max_depth, self.edges.get
-        count, stamp, best = self.count, self.stamp, self.best
+        limit, edges = self.max_depth, self.edges
+        get = edges.get
+        count, stamp, best, token, depth = self.count, self.stamp, self.best, self.token, self.depth
+        first, sibling = self.first_child, self.next_sibling
+        ones, none = self._ones, self._none
         for tok in tokens:
             clock += 1
             nxt = [0]
-            for node in active:                # the root, then the growing suffix nodes
+            # the root, then the growing suffix nodes (depth i at index i): the existing
+            # children first, as a suffix is held only if the shorter ones are
+            for node in active:
                 child = get((node << SHIFT) | tok)
-                if child is None:              # a new node, first of its parent's list
-                    child = self._new_node(node, tok, clock)
-                else:
-                    c = count[child] + 1
-                    count[child] = c
-                    stamp[child] = clock
-                    if c > count[best[node]]:  # ties stay with the one that got there first
-                        best[node] = child
+                if child is None:
+                    break
+                c = count[child] + 1
+                count[child] = c
+                stamp[child] = clock
+                if c > count[best[node]]:      # ties stay with the one that got there first
+                    best[node] = child
                 nxt.append(child)
+            j = len(nxt) - 1
+            if j < len(active):                # new nodes for the rest, each first of its parent's list
+                parents = active[j:]
+                k = len(parents)
+                ids = range(len(count), len(count) + k)
+                count.extend(ones[:k])
+                stamp.extend(array("q", (clock,)) * k)
+                token.extend(array("i", (tok,)) * k)
+                depth.extend(range(j + 1, j + 1 + k))
+                first.extend(none[:k])
+                best.extend(none[:k])
+                heads = [first[node] for node in parents]
+                sibling.extend(heads)
+                for node, child, head in zip(parents, ids, heads):
+                    first[node] = child
+                    if head < 0:               # an only child is the best
+                        best[node] = child
+                edges.update(zip([(node << SHIFT) | tok for node in parents], ids))
+                nxt.extend(ids)
             if len(nxt) > limit:               # the deepest reached max_depth: it stops growing
                 nxt.pop()
             count[0] += 1
@@ -132,20 +157,6 @@ class SuffixTree:
         self._clock = clock
         self._active[seq_id] = active
         self._lengths[seq_id] = pos + len(tokens)
-
-    def _new_node(self, parent: int, tok: int, clock: int) -> int:
-        child = self.edges[(parent << SHIFT) | tok] = len(self.count)
-        self.count.append(1)
-        self.token.append(tok)
-        self.depth.append(self.depth[parent] + 1)
-        self.first_child.append(-1)
-        self.next_sibling.append(self.first_child[parent])
-        self.best.append(-1)
-        self.stamp.append(clock)
-        if self.first_child[parent] < 0:      # an only child is the best
-            self.best[parent] = child
-        self.first_child[parent] = child
-        return child
 
     # ---- reading -----------------------------------------------------------------------
     def find(self, tokens: Sequence[int]) -> int:
