@@ -223,11 +223,14 @@ class SuffixTree:
         `known` as in `longest_match`."""
         best_score, best_m, best_budget, best_spec = 0.0, 0, 0, None
         # a match of max_depth tokens leaves no room to draft
-        nodes = self.longest_match(context, known, self.max_depth - 1)
-        count, best, first = self.count, self.best, self.first_child
-        for m in range(len(nodes), 0, -1):
-            budget = min(max_spec_tokens, int(m * max_spec_factor + max_spec_offset + 1e-6),
-                         self.max_depth - m)
+        top = min(len(context), self.max_depth - 1)
+        nodes = known if len(known) >= top else self.longest_match(context, known, top)
+        count, best, first, depth = self.count, self.best, self.first_child, self.max_depth
+        for m in range(min(len(nodes), top), 0, -1):
+            budget = int(m * max_spec_factor + max_spec_offset + 1e-6)
+            if budget <= best_score and max_spec_factor >= 0:
+                break                         # nor can any shorter match
+            budget = min(budget, max_spec_tokens, depth - m)
             if budget <= 0 or budget <= best_score:
                 continue
             node = nodes[m - 1]
