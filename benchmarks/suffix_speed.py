@@ -153,9 +153,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", default=str(STREAMS))
     parser.add_argument("--record", action="store_true", help="re-record the streams with the embedded model")
-    parser.add_argument("--per-category", type=int, default=2, help="with --record: questions per category")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="with --record")
-    parser.add_argument("--warmup", type=int, default=3, help="streams replayed first, untimed")
+    parser.add_argument("--per-category", type=int, default=1, help="with --record: questions per category")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="with --record")
+    parser.add_argument("--warmup", type=int, default=1, help="streams replayed first, untimed")
     parser.add_argument("--limit", type=int, default=0, help="replay only the first N streams (0: all)")
     parser.add_argument("--repeats", type=int, default=1, help="replay the whole set this many times, "
                                                                "each from empty trees; times pooled")
