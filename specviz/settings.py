@@ -36,6 +36,16 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     return dataclasses.field(default=default, metadata=meta)
 
 
+def mirror_setting(config_cls: type, name: str, default: Any, help: str) -> Any:
+    """A setting with the range, choices and kind of `config_cls`'s field `name` but its own
+    default and help, for a setting that mirrors another config's (a bench peer's, of the
+    drafter it runs beside; hierarchy's Jacobi window, of lookahead's), so that every value
+    one accepts the other accepts too."""
+    meta = {f.name: f.metadata for f in dataclasses.fields(config_cls)}[name]
+    return setting(default, help, low=meta["low"], high=meta["high"], low_open=meta["low_open"],
+                   choices=meta["choices"], ui=meta["ui"], kind=meta["kind"])
+
+
 @dataclass(frozen=True)
 class SettingInfo:
     """What a front end needs to render one setting."""

@@ -1,9 +1,10 @@
-"""DraftTree: the one data structure every drafter returns, its tensor buffers, and
-`merge_chains` (candidate chains -> one trie-shaped DraftTree, labelled by source).
+"""DraftTree: the one data structure every drafter returns, its tensor buffers, `TreeBuilder`
+(a tree grown node by node), and `merge_chains` (candidate chains -> one trie-shaped
+DraftTree, labelled by source).
 
-A tree is flat arrays in topological order (every parent index is smaller than its child's).
-Parent -1 means "child of the root", the root being the last committed token, whose KV is
-not cached yet. The verifier feeds `[root] + tree.tokens` in one forward; row 0 of the input
+A tree is flat arrays in topological order (every parent index is smaller than its child's;
+flat_tree.FlatTree holds tokens, parents and the structure read from them). Parent -1 means
+"child of the root", the root being the last committed token, whose KV is not cached yet. The verifier feeds `[root] + tree.tokens` in one forward; row 0 of the input
 is the root and row i+1 is node i.
 
     committed:  t0 t1 ... t_{L-1}          (KV cached for t0..t_{L-2}; t_{L-1} is the root)
@@ -13,18 +14,18 @@ is the root and row i+1 is node i.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from .flat_tree import FlatTree
+
 
 @dataclass(frozen=True)
-class DraftTree:
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]
+class DraftTree(FlatTree):
     sources: tuple[str, ...]
     # drafter's own score per node (trie frequency, draft probability...), for display and sizing
     scores: tuple[float, ...] | None = None
@@ -74,38 +75,7 @@ class DraftTree:
                          tuple(float(s) for s in scores) if scores is not None else None,
                          draft_probs)
 
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    # ---- structure ---------------------------------------------------------------------------
-    @cached_property
-    def depths(self) -> tuple[int, ...]:
-        """Depth of each node: 1 for children of the root."""
-        d: list[int] = []
-        for p in self.parents:
-            d.append(1 if p < 0 else d[p] + 1)
-        return tuple(d)
-
-    @cached_property
-    def children(self) -> dict[int, list[int]]:
-        """Children of each node in order; key -1 is the root."""
-        out: dict[int, list[int]] = {-1: []}
-        for i, p in enumerate(self.parents):
-            out.setdefault(p, []).append(i)
-            out.setdefault(i, [])
-        return out
-
-    def path_to(self, node: int) -> list[int]:
-        """Node ids from the root's child down to `node`."""
-        path = []
-        while node >= 0:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]
-
-    def leaves(self) -> list[int]:
-        return [i for i in range(len(self)) if not self.children[i]]
-
+    # ---- structure (depths, children, path_to, leaves: FlatTree) ---------------------------
     def ancestor_matrix(self) -> np.ndarray:
         """[N+1, N+1] bool, row r sees column c; row/column 0 is the root."""
         n = len(self)
@@ -184,36 +154,61 @@ def build_buffers(tree: DraftTree, root_token: int, past_len: int, dtype: torch.
     return TreeBuffers(input_ids, position_ids, mask)
 
 
+class TreeBuilder:
+    """A DraftTree grown node by node (a parent before its children): the parallel lists a
+    drafter fills, and a trie lookup of the children by token for merging chains."""
+
+    def __init__(self, tree: DraftTree | None = None) -> None:
+        """Empty, or starting from `tree`'s nodes (their scores 0.0 where it has none)."""
+        tree = tree or DraftTree.empty()
+        self.tokens, self.parents, self.sources = list(tree.tokens), list(tree.parents), list(tree.sources)
+        self.scores = list(tree.scores) if tree.scores is not None else [0.0] * len(tree)
+        self._child = {(par, tok): i for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents))}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, token: int, parent: int, source: str, score: float = 0.0) -> int:
+        """Append a node below `parent` (-1 = the root); its id."""
+        node = self._child[(parent, int(token))] = len(self.tokens)
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        self.sources.append(source)
+        self.scores.append(float(score))
+        return node
+
+    def add_chain(self, chain: Sequence[int], source: str, limit: int | None = None) -> list[int]:
+        """Follow `chain` down from the root through existing nodes (they keep their source),
+        appending the rest as new nodes labelled `source`; the chain's node ids, cut where
+        the tree would grow past `limit` nodes."""
+        par, nodes = -1, []
+        for tok in chain:
+            node = self._child.get((par, int(tok)))
+            if node is None:
+                if limit is not None and len(self) >= limit:
+                    break
+                node = self.add(tok, par, source)
+            nodes.append(node)
+            par = node
+        return nodes
+
+    def build(self, draft_probs: torch.Tensor | None = None) -> DraftTree:
+        return DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.sources), tuple(self.scores),
+                         draft_probs)
+
+
 def merge_chains(chains: Sequence[tuple[Sequence[int], str]], limit: int | None = None
                  ) -> tuple[DraftTree, list[int], list[list[int]]]:
-    """Chains (tokens, source) into a trie below the root, in order. Returns the tree, per
-    node how many chains pass through it, and per chain its node ids (a chain cut by `limit`,
-    the cap on nodes, has fewer ids than tokens)."""
-    index: dict[tuple[int, int], int] = {}
-    tokens: list[int] = []
-    parents: list[int] = []
-    sources: list[str] = []
-    through: list[int] = []
-    chain_nodes: list[list[int]] = []
-    for chain, source in chains:
-        par = -1
-        chain_nodes.append([])
-        for tok in chain:
-            key = (par, int(tok))
-            node = index.get(key)
-            if node is None:
-                if limit is not None and len(tokens) >= limit:
-                    break
-                node = index[key] = len(tokens)
-                tokens.append(int(tok))
-                parents.append(par)
-                sources.append(source)
-                through.append(0)
-            through[node] += 1
-            chain_nodes[-1].append(node)
-            par = node
-    tree = DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(float(t) for t in through))
-    return tree, through, chain_nodes
+    """Chains (tokens, source) into a trie below the root, in order. Returns the tree (scored
+    by `through`), per node how many chains pass through it, and per chain its node ids (a
+    chain cut by `limit`, the cap on nodes, has fewer ids than tokens)."""
+    trie = TreeBuilder()
+    chain_nodes = [trie.add_chain(chain, source, limit) for chain, source in chains]
+    through = [0] * len(trie)
+    for node in itertools.chain.from_iterable(chain_nodes):
+        through[node] += 1
+    trie.scores = [float(t) for t in through]
+    return trie.build(), through, chain_nodes
 
 
 def graft_chains(tree: DraftTree, chains: Sequence[tuple[Sequence[int], str]]
@@ -221,21 +216,6 @@ def graft_chains(tree: DraftTree, chains: Sequence[tuple[Sequence[int], str]]
     """`tree` with chains (tokens, source) merged in below the root: a chain follows existing
     nodes where it can (they keep their source) and new nodes are appended after the old ones.
     Returns the tree and per chain its node ids."""
-    index = {(par, tok): i for i, (tok, par) in enumerate(zip(tree.tokens, tree.parents))}
-    tokens, parents, sources = list(tree.tokens), list(tree.parents), list(tree.sources)
-    scores = list(tree.scores) if tree.scores is not None else [0.0] * len(tree)
-    chain_nodes: list[list[int]] = []
-    for chain, source in chains:
-        par, nodes = -1, []
-        for tok in chain:
-            node = index.get((par, int(tok)))
-            if node is None:
-                node = index[(par, int(tok))] = len(tokens)
-                tokens.append(int(tok))
-                parents.append(par)
-                sources.append(source)
-                scores.append(0.0)
-            nodes.append(node)
-            par = node
-        chain_nodes.append(nodes)
-    return DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(scores)), chain_nodes
+    trie = TreeBuilder(tree)
+    chain_nodes = [trie.add_chain(chain, source) for chain, source in chains]
+    return trie.build(), chain_nodes

@@ -66,14 +66,17 @@ def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES) -> st
     return text
 
 
-def _probe_folder(folder: Path, what: str, shown: str) -> None:
-    """Create and remove a temporary file in `folder` (an existing directory)."""
+def _check_writable_folder(folder: Path, what: str, not_a_folder: str) -> None:
+    """FileCheckError `what: not_a_folder` unless `folder` is a directory, or saying why this
+    process cannot write in it (probed by creating and removing a temporary file there)."""
+    if not folder.is_dir():
+        raise FileCheckError(f"{what}: {not_a_folder}")
     try:
         fd, name = tempfile.mkstemp(dir=folder, prefix=".specviz-write-check-")
         os.close(fd)
         os.unlink(name)
     except OSError as err:
-        raise FileCheckError(f"{what}: cannot write in {shown!r} ({err.strerror or err})") from None
+        raise FileCheckError(f"{what}: cannot write in {str(folder)!r} ({err.strerror or err})") from None
 
 
 def _named(path: str | None, what: str, empty: str) -> Path:
@@ -90,10 +93,7 @@ def check_output_file(path: str | None, what: str) -> Path:
         raise FileCheckError(f"{what}: {path!r} is a directory; give a file name such as trace.json")
     if file.exists() and not file.is_file():
         raise FileCheckError(f"{what}: {path!r} is not a regular file")
-    parent = file.parent
-    if not parent.is_dir():
-        raise FileCheckError(f"{what}: the folder {str(parent)!r} does not exist")
-    _probe_folder(parent, what, str(parent))
+    _check_writable_folder(file.parent, what, f"the folder {str(file.parent)!r} does not exist")
     return file
 
 
@@ -102,9 +102,7 @@ def check_output_dir(path: str | None, what: str) -> Path:
     writable folder). Nothing is created here."""
     folder = _named(path, what, "empty folder name")
     if folder.exists():
-        if not folder.is_dir():
-            raise FileCheckError(f"{what}: {path!r} exists and is not a folder")
-        _probe_folder(folder, what, str(folder))
+        _check_writable_folder(folder, what, f"{path!r} exists and is not a folder")
         return folder
     ancestor = folder.absolute().parent
     while not ancestor.exists():

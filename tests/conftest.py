@@ -6,6 +6,7 @@
 - `tiny_lm_tok`: load_model("tiny-random"), the same kind of model with the embedded
   49152-token tokenizer, for tests that need text (prompts, traces, stop strings).
 - `embedded_lm`: the embedded SmolLM2-135M-Instruct; only for tests marked `slow`.
+- `panel`: the explorer's setup panel, for the UI tests.
 
 Helpers shared by several test files live here too (`run_ids`).
 """
@@ -57,6 +58,20 @@ def embedded_lm() -> LoadedModel:
     return load_model("embedded", device="cpu", dtype="float32")
 
 
+@pytest.fixture()
+def panel() -> Any:
+    """The explorer's setup panel (specviz.ui.setup_panel), built outside a page, with the
+    context and message boxes the page gives it."""
+    import gradio as gr
+
+    from specviz.ui.setup_panel import build_setup_panel
+
+    with gr.Blocks():
+        p = build_setup_panel()
+        p.context, p.message = gr.Textbox(), gr.Textbox()
+    return p
+
+
 def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
             config: Any = None, **decoding: Any) -> tuple[list[int], list[StepRecord]]:
     """Generate from token ids; returns (output ids, step records)."""
@@ -99,6 +114,21 @@ def assert_export_loads(ckpt: Any, src: Path, original: Any, lm: LoadedModel, tm
         else:
             assert torch.equal(p, q)
     return copy
+
+
+def assert_checkpoint_files_refused(lm: LoadedModel, drafter: str, tmp_path: Path, train_hint: str,
+                                    not_one: str) -> None:
+    """`drafter` (a checkpoint drafter) refuses, with a CheckpointError, a checkpoint file that
+    does not exist, saying how to train one (`train_hint`), and a file that is not a checkpoint,
+    saying what it expected (`not_one`)."""
+    from specviz.glide.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=train_hint):
+        generate_steps(lm, [5, 6, 7], drafter, {"checkpoint": str(tmp_path / "none.pt")})
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match=not_one):
+        generate_steps(lm, [5, 6, 7], drafter, {"checkpoint": str(bad)})
 
 
 def bench_one_question(lm: LoadedModel, drafters: str, peers: str, max_new_tokens: int, text: str) -> tuple[Any, list]:

@@ -1,4 +1,5 @@
-"""Launching the explorer on a free local port for tests (shared by test_app and test_browser).
+"""Launching the explorer on a free local port for tests (shared by test_app, test_bad_input,
+test_browser and test_plugins).
 
 gradio's launch() checks that the page answers within 3 s and raises otherwise; on a busy
 machine the first answer can be late, so the launch is retried on a fresh port.
@@ -6,6 +7,8 @@ machine the first answer can be late, so the launch is retried on a fresh port.
 from __future__ import annotations
 
 import socket
+from contextlib import contextmanager
+from typing import Iterator
 
 import gradio as gr
 
@@ -28,3 +31,13 @@ def launch_local(demo: gr.Blocks, tries: int = 3, **options) -> str:
             if attempt == tries - 1 or "localhost is not accessible" not in str(err):
                 raise
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def launched(demo: gr.Blocks, **options) -> Iterator[str]:
+    """`demo` launched (launch_local) for the `with` block, then closed; yields the URL."""
+    url = launch_local(demo, **options)
+    try:
+        yield url
+    finally:
+        demo.close()

@@ -9,7 +9,7 @@ from typing import Any
 
 import gradio as gr
 import pytest
-from serving import launch_local
+from serving import launched
 
 import app
 from specviz import models
@@ -35,14 +35,6 @@ def test_build_demo_loads_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(demo, gr.Blocks)
     assert models._CACHE == {}
     assert isinstance(app.demo, gr.Blocks)         # the module-level demo that Spaces launch
-
-
-@pytest.fixture()
-def panel() -> SetupPanel:
-    with gr.Blocks():
-        p = build_setup_panel()
-        p.context, p.message = gr.Textbox(), gr.Textbox()
-    return p
 
 
 def values(panel: SetupPanel, model: str = "tiny-random", drafter: str = "ngram_trie",
@@ -200,9 +192,7 @@ def test_context_uploads_are_checked(tmp_path: Path, monkeypatch) -> None:
 def test_api_returns_a_trace_that_round_trips_over_http() -> None:
     from gradio_client import Client
 
-    demo = app.build_demo()
-    url = launch_local(demo)
-    try:
+    with launched(app.build_demo()) as url:
         client = Client(url, verbose=False)
         text = client.predict("tiny-random", "prompt_lookup", "Repeat.", CONTEXT, '{"max_ngram": 3}', 8, 0.0, 0,
                               api_name="/trace")
@@ -212,8 +202,6 @@ def test_api_returns_a_trace_that_round_trips_over_http() -> None:
         assert Trace.from_json(trace.to_json()) == trace and trace.to_json() == text
         with pytest.raises(Exception, match="num_draft"):
             client.predict("tiny-random", "ngram_trie", "hi", "", '{"num_draft": 0}', 8, 0.0, 0, api_name="/trace")
-    finally:
-        demo.close()
 
 
 @pytest.mark.slow

@@ -290,14 +290,10 @@ def served() -> Any:
     from gradio_client import Client
 
     import app
-    from tests.serving import launch_local
+    from tests.serving import launched
 
-    demo = app.build_demo()
-    url = launch_local(demo)
-    try:
+    with launched(app.build_demo()) as url:
         yield url, Client(url, verbose=False)
-    finally:
-        demo.close()
 
 
 def api_error(client: Any, *args: Any) -> str:

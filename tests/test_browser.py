@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from serving import launch_local
+from serving import launched
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -34,12 +34,8 @@ WAIT_MS = 60_000 if MODEL == "tiny-random" else 300_000          # page updates 
 def app_url():
     from specviz.ui import LAUNCH_OPTIONS, build_demo
 
-    demo = build_demo()
-    url = launch_local(demo, **LAUNCH_OPTIONS)
-    try:
+    with launched(build_demo(), **LAUNCH_OPTIONS) as url:
         yield url
-    finally:
-        demo.close()
 
 
 class _Frames:

@@ -17,7 +17,7 @@ from specviz.errors import ConfigError, SpecvizError
 from specviz.glide import checkpoint as ckpt
 from specviz.glide.model import GlideDraft, GlideSpec, block_cross_mask, inference_cross_mask
 from specviz.glide.train import TrainConfig, train
-from tests.conftest import assert_export_loads, run_ids
+from tests.conftest import assert_checkpoint_files_refused, assert_export_loads, run_ids
 from tests.test_sampling import COST, SAMPLES, assert_lossless_sampling
 
 # 11 tokens: the root sits at position 10, the start of a training block of 5
@@ -137,12 +137,8 @@ def test_checkpoint_for_another_target_is_refused(tiny_lm_tok, glide_ckpt):
 
 
 def test_missing_checkpoint_says_how_to_train(tiny_lm, tmp_path):
-    with pytest.raises(SpecvizError, match="train-glide --model tiny-64"):
-        generate_steps(tiny_lm, [5, 6, 7], "glide", {"checkpoint": str(tmp_path / "none.pt")})
-    bad = tmp_path / "bad.pt"
-    bad.write_text("not a checkpoint")
-    with pytest.raises(ckpt.CheckpointError, match="not a GLIDE checkpoint"):
-        generate_steps(tiny_lm, [5, 6, 7], "glide", {"checkpoint": str(bad)})
+    assert_checkpoint_files_refused(tiny_lm, "glide", tmp_path, "train-glide --model tiny-64",
+                                    "not a GLIDE checkpoint")
     with pytest.raises(ConfigError):
         generate_steps(tiny_lm, [5, 6, 7], "glide", {"cape_bins": "0.5:3"})
 

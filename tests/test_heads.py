@@ -22,7 +22,7 @@ from specviz.heads.train import HeadsTrainConfig, heads_pass, train
 from specviz.hidden import HiddenCapture, final_norm
 from specviz.settings import Settings
 from specviz.tree import DraftTree
-from conftest import assert_export_loads, run_ids
+from conftest import assert_checkpoint_files_refused, assert_export_loads, run_ids
 
 PROMPT = [23, 33, 55, 9, 35, 19, 31, 19, 10, 20, 21, 35, 50, 38, 42, 16, 17, 35]
 
@@ -283,12 +283,9 @@ def test_wrong_or_missing_checkpoint_is_refused(tiny_lm, tiny_lm_tok, tmp_path):
         generate_steps(tiny_lm_tok, [5, 6, 7], "medusa", {"checkpoint": str(med)})
     with pytest.raises(CheckpointError, match="not hydra heads"):
         generate_steps(tiny_lm, [5, 6, 7], "hydra", {"checkpoint": str(med)})
-    with pytest.raises(CheckpointError, match="train-heads --kind hydra --model tiny-64"):
-        generate_steps(tiny_lm, [5, 6, 7], "hydra", {"checkpoint": str(tmp_path / "none.pt")})
-    bad = tmp_path / "bad.pt"
-    bad.write_text("not a checkpoint")
-    with pytest.raises(CheckpointError, match="not a draft-heads checkpoint"):
-        generate_steps(tiny_lm, [5, 6, 7], "medusa", {"checkpoint": str(bad)})
+    for kind in ("medusa", "hydra"):
+        assert_checkpoint_files_refused(tiny_lm, kind, tmp_path, f"train-heads --kind {kind} --model tiny-64",
+                                        "not a draft-heads checkpoint")
     evil = tmp_path / "evil.pt"
     torch.save({"manifest": {"format": ckpt.FORMAT}, "state": {}, "x": DecodingConfig()}, evil)
     with pytest.raises(CheckpointError, match="refused"):

@@ -184,15 +184,9 @@ def test_train_glide_autocast_choice(monkeypatch) -> None:
     assert autocast_dtype("auto", CUDA) is None
 
 
-def test_explorer_panel_passes_the_dtype() -> None:
-    import gradio as gr
-
+def test_explorer_panel_passes_the_dtype(panel) -> None:
     from specviz.errors import ConfigError
-    from specviz.ui.setup_panel import build_setup_panel
 
-    with gr.Blocks():
-        panel = build_setup_panel()
-        panel.context, panel.message = gr.Textbox(), gr.Textbox()
     values = ["tiny-random", "vanilla", "", "Hi.", *[c.value for c in panel.decoding_form.components],
               *[c.value for c in panel.drafter_form.components]]
     assert panel.spec([*values, "bfloat16"]).dtype == "bfloat16"

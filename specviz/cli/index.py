@@ -188,21 +188,24 @@ def _check_corpus_arguments(args: argparse.Namespace) -> None:
         raise SpecvizError(f"--max-span: must be <= 64, got {args.max_span}")
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _load(args: argparse.Namespace, needs_tokenizer: str) -> Any:
+    """--model, once the corpus options are checked; SpecvizError when it has no tokenizer
+    (`needs_tokenizer`: what needs one)."""
     from transformers.utils import logging as hf_logging
 
     from ..models import load_model
+    _check_corpus_arguments(args)
     hf_logging.disable_progress_bar()
-    return load_model(args.model, getattr(args, "device", "auto") or "auto", "auto")
+    lm = load_model(args.model, getattr(args, "device", "auto") or "auto", "auto")
+    if lm.tokenizer is None:
+        raise SpecvizError(f"--model: {args.model!r} has no tokenizer; {needs_tokenizer}")
+    return lm
 
 
 def build_corpus(args: argparse.Namespace, kinds: list[str]) -> int:
     from ..index.store import build_corpus_parts
 
-    _check_corpus_arguments(args)
-    lm = _load(args)
-    if lm.tokenizer is None:
-        raise SpecvizError(f"--model: {args.model!r} has no tokenizer; a corpus index needs one")
+    lm = _load(args, "a corpus index needs one")
     start = time.perf_counter()
     manifest = build_corpus_parts(args.out, kinds, lm.tokenizer, lm.vocab_size, args.corpus, args.limit,
                                   args.max_span, args.trigram_top)
@@ -222,10 +225,7 @@ def build_model_db(args: argparse.Namespace) -> int:
     from ..index.model_db import ModelDB, count_ngrams, generate_outputs
     from ..index.store import _progress, iter_prompts, save_model_db, tokenizer_identity
 
-    _check_corpus_arguments(args)
-    lm = _load(args)
-    if lm.tokenizer is None:
-        raise SpecvizError(f"--model: {args.model!r} has no tokenizer; the model-db needs chat prompts")
+    lm = _load(args, "the model-db needs chat prompts")
     prompts = list(iter_prompts(args.corpus, args.prompts))
     if not prompts:
         raise SpecvizError(f"--corpus: {args.corpus} has no usable prompts")

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..precision import DTYPE_CHOICES
 from .common import add_cpu_linear_argument
 from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
-                       check_held_out, needs_tokenizer, set_threads, training_texts)
+                       check_held_out, needs_tokenizer, report_saved, set_threads, training_texts)
 
 
 def add_arguments(p: Any) -> None:
@@ -105,14 +105,9 @@ def run(args: Any) -> int:
         return 0
     _, history = train(lm.model, lm.model_id, source, cfg, out, args.resume, data_name=args.data,
                        held=held, target_cache=cache, autocast=autocast_dtype(args.dtype, lm.device))
-    if args.export:
-        ckpt.export(out, args.export)
-    done = history[-1] if history else None
-    result = ckpt.read(out)["manifest"].get("held_out")
-    print(f"saved {out}: {len(history)} steps, {sum(h.tokens for h in history)} tokens"
-          + (f", last loss {done.loss:.3f}" if done else "")
-          + (f"; held-out ({result['tokens']} tokens): cross-entropy {result['ce']:.3f}, top-1 agreement "
-             f"with the target {result['top1_agreement']:.3f}"
-             + (f" (shortlist holds the target's choice at {result['label_coverage']:.3f})"
-                if cfg.vocab else "") if result else ""))
+    report_saved(args, ckpt, out, history, f"{len(history)} steps, {sum(h.tokens for h in history)} tokens",
+                 lambda result: f"; held-out ({result['tokens']} tokens): cross-entropy {result['ce']:.3f}, "
+                                f"top-1 agreement with the target {result['top1_agreement']:.3f}"
+                                + (f" (shortlist holds the target's choice at {result['label_coverage']:.3f})"
+                                   if cfg.vocab else ""))
     return 0

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
-                       check_held_out, needs_tokenizer, set_threads, training_texts)
+                       check_held_out, needs_tokenizer, report_saved, set_threads, training_texts)
 
 
 def add_arguments(p: Any) -> None:
@@ -81,12 +81,8 @@ def run(args: Any) -> int:
         held.append((ids.to(lm.device), tp.to(torch.float32, lm.device)))
     _, history = train(lm.model, lm.model_id, source, cfg, cache, out, args.resume, held=held,
                        data_name=args.data, autocast=autocast)
-    if args.export:
-        ckpt.export(out, args.export)
-    result = ckpt.read(out)["manifest"].get("held_out")
-    print(f"saved {out}: {cfg.kind} heads, {len(history)} steps"
-          + (f", last loss {history[-1].loss:.3f}" if history else "")
-          + (f"; held-out top-1 per head ({result['rows']} rows): "
-             + ", ".join(f"{a:.3f}" for a in result["top1"])
-             + f" (the shortlist holds the target's choice at {result['label_coverage']:.3f})" if result else ""))
+    report_saved(args, ckpt, out, history, f"{cfg.kind} heads, {len(history)} steps",
+                 lambda result: f"; held-out top-1 per head ({result['rows']} rows): "
+                                + ", ".join(f"{a:.3f}" for a in result["top1"])
+                                + f" (the shortlist holds the target's choice at {result['label_coverage']:.3f})")
     return 0

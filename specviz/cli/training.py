@@ -4,7 +4,8 @@ description of a run's data."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import ConfigError, SpecvizError
 
@@ -76,3 +77,16 @@ def cache_meta(lm: Any, args: Any, cfg: Any, layers: list[int]) -> dict[str, Any
     return {"target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
             "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,
             "batch": cfg.batch, "layers": layers, **cfg.needs()}
+
+
+def report_saved(args: Any, ckpt: Any, out: Path, history: Sequence[Any], what: str,
+                 held_out: Callable[[dict[str, Any]], str]) -> None:
+    """After a run: --export's slim copy, then one line on the checkpoint saved at `out` (a
+    module `ckpt` reads and exports): `what` was trained, the last step's loss and, where the
+    manifest has one, its held-out result as `held_out` words it."""
+    if args.export:
+        ckpt.export(out, args.export)
+    result = ckpt.read(out)["manifest"].get("held_out")
+    print(f"saved {out}: {what}"
+          + (f", last loss {history[-1].loss:.3f}" if history else "")
+          + (held_out(result) if result else ""))

@@ -31,7 +31,7 @@ from ..index.trigram import AdaptiveTrigrams
 from ..settings import setting
 from ..tree import DraftTree, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import corpus_index_setting, resolve_index
+from .corpus_index import corpus_index_setting, resolve_part
 from .store import settings_key
 from .tree_cutter import TreeSizingSettings
 
@@ -65,10 +65,7 @@ class AdedConfig(TreeSizingSettings):
 class AdedDrafter:
     def __init__(self, config: AdedConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.index, self.note = resolve_index(config.corpus_index, setup)
-        table = self.index.trigram if self.index is not None else None
-        if self.index is not None and table is None:
-            self.note = f"corpus index {self.index.path} has no trigram part; build it with --kind trigram"
+        table, self.note = resolve_part(config.corpus_index, setup, "trigram")
         self.model = self._table(config, setup, table)
         if config.adapt_prompt:
             self.model.adapt(setup.prompt_ids, window=len(setup.prompt_ids))

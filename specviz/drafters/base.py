@@ -87,6 +87,23 @@ class StepView:
 REFERENCE_SETTING = "tokens"
 
 
+# the most draft tokens a step that a draft-size setting accepts (num_draft, max_spec_tokens,
+# the oracle's chain): a bound of this project, not from a paper
+MAX_DRAFT_TOKENS = 256
+
+
+def draft_size_setting(default: int, help: str) -> Any:
+    """A setting bounding a step's draft size in tokens: 1 .. MAX_DRAFT_TOKENS."""
+    return settings.setting(default, help, low=1, high=MAX_DRAFT_TOKENS)
+
+
+def checkpoint_setting(what: str, file: str) -> Any:
+    """The `checkpoint` setting of a drafter with trained weights (glide, medusa, hydra): a
+    file, '' = the shipped one, specviz/data/checkpoints/`file` (a pattern like glide-<model>.pt)."""
+    return settings.setting("", f"{what} checkpoint file ('' = the shipped one for this target, "
+                                f"specviz/data/checkpoints/{file}).", kind="file")
+
+
 @dataclass(frozen=True)
 class Preset:
     """Named setting values for a drafter, with where they come from (a paper's section or

@@ -32,11 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from ..decoding import DecodingConfig, target_probs
 from ..errors import ConfigError
+from ..kvcache import crop_to
 from ..settings import Settings, setting
-from ..tree import DraftTree
+from ..flat_tree import ancestry
+from ..tree import DraftTree, TreeBuilder
 from .base import DraftContext, DraftSetup
 
 PROPOSAL = "draft-model"
@@ -75,6 +78,24 @@ def hf_forward(lm: Any, ids: Sequence[int]) -> torch.Tensor:
                    past_key_values=lm.cache, use_cache=True)
     lm.length += len(ids)
     return out.logits[0]                                                               # [n, V]
+
+
+class HFDraftLM:
+    """A Hugging Face causal LM with its own DynamicCache, as a DraftLM (draft_model's; self_draft's
+    reads the target's committed rows into it)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        crop_to(self.cache, length)
+        self.length = length
+
+    def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
+        return hf_forward(self, ids)                                  # [n, V_draft]
 
 
 def parse_bins(text: str, field: str = "cape_bins") -> tuple[tuple[float, int], ...]:
@@ -167,10 +188,7 @@ class ChainLoop:
         fed, forwards = len(feed), 1
         logits = self.lm.forward(feed, ctx)[-1]                       # [V_draft]
         self.seen.extend(feed)
-        tokens: list[int] = []
-        parents: list[int] = []
-        sources: list[str] = []
-        scores: list[float] = []
+        built = TreeBuilder()
         rows: list[torch.Tensor] = []
         parent = -1
         for i in range(gamma):
@@ -180,22 +198,16 @@ class ChainLoop:
             drawn, drawn_rows = self._draw(q, 1 + extra)
             if not drawn:
                 break
-            proposal_idx = len(tokens)
-            for j, x in enumerate(drawn):
-                tokens.append(x)
-                parents.append(parent)
-                sources.append(PROPOSAL if j == 0 else EXPANSION)
-                scores.append(float(q[x]))
-                if drawn_rows:
-                    rows.append(drawn_rows[j])
-            parent = proposal_idx
+            nodes = [built.add(x, parent, PROPOSAL if j == 0 else EXPANSION, float(q[x]))
+                     for j, x in enumerate(drawn)]
+            rows.extend(drawn_rows)                                    # one per drawn token (sampling) or none
+            parent = nodes[0]
             if i + 1 < gamma:
                 logits = self.lm.forward([drawn[0]], ctx)[-1]
                 self.seen.append(drawn[0])
                 forwards += 1
                 fed += 1
-        probs = torch.stack(rows) if rows else None                    # [N, V] or None (greedy)
-        tree = DraftTree(tuple(tokens), tuple(parents), tuple(sources), tuple(scores), probs)
+        tree = built.build(torch.stack(rows) if rows else None)       # draft_probs [N, V] or None (greedy)
         if max_verify and len(tree) > max_verify:
             tree = cap_expansions(tree, max_verify)
         return ChainResult(tree, forwards, fed, time.perf_counter() - start)
@@ -210,9 +222,7 @@ class ChainLoop:
         logits = lm.forward(feed, ctx)[-1:]                           # [1, V_draft]
         self.seen.extend(feed)
         base = lm.length                                               # rows of committed tokens
-        tokens: list[int] = []
-        parents: list[int] = []
-        scores: list[float] = []
+        built = TreeBuilder()
         logp: list[float] = []
         depth: list[int] = []
         row: dict[int, int] = {}                                       # node -> its draft-cache row
@@ -220,17 +230,15 @@ class ChainLoop:
         try:
             for d in range(1, gamma + 1):
                 if d > 1:
-                    ids = [tokens[n] for n in frontier]
+                    ids = [built.tokens[n] for n in frontier]
                     positions = [base - 1 + depth[n] for n in frontier]
                     length = lm.length
                     visible = torch.zeros(len(ids), length + len(ids), dtype=torch.bool)  # [n, L + n]
                     visible[:, :base] = True
                     for j, n in enumerate(frontier):
-                        a = n
-                        while a >= 0:
+                        for a in ancestry(built.parents, n):
                             if a in row:
                                 visible[j, row[a]] = True
-                            a = parents[a]
                         visible[j, length + j] = True
                     logits = lm.forward_nodes(ids, positions, visible, ctx)   # [n, V_draft]
                     for j, n in enumerate(frontier):
@@ -247,17 +255,14 @@ class ChainLoop:
                 cands.sort(key=lambda c: -c[0])
                 frontier = []
                 for lp, par, x, p in cands[:width]:
-                    frontier.append(len(tokens))
-                    tokens.append(x)
-                    parents.append(par)
-                    scores.append(p)
+                    frontier.append(built.add(x, par, BEAM, p))
                     logp.append(lp)
                     depth.append(1 if par < 0 else depth[par] + 1)
                 if not frontier:
                     break
         finally:
             lm.crop(base)                                              # the beams' rows are not kept
-        tree = DraftTree(tuple(tokens), tuple(parents), (BEAM,) * len(tokens), tuple(scores))
+        tree = built.build()
         if max_verify and len(tree) > max_verify:
             tree = tree.prune(range(max_verify))                       # shallowest, best-first
         return ChainResult(tree, forwards, fed, time.perf_counter() - start)
@@ -317,10 +322,10 @@ class GammaSettings(Settings):
 
 class ModelDrafter:
     """The base of the model drafters: refuses a setup without a target, keeps the config
-    (a GammaSettings), makes the ChainLoop (`chain_for`, seeded by the decoding seed), and
-    shares propose / observe: gamma capped by the token budget, the step's metrics in
-    ctx.info, gamma adapted after each step when `adaptive` is on. Subclasses set `name`,
-    call `super().__init__` first, then set self.chain (and self.bins for CAPE, and for a
+    (a GammaSettings), makes the ChainLoop around the subclass's `draft_lm` (seeded by the
+    decoding seed), and shares propose / observe: gamma capped by the token budget, the
+    step's metrics in ctx.info, gamma adapted after each step when `adaptive` is on.
+    Subclasses set `name` and define `draft_lm` (and may set self.bins for CAPE, and for a
     tree-capable draft self.beam (width, 0 = chains) and self.max_verify (0 = no cap))."""
     name = "model drafter"
     chain: ChainLoop
@@ -333,11 +338,12 @@ class ModelDrafter:
             raise ConfigError("target", f"drafter {self.name} needs the target model (DraftSetup.target)")
         self.config: Any = config
         self.gamma = int(config.gamma)
-
-    @staticmethod
-    def chain_for(lm: DraftLM, setup: DraftSetup) -> ChainLoop:
         seed = setup.decoding.seed if setup.decoding is not None else 0
-        return ChainLoop(lm, setup.vocab_size, setup.decoding, seed)
+        self.chain = ChainLoop(self.draft_lm(config, setup), setup.vocab_size, setup.decoding, seed)
+
+    def draft_lm(self, config: Any, setup: DraftSetup) -> DraftLM:
+        """The draft model the chain runs (called once, by __init__, after the target check)."""
+        raise NotImplementedError
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         gamma = min(self.gamma, ctx.budget - 1)

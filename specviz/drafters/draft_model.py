@@ -10,16 +10,12 @@ the draft model's warped distribution, recorded as draft_probs: exact speculativ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
-
-import torch
-from transformers import DynamicCache
+from typing import Any
 
 from ..errors import SpecvizError
-from ..kvcache import crop_to
 from ..settings import setting
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import GammaSettings, ModelDrafter, hf_forward
+from .chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter
 
 
 class TokenizerMismatchError(SpecvizError):
@@ -31,23 +27,6 @@ class DraftModelConfig(GammaSettings):
     model: str = setting("embedded", "Draft model: 'embedded' (SmolLM2-135M, drafts for larger "
                          "SmolLM2 targets), a hub id, a local path or 'tiny-random'; it must share "
                          "the target's tokenizer.", kind="model")
-
-
-class HFDraftLM:
-    """A Hugging Face causal LM with its own DynamicCache, as a chain.DraftLM."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=model.config)
-        self.length = 0
-
-    def crop(self, length: int) -> None:
-        crop_to(self.cache, length)
-        self.length = length
-
-    def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
-        return hf_forward(self, ids)                                  # [n, V_draft]
 
 
 def load_draft(model_id: str, target: Any) -> Any:
@@ -77,12 +56,11 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
 class DraftModel(ModelDrafter):
     name = "draft_model"
 
-    def __init__(self, config: DraftModelConfig, setup: DraftSetup) -> None:
-        super().__init__(config, setup)
+    def draft_lm(self, config: DraftModelConfig, setup: DraftSetup) -> DraftLM:
         draft = load_draft(config.model, setup.target)
         check_same_tokenizer(draft, setup.target)
         self.model_id = draft.model_id
-        self.chain = self.chain_for(HFDraftLM(draft.model), setup)
+        return HFDraftLM(draft.model)
 
     def note(self, ctx: DraftContext) -> None:
         ctx.info["draft_model"] = self.model_id

@@ -26,8 +26,8 @@ from ..glide.model import GlideDraft, positions_cross_mask
 from ..resources import data_path
 from ..errors import ConfigError
 from ..settings import setting
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, register
-from .chain import GammaSettings, ModelDrafter, parse_bins
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
+from .chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
 
@@ -39,8 +39,7 @@ def default_checkpoint(model_id: str) -> Path:
 
 @dataclass(frozen=True)
 class GlideConfig(GammaSettings):
-    checkpoint: str = setting("", "GLIDE checkpoint file ('' = the shipped one for this target, "
-                              "specviz/data/checkpoints/glide-<model>.pt).", kind="file")
+    checkpoint: str = checkpoint_setting("GLIDE", "glide-<model>.pt")
     gamma: int = setting(4, "Proposal tokens per step (default 4 here: on the CPU shorter chains pay, "
                          "benchmarks/models: gamma 2 1.02x, gamma 4 0.84x of vanilla; the paper uses 5, "
                          "section 5.1, as the paper preset does).", low=1, high=32)
@@ -136,11 +135,12 @@ class Glide(ModelDrafter):
 
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
         super().__init__(config, setup)
-        draft = load_for(setup.target, setup.target.model_id, config.checkpoint)
-        self.chain = self.chain_for(GlideDraftLM(draft), setup)
         self.bins = parse_bins(config.cape_bins) if config.cape else None
         self.beam = config.beam
         self.max_verify = config.max_verify
+
+    def draft_lm(self, config: GlideConfig, setup: DraftSetup) -> DraftLM:
+        return GlideDraftLM(load_for(setup.target, setup.target.model_id, config.checkpoint))
 
 
 _PAPER = "GLIDE with a CAPE: A Low-Hassle Method to Accelerate Speculative Decoding"

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..settings import setting
+from ..settings import mirror_setting, setting
 from ..tree import DraftTree, graft_chains, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import corpus_index_setting, resolve_index
-from .lookahead import JacobiWindow
+from .corpus_index import corpus_index_setting, resolve_index, span_setting
+from .lookahead import JacobiWindow, LookaheadConfig
 from .tree_cutter import TreeSizingSettings
 from ..index.ngram_pool import NgramPool
 
@@ -64,14 +64,13 @@ class HierarchyConfig(TreeSizingSettings):
     recycle: bool = setting(True, "Put the target's next tokens after every rejected node into the context DB.")
     recycle_k: int = setting(2, "How many of the target's most likely next tokens are recycled per node "
                                 "(at most verify.TOP_K = 4).", low=1, high=4)
-    corpus_span: int = setting(16, "Longest suffix looked up in the corpus (REST: 16; the authors use 2).",
-                               low=1, high=16)
+    corpus_span: int = span_setting(16, "Longest suffix looked up in the corpus (REST: 16; the authors use 2).")
     corpus_matches: int = setting(500, "Corpus matches whose continuations are counted.", low=1, high=20000)
     lookahead: bool = setting(False, "Also run Lookahead's Jacobi window in the same forward and put its "
                               "n-grams into the context DB (the paper's parallel-decoding tokens, as the "
                               "authors' code does; the paper preset turns it on).")
-    lookahead_window: int = setting(7, "Width W of that Jacobi window (the authors' code: 7); its levels are "
-                                    "level - 1.", low=1, high=64)
+    lookahead_window: int = mirror_setting(LookaheadConfig, "window", 7, "Width W of that Jacobi window (the "
+                                           "authors' code: 7); its levels are level - 1.")
     share_chances: bool = setting(True, "With size_by_cost: a node's chance is its share of the candidates "
                                         "through its parent times the learned trust (off: the trust alone).")
 

@@ -40,8 +40,9 @@ from ..heads.checkpoint import default_checkpoint, load, train_command
 from ..heads.model import DraftHeads
 from ..settings import setting
 from ..sizing import best_prefix
+from ..flat_tree import ancestry
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, checkpoint_setting, register
 from .tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 # Medusa's sparse tree "mc_sim_7b_63" (medusa/model/medusa_choices.py; also Hydra's
@@ -77,8 +78,7 @@ class Template:
 
 @dataclass(frozen=True)
 class HeadsConfig(TreeSizingSettings):
-    checkpoint: str = setting("", "Heads checkpoint file ('' = the shipped one for this target, "
-                              "specviz/data/checkpoints/<drafter>-<model>.pt).", kind="file")
+    checkpoint: str = checkpoint_setting("Heads", "<drafter>-<model>.pt")
     tree: str = setting("mc_sim_7b_63", "Sparse tree of per-head ranks: mc_sim_7b_63 (Medusa's 63-node tree, "
                         "medusa_choices.py) or chain (each head's best token).", choices=tuple(TREES))
     min_path: float = setting(0.01, "Draft no children under a node whose path probability (the product of "
@@ -149,7 +149,7 @@ class HeadsDrafter:
                                                       and (useful is None or t.parents[i] in useful))})
             if not parents:
                 break
-            branches = [[root] + ([tokens[j] for j in self._ancestry(p)]) for p in parents]
+            branches = [[root] + ([tokens[j] for j in ancestry(t.parents, p)]) for p in parents]
             level = self._level(depth - 1, hidden, branches)                             # [P, K]
             ranks = max(t.paths[i][-1] for i in range(start, end)) + 1
             top = level.topk(min(ranks, level.shape[-1]), -1)                           # [P, ranks]
@@ -177,14 +177,6 @@ class HeadsDrafter:
         trusted.sort(key=lambda x: -x[0])
         k = best_prefix([p for p, _ in trusted], verify_cost)
         return {i for _, i in trusted[:k]}
-
-    def _ancestry(self, node: int) -> list[int]:
-        """The template nodes from depth 1 down to `node` (none for the root, -1)."""
-        out = []
-        while node >= 0:
-            out.append(node)
-            node = self.template.parents[node]
-        return out[::-1]
 
     def propose(self, ctx: DraftContext) -> DraftTree:
         if ctx.hidden is None:                       # a one-token prompt's first step

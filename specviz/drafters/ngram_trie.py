@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..index.ngram_trie import NgramTrie
 from ..settings import setting
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
 from .tree_cutter import TreeSizingSettings
 
 
@@ -43,8 +43,8 @@ from .tree_cutter import TreeSizingSettings
 class NgramTrieConfig(TreeSizingSettings):
     n: int = setting(13, "n-gram window length (paper: 13).", low=2, high=64)
     prefix_len: int = setting(3, "Maximum matched prefix length Lp (paper: 3); must be < n.", low=1, high=16)
-    num_draft: int = setting(16, "Most nodes kept from the matched subtree (default 16 here; the paper finds "
-                             "8 best, section 4.7 / Table 3, 8-32 about equal).", low=1, high=256)
+    num_draft: int = draft_size_setting(16, "Most nodes kept from the matched subtree (default 16 here; the paper "
+                                            "finds 8 best, section 4.7 / Table 3, 8-32 about equal).")
     insert_output: bool = setting(True, "Also insert generated tokens into the trie (extension, on by default; "
                                   "the paper does not modify the trie during inference, Appendix B).")
     recency_ties: bool = setting(True, "Break frequency ties by the most recent occurrence (extension, on by default).")

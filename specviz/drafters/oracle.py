@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 from ..settings import Settings, setting
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, draft_size_setting, register
 
 
 @dataclass(frozen=True)
 class OracleConfig(Settings):
     tokens: tuple[int, ...] = setting((), "Token ids to replay (the output of a previous run).", ui=False,
                                        kind="token_ids")
-    max_tokens: int = setting(32, "Longest chain proposed per step.", low=1, high=256)
+    max_tokens: int = draft_size_setting(32, "Longest chain proposed per step.")
 
 
 class Oracle(Unlearning):

@@ -19,8 +19,8 @@ from ..errors import ConfigError
 from ..index.candidates import rank_continuations
 from ..settings import setting
 from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, register
-from .corpus_index import corpus_index_setting, resolve_index
+from .base import DraftContext, DrafterSpec, DraftSetup, StepView, draft_size_setting, register
+from .corpus_index import corpus_index_setting, resolve_part, span_setting
 from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 
@@ -29,12 +29,12 @@ class RestConfig(TreeSizingSettings):
     first_prior: float = first_prior_setting(0.4)
     continue_prior: float = continue_prior_setting(0.8)
     corpus_index: str = corpus_index_setting()
-    max_span: int = setting(16, "Longest suffix of the sequence looked up (REST: 16).", low=1, high=16)
-    min_span: int = setting(2, "Shortest suffix accepted as a match (REST: 2).", low=1, high=16)
+    max_span: int = span_setting(16, "Longest suffix of the sequence looked up (REST: 16).")
+    min_span: int = span_setting(2, "Shortest suffix accepted as a match (REST: 2).")
     max_matches: int = setting(1000, "Matches whose continuations are counted (REST: 5000), spread over all.",
                                low=1, high=20000)
     cont_len: int = setting(10, "Tokens of continuation read after each match (REST: 10).", low=1, high=32)
-    num_draft: int = setting(64, "Most draft nodes (REST's draft choices: 64).", low=1, high=256)
+    num_draft: int = draft_size_setting(64, "Most draft nodes (REST's draft choices: 64).")
 
     def check(self) -> None:
         if self.min_span > self.max_span:
@@ -44,10 +44,7 @@ class RestConfig(TreeSizingSettings):
 class RestDrafter:
     def __init__(self, config: RestConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.index, self.note = resolve_index(config.corpus_index, setup)
-        self.sa = self.index.suffix if self.index is not None else None
-        if self.index is not None and self.sa is None:
-            self.note = f"corpus index {self.index.path} has no suffix part; build it with --kind suffix"
+        self.sa, self.note = resolve_part(config.corpus_index, setup, "suffix")
         self.cutter = config.cutter()
 
     def propose(self, ctx: DraftContext) -> DraftTree:

@@ -32,7 +32,7 @@ from transformers import DynamicCache
 from ..errors import ConfigError
 from ..settings import setting
 from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import GammaSettings, ModelDrafter, hf_forward
+from .chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter, hf_forward
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,12 @@ def truncated_model(model: Any, k: int) -> Any:
     return outer
 
 
-class SelfDraftLM:
+class SelfDraftLM(HFDraftLM):
     """chain.DraftLM over the target's first k layers, reading the committed cache."""
 
     def __init__(self, model: Any, k: int) -> None:
+        super().__init__(truncated_model(model, k))
         self.k = k
-        self.model = truncated_model(model, k)
-        self.device = next(model.parameters()).device
-        self.cache = DynamicCache(config=self.model.config)
-        self.length = 0
         self._step = -1
 
     def crop(self, length: int) -> None:
@@ -93,8 +90,7 @@ class SelfDraftLM:
 class SelfDraft(ModelDrafter):
     name = "self_draft"
 
-    def __init__(self, config: SelfDraftConfig, setup: DraftSetup) -> None:
-        super().__init__(config, setup)
+    def draft_lm(self, config: SelfDraftConfig, setup: DraftSetup) -> DraftLM:
         inner = getattr(setup.target.model, "model", None)
         if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm"):
             raise ConfigError("drafter", f"self_draft needs a Llama-style model (model.layers, "
@@ -103,7 +99,7 @@ class SelfDraft(ModelDrafter):
         if not 1 <= config.k <= layers - 1:
             raise ConfigError("k", f"k={config.k} must be in 1..L-1 = 1..{layers - 1}: the target "
                                    f"{setup.target.model_id!r} has L={layers} layers")
-        self.chain = self.chain_for(SelfDraftLM(setup.target.model, config.k), setup)
+        return SelfDraftLM(setup.target.model, config.k)
 
     def note(self, ctx: DraftContext) -> None:
         ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up

@@ -48,7 +48,7 @@ from ..index.suffix_tree import Speculation, SuffixTree
 from ..settings import setting
 from ..tree import DraftTree
 from .store import settings_key, shared_entry, tokenizer_key
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
 from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 _GENERATION = itertools.count()      # sequence ids in the global tree
@@ -64,7 +64,7 @@ class SuffixDecodingConfig(TreeSizingSettings):
     continue_prior: float = continue_prior_setting(0.8)
     max_depth: int = setting(24, "Deepest suffix kept in the trees: match plus draft length (vLLM: 24; "
                                  "arctic-inference and the paper: 64).", low=2, high=256)
-    max_spec_tokens: int = setting(32, "Most draft tokens per step.", low=1, high=256)
+    max_spec_tokens: int = draft_size_setting(32, "Most draft tokens per step.")
     max_spec_factor: float = setting(1.0, "Draft at most factor * match length tokens (the paper's alpha: 1).",
                                      low=0.0, high=16.0, low_open=True)
     max_spec_offset: float = setting(0.0, "Added to factor * match length (arctic-inference: 0).",

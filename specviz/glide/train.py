@@ -30,7 +30,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import torch
 
@@ -44,13 +44,36 @@ LABELS = ("data", "target")
 SHORTLIST_BATCHES = 1000           # the shortlist counts tokens of at most this many first batches
 
 
-@dataclass(frozen=True)
-class TrainConfig:
+@dataclass(frozen=True, kw_only=True)
+class TrainSchedule:
+    """What the trainers (TrainConfig here, heads/train.HeadsTrainConfig) share: the run's
+    length and data (steps optimiser steps over `batches` distinct batches of batch x seq_len
+    tokens, replayed for `epochs`), AdamW's schedule (lr_at), checkpoints and the seed. Each
+    trainer's config adds its own fields and may give these other defaults; keyword-only, so
+    that a positional call cannot mistake one field for another."""
     steps: int = 1000
+    epochs: int = 1
     batch: int = 8
     seq_len: int = 256
     lr: float = 5e-4
     warmup: int = 20
+    save_every: int = 100
+    seed: int = 0
+    least_seq_len: ClassVar[int] = 2         # a window's least tokens (an input and a next token)
+
+    def check(self) -> None:
+        check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", self.least_seq_len),
+                           ("warmup", 0), ("save_every", 1)))
+        check_lr(self.lr)
+
+    @property
+    def batches(self) -> int:
+        """Distinct batches one run reads (later epochs replay them)."""
+        return math.ceil(self.steps / self.epochs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(TrainSchedule):
     layers: int = 1
     cross_attention: bool = True
     distill: float = 0.0                 # weight of KL(target || draft); 0 = plain cross-entropy
@@ -62,19 +85,15 @@ class TrainConfig:
     # SmolLM2-135M, the attended top layer at ~54 and random weights at ~34 (probe in the report).
     init_layer: int | None = 0
     block: int = 5
-    epochs: int = 1
-    save_every: int = 100
-    seed: int = 0
     # stop after this many steps of the `steps`-long schedule (0 = run it all): the learning
     # rate follows the full schedule, so this reproduces a run stopped early
     stop_after: int = 0
 
     def check(self) -> None:
-        check_least(self, (("steps", 1), ("batch", 1), ("seq_len", 2), ("layers", 1), ("block", 1),
-                           ("epochs", 1), ("save_every", 1), ("warmup", 0)))
+        super().check()
+        check_least(self, (("layers", 1), ("block", 1)))
         if not 0 <= self.stop_after <= self.steps:
             raise ConfigError("stop_after", f"must be in 0..steps ({self.steps}), got {self.stop_after}")
-        check_lr(self.lr)
         if not 0 <= self.distill <= 1:
             raise ConfigError("distill", f"must be in [0, 1], got {self.distill}")
         if self.labels not in LABELS:
@@ -270,7 +289,7 @@ def evaluate(draft: GlideDraft, held: Iterable[torch.Tensor], block: int) -> Hel
     return HeldOut(n, ce / max(covered, 1), agree / n, covered / n, label_in / n)
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, cfg: TrainSchedule) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
@@ -302,11 +321,6 @@ def cached_pass(target: Any, n: int, ids: torch.Tensor, layers: list[int], cfg: 
     return tp
 
 
-def first_pass_batches(cfg: TrainConfig) -> int:
-    """How many batches of the data one run reads (later epochs replay them)."""
-    return math.ceil(cfg.steps / cfg.epochs)
-
-
 def fill_cache(target: Any, batch_source: Iterable[torch.Tensor], cfg: TrainConfig, cache: TargetCache,
                progress: bool = True) -> int:
     """The target's pass over the batches a run with `cfg` reads, into `cache`; returns how many
@@ -314,7 +328,7 @@ def fill_cache(target: Any, batch_source: Iterable[torch.Tensor], cfg: TrainConf
     cfg.check()
     target.eval()
     layers, device, count = attended_layers(target, cfg), next(target.parameters()).device, 0
-    total = first_pass_batches(cfg)
+    total = cfg.batches
     bar = progress_bar(progress, total, unit="batch")
     for n, ids in enumerate(itertools.islice(batch_source, total), 1):
         if n not in cache:
@@ -359,7 +373,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
         start_step, consumed = int(training.get("step", 0)), int(training.get("batches", 0))
         history = [StepStats(**s) for s in training.get("history", [])]
     elif cfg.vocab:
-        source_iter = shortlist_from(source_iter, first_pass_batches(cfg), draft, vocab_size)
+        source_iter = shortlist_from(source_iter, cfg.batches, draft, vocab_size)
     layers = attended_layers(target, cfg) if (spec.cross_attention or target_cache is not None) else []
     store: list[tuple[torch.Tensor, TargetPass]] = []
     param = next(target.parameters())
@@ -369,7 +383,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
 
     def stream() -> Iterator[tuple[torch.Tensor, TargetPass]]:
         n = 0
-        per_epoch = first_pass_batches(cfg) if cfg.epochs > 1 else None
+        per_epoch = cfg.batches if cfg.epochs > 1 else None
         for ids in source_iter:
             if per_epoch is not None and n >= per_epoch:
                 break                                      # later epochs replay these batches

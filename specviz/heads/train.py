@@ -24,19 +24,18 @@ acceptance, and the ranks are what the sparse tree of the drafters is made of.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, ClassVar, Iterable, Iterator
 
 import torch
 
 from ..errors import ConfigError
 from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train import (after_step, check_least, check_lr, freeze_target, lr_at, optimise, progress_bar,
-                           resume_state, saving_on_interrupt, shortlist_from, StepLoss)
+from ..glide.train import (after_step, check_least, freeze_target, lr_at, optimise, progress_bar, resume_state,
+                           saving_on_interrupt, shortlist_from, StepLoss, TrainSchedule)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -44,38 +43,30 @@ RANKS = 10                     # held-out accuracy is reported for ranks 0..RANK
 HEAD_DECAY = 0.8               # Medusa-1's loss weight lambda_k = 0.8^k
 
 
-@dataclass(frozen=True)
-class HeadsTrainConfig:
+@dataclass(frozen=True, kw_only=True)
+class HeadsTrainConfig(TrainSchedule):
     kind: str = "medusa"
     heads: int = 4
     layers: int = 1
     vocab: int = 8192
+    # the schedule (TrainSchedule) with the heads' defaults
     steps: int = 600
     epochs: int = 4
     batch: int = 4
-    seq_len: int = 256
     lr: float = 1e-3
-    warmup: int = 20
-    save_every: int = 100
-    seed: int = 0
+    least_seq_len: ClassVar[int] = 3
 
     def check(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError("kind", f"must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        check_least(self, (("heads", 1), ("layers", 1), ("vocab", 1), ("steps", 1), ("epochs", 1),
-                           ("batch", 1), ("seq_len", 3), ("warmup", 0), ("save_every", 1)))
+        super().check()
+        check_least(self, (("heads", 1), ("layers", 1), ("vocab", 1)))
         if self.heads > self.seq_len - 2:
             raise ConfigError("heads", f"must be below seq_len - 1 ({self.seq_len - 1}), got {self.heads}")
-        check_lr(self.lr)
 
     def needs(self) -> dict[str, bool]:
         """What the target's pass must keep (target_pass keywords): argmax and hidden states."""
         return {"labels": True, "hidden": True, "logits": False}
-
-    @property
-    def batches(self) -> int:
-        """Distinct batches one run reads (later epochs replay them)."""
-        return math.ceil(self.steps / self.epochs)
 
 
 @dataclass
@@ -212,7 +203,7 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
             t0 = time.perf_counter()
             ids, tp = next(batches)
             loss = loss_fn(heads, ids, tp)
-            optimise(loss, opt, lr_at(step, cfg))                      # type: ignore[arg-type]
+            optimise(loss, opt, lr_at(step, cfg))
             step += 1
             history.append(StepStats(step, float(loss.detach()), time.perf_counter() - t0))
             after_step(step, cfg.save_every, save, bar, loss=f"{history[-1].loss:.3f}")

@@ -18,13 +18,14 @@ from typing import Sequence
 
 import numpy as np
 
+from ..flat_tree import FlatTree
+
 ORIGIN_NONE, ORIGIN_TARGET, ORIGIN_PROMPT = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class Expansion:
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]       # index into tokens, -1 = the root
+class Expansion(FlatTree):
+    """The filled template's nodes (FlatTree: tokens, parents -1 = the root)."""
     ranks: tuple[int, ...]         # rank of the token in its parent's row
     origins: tuple[int, ...]       # origin of the row it was read from
 

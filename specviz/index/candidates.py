@@ -12,19 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..flat_tree import FlatTree
 from .suffix_array import SEP
 
 
 @dataclass(frozen=True)
-class Candidates:
-    """Nodes in topological order; parent -1 = child of the root."""
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]
+class Candidates(FlatTree):
+    """The kept nodes (FlatTree: tokens, parents -1 = child of the root) and their counts."""
     counts: tuple[int, ...]
     ratios: tuple[float, ...]      # count / parent's count (root: the number of continuations)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
 
 
 def rank_continuations(conts: np.ndarray, limit: int) -> Candidates:

@@ -24,14 +24,13 @@ import math
 import random
 from dataclasses import dataclass
 
+from ..flat_tree import FlatTree
 from .trigram import AdaptiveTrigrams
 
 
 @dataclass(frozen=True)
-class SearchTree:
+class SearchTree(FlatTree):
     """The MCTS tree (root excluded): node i has token, parent (-1 = root), visits, prior."""
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]
     visits: tuple[int, ...]
     priors: tuple[float, ...]
     scores: tuple[float, ...]
@@ -129,12 +128,7 @@ def ranked_drafts(tree: SearchTree, model: AdaptiveTrigrams, t1: int, t2: int, c
                    key=lambda i: (-tree.visits[i], i))[:count]
     out = []
     for i in order:
-        path = []
-        node = i
-        while node >= 0:
-            path.append(node)
-            node = tree.parents[node]
-        path.reverse()
+        path = tree.path_to(i)
         toks = [tree.tokens[j] for j in path]
         a, b = (toks[-2], toks[-1]) if len(toks) >= 2 else (t2, toks[-1])
         ids, _ = model.successors(a, b)

@@ -27,21 +27,26 @@ from arctic_inference.suffix_decoding import SuffixDecodingCache
 
 from ..drafters.base import DraftContext, DrafterSpec, DraftSetup, StepView
 from ..drafters.store import settings_key, shared_entry, tokenizer_key
-from ..settings import Settings, setting
+from ..drafters.suffix_decoding import SuffixDecodingConfig
+from ..settings import Settings, mirror_setting, setting
 from ..tree import DraftTree
 
 _REQUESTS = itertools.count()        # request ids in the shared cache
 
 
+def _mirror(name: str, default: Any, help: str) -> Any:
+    """A setting with the range of suffix_decoding's `name` (the drafter this peer runs beside)."""
+    return mirror_setting(SuffixDecodingConfig, name, default, help)
+
+
 @dataclass(frozen=True)
 class ArcticSuffixConfig(Settings):
-    max_depth: int = setting(24, "suffix_decoding_max_tree_depth: deepest suffix kept (vLLM: 24).",
-                             low=2, high=256)
-    max_spec_tokens: int = setting(24, "num_speculative_tokens: most draft tokens a step (vLLM: the depth).",
-                                   low=1, high=256)
-    max_spec_factor: float = setting(1.0, "suffix_decoding_max_spec_factor: at most factor * match length "
-                                          "draft tokens (vLLM: 1.0).", low=0.0, high=16.0, low_open=True)
-    min_token_prob: float = setting(0.1, "suffix_decoding_min_token_prob (vLLM: 0.1).", low=0.0, high=1.0)
+    max_depth: int = _mirror("max_depth", 24, "suffix_decoding_max_tree_depth: deepest suffix kept (vLLM: 24).")
+    max_spec_tokens: int = _mirror("max_spec_tokens", 24, "num_speculative_tokens: most draft tokens a step "
+                                                          "(vLLM: the depth).")
+    max_spec_factor: float = _mirror("max_spec_factor", 1.0, "suffix_decoding_max_spec_factor: at most factor * "
+                                                             "match length draft tokens (vLLM: 1.0).")
+    min_token_prob: float = _mirror("min_token_prob", 0.1, "suffix_decoding_min_token_prob (vLLM: 0.1).")
     max_cached_requests: int = setting(10000, "suffix_decoding_max_cached_requests: responses kept in the "
                                               "global tree, evicted first in, first out (vLLM: 10000; 0: no "
                                               "global tree).", low=0, high=1_000_000)

@@ -33,12 +33,13 @@ import draftretriever
 import numpy as np
 
 from ..cachedir import cache_dir
+from ..drafters.aded import AdedConfig
 from ..drafters.base import DraftContext, DrafterSpec, DraftSetup, StepView
 from ..drafters.corpus_index import corpus_index_setting, resolve_index
 from ..drafters.store import shared_entry
 from ..index.store import CorpusIndex
 from ..index.suffix_array import SEP
-from ..settings import Settings, setting
+from ..settings import Settings, mirror_setting
 from ..tree import DraftTree, merge_chains
 
 PAD = -2                       # the Reader pads its paths with -2
@@ -48,7 +49,8 @@ WINDOW = 16                    # the Reader adapts the tri-grams of the last 16 
 @dataclass(frozen=True)
 class DraftRetrieverConfig(Settings):
     corpus_index: str = corpus_index_setting()
-    choices: int = setting(24, "search(choices=): most drafts a step (ADED: 24).", low=1, high=256)
+    choices: int = mirror_setting(AdedConfig, "candidates", 24,
+                                  "search(choices=): most drafts a step (ADED: 24).")
 
 
 def datastore_path(index: CorpusIndex) -> Path:
