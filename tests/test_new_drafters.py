@@ -81,6 +81,28 @@ def test_suffix_tree_counts_every_substring_incrementally(depth):
     assert tree.find(seqs[0][:1]) > 0 and tree.find([99]) == -1
 
 
+def test_suffix_tree_best_child_and_latest_occurrence_follow_extend():
+    """`best` (kept by extend for path drafts) is the head of `children`' order, and
+    `occurrence` names each node's latest occurrence, across interleaved sequences."""
+    rng = random.Random(7)
+    tree, seqs, latest = SuffixTree(5), {}, {}
+    for _ in range(60):
+        sid = rng.randrange(3)
+        piece = [rng.randrange(4) for _ in range(rng.randrange(1, 6))]
+        for tok in piece:                  # brute force: every suffix ending at this token
+            s = seqs.setdefault(sid, [])
+            s.append(tok)
+            for m in range(1, min(5, len(s)) + 1):
+                latest[tuple(s[-m:])] = (sid, len(s) - 1)
+        tree.extend(sid, piece)
+        for n in range(1, len(tree)):
+            kids = tree.children(n)
+            assert tree.best[n] == (kids[0] if kids else -1)
+    assert tree.best[0] == tree.children(0)[0] and tree.occurrence(0) == (-1, -1)
+    for spelled, where in latest.items():
+        assert tree.occurrence(tree.find(spelled)) == where
+
+
 def reference_path(seqs, context, depth, max_spec, factor, min_prob):
     """Arctic-inference's path speculation from the counts alone: for every match length,
     follow the most frequent continuation, ties to the one that reached its count first,

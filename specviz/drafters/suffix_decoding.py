@@ -147,9 +147,9 @@ class SuffixDecodingDrafter:
         sources, positions = [], []
         for node in spec.nodes:
             if name == "request":
-                pos = self.local.last[node]
-            elif self.history is not None and self.history.seq[node] == self.seq_id:
-                pos = self.prompt_len + self.history.last[node]
+                pos = self.local.occurrence(node)[1]
+            elif self.history is not None and self.history.occurrence(node)[0] == self.seq_id:
+                pos = self.prompt_len + self.history.occurrence(node)[1]
             else:
                 sources.append("history")
                 positions.append(-1)

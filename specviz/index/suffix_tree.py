@@ -11,9 +11,13 @@ max_depth), so appending one token costs O(max_depth), never a rebuild.
 Nodes are flat arrays indexed by node id (root = 0) and one dict of edges keyed by
 (parent << 18) | token (vocabularies up to 262,144 ids); children are also linked as a
 sibling list (first_child / next_sibling) so a node's children can be listed without a
-per-node dict. Each node remembers its latest occurrence: `last` (the position of its
-token in that sequence) and `seq`, and `stamp`, the clock of its last update (when it
-reached its count), which breaks count ties as arctic-inference does.
+per-node dict. Each node remembers `stamp`, the clock of its last update (when it reached
+its count; the clock ticks once per appended token), which breaks count ties as
+arctic-inference does, and which also names its latest occurrence (`occurrence`: the
+sequence and position of the token appended at that tick, from a short table of clock
+ranges), and `best`, its most frequent child (ties to the one that reached its count first:
+the head of arctic-inference's sibling order), kept up to date by `extend` so that a path
+draft never sorts children.
 
 `speculate` follows arctic-inference's SuffixTree::speculate (csrc/suffix_decoding/
 suffix_tree.cc, Snowflake, Apache-2.0), written anew here: for every suffix of the context
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -63,13 +68,20 @@ class SuffixTree:
         self.depth = array("i", [0])
         self.first_child = array("i", [-1])
         self.next_sibling = array("i", [-1])
-        self.last = array("i", [-1])
-        self.seq = array("i", [-1])
+        self.best = array("i", [-1])        # the most frequent child (-1: none)
         self.stamp = array("q", [0])
         self.edges: dict[int, int] = {}
+        # per sequence: the root, then its suffix nodes shortest first (see suffix_nodes)
         self._active: dict[int, list[int]] = {}
         self._lengths: dict[int, int] = {}
         self._clock = 0
+        self._ones = array("q", [1]) * (max_depth + 1)
+        self._none = array("i", [-1]) * (max_depth + 1)
+        # clock ranges: from tick _run_clock[i] on, the ticks appended sequence _run_seq[i]
+        # from position _run_pos[i] on (one range per stretch of one sequence's tokens)
+        self._run_clock = array("q")
+        self._run_seq = array("q")
+        self._run_pos = array("q")
 
     # ---- building ----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -85,83 +97,120 @@ class SuffixTree:
 
     def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
         """Append tokens to sequence `seq_id` (created on first use)."""
-        active = self._active.setdefault(seq_id, [])
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            return
+        if not 0 <= min(tokens) <= max(tokens) < MAX_TOKEN:
+            bad = next(t for t in tokens if not 0 <= t < MAX_TOKEN)
+            raise ValueError(f"token id {bad} out of range [0, {MAX_TOKEN})")
+        active = self._active.get(seq_id) or [0]
         pos = self._lengths.get(seq_id, 0)
-        limit, edges, clock = self.max_depth, self.edges, self._clock
-        count, token, depth, stamp = self.count, self.token, self.depth, self.stamp
-        first, sibling, last, seq = self.first_child, self.next_sibling, self.last, self.seq
+        clock = self._clock
+        runs = self._run_clock
+        if not (runs and self._run_seq[-1] == seq_id and self._run_pos[-1] + clock + 1 - runs[-1] == pos):
+            runs.append(clock + 1)
+            self._run_seq.append(seq_id)
+            self._run_pos.append(pos)
+        limit, edges = self.max_depth, self.edges
+        get = edges.get
+        count, stamp, best, token, depth = self.count, self.stamp, self.best, self.token, self.depth
+        first, sibling = self.first_child, self.next_sibling
+        ones, none = self._ones, self._none
         for tok in tokens:
-            tok = int(tok)
-            if not 0 <= tok < MAX_TOKEN:
-                raise ValueError(f"token id {tok} out of range [0, {MAX_TOKEN})")
             clock += 1
-            nxt: list[int] = []
-            for node in (0, *active):          # the root, then the growing suffix nodes
-                key = (node << SHIFT) | tok
-                child = edges.get(key)
-                if child is None:              # a new node, first of its parent's list
-                    child = edges[key] = len(count)
-                    count.append(1)
-                    token.append(tok)
-                    depth.append(depth[node] + 1)
-                    first.append(-1)
-                    sibling.append(first[node])
+            nxt = [0]
+            # the root, then the growing suffix nodes (depth i at index i): the existing
+            # children first, as a suffix is held only if the shorter ones are
+            for node in active:
+                child = get((node << SHIFT) | tok)
+                if child is None:
+                    break
+                c = count[child] + 1
+                count[child] = c
+                stamp[child] = clock
+                if c > count[best[node]]:      # ties stay with the one that got there first
+                    best[node] = child
+                nxt.append(child)
+            j = len(nxt) - 1
+            if j < len(active):                # new nodes for the rest, each first of its parent's list
+                parents = active[j:]
+                k = len(parents)
+                ids = range(len(count), len(count) + k)
+                count.extend(ones[:k])
+                stamp.extend(array("q", (clock,)) * k)
+                token.extend(array("i", (tok,)) * k)
+                depth.extend(range(j + 1, j + 1 + k))
+                first.extend(none[:k])
+                best.extend(none[:k])
+                heads = [first[node] for node in parents]
+                sibling.extend(heads)
+                for node, child, head in zip(parents, ids, heads):
                     first[node] = child
-                    last.append(pos)
-                    seq.append(seq_id)
-                    stamp.append(clock)
-                else:
-                    count[child] += 1
-                    last[child] = pos
-                    seq[child] = seq_id
-                    stamp[child] = clock
-                if depth[child] < limit:       # it can still grow
-                    nxt.append(child)
+                    if head < 0:               # an only child is the best
+                        best[node] = child
+                edges.update(zip([(node << SHIFT) | tok for node in parents], ids))
+                nxt.extend(ids)
+            if len(nxt) > limit:               # the deepest reached max_depth: it stops growing
+                nxt.pop()
             count[0] += 1
             active = nxt
-            pos += 1
         self._clock = clock
         self._active[seq_id] = active
-        self._lengths[seq_id] = pos
+        self._lengths[seq_id] = pos + len(tokens)
 
     # ---- reading -----------------------------------------------------------------------
     def find(self, tokens: Sequence[int]) -> int:
         """The node spelling `tokens`, or -1."""
-        node = 0
+        node, get = 0, self.edges.get
         for tok in tokens:
-            node = self.edges.get((node << SHIFT) | int(tok), -1)
+            node = get((node << SHIFT) | int(tok), -1)
             if node < 0:
                 return -1
         return node
+
+    def occurrence(self, node: int) -> tuple[int, int]:
+        """(sequence id, position of its token there) of the node's latest occurrence;
+        (-1, -1) for the root."""
+        tick = self.stamp[node]
+        i = bisect_right(self._run_clock, tick) - 1
+        if node == 0 or i < 0:
+            return -1, -1
+        return int(self._run_seq[i]), int(self._run_pos[i] + tick - self._run_clock[i])
 
     def children(self, node: int) -> list[int]:
         """Children by decreasing count; among equal counts, the one that reached its count
         first (arctic-inference's sibling order: a node whose count grows goes behind the
         nodes that already had the new count)."""
         out = []
-        c = self.first_child[node]
+        c, sibling = self.first_child[node], self.next_sibling
         while c >= 0:
             out.append(c)
-            c = self.next_sibling[c]
-        out.sort(key=lambda n: (-self.count[n], self.stamp[n]))
+            c = sibling[c]
+        count, stamp = self.count, self.stamp
+        out.sort(key=lambda n: (-count[n], stamp[n]))
         return out
 
     def suffix_nodes(self, seq_id: int) -> list[int]:
         """The nodes of sequence `seq_id`'s suffixes, shortest first: entry m - 1 spells its
         last m tokens (m < max_depth), kept up to date by `extend`."""
-        return self._active.get(seq_id, [])
+        return self._active.get(seq_id, [0])[1:]
 
-    def longest_match(self, context: Sequence[int], known: Sequence[int] = ()) -> list[int]:
+    def longest_match(self, context: Sequence[int], known: Sequence[int] = (),
+                      longest: int | None = None) -> list[int]:
         """nodes[m - 1] = the node of the context's last m tokens, for m = 1, 2, ... while
-        the trie holds them (a longer suffix is held only if a shorter one is). `known`: the
-        nodes already known for the first lengths (a sequence's `suffix_nodes`, when the
-        context ends with that sequence)."""
+        the trie holds them (a longer suffix is held only if a shorter one is), m at most
+        `longest` (default max_depth). `known`: the nodes already known for the first
+        lengths (a sequence's `suffix_nodes`, when the context ends with that sequence)."""
         n = len(context)
-        out = list(known[: min(n, self.max_depth)])
-        for m in range(len(out) + 1, min(n, self.max_depth) + 1):
-            node = self.find(context[n - m:])
-            if node < 0:
-                break
+        top = min(n, self.max_depth if longest is None else longest)
+        out = list(known[:top])
+        get = self.edges.get
+        for m in range(len(out) + 1, top + 1):
+            node = 0
+            for tok in context[n - m:]:
+                node = get((node << SHIFT) | int(tok), -1)
+                if node < 0:
+                    return out
             out.append(node)
         return out
 
@@ -172,20 +221,46 @@ class SuffixTree:
         Match lengths are tried longest first and skipped when even a draft of probability
         1 everywhere could not beat the best score so far: the same answer as trying all.
         `known` as in `longest_match`."""
-        best = Speculation()
-        nodes = self.longest_match(context, known)
-        for m in range(len(nodes), 0, -1):
-            budget = min(max_spec_tokens, int(m * max_spec_factor + max_spec_offset + 1e-6),
-                         self.max_depth - m)
-            if budget <= 0 or budget <= best.score:
+        best_score, best_m, best_budget, best_spec = 0.0, 0, 0, None
+        # a match of max_depth tokens leaves no room to draft
+        top = min(len(context), self.max_depth - 1)
+        nodes = known if len(known) >= top else self.longest_match(context, known, top)
+        count, best, first, depth = self.count, self.best, self.first_child, self.max_depth
+        for m in range(min(len(nodes), top), 0, -1):
+            budget = int(m * max_spec_factor + max_spec_offset + 1e-6)
+            if budget <= best_score and max_spec_factor >= 0:
+                break                         # nor can any shorter match
+            budget = min(budget, max_spec_tokens, depth - m)
+            if budget <= 0 or budget <= best_score:
                 continue
-            if self.first_child[nodes[m - 1]] < 0:
+            node = nodes[m - 1]
+            if first[node] < 0:
                 continue                      # nothing ever followed it
-            spec = (self._tree if use_tree else self._path)(nodes[m - 1], budget, min_token_prob)
-            if spec.score > best.score:
-                spec.match_len, spec.matched = m, nodes[m - 1]
-                best = spec
-        return best
+            if use_tree:
+                spec = self._tree(node, budget, min_token_prob)
+                if spec.score > best_score:
+                    best_score, best_m, best_spec = spec.score, m, spec
+                continue
+            # the most frequent path (as _path, without its lists)
+            prob, score, steps, at = 1.0, 0.0, 0, node
+            while steps < budget:
+                child = best[at]
+                if child < 0:
+                    break
+                prob *= count[child] / count[at]
+                if prob < min_token_prob:
+                    break
+                score += prob
+                steps += 1
+                at = child
+            if score > best_score:
+                best_score, best_m, best_budget = score, m, budget
+        if best_m == 0:
+            return Speculation()
+        if best_spec is None:                 # the winning path again, with its lists
+            best_spec = self._path(nodes[best_m - 1], best_budget, min_token_prob)
+        best_spec.match_len, best_spec.matched = best_m, nodes[best_m - 1]
+        return best_spec
 
     def continued_ratios(self, spec: Speculation) -> list[float]:
         """Like `ratios`, but a first token's share is of the matched suffix's occurrences
@@ -193,25 +268,31 @@ class SuffixTree:
         occurrences cut at a sequence's end do not dilute it."""
         out = spec.ratios()
         if spec.matched >= 0:
-            total = sum(self.count[c] for c in self.children(spec.matched)) or 1
+            total, c = 0, self.first_child[spec.matched]
+            while c >= 0:
+                total += self.count[c]
+                c = self.next_sibling[c]
+            total = total or 1
             for i, (node, par) in enumerate(zip(spec.nodes, spec.parents)):
                 if par < 0:
                     out[i] = self.count[node] / total
         return out
 
     def _path(self, node: int, budget: int, min_prob: float) -> Speculation:
+        """The most frequent path from `node`: at most `budget` tokens, each of probability
+        at least min_prob."""
         out = Speculation()
+        count, best, token = self.count, self.best, self.token
         prob = 1.0
         while len(out.tokens) < budget:
-            kids = self.children(node)
-            if not kids:
+            child = best[node]
+            if child < 0:
                 break
-            child = kids[0]
-            prob *= self.count[child] / self.count[node]
+            prob *= count[child] / count[node]
             if prob < min_prob:
                 break
             out.parents.append(len(out.tokens) - 1)
-            out.tokens.append(self.token[child])
+            out.tokens.append(token[child])
             out.probs.append(prob)
             out.nodes.append(child)
             out.score += prob
@@ -222,12 +303,13 @@ class SuffixTree:
         out = Speculation()
         heap: list[tuple[float, int, int, int]] = []     # (-prob, tie, trie node, draft parent)
         tie = 0
+        count, depth, token = self.count, self.depth, self.token
 
         def push_children(parent_node: int, prob: float, draft_parent: int) -> None:
             nonlocal tie
-            total = self.count[parent_node]
+            total = count[parent_node]
             for child in self.children(parent_node):
-                p = prob * self.count[child] / total
+                p = prob * count[child] / total
                 if p < min_prob:
                     break                     # children are by decreasing count
                 tie += 1
@@ -236,11 +318,11 @@ class SuffixTree:
         push_children(node, 1.0, -1)
         while heap and len(out.tokens) < budget:
             neg, _, child, parent = heapq.heappop(heap)
-            out.tokens.append(self.token[child])
+            out.tokens.append(token[child])
             out.parents.append(parent)
             out.probs.append(-neg)
             out.nodes.append(child)
             out.score += -neg
-            if self.depth[child] < self.max_depth:
+            if depth[child] < self.max_depth:
                 push_children(child, -neg, len(out.tokens) - 1)
         return out
