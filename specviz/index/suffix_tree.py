@@ -33,7 +33,7 @@ import heapq
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 SHIFT = 18
 MAX_TOKEN = 1 << SHIFT
@@ -225,7 +225,7 @@ class SuffixTree:
         # a match of max_depth tokens leaves no room to draft
         top = min(len(context), self.max_depth - 1)
         nodes = known if len(known) >= top else self.longest_match(context, known, top)
-        count, best, first, depth = self.count, self.best, self.first_child, self.max_depth
+        first, depth = self.first_child, self.max_depth
         for m in range(min(len(nodes), top), 0, -1):
             budget = int(m * max_spec_factor + max_spec_offset + 1e-6)
             if budget <= best_score and max_spec_factor >= 0:
@@ -241,18 +241,9 @@ class SuffixTree:
                 if spec.score > best_score:
                     best_score, best_m, best_spec = spec.score, m, spec
                 continue
-            # the most frequent path (as _path, without its lists)
-            prob, score, steps, at = 1.0, 0.0, 0, node
-            while steps < budget:
-                child = best[at]
-                if child < 0:
-                    break
-                prob *= count[child] / count[at]
-                if prob < min_token_prob:
-                    break
+            score = 0.0                       # the most frequent path's, without _path's lists
+            for _, prob in self._walk(node, budget, min_token_prob):
                 score += prob
-                steps += 1
-                at = child
             if score > best_score:
                 best_score, best_m, best_budget = score, m, budget
         if best_m == 0:
@@ -282,22 +273,29 @@ class SuffixTree:
         """The most frequent path from `node`: at most `budget` tokens, each of probability
         at least min_prob."""
         out = Speculation()
-        count, best, token = self.count, self.best, self.token
-        prob = 1.0
-        while len(out.tokens) < budget:
-            child = best[node]
-            if child < 0:
-                break
-            prob *= count[child] / count[node]
-            if prob < min_prob:
-                break
+        token = self.token
+        for child, prob in self._walk(node, budget, min_prob):
             out.parents.append(len(out.tokens) - 1)
             out.tokens.append(token[child])
             out.probs.append(prob)
             out.nodes.append(child)
             out.score += prob
-            node = child
         return out
+
+    def _walk(self, node: int, budget: int, min_prob: float) -> Iterator[tuple[int, float]]:
+        """Down the most frequent children from `node`: (child, path probability) for at most
+        `budget` steps, stopping before a probability under min_prob."""
+        count, best = self.count, self.best
+        prob = 1.0
+        for _ in range(budget):
+            child = best[node]
+            if child < 0:
+                return
+            prob *= count[child] / count[node]
+            if prob < min_prob:
+                return
+            yield child, prob
+            node = child
 
     def _tree(self, node: int, budget: int, min_prob: float) -> Speculation:
         out = Speculation()
