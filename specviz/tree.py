@@ -4,7 +4,8 @@ DraftTree, labelled by source).
 
 A tree is flat arrays in topological order (every parent index is smaller than its child's;
 flat_tree.FlatTree holds tokens, parents and the structure read from them). Parent -1 means
-"child of the root", the root being the last committed token, whose KV is not cached yet. The verifier feeds `[root] + tree.tokens` in one forward; row 0 of the input
+"child of the root", the root being the last committed token, whose KV is not cached yet.
+The verifier feeds `[root] + tree.tokens` in one forward; row 0 of the input
 is the root and row i+1 is node i.
 
     committed:  t0 t1 ... t_{L-1}          (KV cached for t0..t_{L-2}; t_{L-1} is the root)
