@@ -384,3 +384,32 @@ def test_hierarchy_lookahead_ngrams_fill_the_context_db(tiny_lm):
         list(_run(tiny_lm, tuple(prompt), drafter, "hierarchy", DecodingConfig(max_new_tokens=24)))
         pools[lookahead] = len(drafter.pool)
     assert pools[True] > pools[False]
+
+
+def test_aded_with_the_packaged_retrievers_cut_is_lossless_and_within_budget(tiny_lm, ids_index, monkeypatch):
+    """`aded@draftretriever`: at most 23 drafts, whose distinct-token counts sum to 24 at most
+    after the cut; greedy output is vanilla's."""
+    from specviz.drafters import aded
+    from specviz.drafters.choice import parse_choice
+
+    cuts: list[tuple[list[list[int]], list[int]]] = []
+    original = aded.cut_to_budget
+
+    def spy(chains, budget):
+        kept = original(chains, budget)
+        cuts.append((chains, kept))
+        return kept
+
+    monkeypatch.setattr(aded, "cut_to_budget", spy)
+    folder, outputs = ids_index
+    choice = parse_choice("aded@draftretriever")
+    assert {k: getattr(choice.config(), k) for k in ("candidates", "token_budget")} == \
+        {"candidates": 23, "token_budget": 24}
+    prompt = outputs[3][:8]
+    out, steps = run_ids(tiny_lm, prompt, "aded", {**choice.values(), "corpus_index": folder},
+                         max_new_tokens=24)
+    assert out == run_ids(tiny_lm, prompt, max_new_tokens=24)[0]
+    assert cuts and any(len(s.tree) for s in steps)
+    for chains, kept in cuts:
+        assert len(chains) <= 23
+        assert sum(len(set(chains[i])) for i in kept) <= 24

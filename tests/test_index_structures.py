@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specviz.index.candidates import brute_force_rank, rank_continuations
-from specviz.index.mcts import mcts, ranked_drafts
+from specviz.index.mcts import cut_to_budget, mcts, ranked_drafts
 from specviz.index.model_db import ModelDB, count_ngrams
 from specviz.index.ngram_pool import NgramPool
 from specviz.index.suffix_array import SEP, SuffixArray, brute_force_match, build_order
@@ -254,3 +254,15 @@ def _depths(tree) -> list[int]:
     for p in tree.parents:
         d.append(1 if p < 0 else d[p] + 1)
     return d
+
+
+def test_cut_to_budget_drops_the_widest_drafts_first():
+    """draftretriever 0.1.1's cut_to_choices: drop the chain with the most distinct tokens
+    until the counts sum to the budget; duplicates count once; ties drop the later chain."""
+    chains = [[5, 6], [5, 6, 7, 8], [9, 9, 9], [5, 6], [1, 2, 3]]   # distinct: 2, 4, 1, (dup), 3
+    assert cut_to_budget(chains, 100) == [0, 1, 2, 4]
+    assert cut_to_budget(chains, 10) == [0, 1, 2, 4]                 # 2 + 4 + 1 + 3 = 10
+    assert cut_to_budget(chains, 9) == [0, 2, 4]                     # the 4-token chain goes first
+    assert cut_to_budget(chains, 5) == [0, 2]
+    assert cut_to_budget([[1, 2], [3, 4], [5]], 3) == [0, 2]         # a tie drops the later one
+    assert cut_to_budget(chains, 0) == []

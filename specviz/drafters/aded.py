@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from ..index.mcts import mcts, ranked_drafts
+from ..index.mcts import cut_to_budget, mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams
 from ..settings import setting
 from ..tree import DraftTree, merge_chains
@@ -58,6 +58,9 @@ class AdedConfig(TreeSizingSettings):
     reset: bool = setting(False, "Start every generation from the corpus table (off: the adapted "
                           "statistics carry over to the next generation of this session / process / "
                           "bench run, as the paper's matrix evolves over the request stream).")
+    token_budget: int = setting(0, "Drop the drafts with the most distinct tokens until their counts sum to at "
+                                   "most this (the authors' packaged retriever, draftretriever 0.1.1, cuts to "
+                                   "24; 0: keep all `candidates`, as the paper's text).", low=0, high=4096)
     seed: int = setting(0, "Seed of the rollouts (drafts never change the output, only the speed).",
                         low=0, ui=False)
 
@@ -93,6 +96,9 @@ class AdedDrafter:
             search = mcts(self.model, t1, t2, cfg.iterations, cfg.depth, cfg.c1, cfg.c2,
                           rng=random.Random(cfg.seed * 1_000_003 + ctx.step))
             drafts = ranked_drafts(search, self.model, t1, t2, cfg.candidates)
+            if cfg.token_budget:
+                chains = [toks + ([ext] if ext >= 0 else []) for toks, _, ext in drafts]
+                drafts = [drafts[i] for i in cut_to_budget(chains, cfg.token_budget)]
             seconds = time.perf_counter() - start
         with ctx.timer("draft.tree"):
             chains = []
@@ -140,7 +146,16 @@ PAPER = Preset(
     "at 3.0 over the last 16 tokens: the authors' code (DraftRetriever/src/mcts_sub.rs); the matrix "
     "kept across requests: Methodology and Fig. 4a; no prompt adaptation, no cost cutting")
 
+# The authors' packaged retriever (draftretriever 0.1.1 on the package registry; benchmarks/README.md,
+# "The authors' code as peers"): its ranking takes the top 24 prefixes with the root's own among them
+# (lib.rs drops it after), so 23 drafts, then cuts them to 24 distinct tokens (`cut_to_choices`).
+PACKAGED = Preset(
+    {**PAPER.values, "candidates": 23, "token_budget": 24},
+    "The authors' packaged DraftRetriever (draftretriever 0.1.1: src/mcts_sub.rs MCTS::new(key, 4, 24) "
+    "ranks the root among its 24 prefixes; src/lib.rs search() drops it and cut_to_choices(paths, 24) "
+    "keeps at most 24 distinct tokens); otherwise the paper preset")
+
 SPEC = register(DrafterSpec("aded", AdedConfig, AdedDrafter,
                             "MCTS over an adaptive corpus tri-gram table (ADED).",
                             "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding",
-                            family="corpus", order=50, presets={"paper": PAPER}))
+                            family="corpus", order=50, presets={"paper": PAPER, "draftretriever": PACKAGED}))

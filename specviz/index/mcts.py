@@ -134,3 +134,24 @@ def ranked_drafts(tree: SearchTree, model: AdaptiveTrigrams, t1: int, t2: int, c
         ids, _ = model.successors(a, b)
         out.append((toks, path, ids[0] if ids else -1))
     return out
+
+
+def cut_to_budget(chains: list[list[int]], budget: int) -> list[int]:
+    """The authors' packaged retriever's cut (draftretriever 0.1.1, lib.rs `cut_to_choices`):
+    while the chains' distinct-token counts (each chain's own, summed) exceed `budget`, drop
+    the chain with the most distinct tokens. Returns the indices of the chains kept, in their
+    order. Duplicate chains count once (the package deduplicates first); among chains with
+    equal counts the less visited (later) one goes first, where the package's order is its
+    hash set's."""
+    first: dict[tuple[int, ...], int] = {}
+    for i, chain in enumerate(chains):
+        first.setdefault(tuple(chain), i)
+    kept = sorted(first.values())
+    counts = {i: len(set(chains[i])) for i in kept}
+    total = sum(counts.values())
+    for i in sorted(kept, key=lambda i: (-counts[i], -i)):
+        if total <= budget:
+            break
+        total -= counts[i]
+        kept.remove(i)
+    return kept
