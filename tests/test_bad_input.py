@@ -176,7 +176,10 @@ def test_ctrl_c_keeps_the_text_and_writes_a_stopped_trace(tmp_path: Path) -> Non
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([PY, "-m", "specviz", *GEN[:3], "--max-new-tokens", "4000", "--no-stream",
                              "--drafter", "vanilla", "--prompt", "Tell a long story.", "--trace", str(trace_path)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a test run started in the background (`pytest &` from a script) ignores
+                            # SIGINT, and a child inherits that: give the child the default back
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stderr.readline()                         # printed when the generation starts
         assert line.startswith("specviz: generating"), line
