@@ -96,14 +96,13 @@ class AdedDrafter:
             search = mcts(self.model, t1, t2, cfg.iterations, cfg.depth, cfg.c1, cfg.c2,
                           rng=random.Random(cfg.seed * 1_000_003 + ctx.step))
             drafts = ranked_drafts(search, self.model, t1, t2, cfg.candidates)
+            extended = [toks + ([ext] if ext >= 0 else []) for toks, _, ext in drafts]
             if cfg.token_budget:
-                chains = [toks + ([ext] if ext >= 0 else []) for toks, _, ext in drafts]
-                drafts = [drafts[i] for i in cut_to_budget(chains, cfg.token_budget)]
+                kept = cut_to_budget(extended, cfg.token_budget)
+                drafts, extended = [drafts[i] for i in kept], [extended[i] for i in kept]
             seconds = time.perf_counter() - start
         with ctx.timer("draft.tree"):
-            chains = []
-            for toks, _, ext in drafts:
-                chains.append((toks + ([ext] if ext >= 0 else []), "mcts"))
+            chains = [(chain, "mcts") for chain in extended]
             tree, _, chain_nodes = merge_chains(chains)
             # per node: raw chance = share of the parent's visits (extensions: 1/2), source
             visits_of: dict[int, int] = {}
