@@ -239,6 +239,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec,
         stop_reason=(steps[-1].stop or "stopped") if steps else "stopped",
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
         context_char_span=prompt.context_char_span, verify_ratio=verify_ratio, runtime=lm.runtime,
+        confidence=spec.confidence,
         peak_memory_mb=max((s.peak_memory_mb for s in steps if s.peak_memory_mb is not None), default=None))
 
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import TraceFormatError
 from .json_schema import SchemaError, shipped_schema, validate
 from .tree import DraftTree
+
+if TYPE_CHECKING:
+    from .calibration import Calibration
+    from .position_metrics import PositionCounts
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)     # 1: no per-position pieces (they are rebuilt from token_text)
@@ -136,6 +140,9 @@ class Trace:
     # how the output compares with vanilla's on the same input (divergence.Divergence.to_dict()),
     # set where a run is checked against vanilla (generate --check, the Compare tab); None otherwise
     divergence: dict[str, Any] | None = None
+    # what the drafter's per-node confidence is (drafters.base.CONFIDENCE_KINDS: "probability",
+    # "path_probability", "chance"), for the calibration view; None: it has none (or an older trace)
+    confidence: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def draft_metrics(self) -> dict[str, float]:
@@ -150,6 +157,17 @@ class Trace:
             m["priced"] = priced_speedup(m["alpha"], int(m["gamma"]), m["c"], self.verify_ratio)
         return m
 
+    def position_metrics(self) -> "PositionCounts":
+        """Acceptance per draft position under vLLM's metric names (position_metrics.py)."""
+        from .position_metrics import position_counts
+        return position_counts(self.steps)
+
+    def calibration(self) -> "Calibration | None":
+        """The drafter's confidence against what the target accepted (calibration.py); None
+        where the drafter declares no confidence."""
+        from .calibration import of_trace
+        return of_trace(self)
+
     def step_pieces(self, step_index: int) -> tuple[str, ...]:
         """The text of each token the step committed, in its place in the output."""
         start = sum(len(s.new_tokens) for s in self.steps[:step_index])
@@ -159,6 +177,8 @@ class Trace:
         d = asdict(self)
         d["steps"] = [s.to_dict() for s in self.steps]
         d["token_text"] = {str(k): v for k, v in self.token_text.items()}
+        # derived from the steps, written for other tools (vLLM's counter names); recomputed, not read
+        d["spec_decode"] = self.position_metrics().to_dict()
         return d
 
     def to_json(self, indent: int | None = None) -> str:
@@ -179,6 +199,7 @@ class Trace:
             raise TraceFormatError(f"malformed trace: {err}") from None
         try:
             d = dict(d)
+            d.pop("spec_decode", None)          # derived (to_dict): the steps are the record
             d["steps"] = tuple(StepRecord.from_dict(s) for s in d["steps"])
             d["totals"] = Totals(**d["totals"])
             d["token_text"] = {int(k): v for k, v in d["token_text"].items()}

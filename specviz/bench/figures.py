@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+import plotly.colors
 import plotly.graph_objects as go
 
 from ..viz.palette import FIGURE_TEMPLATE
@@ -81,6 +82,61 @@ def depth_acceptance_lines(rows: Sequence[dict[str, Any]], category: str = "all"
     return fig
 
 
+def position_lines(rows: Sequence[dict[str, Any]], category: str = "all") -> go.Figure:
+    """Acceptance per draft position under vLLM's names, per method: accepted at the position /
+    num_drafts (solid), and given every earlier position accepted (dotted); the legend gives
+    each method's mean acceptance length, 1 + accepted / drafts (the bonus token counted)."""
+    fig = go.Figure()
+    palette = plotly.colors.qualitative.Plotly
+    for r in _rows(rows, category):
+        sd = r.get("spec_decode")
+        if not sd or not sd["num_drafts"]:
+            continue
+        colour = palette[len(fig.data) // 2 % len(palette)]
+        pos = list(range(len(sd["num_accepted_tokens_per_pos"])))
+        name = f"{r['method']} (mean acceptance length {sd['mean_acceptance_length']:.2f})"
+        fig.add_scatter(name=name, x=pos, y=sd["acceptance_rate_per_pos"], mode="lines+markers",
+                        line={"color": colour}, legendgroup=r["method"], customdata=sd["num_accepted_tokens_per_pos"],
+                        hovertemplate="position %{x}: %{y:.0%} (%{customdata} of " + str(sd["num_drafts"])
+                                      + " drafts)<extra>" + r["method"] + "</extra>")
+        fig.add_scatter(name=f"{r['method']}, given earlier accepted", x=pos, y=sd["conditional_acceptance_per_pos"],
+                        mode="lines+markers", line={"dash": "dot", "color": colour}, legendgroup=r["method"],
+                        customdata=sd.get("num_tested_per_pos", []),
+                        hovertemplate="position %{x}: %{y:.0%} of %{customdata} that reached it<extra>"
+                                      + r["method"] + "</extra>")
+    fig.update_layout(template=FIGURE_TEMPLATE,
+                      title=f"Acceptance per draft position, vLLM's definition ({category}; solid: accepted / "
+                            "num_drafts, dotted: given every earlier position accepted; mean acceptance length "
+                            "= 1 + accepted / drafts, bonus counted)",
+                      title_font_size=13, xaxis_title="draft position (0 = first draft token; tree: depth - 1)",
+                      yaxis_title="accepted", yaxis_range=[0, 1.05], xaxis_dtick=1)
+    return fig
+
+
+def reliability_lines(rows: Sequence[dict[str, Any]], category: str = "all") -> go.Figure:
+    """Reliability diagram per method with a confidence: share accepted against mean confidence
+    per confidence bin (tested nodes, confidence given the parent), with each method's ECE."""
+    fig = go.Figure()
+    fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
+                    line={"color": "#adb5bd", "dash": "dot"}, hoverinfo="skip")
+    for r in _rows(rows, category):
+        cal = r.get("calibration")
+        if not cal or not cal["node"]["nodes"]:
+            continue
+        used = [b for b in cal["node"]["bins"] if b["count"]]
+        fig.add_scatter(name=f"{r['method']} ({cal['kind']}, ECE {cal['ece']:.3f})",
+                        x=[b["mean_confidence"] for b in used], y=[b["accepted_share"] for b in used],
+                        mode="lines+markers", customdata=[[b["accepted"], b["count"]] for b in used],
+                        hovertemplate="confidence %{x:.2f}: accepted %{y:.0%} (%{customdata[0]} of "
+                                      "%{customdata[1]})<extra>" + r["method"] + "</extra>")
+    fig.update_layout(template=FIGURE_TEMPLATE,
+                      title=f"Calibration of the drafters' confidence ({category}; tested nodes, accepted given "
+                            "the parent accepted)", title_font_size=13,
+                      xaxis_title="confidence given the parent (mean per bin)", yaxis_title="share accepted",
+                      xaxis_range=[0, 1.02], yaxis_range=[0, 1.05])
+    return fig
+
+
 _LABEL = re.compile(r"^(?P<name>[^\[]+)\[(?P<settings>.*)\]$")
 
 
@@ -150,6 +206,10 @@ def results_figures(rows: Sequence[dict[str, Any]]) -> tuple[list[go.Figure], go
 def all_figures(rows: Sequence[dict[str, Any]]) -> list[go.Figure]:
     """Every figure of the report, in order."""
     figs = [speedup_bars(rows), phase_stack(rows), accepted_histograms(rows), depth_acceptance_lines(rows)]
+    if any(r.get("spec_decode") for r in rows):
+        figs.append(position_lines(rows))
+    if any(r.get("calibration") for r in rows):
+        figs.append(reliability_lines(rows))
     for drafter in swept_drafters(rows):
         for metric in ("speedup", "tokens_per_s"):
             fig = sweep_figure(rows, drafter, metric)

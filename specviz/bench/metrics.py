@@ -8,6 +8,13 @@
 - acceptance rate at draft depth d = of the steps whose accepted path reached depth d - 1
   and whose tree had a node at depth d below it, the share that accepted one.
 - the accepted-length histogram counts steps by the tokens they committed.
+- acceptance per draft position under vLLM's names (position_metrics.py: num_drafts,
+  num_draft_tokens, num_accepted_tokens, num_accepted_tokens_per_pos, the per-position rate
+  and the rate given every earlier position accepted; mean acceptance length = 1 + accepted /
+  drafts, the bonus token counted as vLLM and SGLang count it), the method's turns pooled.
+- calibration (calibration.py): the drafter's per-node confidence against what the target
+  accepted, the turns' reliability bins pooled, with the expected calibration error (ECE);
+  None for a drafter that declares no confidence.
 - model drafters (draft_model, self_draft, glide): acceptance rate alpha, cost coefficient c
   and the expected speedup (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) from the
   method's turns pooled (draft_metrics.Tally), beside the measured speedup; and the same
@@ -21,7 +28,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from ..calibration import Calibration
 from ..draft_metrics import Tally, priced_speedup
+from ..position_metrics import PositionCounts
 from ..trace import StepRecord, acceptance_by_depth
 from .methods import BASELINE, UPPER_BOUND
 
@@ -49,6 +58,11 @@ class Run:
     # the comparison with vanilla's output of the same turn (divergence.Divergence.to_dict());
     # None for vanilla itself and in results written before it was kept
     divergence: dict[str, Any] | None = None
+    # acceptance per draft position (position_metrics.PositionCounts.to_dict()) and the
+    # calibration (calibration.Calibration.to_dict(), None: no confidence); None for peers and
+    # in results written before they were kept
+    spec_decode: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = None
 
     @property
     def draft_seconds(self) -> float:
@@ -84,6 +98,18 @@ def depth_acceptance(steps: Sequence[StepRecord]) -> tuple[tuple[int, ...], tupl
     """(tested, accepted) per draft depth, index d-1 for depth d (trace.acceptance_by_depth)."""
     stats = acceptance_by_depth(steps)
     return tuple(t for t, _ in stats.values()), tuple(a for _, a in stats.values())
+
+
+def pooled_positions(runs: Sequence[Run]) -> PositionCounts | None:
+    """The runs' acceptance per draft position added up (None: no run kept it)."""
+    kept = [PositionCounts.from_dict(r.spec_decode) for r in runs if r.spec_decode]
+    return sum(kept[1:], kept[0]) if kept else None
+
+
+def pooled_calibration(runs: Sequence[Run]) -> Calibration | None:
+    """The runs' calibration bins added up (None: no run has a confidence)."""
+    kept = [Calibration.from_dict(r.calibration) for r in runs if r.calibration]
+    return sum(kept[1:], kept[0]) if kept else None
 
 
 def speedup(method_tps: Sequence[float], vanilla_tps: Sequence[float]) -> float:
@@ -189,6 +215,7 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
                 model["verify_ratio"] = pooled.verify_seconds / pooled.steps / plain_step
                 model["priced"] = priced_speedup(model["alpha"], model["gamma"], model["c"],
                                                  model["verify_ratio"])
+            positions, cal = pooled_positions(mine_runs), pooled_calibration(mine_runs)
             cat_rows.append({
                 "category": cat, "method": method, "questions": len({q.question_id for q in mine}),
                 "repeats": len(repeats), "new_tokens": tokens, "seconds": seconds,
@@ -211,6 +238,9 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
                 "alpha": model.get("alpha"), "cost_c": model.get("c"), "gamma": model.get("gamma"),
                 "expected_speedup": model.get("expected_speedup"),
                 "verify_ratio": model.get("verify_ratio"), "expected_speedup_priced": model.get("priced"),
+                "spec_decode": positions.to_dict() if positions else None,
+                "mean_acceptance_length": positions.mean_acceptance_length if positions else None,
+                "calibration": cal.to_dict() if cal else None, "ece": cal.ece if cal else None,
             })
         top = next((r["speedup"] for r in cat_rows if r["method"] == oracle), None)
         for r in cat_rows:

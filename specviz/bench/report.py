@@ -1,5 +1,10 @@
 """Benchmark output: results.json (everything), summary.csv, summary.md and report.html.
 
+Beside the speed tables the report shows acceptance per draft position under vLLM's metric
+names (num_drafts, num_draft_tokens, num_accepted_tokens, num_accepted_tokens_per_pos; mean
+acceptance length = 1 + accepted / drafts, the bonus token counted) and the drafters'
+calibration (reliability diagram, ECE) where a drafter declares a confidence.
+
 `results.json` holds the run's meta data (machine, command, model), the summary rows and
 every measured turn, so a report can be remade, and the explorer can open it
 (`load_results`). The HTML report is self-contained (plotly.js inlined once).
@@ -25,7 +30,7 @@ CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "sp
                "fraction_of_oracle", "mean_accepted", "draft_overhead", "peak_memory_mb",
                "identical_to_vanilla", "mismatches", "near_ties", "mismatch_bugs",
                "divergence_points", "speedup_shared_prefix", "alpha", "cost_c", "gamma", "expected_speedup",
-               "verify_ratio", "expected_speedup_priced")
+               "verify_ratio", "expected_speedup_priced", "mean_acceptance_length", "ece")
 
 
 class ResultsFormatError(SpecvizError):
@@ -74,6 +79,28 @@ def model_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def position_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Acceptance per draft position under vLLM's metric names, with each method's ECE where
+    its drafter has a confidence ('' if no row kept the counts). Mean acceptance length
+    = 1 + num_accepted_tokens / num_drafts: the bonus token counted, as vLLM and SGLang count it."""
+    rows = [r for r in rows if r.get("spec_decode") and r["spec_decode"]["num_drafts"]]
+    if not rows:
+        return ""
+    lines = ["| category | method | num_drafts | num_draft_tokens | num_accepted_tokens | "
+             "num_accepted_tokens_per_pos | per position (/ num_drafts) | given earlier accepted | "
+             "mean acceptance length (bonus counted) | draft acceptance rate | ECE |", "|" + "---|" * 11]
+    for r in rows:
+        sd = r["spec_decode"]
+        rates = " ".join(f"{x:.2f}" for x in sd["acceptance_rate_per_pos"])
+        cond = " ".join(f"{x:.2f}" for x in sd["conditional_acceptance_per_pos"])
+        per_pos = " ".join(str(x) for x in sd["num_accepted_tokens_per_pos"])
+        lines.append(f"| {r['category']} | {r['method']} | {sd['num_drafts']} | {sd['num_draft_tokens']} | "
+                     f"{sd['num_accepted_tokens']} | {per_pos} | {rates} | {cond} | "
+                     f"{sd['mean_acceptance_length']:.2f} | {sd['draft_acceptance_rate']:.2f} | "
+                     f"{_fmt(r.get('ece'), '.3f')} |")
+    return "\n".join(lines)
+
+
 def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
     out = {k: r.get(k) for k in CSV_COLUMNS}
     for prefix, key in (("speedup_question", "speedup_question_spread"),
@@ -100,7 +127,10 @@ def _html_table(markdown: str) -> str:
 def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """summary.md: the main table, then the model drafters' table when any ran."""
     model = model_table(rows)
-    return markdown_table(rows) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
+    positions = position_table(rows)
+    return (markdown_table(rows) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
+            + ("\n\nAcceptance per draft position (vLLM's metric names; mean acceptance length = 1 + "
+               "accepted / drafts, the bonus token counted)\n\n" + positions if positions else ""))
 
 
 def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
@@ -114,7 +144,7 @@ def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 td:nth-child(-n+2){{text-align:left}}</style></head><body>
 <h1>specviz benchmark</h1><ul>{meta_html}</ul>
-{_html_table(markdown_table(rows))}{_html_table(model_table(rows))}
+{_html_table(markdown_table(rows))}{_html_table(model_table(rows))}{_html_table(position_table(rows))}
 {''.join(parts)}</body></html>"""
 
 

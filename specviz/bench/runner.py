@@ -89,6 +89,11 @@ def _tally_dict(steps: Any) -> dict[str, float] | None:
     return asdict(t) if t.steps else None
 
 
+def _calibration_dict(trace: Trace) -> dict[str, Any] | None:
+    cal = trace.calibration()
+    return cal.to_dict() if cal is not None else None
+
+
 @dataclass
 class Bench:
     """The state of one benchmark run."""
@@ -134,7 +139,9 @@ class Bench:
                                   trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,
                                   tuple(s.accepted_len for s in trace.steps), tested, accepted,
                                   dict(trace.totals.phase_seconds), output_ids=trace.output_ids,
-                                  model_tally=_tally_dict(trace.steps))
+                                  model_tally=_tally_dict(trace.steps),
+                                  spec_decode=trace.position_metrics().to_dict(),
+                                  calibration=_calibration_dict(trace))
                         if method.label == BASELINE:
                             baseline_traces.append(trace)
                         elif baseline_traces:

@@ -157,4 +157,4 @@ PACKAGED = Preset(
 SPEC = register(DrafterSpec("aded", AdedConfig, AdedDrafter,
                             "MCTS over an adaptive corpus tri-gram table (ADED).",
                             "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding",
-                            family="corpus", order=50, presets={"paper": PAPER, "draftretriever": PACKAGED}))
+                            family="corpus", order=50, presets={"paper": PAPER, "draftretriever": PACKAGED}, confidence="chance"))

@@ -115,6 +115,17 @@ class Preset:
         object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
 
 
+# What a drafter's per-node confidence is, as its DrafterSpec declares it (`confidence`):
+# - "probability": DraftTree.scores[i] is the draft's probability of node i's token at its
+#   place, given its parent (a draft model's softmax; a Medusa head's for its position);
+# - "path_probability": DraftTree.scores[i] is the draft's probability of the whole path from
+#   the root to node i (a product of the conditional probabilities, as EAGLE-2 ranks nodes);
+# - "chance": the drafter's own estimate of node i's chance given its parent (a count share,
+#   a visit share: the raw ratio its TreeCutter sizes the tree with), recorded per step by
+#   TreeCutter.cut in StepRecord.info["chance"] (its scores stay counts, for display).
+CONFIDENCE_KINDS = ("probability", "path_probability", "chance")
+
+
 @dataclass(frozen=True)
 class DrafterSpec:
     """What the registry knows of a drafter: everything a front end (CLI, UI, bench) needs to
@@ -134,8 +145,14 @@ class DrafterSpec:
     preselected: bool = False       # preselected in comparisons (the UI's compare tab)
     # preset name -> Preset (e.g. "paper": the paper's own settings, every extension off)
     presets: Mapping[str, Preset] = field(default_factory=dict)
+    # what the drafter's per-node confidence is (CONFIDENCE_KINDS; None: it has none), recorded
+    # in the trace (Trace.confidence) for the calibration view (specviz/calibration.py)
+    confidence: str | None = None
 
     def __post_init__(self) -> None:
+        if self.confidence is not None and self.confidence not in CONFIDENCE_KINDS:
+            raise ValueError(f"drafter {self.name!r}: confidence {self.confidence!r} is not one of "
+                             f"{', '.join(CONFIDENCE_KINDS)} (or None)")
         for name, preset in self.presets.items():
             settings.build(self.config_cls, preset.values)     # a broken preset fails at import
 

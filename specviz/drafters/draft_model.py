@@ -70,4 +70,4 @@ SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,
                             "A small draft model with the target's tokenizer drafts gamma tokens "
                             "(exact speculative sampling, own KV cache rolled back on rejection).",
                             "Leviathan et al. 2023; Chen et al. 2023",
-                            family="model", order=70))
+                            family="model", order=70, confidence="probability"))

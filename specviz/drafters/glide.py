@@ -164,4 +164,4 @@ SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "
                             "gamma tokens; CAPE adds siblings where the draft is unsure.",
                             "Du et al. 2024, GLIDE with a CAPE",
-                            family="model", order=90, presets=PRESETS))
+                            family="model", order=90, presets=PRESETS, confidence="probability"))

@@ -203,4 +203,4 @@ SPEC = register(DrafterSpec("hierarchy", HierarchyConfig, HierarchyDrafter,
                             "Context, model and corpus n-gram DBs read in order of locality (Hierarchy Drafting).",
                             "Cho et al. 2025, Lossless Acceleration of LLMs with Hierarchical Drafting "
                             "based on Temporal Locality in Speculative Decoding",
-                            family="corpus", order=40, presets={"paper": PAPER}))
+                            family="corpus", order=40, presets={"paper": PAPER}, confidence="chance"))

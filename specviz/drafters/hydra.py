@@ -45,4 +45,4 @@ SPEC = register(DrafterSpec("hydra", HeadsConfig, HydraDrafter,
                             "Hydra heads: Medusa heads that also read the branch's earlier tokens, "
                             "drafting a sparse tree level by level (no draft model forward).",
                             "Ankner et al. 2024, Hydra: Sequentially-Dependent Draft Heads for Medusa Decoding",
-                            family="model", order=94, presets=PRESETS))
+                            family="model", order=94, presets=PRESETS, confidence="probability"))

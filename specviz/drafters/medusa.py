@@ -227,4 +227,4 @@ SPEC = register(DrafterSpec("medusa", HeadsConfig, MedusaDrafter,
                             "(no draft model forward).",
                             "Cai et al. 2024, Medusa: Simple LLM Inference Acceleration Framework with "
                             "Multiple Decoding Heads",
-                            family="model", order=92, presets=PRESETS))
+                            family="model", order=92, presets=PRESETS, confidence="probability"))

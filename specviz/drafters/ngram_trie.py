@@ -104,4 +104,4 @@ SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
                             "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
                             "Speculative Decoding",
                             family="context", order=20, is_default=True, preselected=True,
-                            presets={"paper": PAPER}))
+                            presets={"paper": PAPER}, confidence="chance"))

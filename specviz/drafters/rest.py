@@ -77,4 +77,4 @@ class RestDrafter:
 SPEC = register(DrafterSpec("rest", RestConfig, RestDrafter,
                             "Drafts from a suffix-array datastore over a chat corpus (REST).",
                             "He et al. 2024, REST: Retrieval-Based Speculative Decoding",
-                            family="corpus", order=30))
+                            family="corpus", order=30, confidence="chance"))

@@ -109,4 +109,4 @@ SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
                             "Early exit: the target's first k layers + its norm and LM head draft "
                             "gamma tokens (no extra weights; reuses the target's committed KV).",
                             "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)",
-                            family="model", order=80))
+                            family="model", order=80, confidence="probability"))

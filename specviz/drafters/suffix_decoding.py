@@ -186,4 +186,4 @@ SPEC = register(DrafterSpec("suffix_decoding", SuffixDecodingConfig, SuffixDecod
                             "adaptive draft length (SuffixDecoding).",
                             "Oliaro et al. 2024, SuffixDecoding: Extreme Speculative Decoding for "
                             "Emerging AI Applications",
-                            family="context", order=65, presets={"paper": PAPER}))
+                            family="context", order=65, presets={"paper": PAPER}, confidence="chance"))

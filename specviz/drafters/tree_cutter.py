@@ -127,6 +127,9 @@ class TreeCutter:
                 path = [path[i] for i in keep]
         self._idle = 0 if len(tree) else self._idle + 1     # steps in a row without a draft
         self._last = (tree, list(ratios), ids)
+        if info is not None and len(tree):   # the raw chance per kept node (and its depth, to
+            # line it up after the engine's depth cut), for the calibration view (calibration.py)
+            info.update(chance=[round(min(1.0, float(r)), 4) for r in ratios], chance_depth=list(tree.depths))
         return tree, path
 
     def observe(self, step: StepView) -> None:

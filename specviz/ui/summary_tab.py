@@ -1,5 +1,6 @@
 """The "Run summary" tab: time per step by phase, totals by phase, accepted lengths,
-acceptance by draft depth, tokens over time."""
+acceptance by draft depth, tokens over time; acceptance per draft position under vLLM's
+metric names and the drafter's calibration (viz/draft_head.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ import gradio as gr
 from .. import viz
 from ..divergence import of_trace
 from ..trace import Trace
+from ..viz.draft_head import calibration_figure, draft_head_lines, trace_positions_figure
 
 
 @dataclass
@@ -29,7 +31,9 @@ def build_summary() -> Summary:
     with gr.Row():
         hist, depth, over_time = (gr.Plot(label="Accepted per step"), gr.Plot(label="Acceptance by depth"),
                                   gr.Plot(label="Tokens over time"))
-    return Summary(about, [stack, totals, hist, depth, over_time])
+    with gr.Row():                  # views that debug a draft head (viz/draft_head.py)
+        positions, reliability = gr.Plot(label="Acceptance per draft position"), gr.Plot(label="Calibration")
+    return Summary(about, [stack, totals, hist, depth, over_time, positions, reliability])
 
 
 def about_markdown(trace: Trace) -> str:
@@ -53,12 +57,14 @@ def about_markdown(trace: Trace) -> str:
                         f"{trace.device} it costs {m['verify_ratio']:.2f} plain steps (the model's cost calibration): "
                         f"priced so, **{m['priced']:.2f}x**" if "priced" in m else "")
                      + "; the measured speedup needs a vanilla run beside it (Compare tab, or `specviz bench`)")
+    lines += list(draft_head_lines(trace))
     lines += [f"⚠️ {e}" for e in trace.errors]
     return "  \n".join(lines)
 
 
 def render_summary(trace: Trace | None) -> list[Any]:
     if trace is None or not trace.steps:
-        return ["*No run yet.*", None, None, None, None, None]
+        return ["*No run yet.*", None, None, None, None, None, None, None]
     return [about_markdown(trace), viz.timing_stack_figure(trace), viz.phase_totals_figure(trace),
-            viz.accepted_hist_figure(trace), viz.acceptance_figure(trace), viz.tokens_over_time_figure(trace)]
+            viz.accepted_hist_figure(trace), viz.acceptance_figure(trace), viz.tokens_over_time_figure(trace),
+            trace_positions_figure(trace), calibration_figure(trace)]
