@@ -125,7 +125,8 @@ def _html_table(markdown: str) -> str:
 
 
 def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """summary.md: the main table, then the model drafters' table when any ran."""
+    """summary.md: the main table, then the model drafters' table when any ran, then acceptance
+    per draft position (vLLM's names) when any row kept it."""
     model = model_table(rows)
     positions = position_table(rows)
     return (markdown_table(rows) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
