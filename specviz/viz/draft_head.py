@@ -37,7 +37,7 @@ def reliability_figure(cal: Calibration | None, title: str = "") -> go.Figure:
     fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
                     line=dict(color="#adb5bd", dash="dot"), hoverinfo="skip")
     if cal is None or not cal.node.count:
-        text = ("this drafter declares no confidence" if cal is None
+        text = ("this drafter declares no confidence (or the trace predates the record)" if cal is None
                 else "no draft node with a confidence was tested")
         fig.add_annotation(text=text, x=0.5, y=0.5, showarrow=False)
         head = "Calibration"
