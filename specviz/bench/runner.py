@@ -134,7 +134,8 @@ class Bench:
                                   trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,
                                   tuple(s.accepted_len for s in trace.steps), tested, accepted,
                                   dict(trace.totals.phase_seconds), output_ids=trace.output_ids,
-                                  model_tally=_tally_dict(trace.steps))
+                                  model_tally=_tally_dict(trace.steps),
+                                  drafter_disabled=trace.drafter_disabled)
                         if method.label == BASELINE:
                             baseline_traces.append(trace)
                         elif baseline_traces:
