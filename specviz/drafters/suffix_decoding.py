@@ -26,7 +26,8 @@ Defaults follow vLLM's `suffix` method (max_tree_depth 24, max_spec_factor 1, mi
 0.1) except `use_tree` (vLLM drafts one path; the paper and arctic-inference's simulator draft
 a tree). Settings of the paper (the `paper` preset; arctic-inference's defaults, its α = max_spec_factor): max_depth
 64, max_spec_factor 1.0, max_spec_offset 0, min_token_prob 0.1, use_tree true, global_tree
-true, size_by_cost false, max_spec_tokens 64 (the depth: the paper bounds a draft only by α·p).
+true, size_by_cost false, max_spec_tokens 64 (the depth: the paper bounds a draft only by α·p),
+history_requests 100000 (arctic-inference's suffix_cache_max_requests), history_tokens 0 (no bound).
 
 The global tree lives as long as the session that owns the store (a CLI run, a bench run, one
 explorer tab; web users never share it): a bench with --repeats > 1 lets a repeat draft from its
