@@ -98,6 +98,11 @@ def _first_forward(model: Any, cache: DynamicCache, buf: Any, n_nodes: int) -> t
 _NO_CAPTURE = nullcontext()
 
 
+def _disabled(phase: str, err: Exception) -> dict[str, str]:
+    """The step info's record of a drafter that raised and was turned off (Trace.drafter_disabled)."""
+    return {"phase": phase, "error": f"{type(err).__name__}: {err}"}
+
+
 def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: str,
          decoding: DecodingConfig) -> Iterator[StepRecord]:
     model, timer = lm.model, PhaseTimer(lm.device)
@@ -139,7 +144,9 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                 except Exception as err:  # noqa: BLE001 - any drafter bug must not kill the run
                     tree = DraftTree.empty()
                     drafter_ok = False
-                    ctx.info["drafter_error"] = f"drafter {name!r} failed at step {step}: {type(err).__name__}: {err}"
+                    ctx.info["drafter_error"] = (f"drafter {name!r} failed at step {step}: {type(err).__name__}: {err} "
+                                                 "(turned off for the rest of the generation)")
+                    ctx.info["drafter_disabled"] = _disabled("propose", err)
             # 2. mask and positions
             with timer("draft.tree"):
                 tree = _fit_tree(tree, min(budget - 1, lm.max_positions - 1 - past_len))
@@ -173,7 +180,10 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                                                  verdict.target_top, verdict.target_topk))
                     except Exception as err:  # noqa: BLE001
                         drafter_ok = False
-                        ctx.info["drafter_error"] = f"drafter {name!r} failed in observe at step {step}: {type(err).__name__}: {err}"
+                        ctx.info["drafter_error"] = (f"drafter {name!r} failed in observe at step {step}: "
+                                                     f"{type(err).__name__}: {err} (turned off for the rest "
+                                                     "of the generation)")
+                        ctx.info["drafter_disabled"] = _disabled("observe", err)
             # 7. record
             now = timer.now()
             rows = [0, *(a + 1 for a in acc.accepted)]  # the logits row that chose each new token
@@ -228,6 +238,8 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec,
         ids.update(s.target_top)
     output_pieces = incremental_pieces(lm.tokenizer, output)           # joins to the output text
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
+    disabled = next(({"step": s.index, **s.info["drafter_disabled"]} for s in steps
+                     if "drafter_disabled" in s.info), None)
     verify_ratio = lm.cost_model().plain_steps([len(s.tree) for s in steps])
     return Trace(
         model_id=lm.model_id, drafter=spec.name, drafter_config=to_dict(config),
@@ -240,7 +252,8 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec,
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""), errors=errors,
         context_char_span=prompt.context_char_span, verify_ratio=verify_ratio, runtime=lm.runtime,
         confidence=spec.confidence,
-        peak_memory_mb=max((s.peak_memory_mb for s in steps if s.peak_memory_mb is not None), default=None))
+        peak_memory_mb=max((s.peak_memory_mb for s in steps if s.peak_memory_mb is not None), default=None),
+        drafter_disabled=disabled)
 
 
 def generate(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec = "vanilla",

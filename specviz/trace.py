@@ -143,6 +143,10 @@ class Trace:
     # what the drafter's per-node confidence is (drafters.base.CONFIDENCE_KINDS: "probability",
     # "path_probability", "chance"), for the calibration view; None: it has none (or an older trace)
     confidence: str | None = None
+    # a drafter that raised and was turned off for the rest of the generation (decoding went on
+    # without drafts): {"step": the step it failed at, "phase": "propose" or "observe", "error":
+    # "TypeError: ..."}; None when it never failed, and in traces written before it was kept
+    drafter_disabled: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def draft_metrics(self) -> dict[str, float]:
@@ -274,6 +278,9 @@ def check_values(trace: Trace) -> None:
     committed = tuple(t for s in trace.steps for t in s.new_tokens)
     if committed != trace.output_ids:
         raise bad("output_ids are not the steps' new_tokens one after another")
+    off = trace.drafter_disabled
+    if off is not None and not off["step"] < len(trace.steps):
+        raise bad(f"drafter_disabled: step {off['step']} is not one of the {len(trace.steps)} steps")
     span = trace.context_char_span
     if span is not None and not span[0] <= span[1] <= len(trace.prompt_text):
         raise bad(f"context_char_span {list(span)} is not a span of prompt_text ({len(trace.prompt_text)} characters)")

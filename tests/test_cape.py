@@ -67,3 +67,17 @@ def test_max_verify_caps_the_tree_keeping_the_chain_and_early_positions():
     assert _draft(0.9, gamma=5, max_verify=32) == _draft(0.9, gamma=5)  # 10 nodes: no cut
     tiny = _draft(0.2, gamma=5, max_verify=3)
     assert tiny.sources == (PROPOSAL,) * 3 and tiny.parents == (-1, 0, 1)
+
+
+def test_the_paper_preset_is_the_authors_cape_tree_at_most_4_x_8_nodes():
+    """glide@paper (GLIDE + CAPE as the authors ran it): 4 proposal tokens, each with at most
+    1 + 7 tokens at its position, so the paper's 32-token cap is the largest tree and never cuts."""
+    values = PRESETS["paper"].values
+    gamma, cap = values["gamma"], values["max_verify"]
+    assert (gamma, cap) == (4, 32)
+    for confidence in (0.05, 0.2, 0.5, 0.7, 0.9):
+        tree = _draft(confidence, gamma, cap)
+        assert len(tree) <= 4 * 8 and tree == _draft(confidence, gamma)      # the cap never cuts
+        assert tree.sources.count(PROPOSAL) == 4
+    assert len(_draft(0.05, gamma, cap)) == 4 * 8
+    assert PRESETS["paper-glide"].values["gamma"] == 5 and not PRESETS["paper-glide"].values["cape"]

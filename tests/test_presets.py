@@ -54,8 +54,9 @@ PAPER = {
     "ngram_trie": ({"n": 13, "prefix_len": 3, "num_draft": 8, "insert_output": False,
                     "recency_ties": False, "size_by_cost": False},
                    ("section 4.4", "Table 2", "section 4.7", "Table 3", "Appendix B")),
-    "glide": ({"gamma": 5, "cape": True, "cape_bins": "0.3:7,0.6:5,0.8:3,1:1", "max_verify": 32,
-               "beam": 0, "adaptive": False}, ("section 5.1", "section 4.2", "section 5.3")),
+    "glide": ({"gamma": 4, "cape": True, "cape_bins": "0.3:7,0.6:5,0.8:3,1:1", "max_verify": 32,
+               "beam": 0, "adaptive": False}, ("glideModel.py line 1482", "section 4.2", "section 5.3",
+                                               "--bin 8 8 8 6 6 6 4 4 2 2 2 2")),
     "hierarchy": ({"level": 5, "draft_set": 7, "lookahead": True, "lookahead_window": 7, "recycle": False,
                    "size_by_cost": False, "corpus_span": 2},
                   ("section 3.2", "parallel decoding", "zomss/Hierarchy_Drafting")),
@@ -85,6 +86,7 @@ def test_other_presets():
     assert glide["paper-beam"].values["beam"] == 4 and glide["paper-beam"].values["gamma"] == 5
     assert "Table 3" in glide["paper-beam"].source
     assert glide["paper-glide"].values["gamma"] == 5 and not glide["paper-glide"].values["cape"]
+    assert "section 5.1" in glide["paper-glide"].source
     spec_bench = get("lookahead").presets["specbench"]
     assert {k: spec_bench.values[k] for k in ("level", "window", "guess_set")} == {"level": 5, "window": 7,
                                                                                  "guess_set": 7}

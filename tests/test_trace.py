@@ -255,6 +255,63 @@ def test_failing_drafter_does_not_kill_the_run(tiny_lm_tok, prompt, vanilla, fai
     assert failed_at >= 1 and any(s.accepted for s in tr.steps[:failed_at])
     assert all(len(s.tree) == 0 for s in tr.steps[failed_at + 1:])   # switched off afterwards
     assert Trace.from_json(tr.to_json()).errors == tr.errors
+    # its own record: the step, the call and the error, kept through JSON
+    off = tr.drafter_disabled
+    assert off == {"step": failed_at, "phase": where,
+                   "error": "RuntimeError: boom in propose" if where == "propose" else
+                   "ZeroDivisionError: boom in observe"}
+    assert Trace.from_json(tr.to_json()).drafter_disabled == off
+    assert "turned off for the rest of the generation" in tr.errors[0]
+    # the explorer's narrative says why a later step has no draft, not before the failure
+    from specviz.viz.narrative import step_narrative
+    later = step_narrative(tr, failed_at + 1)
+    assert "Drafter off" in later and f"at step {failed_at}" in later and off["error"] in later
+    assert "Drafter off" not in step_narrative(tr, failed_at) and "Drafter error" in step_narrative(tr, failed_at)
+    assert "Drafter off" not in step_narrative(tr, 0)
+
+
+def test_drafter_disabled_old_traces_and_bad_values(vanilla, oracle):
+    """A trace written before the field existed reads as never failed; a record naming a step
+    the trace lacks, or missing its error, is refused with the place named."""
+    d = json.loads(oracle.to_json())
+    assert d["drafter_disabled"] is None and vanilla.drafter_disabled is None
+    del d["drafter_disabled"]
+    assert Trace.from_dict(d).drafter_disabled is None
+    bad = dict(d, drafter_disabled={"step": len(oracle.steps), "phase": "propose", "error": "x"})
+    with pytest.raises(TraceFormatError, match="drafter_disabled"):
+        Trace.from_dict(bad)
+    with pytest.raises(TraceFormatError, match="error"):
+        Trace.from_dict(dict(d, drafter_disabled={"step": 0, "phase": "propose"}))
+    with pytest.raises(TraceFormatError, match="phase"):
+        Trace.from_dict(dict(d, drafter_disabled={"step": 0, "phase": "later", "error": "x"}))
+
+
+def test_the_bench_counts_disabled_drafters_with_their_errors(tiny_lm_tok, failing_drafter):
+    from conftest import bench_one_question
+    from specviz.bench.metrics import Run, summarise
+    from specviz.bench.report import CSV_COLUMNS, html_report, summary_markdown
+
+    failing_drafter.where = "propose"
+    bench, runs = bench_one_question(tiny_lm_tok, "test_failing", "", NEW,
+                                     "Note: the blue kettle is on the top shelf. Where is the kettle?")
+    failed = next(r for r in runs if r.method == "test_failing")
+    assert failed.drafter_disabled == {"step": 2, "phase": "propose", "error": "RuntimeError: boom in propose"}
+    assert all(r.drafter_disabled is None for r in runs if r.method == "vanilla")
+    again = Run.from_dict(json.loads(json.dumps(failed.__dict__)))
+    assert again.drafter_disabled == failed.drafter_disabled
+    old = {k: v for k, v in failed.__dict__.items() if k != "drafter_disabled"}
+    assert Run.from_dict(old).drafter_disabled is None                 # results written before it
+    rows = summarise(runs, ["vanilla", "test_failing"])
+    row = next(r for r in rows if r["method"] == "test_failing" and r["category"] == "all")
+    assert row["drafter_disabled"] == 1
+    assert row["drafter_errors"] == ["1/t1 step 2 (propose): RuntimeError: boom in propose"]
+    assert next(r for r in rows if r["method"] == "vanilla")["drafter_disabled"] == 0
+    text = summary_markdown(rows)
+    assert "Drafters turned off after an error" in text and "boom in propose" in text
+    assert "test_failing: turned off after an error in 1 turns" in text
+    assert "boom in propose" in html_report({}, rows) and "drafter_disabled" in CSV_COLUMNS
+    clean = [r for r in runs if r.method == "vanilla"]
+    assert "turned off" not in summary_markdown(summarise(clean, ["vanilla"]))
 
 
 def test_target_top_prob_is_the_targets_own_choice_and_old_traces_load(tiny_lm_tok, prompt, oracle):

@@ -63,6 +63,9 @@ class Run:
     # in results written before they were kept
     spec_decode: dict[str, Any] | None = None
     calibration: dict[str, Any] | None = None
+    # a drafter that raised and was turned off for the rest of the turn (trace.Trace.drafter_disabled:
+    # step, phase, error); None when it never failed, and in results written before it was kept
+    drafter_disabled: dict[str, Any] | None = None
 
     @property
     def draft_seconds(self) -> float:
@@ -92,6 +95,16 @@ def divergence_summary(runs: Sequence[Run]) -> dict[str, Any]:
                                     if d.get("position") is not None),
         "speedup_shared_prefix": ref / mine if divs and mine > 0 else None,
     }
+
+
+def disabled_summary(runs: Sequence[Run]) -> dict[str, Any]:
+    """The turns whose drafter raised and was turned off (decoding went on without drafts, so
+    the speed of those turns is partly plain decoding's): how many, and each one's place and
+    error ("question/turn step S (phase): error")."""
+    off = [r for r in runs if r.drafter_disabled]
+    return {"drafter_disabled": len(off),
+            "drafter_errors": sorted(f"{r.question_id}/t{r.turn + 1} step {d['step']} ({d['phase']}): {d['error']}"
+                                     for r in off for d in [r.drafter_disabled])}
 
 
 def depth_acceptance(steps: Sequence[StepRecord]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -234,6 +247,7 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
                 "identical_to_vanilla": f"{len(mine_runs) - len(mismatches)}/{len(mine_runs)}",
                 "mismatches": mismatches,
                 **divergence_summary(mine_runs),
+                **disabled_summary(mine_runs),
                 "slower_than_vanilla": sorted({q.question_id for q, s in zip(mine, per_q) if s < 1.0}),
                 "alpha": model.get("alpha"), "cost_c": model.get("c"), "gamma": model.get("gamma"),
                 "expected_speedup": model.get("expected_speedup"),

@@ -30,7 +30,8 @@ CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "sp
                "fraction_of_oracle", "mean_accepted", "draft_overhead", "peak_memory_mb",
                "identical_to_vanilla", "mismatches", "near_ties", "mismatch_bugs",
                "divergence_points", "speedup_shared_prefix", "alpha", "cost_c", "gamma", "expected_speedup",
-               "verify_ratio", "expected_speedup_priced", "mean_acceptance_length", "ece")
+               "verify_ratio", "expected_speedup_priced", "mean_acceptance_length", "ece",
+               "drafter_disabled")
 
 
 class ResultsFormatError(SpecvizError):
@@ -124,14 +125,38 @@ def _html_table(markdown: str) -> str:
             "<p></p>")
 
 
+def disabled_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The methods whose drafter raised and was turned off in some turns, with their errors
+    (the 'all' rows; '' when none failed)."""
+    rows = [r for r in rows if r["category"] == "all" and r.get("drafter_disabled")]
+    lines = []
+    for r in rows:
+        errors = r.get("drafter_errors") or []
+        shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+        lines.append(f"- {r['method']}: turned off after an error in {r['drafter_disabled']} turns "
+                     f"(decoding went on without drafts): {shown}")
+    return "\n".join(lines)
+
+
 def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """summary.md: the main table, then the model drafters' table when any ran, then acceptance
-    per draft position (vLLM's names) when any row kept it."""
+    per draft position (vLLM's names) when any row kept it, then the drafters that failed and
+    were turned off, when any did."""
     model = model_table(rows)
     positions = position_table(rows)
+    off = disabled_markdown(rows)
     return (markdown_table(rows) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
             + ("\n\nAcceptance per draft position (vLLM's metric names; mean acceptance length = 1 + "
-               "accepted / drafts, the bonus token counted)\n\n" + positions if positions else ""))
+               "accepted / drafts, the bonus token counted)\n\n" + positions if positions else "")
+            + ("\n\nDrafters turned off after an error\n\n" + off if off else ""))
+
+
+def _html_disabled(rows: Sequence[dict[str, Any]]) -> str:
+    off = disabled_markdown(rows)
+    if not off:
+        return ""
+    items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in off.splitlines())
+    return f"<h2>Drafters turned off after an error</h2><ul>{items}</ul>"
 
 
 def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
@@ -145,7 +170,7 @@ def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 td:nth-child(-n+2){{text-align:left}}</style></head><body>
 <h1>specviz benchmark</h1><ul>{meta_html}</ul>
-{_html_table(markdown_table(rows))}{_html_table(model_table(rows))}{_html_table(position_table(rows))}
+{_html_table(markdown_table(rows))}{_html_table(model_table(rows))}{_html_table(position_table(rows))}{_html_disabled(rows)}
 {''.join(parts)}</body></html>"""
 
 

@@ -141,7 +141,8 @@ class Bench:
                                   dict(trace.totals.phase_seconds), output_ids=trace.output_ids,
                                   model_tally=_tally_dict(trace.steps),
                                   spec_decode=trace.position_metrics().to_dict(),
-                                  calibration=_calibration_dict(trace))
+                                  calibration=_calibration_dict(trace),
+                                  drafter_disabled=trace.drafter_disabled)
                         if method.label == BASELINE:
                             baseline_traces.append(trace)
                         elif baseline_traces:

@@ -6,7 +6,8 @@ last `window` tokens gains `increment` probability (capped at `cap`; new ones ar
 in a per-generation overlay. A Monte Carlo tree search with the paper's PUCT score
 (index/mcts.py) explores continuations of the last two tokens; the `candidates` most
 visited prefixes, each extended by its most probable successor, are merged into the draft
-tree. Nodes from the search are labelled "mcts", the extensions "trigram". The step info
+tree (`depth` is the paper's l, the draft length: l - 1 searched below the last token, plus the
+extension; index/mcts.py). Nodes from the search are labelled "mcts", the extensions "trigram". The step info
 holds the search tree with its visit counts (`mcts`) and the search time.
 
 The adapted table persists across generations, as the paper's matrix evolves over the stream
@@ -45,7 +46,9 @@ UNVISITED_SHARE = 0.5
 class AdedConfig(TreeSizingSettings):
     corpus_index: str = corpus_index_setting()
     iterations: int = setting(150, "MCTS iterations per step (paper: 150).", low=1, high=5000)
-    depth: int = setting(4, "MCTS depth in tokens (paper: 4).", low=1, high=16)
+    depth: int = setting(5, "Draft length l: the search goes l - 1 tokens below the last token and each "
+                            "draft is extended by its most probable successor to l (the paper's l = 4, "
+                            "Algorithm 1; 5 here, the depth our default was measured at).", low=2, high=16)
     candidates: int = setting(24, "Most visited prefixes turned into drafts (paper: 24).", low=1, high=256)
     c1: float = setting(32.0, "PUCT exploration constant c1 (paper: 32).", low=0.0)
     c2: float = setting(8.0, "PUCT exploration constant c2 (paper: 8).", low=0.0, low_open=True)
@@ -141,7 +144,10 @@ PAPER = Preset(
      "cap": 3.0, "window": 16, "adapt_prompt": False, "size_by_cost": False, "reset": False},
     "Adaptive Draft-Verification for Efficient LLM Decoding, Appendix 'Detailed Experimental Settings: "
     "Configuration of ADED' (t = 12 tri-gram successors, s = 150 MCTS iterations, c1 = 32.0, c2 = 8.0, "
-    "depth l = 4, n = 24 candidates; t is the index's top-k, built with 12); the +0.04 update capped "
+    "depth l = 4, n = 24 candidates; t is the index's top-k, built with 12); l counts the root's token: "
+    "Algorithm 1 (Implementation Details) starts the state with the root's word and stops at "
+    "len(state) == sentence_length, so 3 tokens are searched below the root and the argmax extension "
+    "makes 4 (DraftRetriever/src/mcts_sub.rs MCTS::run, lines 101-116, 149, 233-247); the +0.04 update capped "
     "at 3.0 over the last 16 tokens: the authors' code (DraftRetriever/src/mcts_sub.rs); the matrix "
     "kept across requests: Methodology and Fig. 4a; no prompt adaptation, no cost cutting")
 

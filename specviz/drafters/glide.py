@@ -6,8 +6,10 @@ step) and keep their own self-attention cache, cropped on rejection. gamma propo
 per step (`draft-model`); with CAPE on, each position also gets leaf siblings, as many extra
 tokens as the top-1 confidence bin says (`cape-expansion`), at most `max_verify` nodes in all;
 with `beam` > 0, a beam search of that width drafts a tree instead (`beam-search`; the paper's
-GLIDE + beam search baseline). Exact speculative sampling under sampling. Presets: `paper`
-(GLIDE + CAPE as the paper ran it), `paper-glide` (GLIDE alone), `paper-beam` (beam 4).
+GLIDE + beam search baseline). Exact speculative sampling under sampling. Presets, each as its
+source ran it: `paper` (GLIDE + CAPE as the authors' CAPE code runs it: 4 proposal tokens, the
+paper's 7/5/3/1 extra tokens, at most 32 = 4 x (1 + 7) verified), `paper-glide` (GLIDE alone with
+the paper's gamma 5, section 5.1), `paper-beam` (beam 4).
 
 The checkpoint: `checkpoint` if given, else the shipped one for the target
 (specviz/data/checkpoints/glide-<model id>.pt); none, or one trained for another target, is refused with the
@@ -41,8 +43,9 @@ def default_checkpoint(model_id: str) -> Path:
 class GlideConfig(GammaSettings):
     checkpoint: str = checkpoint_setting("GLIDE", "glide-<model>.pt")
     gamma: int = setting(4, "Proposal tokens per step (default 4 here: on the CPU shorter chains pay, "
-                         "benchmarks/models: gamma 2 1.02x, gamma 4 0.84x of vanilla; the paper uses 5, "
-                         "section 5.1, as the paper preset does).", low=1, high=32)
+                         "benchmarks/models: gamma 2 1.02x, gamma 4 0.84x of vanilla; the paper uses 5 "
+                         "for GLIDE alone, section 5.1, as the paper-glide preset does; the authors' "
+                         "CAPE code proposes 4, as the paper preset does).", low=1, high=32)
     cape: bool = setting(False, "CAPE: add siblings at each position, more when the top-1 "
                          "confidence is low.")
     cape_bins: str = setting("0.3:7,0.6:5,0.8:3,1:1", "CAPE bins 'p:extra,...': top-1 probability up "
@@ -145,15 +148,24 @@ class Glide(ModelDrafter):
 
 _PAPER = "GLIDE with a CAPE: A Low-Hassle Method to Accelerate Speculative Decoding"
 PRESETS = {
+    # GLIDE + CAPE as the authors ran it: their CAPE benchmark (inference/cape/cape.sh runs
+    # benchmark_cape.py) drafts through glide/glideModel.py, whose line 1482 stops the proposal at 4
+    # tokens (MaxLengthCriteria(max_length=4 + input_ids.size(-1)), "at most 4"); `--bin 8 8 8 6 6 6
+    # 4 4 2 2 2 2` counts the proposal (7/5/3/1 extra, section 4.2); the paper's cap of 32 (section
+    # 5.3) is 4 x (1 + 7), the largest such tree, so it never cuts
     "paper": Preset(
-        {"gamma": 5, "cape": True, "cape_bins": "0.3:7,0.6:5,0.8:3,1:1", "max_verify": 32, "beam": 0,
+        {"gamma": 4, "cape": True, "cape_bins": "0.3:7,0.6:5,0.8:3,1:1", "max_verify": 32, "beam": 0,
          "adaptive": False},
-        f"{_PAPER}: GLIDE + CAPE; gamma = 5 (section 5.1 'set proposal length gamma to be 5'); "
-        "S(p) = 7, 5, 3, 1 extra tokens for p in (0,.3], (.3,.6], (.6,.8], (.8,1] (section 4.2); "
-        "at most 32 tokens verified per step (section 5.3)"),
+        f"{_PAPER}: GLIDE + CAPE as the authors ran it; 4 proposal tokens (the authors' "
+        "NonvolatileMemory/GliDe_with_a_CaPE_ICML_24 glide/glideModel.py line 1482, "
+        "MaxLengthCriteria(max_length=4 + ...), used by inference/cape/cape.sh); S(p) = 7, 5, 3, 1 extra "
+        "tokens for p in (0,.3], (.3,.6], (.6,.8], (.8,1] (section 4.2; cape.sh --bin 8 8 8 6 6 6 4 4 2 2 2 2 "
+        "counts the proposal); at most 32 tokens verified per step (section 5.3: 4 x (1 + 7), never cut)"),
+    # GLIDE alone as the paper ran it: gamma 5 (section 5.1) with speculative sampling
     "paper-glide": Preset(
         {"gamma": 5, "cape": False, "beam": 0, "adaptive": False},
-        f"{_PAPER}: GLIDE alone, gamma = 5 (section 5.1, the acceptance-rate experiments of section 5.2)"),
+        f"{_PAPER}: GLIDE alone, gamma = 5 (section 5.1 'set proposal length gamma to be 5', the "
+        "acceptance-rate experiments of section 5.2)"),
     "paper-beam": Preset(
         {"gamma": 5, "cape": False, "beam": 4, "max_verify": 32, "adaptive": False},
         f"{_PAPER}: the GLIDE + BeamSearch baseline (section 5.1, Fig. 6), beam 4 (Appendix C, "

@@ -13,7 +13,10 @@ holds `draft_set` candidates:
 2. model-dependent DB (source "model-db"): the most frequent n-grams of the target's own
    greedy answers to chat prompts (`index build --kind model-db`), static.
 3. statistics DB (source "corpus"): REST's suffix array over a chat corpus; the
-   continuations of the longest matching suffix, most frequent first.
+   continuations of the longest matching suffix, most frequent first; with `corpus_fallback`
+   (the paper preset) the authors' step instead (`_corpus_authors`): REST's retriever queried
+   with the last `corpus_span` tokens, then shorter spans down to 1 token, its paths taken
+   longest first.
 
 With `lookahead` on, Lookahead's Jacobi window (lookahead.JacobiWindow, the same machinery)
 rides along in every verify forward (source "lookahead", never cut) and the n-grams it
@@ -36,6 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..index.candidates import rank_continuations
+from ..index.mcts import cut_to_budget
 from ..settings import mirror_setting, setting
 from ..tree import DraftTree, graft_chains, merge_chains
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
@@ -45,6 +50,10 @@ from .tree_cutter import TreeSizingSettings
 from ..index.ngram_pool import NgramPool
 
 DBS = ("context", "model-db", "corpus")
+# REST's retriever as the authors call it (FasterDecoding/REST DraftRetriever/src/lib.rs `search`
+# defaults: continuations of `long` = 10 tokens; Hierarchy_Drafting passes choices=64)
+REST_CONTINUATION = 10
+REST_CHOICES = 64
 
 
 # trust buckets per database by the rank of the chain that first reached a node: ranks 0, 1
@@ -65,7 +74,13 @@ class HierarchyConfig(TreeSizingSettings):
     recycle_k: int = setting(2, "How many of the target's most likely next tokens are recycled per node "
                                 "(at most verify.TOP_K = 4).", low=1, high=4)
     corpus_span: int = span_setting(16, "Longest suffix looked up in the corpus (REST: 16; the authors use 2).")
-    corpus_matches: int = setting(500, "Corpus matches whose continuations are counted.", low=1, high=20000)
+    corpus_matches: int = setting(500, "Corpus matches whose continuations are counted (REST's retriever: "
+                                       "5000).", low=1, high=20000)
+    corpus_fallback: bool = setting(False, "The authors' corpus step (zomss/Hierarchy_Drafting get_db): query "
+                                    "REST's retriever with the last corpus_span tokens, then with shorter spans "
+                                    "down to 1 token, until the draft set is full, taking its paths longest "
+                                    "first (cut to level - 1 tokens, none a prefix of one taken); off: the "
+                                    "longest matching span's continuations, most frequent first.")
     lookahead: bool = setting(False, "Also run Lookahead's Jacobi window in the same forward and put its "
                               "n-grams into the context DB (the paper's parallel-decoding tokens, as the "
                               "authors' code does; the paper preset turns it on).")
@@ -104,6 +119,34 @@ class HierarchyDrafter:
         order = np.argsort(-counts, kind="stable")[:want]
         return [tuple(int(t) for t in rows[i] if t >= 0) for i in order]
 
+    def _corpus_authors(self, tokens: list[int], want: int) -> list[tuple[int, ...]]:
+        """The authors' statistics-DB step (zomss/Hierarchy_Drafting, model/hierachy/decoding.py
+        get_db, lines 105-125): for the last `corpus_span` tokens, then each shorter span down to
+        1, REST's retriever (FasterDecoding/REST DraftRetriever/src/lib.rs `search`: 10-token
+        continuations of the matches, every prefix counted, the 64 most frequent kept, then
+        `cut_to_choices` to 64 distinct tokens) gives paths; they are taken longest first, cut to
+        level - 1 tokens, skipping one that is a prefix of a path taken or has one as its prefix,
+        until `want` are taken. (Their padding of short paths with random tokens is not copied.)"""
+        if self.sa is None or want <= 0:
+            return []
+        cfg = self.config
+        out: list[tuple[int, ...]] = []
+        for span in range(min(cfg.corpus_span, len(tokens)), 0, -1):
+            m = self.sa.match(tokens[-span:], span, span)
+            if not m.length:
+                continue
+            cands = rank_continuations(self.sa.continuations(self.sa.positions(m, cfg.corpus_matches),
+                                                             REST_CONTINUATION), REST_CHOICES)
+            paths = [tuple(cands.tokens[j] for j in cands.path_to(i)) for i in range(len(cands))]
+            paths = [paths[i] for i in cut_to_budget([list(p) for p in paths], REST_CHOICES)]
+            for path in sorted(paths, key=len, reverse=True):             # stable: ties by count
+                row = path[: cfg.level - 1]
+                if all(any(a != b for a, b in zip(row, o)) for o in out):
+                    out.append(row)
+                    if len(out) == want:
+                        return out
+        return out
+
     def propose(self, ctx: DraftContext) -> DraftTree:
         cfg = self.config
         last = ctx.tokens[-1]
@@ -125,7 +168,8 @@ class HierarchyDrafter:
             if self.model_db is not None and len(chains) < cfg.draft_set:
                 take((g for g, _ in self.model_db.lookup(last, cfg.draft_set)), "model-db")
             if len(chains) < cfg.draft_set:
-                take(self._corpus(ctx.tokens, cfg.draft_set - len(chains)), "corpus")
+                corpus = self._corpus_authors if cfg.corpus_fallback else self._corpus
+                take(corpus(ctx.tokens, cfg.draft_set - len(chains)), "corpus")
         with ctx.timer("draft.tree"):
             tree, through, chain_nodes = merge_chains(chains)
             if cfg.share_chances:                # share of the candidates through the parent
@@ -191,12 +235,15 @@ class HierarchyDrafter:
 
 PAPER = Preset(
     {"level": 5, "draft_set": 7, "use_model_db": True, "use_corpus": True, "recycle": False,
-     "lookahead": True, "lookahead_window": 7, "corpus_span": 2, "size_by_cost": False},
+     "lookahead": True, "lookahead_window": 7, "corpus_span": 2, "size_by_cost": False,
+     "corpus_fallback": True, "corpus_matches": 5000},
     "Lossless Acceleration of LLMs with Hierarchical Drafting based on Temporal Locality in "
     "Speculative Decoding, section 3.2 (Database Design: the context DB holds the prompt's tokens "
     "and tokens from parallel decoding; Hierarchical Access: context, model, statistics DB until "
     "the draft set holds N); N = 7, LEVEL = 5, Lookahead window 7 and the suffix-array query of "
-    "the last 2 tokens from the authors' code (zomss/Hierarchy_Drafting); no recycling (the "
+    "the last 2 tokens from the authors' code (zomss/Hierarchy_Drafting; run_vicuna.sh PREVIOUS_TOKENS=2), "
+    "falling back to the last token and taking REST's paths longest first (model/hierachy/decoding.py get_db, "
+    "lines 105-125; REST's retriever: up to 5000 matches, DraftRetriever/src/lib.rs search); no recycling (the "
     "authors' code fills the context DB by parallel decoding), no cost cutting")
 
 SPEC = register(DrafterSpec("hierarchy", HierarchyConfig, HierarchyDrafter,

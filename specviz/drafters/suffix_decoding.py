@@ -10,7 +10,9 @@ Two frequency-counted suffix trees (index/suffix_tree.py), both depth-limited to
 - the global tree: the outputs of earlier generations in this session (source "history";
   the current output is added too, as arctic-inference does, so its nodes from this
   generation are labelled "output"), kept in the session's DrafterStore (store.py: one per
-  explorer tab, CLI process or bench run, never shared between web users) by tokenizer and settings.
+  explorer tab, CLI process or bench run, never shared between web users) by tokenizer and
+  settings; whole earlier outputs are evicted, oldest first (suffix_history.py), past
+  `history_requests` outputs (arctic-inference's max_cached_requests) or `history_tokens` tokens.
 Each step the last max_depth tokens are matched against each tree at every suffix length m
 the tree holds; for each m a draft of at most min(max_spec_tokens, max_spec_factor * m +
 max_spec_offset) tokens is grown best first by estimated probability (product of count
@@ -24,12 +26,12 @@ Defaults follow vLLM's `suffix` method (max_tree_depth 24, max_spec_factor 1, mi
 0.1) except `use_tree` (vLLM drafts one path; the paper and arctic-inference's simulator draft
 a tree). Settings of the paper (the `paper` preset; arctic-inference's defaults, its α = max_spec_factor): max_depth
 64, max_spec_factor 1.0, max_spec_offset 0, min_token_prob 0.1, use_tree true, global_tree
-true, size_by_cost false, max_spec_tokens 64 (the depth: the paper bounds a draft only by α·p).
+true, size_by_cost false, max_spec_tokens 64 (the depth: the paper bounds a draft only by α·p),
+history_requests 100000 (arctic-inference's suffix_cache_max_requests), history_tokens 0 (no bound).
 
-The global tree lives as long as the process (a CLI run, a bench run, an explorer server,
-where every user shares it): a bench with --repeats > 1 lets a repeat draft from its own
-earlier answer; switch `global_tree` off for that. It stops growing at `history_tokens`
-(arctic-inference evicts whole requests first-in first-out instead).
+The global tree lives as long as the session that owns the store (a CLI run, a bench run, one
+explorer tab; web users never share it): a bench with --repeats > 1 lets a repeat draft from its
+own earlier answer; switch `global_tree` off for that.
 
 Extension (a switch): `size_by_cost` cuts the draft to the size with the best expected tokens
 per second (tree_cutter.TreeCutter; a node's raw chance is its count ratio, a first
@@ -48,6 +50,7 @@ from ..index.suffix_tree import Speculation, SuffixTree
 from ..settings import setting
 from ..tree import DraftTree
 from .store import settings_key, shared_entry, tokenizer_key
+from .suffix_history import OutputHistory
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
 from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
@@ -76,7 +79,13 @@ class SuffixDecodingConfig(TreeSizingSettings):
     global_tree: bool = setting(True, "Also match the outputs of earlier generations in this session (the "
                                       "paper's global tree; an explorer tab, a CLI process or a bench run; "
                                       "never shared between web users).")
-    history_tokens: int = setting(32768, "Most output tokens the global tree takes; later ones are not added.",
+    history_requests: int = setting(100_000, "Most outputs the global tree keeps, this one included; past it "
+                                             "the oldest whole output is evicted (arctic-inference's "
+                                             "max_cached_requests, FIFO; its vLLM default 100000; 0: no bound).",
+                                    low=0, high=10_000_000)
+    history_tokens: int = setting(32768, "Most tokens the global tree keeps (a memory bound of this project): "
+                                         "the oldest whole earlier outputs are evicted to make room; an output "
+                                         "that alone fills it stops being added. 0: no bound.",
                                   low=0, high=10_000_000)
 
     def check(self) -> None:
@@ -98,7 +107,10 @@ class SuffixDecodingDrafter:
         if config.global_tree:
             key = ("suffix_decoding", tokenizer_key(setup), setup.vocab_size,
                    settings_key(config))
-            self.history, self.lock = shared_entry(setup, key, lambda: SuffixTree(config.max_depth))
+            self.history, self.lock = shared_entry(setup, key, lambda: OutputHistory(
+                config.max_depth, config.history_requests, config.history_tokens))
+            with self.lock:
+                self.history.start(self.seq_id)
         self.cutter = config.cutter()
 
     def _speculate(self, tree: SuffixTree, context: list[int], known: list[int]) -> Speculation:
@@ -114,14 +126,16 @@ class SuffixDecodingDrafter:
             spec, name = self._speculate(self.local, context, self.local.suffix_nodes(0)), "request"
             if self.history is not None:
                 with self.lock:
+                    tree = self.history.tree
                     # the current output's suffix nodes match its last tokens, while all of it is in
-                    known = self.history.suffix_nodes(self.seq_id) if self.complete else []
-                    other = self._speculate(self.history, context, known)
+                    self.complete = self.complete and self.seq_id in self.history
+                    known = tree.suffix_nodes(self.seq_id) if self.complete else []
+                    other = self._speculate(tree, context, known)
                     if other.score > spec.score:
                         spec, name = other, "global"
                     # labels, positions and chances while the tree cannot change under us
                     labels = self._labels(spec, name)
-                    chances = (self.history if name == "global" else self.local).continued_ratios(spec)
+                    chances = (tree if name == "global" else self.local).continued_ratios(spec)
             else:
                 labels = self._labels(spec, name)
                 chances = self.local.continued_ratios(spec)
@@ -148,8 +162,8 @@ class SuffixDecodingDrafter:
         for node in spec.nodes:
             if name == "request":
                 pos = self.local.occurrence(node)[1]
-            elif self.history is not None and self.history.occurrence(node)[0] == self.seq_id:
-                pos = self.prompt_len + self.history.occurrence(node)[1]
+            elif self.history is not None and self.history.tree.occurrence(node)[0] == self.seq_id:
+                pos = self.prompt_len + self.history.tree.occurrence(node)[1]
             else:
                 sources.append("history")
                 positions.append(-1)
@@ -165,19 +179,20 @@ class SuffixDecodingDrafter:
         self.local.extend(0, step.new_tokens)
         if self.history is not None:
             with self.lock:
-                room = self.config.history_tokens - self.history.total_tokens
-                if self.complete and room >= len(step.new_tokens):
-                    self.history.extend(self.seq_id, step.new_tokens)
-                else:
-                    self.complete = False        # full: this output stops growing there
+                if self.complete and not self.history.add(self.seq_id, list(step.new_tokens)):
+                    self.complete = False        # evicted, or alone too long: it stops growing there
 
 
 PAPER = Preset(
     {"max_depth": 64, "max_spec_tokens": 64, "max_spec_factor": 1.0, "max_spec_offset": 0.0,
-     "min_token_prob": 0.1, "use_tree": True, "global_tree": True, "size_by_cost": False},
+     "min_token_prob": 0.1, "use_tree": True, "global_tree": True, "size_by_cost": False,
+     "history_requests": 100_000, "history_tokens": 0},
     "SuffixDecoding, as arctic-inference implements it (docs/suffix-decoding.rst defaults: "
     "suffix_cache_max_depth 64, suffix_max_spec_factor 1.0 = the paper's alpha, suffix_max_spec_offset 0, "
-    "suffix_min_token_prob 0.1; its simulator drafts trees); a draft bounded only by alpha * match "
+    "suffix_min_token_prob 0.1, suffix_cache_max_requests 100000 (docs/suffix-decoding.rst line 162; "
+    "arctic_inference/vllm/config.py line 58); its simulator drafts trees); whole cached responses "
+    "evicted oldest first past that count (arctic_inference/suffix_decoding/cache.py "
+    "_maybe_evict_requests, lines 335-347), no token bound; a draft bounded only by alpha * match "
     "length and the depth; no cost cut.")
 
 

@@ -7,12 +7,18 @@ parent's token, its token), each with its (adapted) probability p as prior. Each
 - selection: from the root, the child with the best PUCT score
       Q/n + (c1 + ln((N + c2 + 1) / c2)) * p * sqrt(N) / (1 + n)
   (Q: summed reward, n: the child's visits, N: the parent's; an unvisited child scores inf),
-  down to an unexpanded node or depth `depth`;
+  down to an unexpanded node or the last level;
 - expansion: the node's successors become its children, the most probable one is entered;
-- simulation: the path is extended to `depth` tokens by sampling successors by their
+- simulation: the path is extended to the last level by sampling successors by their
   normalised probabilities;
 - backpropagation: reward = 1 + sum of the tri-gram probabilities along the path, added to
   every node on the selected path, whose visits grow by one.
+
+`depth` is the paper's l, "the search depth and the length of each retrieved continuation
+candidate" (Appendix, Configuration of ADED): Algorithm 1 starts the state with the root's
+word and stops when the state holds l words (`len(state) == sentence_length`; mcts_sub.rs
+`MCTS::run` in the authors' DraftRetriever), so the tree goes l - 1 tokens below the root,
+and `ranked_drafts`' extension by the most probable successor brings a draft to l tokens.
 
 Plain Python on flat lists (one list per field, children as index ranges): with 150
 iterations of depth 4 over 12 successors this takes a few milliseconds; successor lists
@@ -52,8 +58,11 @@ class SearchTree(FlatTree):
 def mcts(model: AdaptiveTrigrams, t1: int, t2: int, iterations: int = 150, depth: int = 4,
          c1: float = 32.0, c2: float = 8.0, max_children: int = 16, rng: random.Random | None = None
          ) -> SearchTree:
+    if depth < 2:
+        raise ValueError("depth (the paper's l: the state length, the root's token included) must be >= 2")
     rng = rng or random.Random(0)
     succ = model.successors
+    last = depth - 1                                     # the deepest level below the root
     # node fields; index 0 is the root (token t2 after t1)
     tok = [t2]
     prev = [t1]
@@ -67,7 +76,7 @@ def mcts(model: AdaptiveTrigrams, t1: int, t2: int, iterations: int = 150, depth
         node = 0
         reward = 1.0
         # selection
-        while kids[node] is not None and dep[node] < depth:
+        while kids[node] is not None and dep[node] < last:
             lo, hi = kids[node]
             if lo == hi:
                 break
@@ -85,7 +94,7 @@ def mcts(model: AdaptiveTrigrams, t1: int, t2: int, iterations: int = 150, depth
             node = best
             reward += prior[node]
         # expansion
-        if kids[node] is None and dep[node] < depth:
+        if kids[node] is None and dep[node] < last:
             ids, probs = succ(prev[node], tok[node])
             start = len(tok)
             for t, p in zip(ids[:max_children], probs[:max_children]):
@@ -103,7 +112,7 @@ def mcts(model: AdaptiveTrigrams, t1: int, t2: int, iterations: int = 150, depth
                 reward += prior[node]
         # simulation
         a, b, d = prev[node], tok[node], dep[node]
-        while d < depth:
+        while d < last:
             ids, probs = succ(a, b)
             if not ids:
                 break

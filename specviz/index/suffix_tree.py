@@ -158,6 +158,41 @@ class SuffixTree:
         self._active[seq_id] = active
         self._lengths[seq_id] = pos + len(tokens)
 
+    def remove(self, seq_id: int, tokens: Sequence[int]) -> None:
+        """Take sequence `seq_id` out whole (arctic-inference's SuffixTree::remove, as its
+        cache evicts a cached response): `tokens` are its tokens as appended. Every count its
+        suffixes added is taken back, nodes left at count 0 are unlinked (their ids are not
+        reused), and each touched node's `best` child is chosen again as `children` orders them."""
+        tokens = [int(t) for t in tokens]
+        if self._lengths.get(seq_id, 0) != len(tokens):
+            raise ValueError(f"sequence {seq_id} holds {self._lengths.get(seq_id, 0)} tokens, "
+                             f"not the {len(tokens)} given")
+        count, edges, limit = self.count, self.edges, self.max_depth
+        touched: set[int] = set()
+        for i in range(len(tokens)):               # the substrings starting at i, up to max_depth
+            node = 0
+            for tok in tokens[i:i + limit]:
+                child = edges[(node << SHIFT) | tok]
+                count[child] -= 1
+                touched.add(node)
+                node = child
+        count[0] -= len(tokens)
+        first, sibling, best, stamp = self.first_child, self.next_sibling, self.best, self.stamp
+        for node in touched:
+            kept, c = [], first[node]
+            while c >= 0:
+                if count[c] > 0:
+                    kept.append(c)
+                else:
+                    del edges[(node << SHIFT) | self.token[c]]
+                c = sibling[c]
+            for a, b in zip(kept, kept[1:] + [-1]):
+                sibling[a] = b
+            first[node] = kept[0] if kept else -1
+            best[node] = min(kept, key=lambda n: (-count[n], stamp[n])) if kept else -1
+        self._active.pop(seq_id, None)
+        self._lengths.pop(seq_id, None)
+
     # ---- reading -----------------------------------------------------------------------
     def find(self, tokens: Sequence[int]) -> int:
         """The node spelling `tokens`, or -1."""

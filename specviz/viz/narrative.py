@@ -265,9 +265,24 @@ def step_narrative(trace: Trace, step_index: int) -> str:
             out.append(f"**{title}.** " + " ".join(lines))
     if "drafter_error" in s.info:
         out.append(f"**Drafter error.** {s.info['drafter_error']} (decoding went on without the drafter).")
+    off = disabled_note(trace, step_index)
+    if off:
+        out.append(off)
     if s.stop:
         out.append(f"**The run ended here** ({s.stop}).")
     return "\n\n".join(out)
+
+
+def disabled_note(trace: Trace, step_index: int) -> str:
+    """Markdown for a step after the drafter was turned off (Trace.drafter_disabled): why this
+    step had no draft; '' before it failed, at the failing step (its error is told there) and
+    when it never failed."""
+    off = trace.drafter_disabled
+    if off is None or step_index <= off["step"]:
+        return ""
+    return (f"**Drafter off.** `{trace.drafter}` raised in {off['phase']} at step {off['step']} "
+            f"({_clip(off['error'], 160)}) and was turned off for the rest of the generation: this step "
+            "decoded plainly, one token per forward pass, and so do the steps after it.")
 
 
 def narrative_facts(trace: Trace, step_index: int) -> dict[str, Any]:
