@@ -49,6 +49,9 @@ class Run:
     # the comparison with vanilla's output of the same turn (divergence.Divergence.to_dict());
     # None for vanilla itself and in results written before it was kept
     divergence: dict[str, Any] | None = None
+    # where it was measured (bench/cluster.py worker_info: host, device, CPU/GPU model);
+    # None in results written before it was kept
+    worker: dict[str, Any] | None = None
 
     @property
     def draft_seconds(self) -> float:
