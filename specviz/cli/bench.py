@@ -161,13 +161,23 @@ def _load_models(args: argparse.Namespace) -> tuple[Any, Any]:
     return lm, assistant
 
 
+def _check_ray(args: argparse.Namespace) -> None:
+    """--ray and --ray-workers, checked (Ray installed) before anything is read or loaded."""
+    workers = getattr(args, "ray_workers", None)
+    if workers is not None and not getattr(args, "ray", None):
+        raise SpecvizError("--ray-workers: needs --ray ADDRESS|auto")
+    if workers is not None and workers < 1:
+        raise SpecvizError(f"--ray-workers: must be >= 1, got {workers}")
+    if getattr(args, "ray", None):
+        from ..bench.cluster import import_ray
+        import_ray()
+
+
 def _start_cluster(args: argparse.Namespace, methods: list[Any]) -> tuple[Any, Any]:
     """--ray: the workers, and the target as the first one loaded it (for the meta data)."""
     import functools
 
     from ..bench.cluster import start_workers
-    if args.ray_workers is not None and args.ray_workers < 1:
-        raise SpecvizError(f"--ray-workers: must be >= 1, got {args.ray_workers}")
     return start_workers(args.ray, functools.partial(_load_models, args), methods, args.max_new_tokens,
                          args.ray_workers, use_gpus=args.device != "cpu")
 
@@ -182,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_numbers(args)
     _check_export(args)
+    _check_ray(args)
     methods, notes = parse_methods(args.drafters, args.peers, args.sweep, args.draft_model)
     questions_all, warnings = read_questions(Path(args.questions))
     questions = select(questions_all, [c.strip() for c in args.categories.split(",") if c.strip()],
