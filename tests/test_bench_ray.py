@@ -167,3 +167,14 @@ def test_bad_ray_flags_exit_2_with_one_line(tmp_path, argv, words, capsys):
     assert _bench(tmp_path, tmp_path / "out", *argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
+
+
+@needs_ray
+@pytest.mark.parametrize("address, words", [
+    ("127.0.0.1:1", "nothing answers at 127.0.0.1:1"),
+    ("nonsense", "expected HOST:PORT"),
+])
+def test_an_unreachable_head_is_refused_in_seconds(tmp_path, address, words, capsys):
+    assert _bench(tmp_path, tmp_path / "out", "--ray", address) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err

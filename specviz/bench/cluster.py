@@ -141,6 +141,8 @@ def connect(address: str) -> bool:
     here), else a new local one; HOST:PORT = that head node. True if this call started Ray
     (the run shuts it down at the end); an already initialised Ray is used as it is."""
     ray = import_ray()
+    if address != "auto":
+        _check_reachable(address)
     if ray.is_initialized():
         return False
     try:
@@ -151,6 +153,20 @@ def connect(address: str) -> bool:
         raise ClusterError(f"--ray: cannot join the Ray cluster at {address!r} ({first}); start one "
                            "with `ray start --head`, or give --ray auto for a local one") from None
     return True
+
+
+def _check_reachable(address: str, seconds: float = 5.0) -> None:
+    """Fail in seconds, not minutes (Ray retries an unreachable head for long), when nothing
+    answers at HOST:PORT (or ray://HOST:PORT)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ClusterError(f"--ray: expected HOST:PORT of a Ray head node (e.g. 10.0.0.1:6379) or "
+                           f"auto, got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except OSError as err:
+        raise ClusterError(f"--ray: nothing answers at {address} ({err.strerror or err}); start the "
+                           "head with `ray start --head --port=6379`, or give --ray auto") from None
 
 
 def _cause(err: Exception) -> Exception:
