@@ -1,7 +1,8 @@
 """Spec-Bench style benchmark: drafters, transformers' peers and sweeps in one interleaved run.
 
 Modules: questions.py (Spec-Bench files), methods.py (what is compared), runner.py (the
-interleaved measurement), resume.py (continuing a stopped run), metrics.py (Spec-Bench's
+interleaved measurement), cluster.py (the questions shared out to Ray workers:
+`bench --ray`), resume.py (continuing a stopped run), metrics.py (Spec-Bench's
 definitions), figures.py and report.py (JSON, CSV, Markdown, self-contained HTML),
 export_specbench.py (Spec-Bench's own model_answer files). The
 command line, `python -m specviz bench`, is specviz/cli/bench.py.

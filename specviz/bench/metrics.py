@@ -66,6 +66,9 @@ class Run:
     # a drafter that raised and was turned off for the rest of the turn (trace.Trace.drafter_disabled:
     # step, phase, error); None when it never failed, and in results written before it was kept
     drafter_disabled: dict[str, Any] | None = None
+    # where it was measured (bench/cluster.py worker_info: host, device, CPU/GPU model);
+    # None in results written before it was kept
+    worker: dict[str, Any] | None = None
 
     @property
     def draft_seconds(self) -> float:

@@ -159,6 +159,12 @@ def _html_disabled(rows: Sequence[dict[str, Any]]) -> str:
     return f"<h2>Drafters turned off after an error</h2><ul>{items}</ul>"
 
 
+def _warning_html(meta: dict[str, Any]) -> str:
+    """The run's hardware warning (workers of a cluster run that differ: bench/cluster.py), or ''."""
+    warning = meta.get("hardware_warning")
+    return f'<p style="color:#b00"><b>warning</b>: {html.escape(str(warning))}</p>' if warning else ""
+
+
 def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     figs = all_figures(rows)
     parts = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
@@ -169,7 +175,7 @@ def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 td:nth-child(-n+2){{text-align:left}}</style></head><body>
-<h1>specviz benchmark</h1><ul>{meta_html}</ul>
+<h1>specviz benchmark</h1>{_warning_html(meta)}<ul>{meta_html}</ul>
 {_html_table(markdown_table(rows))}{_html_table(model_table(rows))}{_html_table(position_table(rows))}{_html_disabled(rows)}
 {''.join(parts)}</body></html>"""
 

@@ -107,6 +107,9 @@ class Bench:
     # what drafters keep across generations (ADED's adapted table): one store per bench run,
     # so a method's state carries over from question to question (a resumed run starts afresh)
     store: DrafterStore = field(default_factory=DrafterStore)
+    # where the runs are measured (cluster.worker_info: host, device, CPU/GPU model), stamped
+    # on every run when set
+    worker: dict[str, Any] | None = None
 
     def run_question(self, q: Question, repeat: int) -> list[Run]:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
@@ -155,6 +158,33 @@ class Bench:
                                                                   skip_special_tokens=True)))
         return out
 
+    def question_runs(self, q: Question, repeats: int, bar: Any = None) -> tuple[list[Run], str | None]:
+        """One question in every repeat: the unit of work of a run, serial (`measure`) or
+        spread over a cluster (cluster.py). Returns its runs and, for a question that does
+        not fit the model's context, the reason it is skipped (then with no runs of the
+        failing repeat). `bar` advances by one per repeat."""
+        runs: list[Run] = []
+        for rep in range(repeats):
+            try:
+                runs.extend(self.run_question(q, rep))
+            except PromptError as err:
+                if bar is not None:
+                    bar.update(repeats - rep)
+                return runs, f"{q.category} q{q.question_id}: {err}"
+            if bar is not None:
+                bar.update(1)
+        if self.worker is not None:
+            runs = [replace(r, worker=self.worker) for r in runs]
+        return runs, None
+
+    def warm_up(self, questions: list[Question], warmup: int) -> None:
+        """The first `warmup` questions through every method, unrecorded."""
+        for q in questions[:warmup]:
+            try:
+                self.run_question(q, -1)
+            except PromptError:
+                pass
+
     def measure(self, questions: list[Question], repeats: int, warmup: int,
                 bar: Any = None, on_question: Callable[[], None] | None = None,
                 deadline: float | None = None) -> bool:
@@ -163,25 +193,15 @@ class Bench:
         each finished question (the command line saves the results there); no question is
         started after `deadline` (time.monotonic()), and the run then counts as interrupted."""
         try:
-            for q in questions[:warmup]:
-                try:
-                    self.run_question(q, -1)
-                except PromptError:
-                    pass
+            self.warm_up(questions, warmup)
             for q in questions:
                 if deadline is not None and time.monotonic() >= deadline:
                     self.stop_reason = "time limit"
                     return False
-                for rep in range(repeats):
-                    try:
-                        self.runs.extend(self.run_question(q, rep))
-                    except PromptError as err:
-                        self.skipped.append(f"{q.category} q{q.question_id}: {err}")
-                        if bar is not None:
-                            bar.update(repeats - rep)
-                        break
-                    if bar is not None:
-                        bar.update(1)
+                runs, skipped = self.question_runs(q, repeats, bar)
+                self.runs.extend(runs)
+                if skipped is not None:
+                    self.skipped.append(skipped)
                 if on_question is not None:
                     on_question()
         except KeyboardInterrupt:

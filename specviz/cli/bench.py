@@ -72,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the run in another tool's format: `specbench DIR` writes "
                              "Spec-Bench's DIR/model_answer/<model_id>.jsonl, one file per method, "
                              "for its evaluation/speed.py")
+    # --- a Ray cluster (specviz/bench/cluster.py, docs/cluster.md) ---
+    parser.add_argument("--ray", default=None, metavar="ADDRESS|auto",
+                        help="share the questions out to Ray workers (each loads the target once and "
+                             "measures whole questions): 'auto' = the cluster this machine is in, else a "
+                             "local one; HOST:PORT = a head node (needs specviz-decoding[cluster])")
+    parser.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                        help="with --ray: workers to start (default: one per GPU, or one per node on CPUs)")
 
 
 def _cpu_name() -> str:
@@ -136,15 +143,56 @@ def _export(args: argparse.Namespace, lm: Any, labels: list[str], runs: list[Any
           "evaluation/speed.py: --file-path a method's file, --base-path the vanilla one)", file=sys.stderr)
 
 
+def _cluster_meta(args: argparse.Namespace, bench: Any, lm: Any) -> dict[str, Any]:
+    """--ray: the cluster's part of the meta data, and a warning when workers differ in hardware."""
+    from ..bench.cluster import cluster_meta, hardware_warning
+    warning = hardware_warning(bench.runs)
+    out = cluster_meta(args.ray, bench, lm) if getattr(args, "ray", None) else {}
+    return {**out, "hardware_warning": warning} if warning else out
+
+
+def _load_models(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The target and hf_assisted's draft model (or None), as a Ray worker loads them."""
+    lm = load_target(args)
+    assistant = None
+    if args.draft_model:
+        assistant = load_target(args, args.draft_model)
+        _check_assistant(lm, assistant)
+    return lm, assistant
+
+
+def _check_ray(args: argparse.Namespace) -> None:
+    """--ray and --ray-workers, checked (Ray installed) before anything is read or loaded."""
+    workers = getattr(args, "ray_workers", None)
+    if workers is not None and not getattr(args, "ray", None):
+        raise SpecvizError("--ray-workers: needs --ray ADDRESS|auto")
+    if workers is not None and workers < 1:
+        raise SpecvizError(f"--ray-workers: must be >= 1, got {workers}")
+    if getattr(args, "ray", None):
+        from ..bench.cluster import import_ray
+        import_ray()
+
+
+def _start_cluster(args: argparse.Namespace, methods: list[Any]) -> tuple[Any, Any]:
+    """--ray: the workers, and the target as the first one loaded it (for the meta data)."""
+    import functools
+
+    from ..bench.cluster import start_workers
+    return start_workers(args.ray, functools.partial(_load_models, args), methods, args.max_new_tokens,
+                         args.ray_workers, use_gpus=args.device != "cpu")
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     import transformers
     from tqdm import tqdm
 
+    from ..bench.cluster import worker_info
     from ..bench.runner import Bench
 
     _check_numbers(args)
     _check_export(args)
+    _check_ray(args)
     methods, notes = parse_methods(args.drafters, args.peers, args.sweep, args.draft_model)
     questions_all, warnings = read_questions(Path(args.questions))
     questions = select(questions_all, [c.strip() for c in args.categories.split(",") if c.strip()],
@@ -157,15 +205,14 @@ def run(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
-    lm = load_target(args)
-    assistant = None
-    if args.draft_model:
-        assistant = load_target(args, args.draft_model)
-        _check_assistant(lm, assistant)
+    if getattr(args, "ray", None):                        # --ray: workers load the target
+        bench, lm = _start_cluster(args, methods)
+    else:
+        lm, assistant = _load_models(args)
+        bench = Bench(lm, methods, args.max_new_tokens, assistant, worker=worker_info(lm.device))
     labels = [m.label for m in methods]
     setup = {"model": lm.model_id, "max_new_tokens": args.max_new_tokens, "methods": labels,
              "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", "")}
-    bench = Bench(lm, methods, args.max_new_tokens, assistant)
     sittings: list[dict[str, Any]] = []
     if args.resume:
         check_compatible(previous, setup, out / "results.json")
@@ -176,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
     command = "python -m specviz bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
     sitting = {"date": _now(), "command": command, "cpu": _cpu_name(), "commit": _commit(),
                "questions": 0}
+    if getattr(args, "ray", None):
+        sitting["ray"] = args.ray
     sittings.append(sitting)
     kept = len(bench.runs)
 
@@ -191,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             "questions_measured": len({r.question_id for r in bench.runs}),
             "skipped": bench.skipped, "notes": notes + warnings, "interrupted": not finished,
             "stop_reason": bench.stop_reason,
-            "sittings": sittings,
+            "sittings": sittings, **_cluster_meta(args, bench, lm),
         }
 
     def checkpoint() -> None:                      # after each question: a kill loses at most one
@@ -211,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
     meta_now = meta(finished)
     write_results(out, meta_now, rows, bench.runs)
     print(summary_markdown(rows))
+    if meta_now.get("hardware_warning"):
+        print(f"warning: {meta_now['hardware_warning']}", file=sys.stderr)
     if args.export:
         _export(args, lm, labels, bench.runs)
     for line in notes + [f"skipped {s}" for s in bench.skipped]:
