@@ -145,8 +145,12 @@ def resolve(model: Any, spec: str | Mapping[str, DeviceName], max_memory: Mappin
                                                     dtype=dtype))
         except (ValueError, KeyError, RuntimeError) as err:
             raise DeviceMapError(f"device_map {spec!r}: accelerate could not plan it ({_first_line(err)})") from None
+        need = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
+        if set(device_map.values()) == {"disk"}:
+            raise DeviceMapError(
+                f"max_memory: the budget {_budget_text(max_memory)} holds none of the model ({need / 2**20:.1f} MiB "
+                f"of weights in {str(dtype).replace('torch.', '')}, the largest block included); raise --max-memory")
         if "disk" in device_map.values() and not offload_folder:
-            need = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
             raise DeviceMapError(
                 f"max_memory: the budget {_budget_text(max_memory)} cannot hold the model ({need / 2**20:.1f} MiB "
                 f"of weights in {str(dtype).replace('torch.', '')}); raise --max-memory, or give "
@@ -247,3 +251,16 @@ def fresh_offload_folder(base: str | None) -> str:
         return tempfile.mkdtemp(prefix="specviz-offload-", dir=root)
     except OSError as err:
         raise DeviceMapError(f"offload_folder: cannot write in {str(root)!r} ({err})") from None
+
+
+def check_resident(model: Any, reader: str) -> None:
+    """DeviceMapError unless the input embedding and the LM head hold their weights on a device:
+    a model drafter (`reader`: GLIDE, Medusa / Hydra heads) reads those weights directly, and an
+    offloaded module's weights stay on the meta device between accelerate's forward hooks."""
+    for what, module, name in (("input embedding", model.get_input_embeddings(), "model.embed_tokens"),
+                               ("LM head", model.get_output_embeddings(), "lm_head")):
+        weight = getattr(module, "weight", None)
+        if weight is not None and weight.device.type == "meta":
+            raise DeviceMapError(f"device_map: {reader} reads the target's {what} weights directly, but the map "
+                                 f"offloads it ('cpu' or 'disk' beside a GPU); map {name} to a GPU (or the "
+                                 "whole model to one device)")

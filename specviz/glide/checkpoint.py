@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import SpecvizError
-from ..placement import execution_device
+from ..placement import check_resident, execution_device
 from .model import GlideDraft, GlideSpec, target_fingerprint
 
 FORMAT = "specviz-glide/1"
@@ -150,6 +150,7 @@ def check_target(manifest: dict[str, Any], target: Any, target_id: str, path: st
 def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dict[str, Any]]:
     """The draft (eval mode, on the target's device and dtype) and the whole stored blob."""
     blob = read(path)
+    check_resident(target, "GLIDE")
     check_target(blob["manifest"], target, target_id, path)
     spec = spec_of(blob["manifest"], path)
     try:

@@ -19,7 +19,7 @@ import torch
 from ..glide.checkpoint import CheckpointError, check_fingerprint, load_blob, load_weights, slim, write_blob
 from ..glide.model import target_fingerprint
 from ..hidden import final_norm
-from ..placement import execution_device
+from ..placement import check_resident, execution_device
 from ..resources import data_path
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -98,6 +98,7 @@ def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
     """The heads (eval mode, on the target's device and dtype) and the stored blob; `kind`:
     refuse heads of the other kind."""
     blob = read(path)
+    check_resident(target, "draft heads")
     check_target(blob["manifest"], target, target_id, path)
     spec = spec_of(blob["manifest"], path)
     if kind is not None and spec.kind != kind:
