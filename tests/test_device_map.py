@@ -233,3 +233,25 @@ def test_cli_bad_map_is_one_line(tmp_path):
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "malformed JSON" in lines[0], done.stderr
+
+
+# --- the explorer's model box ---------------------------------------------------------------------
+
+def test_explorer_device_map_box(panel):
+    from specviz.errors import ConfigError
+    from specviz.ui import runner
+
+    base = ["tiny-random", "prompt_lookup", "", "the cat sat on the mat. the cat sat on the",
+            *[c.value for c in panel.decoding_form.components], *[c.value for c in panel.drafter_form.components]]
+    assert panel.spec(base).device_map == ""                       # the page before device maps
+    spec = panel.spec([*base, "float32", '{"": "cpu"}', ""])
+    assert (spec.device_map, spec.max_memory, spec.dtype) == ('{"": "cpu"}', "", "float32")
+    assert spec.with_drafter("vanilla", {}).device_map == spec.device_map
+    trace = runner.run_to_end(spec)
+    assert trace.runtime["device_map"] == {"": "cpu"} and trace.output_ids
+    with pytest.raises(ConfigError, match="not a file name"):
+        panel.spec([*base, "float32", "/etc/map.json", ""])
+    with pytest.raises(ModelLoadError, match="malformed JSON"):
+        panel.spec([*base, "float32", '{"lm_head": ', ""])
+    with pytest.raises(ConfigError, match="budgets a device map"):
+        panel.spec([*base, "float32", "", "cpu=1GB"])

@@ -250,3 +250,39 @@ def test_cli_foreign_dump_is_one_line(tmp_path):
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no vLLM or SGLang" in lines[0], done.stderr
+
+
+# --- the explorer's tab ---------------------------------------------------------------------------
+
+def test_explorer_tab_draws_an_upload_beside_the_session_run(tmp_path, trace):
+    import gradio as gr
+
+    from specviz.ui.server_metrics_tab import draw_server_metrics
+    from specviz.ui.session import Session
+
+    dump = tmp_path / "vllm.txt"
+    dump.write_text(VLLM_V1)
+    table, fig = draw_server_metrics(Session(trace=trace), str(dump), "", None)
+    assert "2.800" in table and "specviz" in table
+    assert len([t for t in fig.data if t.type == "scatter"]) == 2
+    with pytest.raises(gr.Error, match="upload a dump or give a /metrics URL"):
+        draw_server_metrics(Session(), None, "", None)
+
+
+def test_explorer_tab_reads_only_allowed_hosts(server, monkeypatch):
+    import gradio as gr
+
+    from specviz.ui.server_metrics_tab import draw_server_metrics
+    from specviz.ui.session import Session
+
+    monkeypatch.delenv("SPECVIZ_METRICS_HOSTS", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    table, _ = draw_server_metrics(Session(), None, f"{server}/metrics", None)        # loopback: allowed
+    assert "sglang" in table
+    with pytest.raises(gr.Error, match="only from 127.0.0.1"):
+        draw_server_metrics(Session(), None, "http://10.0.0.5:8000/metrics", None)
+    monkeypatch.setenv("SPACE_ID", "user/space")                                      # a public Space
+    with pytest.raises(gr.Error, match="only from no host .*upload the dump"):
+        draw_server_metrics(Session(), None, f"{server}/metrics", None)
+    monkeypatch.setenv("SPECVIZ_METRICS_HOSTS", "127.0.0.1")
+    assert "sglang" in draw_server_metrics(Session(), None, f"{server}/metrics", None)[0]
