@@ -255,3 +255,24 @@ def test_explorer_device_map_box(panel):
         panel.spec([*base, "float32", '{"lm_head": ', ""])
     with pytest.raises(ConfigError, match="budgets a device map"):
         panel.spec([*base, "float32", "", "cpu=1GB"])
+
+
+def test_bench_records_the_map_in_results_json(tmp_path):
+    map_file = tmp_path / "map.json"
+    map_file.write_text(json.dumps(SPLIT))
+    out = tmp_path / "bench"
+    done = run_cli("bench", "--model", "tiny-random", "--device-map", str(map_file), "--offload-folder",
+                   str(tmp_path / "off"), "--drafters", "prompt_lookup", "--peers", "", "--categories",
+                   "summarization", "--limit", "1", "--max-new-tokens", "8", "--warmup", "0", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    assert meta["runtime"]["device_map"] == SPLIT
+
+
+def test_doctor_checks_a_split_target(tmp_path):
+    from specviz.doctor import format_report, run_doctor
+
+    report = run_doctor("tiny-random", dtype="float32", drafters=("prompt_lookup",), max_new_tokens=8,
+                        n_prompts=1, rows=(1, 2), device_map=json.dumps(SPLIT), offload_folder=str(tmp_path))
+    assert report.ok and report.checks[0].mismatches == 0
+    assert report.device_map == SPLIT and "model.layers.1=disk" in format_report(report)
