@@ -276,3 +276,24 @@ def test_doctor_checks_a_split_target(tmp_path):
                         n_prompts=1, rows=(1, 2), device_map=json.dumps(SPLIT), offload_folder=str(tmp_path))
     assert report.ok and report.checks[0].mismatches == 0
     assert report.device_map == SPLIT and "model.layers.1=disk" in format_report(report)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_glide_on_a_split_target(single, split, prompt, tmp_path_factory, temperature):
+    """GLIDE's draft sits on the device of the layer whose KV cache it reads (here the
+    disk-offloaded last layer, which runs on the CPU) and decodes as on one device."""
+    from specviz.glide.train import TrainConfig, train
+
+    path = tmp_path_factory.mktemp("glide") / "glide.pt"
+    gen = torch.Generator().manual_seed(0)
+    batches = (torch.randint(3, 200, (2, 7), generator=gen).repeat(1, 4) for _ in range(2))
+    train(single.model, single.model_id, batches, TrainConfig(steps=2, warmup=1), path, progress=False)
+    decoding = DecodingConfig(max_new_tokens=12, temperature=temperature, seed=7)
+    cfg = {"checkpoint": str(path)}
+    one = generate(single, prompt, "glide", cfg, decoding)
+    two = generate(split, prompt, "glide", cfg, decoding)
+    assert not two.errors and two.output_ids == one.output_ids
+    assert [s.accepted for s in two.steps] == [s.accepted for s in one.steps]
+    assert any(len(s.tree) for s in two.steps)                    # the draft did draft
+    if temperature == 0.0:
+        assert two.output_ids == generate(single, prompt, "vanilla", None, decoding).output_ids
