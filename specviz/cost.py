@@ -91,7 +91,8 @@ def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, 
     shortened where the model's context cannot hold it and the largest row count)."""
     from transformers import DynamicCache  # local: keep module import light
 
-    device = next(model.parameters()).device
+    from .placement import input_device
+    device = input_device(model)           # the embedding's device (a device-mapped model too)
     vocab = model.config.vocab_size
     context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
     if context:

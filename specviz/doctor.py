@@ -78,6 +78,7 @@ class DoctorReport:
     peak_memory_mb: float | None   # peak GPU memory of the checks (None off a GPU)
     seconds: float                 # the whole report, model load included
     notes: tuple[str, ...] = field(default_factory=tuple)
+    device_map: dict[str, str] | None = None   # the target's accelerate device map, if split
 
     @property
     def ok(self) -> bool:
@@ -159,7 +160,9 @@ def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
 def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "auto",
                drafters: Sequence[str] = DEFAULT_DRAFTERS, max_new_tokens: int = MAX_NEW_TOKENS,
                n_prompts: int = CHECK_PROMPTS, context_len: int | None = None,
-               rows: Sequence[int] = ROWS, cpu_linear: bool | None = None) -> DoctorReport:
+               rows: Sequence[int] = ROWS, cpu_linear: bool | None = None,
+               device_map: str | None = None, max_memory: str | None = None,
+               offload_folder: str | None = None) -> DoctorReport:
     """Load the model (cached) and measure; raises SpecvizError for a bad model, device,
     dtype or drafter name before measuring anything."""
     import torch
@@ -176,7 +179,8 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
         get(name)                                   # an unknown drafter fails now
     if max_new_tokens < 1 or n_prompts < 1:
         raise ConfigError("max_new_tokens" if max_new_tokens < 1 else "prompts", "must be at least 1")
-    lm = load_model(model_id, device, dtype, cpu_linear=cpu_linear)
+    lm = load_model(model_id, device, dtype, cpu_linear=cpu_linear, device_map=device_map,
+                    max_memory=max_memory, offload_folder=offload_folder)
     prompts = [build_prompt(lm.tokenizer, message, context=context)
                for _, context, message in check_prompts(n_prompts)]
     ctx = context_len if context_len is not None else len(prompts[0].ids)
@@ -197,7 +201,8 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
         torch_version=torch.__version__, transformers_version=transformers.__version__,
         torch_threads=torch.get_num_threads(), cpu_linear=lm.cpu_linear,
         context_len=ctx, cost_curve=curve, max_new_tokens=max_new_tokens, checks=checks,
-        peak_memory_mb=memory.peak_mb(), seconds=time.perf_counter() - start, notes=tuple(notes))
+        peak_memory_mb=memory.peak_mb(), seconds=time.perf_counter() - start, notes=tuple(notes),
+        device_map=dict(lm.device_map) or None)
 
 
 def format_report(r: DoctorReport) -> str:
@@ -209,6 +214,8 @@ def format_report(r: DoctorReport) -> str:
         f"attention    {r.attention}",
         f"torch        {r.torch_version} ({r.torch_threads} threads), transformers {r.transformers_version}",
         f"cpu_linear   {'on' if r.cpu_linear else 'off'}",
+        *([f"device_map   {', '.join(f'{k or chr(39) * 2}={v}' for k, v in r.device_map.items())}"]
+          if r.device_map else []),
         "",
         f"forward cost at {r.context_len} cached tokens (ms): measured now vs the cost model calibrated once per model",
         f"  {'rows':>5} {'measured':>9} {'model':>9} {'ratio':>6}",

@@ -10,6 +10,12 @@
 
 Loaded models are cached per (id, device, dtype, cpu_linear) and shared read-only by all users.
 
+A device map (`load_model(..., device_map="auto" | "balanced" | {module: device})`, with
+`max_memory` and `offload_folder`) splits the target across GPUs, CPU memory and disk through
+accelerate (placement.py): hub ids and local folders by `from_pretrained(device_map=...)`, the
+embedded and tiny-random models (built in memory) by `accelerate.dispatch_model`. The map is
+recorded in `LoadedModel.runtime` (so in every Trace and the bench's results.json).
+
 Two explicit runtime choices, recorded in every Trace (`LoadedModel.runtime`) and in the
 bench metadata: `cpu_linear` (few-row matrix products the fast way round on a CPU,
 cpu_linear.py; default on for a CPU device, off elsewhere) and the verify cost model
@@ -17,6 +23,7 @@ cpu_linear.py; default on for a CPU device, off elsewhere) and the verify cost m
 """
 from __future__ import annotations
 
+import json
 import threading
 import weakref
 from dataclasses import dataclass
@@ -25,7 +32,7 @@ from typing import Any
 
 import torch
 
-from . import embedded
+from . import embedded, placement
 from .cachedir import cache_dir
 from .cost import VerifyCost, calibrate
 from .cpu_linear import use_few_row_linear
@@ -51,6 +58,9 @@ class LoadedModel:
     # the engine calls when a generation starts); the engine copies it per generation
     verify_cost: VerifyCost | None = None
     cpu_linear: bool = False     # nn.Linear patched for few-row products (cpu_linear.py)
+    # the accelerate device map the target was placed by, (module, device) pairs; () = one device.
+    # `device` is then the input embedding's execution device (placement.input_device)
+    device_map: tuple[tuple[str, str], ...] = ()
 
     @property
     def vocab_size(self) -> int:
@@ -68,8 +78,11 @@ class LoadedModel:
     @property
     def runtime(self) -> dict[str, Any]:
         """How the model runs (JSON-able): device, dtype, cpu_linear, attention implementation."""
-        return {"device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-                "cpu_linear": self.cpu_linear, "attention": attention_implementation(self.model)}
+        out: dict[str, Any] = {"device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+                               "cpu_linear": self.cpu_linear, "attention": attention_implementation(self.model)}
+        if self.device_map:
+            out["device_map"] = dict(self.device_map)
+        return out
 
 
 _COSTS: "weakref.WeakKeyDictionary[Any, VerifyCost]" = weakref.WeakKeyDictionary()
@@ -232,17 +245,22 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
         model = model.to(device=device, dtype=dtype).eval()
     except (RuntimeError, torch.OutOfMemoryError) as err:
         raise ModelLoadError(f"model: {model_id!r} does not fit on {device} in {dtype}: {err}") from None
-    eos = set()
-    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
-        if isinstance(source, int):
-            eos.add(source)
-        elif source:
-            eos.update(source)
+    eos = _eos_ids(model, tokenizer)
     max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
     linear = uses_cpu_linear(device) if cpu_linear is None else bool(cpu_linear)
     if linear:
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    eos: set[int] = set()
+    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(source, int):
+            eos.add(source)
+        elif source:
+            eos.update(source)
+    return eos
 
 
 def _load_embedded_tokenizer() -> tuple[None, Any]:
@@ -263,7 +281,7 @@ def _load_embedded_tokenizer() -> tuple[None, Any]:
     return None, tokenizer
 
 
-_CACHE: dict[tuple[str, str, str, bool], LoadedModel] = {}
+_CACHE: dict[tuple[Any, ...], LoadedModel] = {}
 _LOCK = threading.Lock()
 # models kept loaded at once: a target and its draft model (draft_model drafter, the bench's
 # --draft-model) must both stay; a third load drops the oldest, bounding memory on a Space
@@ -271,7 +289,9 @@ MODEL_CACHE_SIZE = 2
 
 
 def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
-               cpu_linear: bool | None = None, calibrate_cost: bool = False) -> LoadedModel:
+               cpu_linear: bool | None = None, calibrate_cost: bool = False,
+               device_map: str | dict[str, Any] | None = None, max_memory: str | dict[Any, str] | None = None,
+               offload_folder: str | None = None) -> LoadedModel:
     """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
     `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
     device, off otherwise (uses_cpu_linear); True with a non-CPU device is a ModelLoadError.
@@ -280,10 +300,38 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
     A load runs no forward pass: the verify cost model is calibrated once per model on first
     use (LoadedModel.cost_model(), called by the engine when a generation starts), so a ZeroGPU
     Space may load at import, outside its GPU window (ui/gpu.py). `calibrate_cost=True`
-    calibrates it now instead."""
+    calibrates it now instead.
+
+    `device_map` ("auto", "balanced", "balanced_low_0", "sequential", a JSON file's path, or a
+    {module: device} dict) splits the model across devices through accelerate, within
+    `max_memory` ("0=20GiB,cpu=60GiB" or accelerate's dict), offloading to `offload_folder`
+    where the map says "disk" (placement.py); `device` must then stay "auto". A bad map or a
+    budget that cannot hold the model is a one-line ModelLoadError (placement.DeviceMapError)."""
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
+    if device_map is None and (max_memory or offload_folder):
+        raise ModelLoadError("max_memory / offload_folder: they budget a device map; add --device-map auto")
+    if device_map is not None:
+        if device not in ("auto", "", None):
+            raise ModelLoadError(f"device: {device!r} and a device map both place the model; "
+                                 "leave --device at auto with --device-map")
+        spec = device_map if isinstance(device_map, dict) else placement.read_device_map(device_map)
+        if isinstance(spec, dict):
+            spec = {str(k): placement.device_name(v, f"device_map: module {k!r}") for k, v in spec.items()}
+        budget = placement.parse_max_memory(max_memory) if isinstance(max_memory, str) or max_memory is None \
+            else {placement.device_name(k, "max_memory"): str(v) for k, v in max_memory.items()}
+        key = (model_id, "map", json.dumps(spec, sort_keys=True), json.dumps(
+            {str(k): v for k, v in (budget or {}).items()}, sort_keys=True), offload_folder or "", dtype)
+        with _LOCK:
+            if key not in _CACHE:
+                if len(_CACHE) >= MODEL_CACHE_SIZE:
+                    _CACHE.pop(next(iter(_CACHE)))
+                _CACHE[key] = _load_mapped(model_id, spec, budget, offload_folder, dtype, cpu_linear)
+            lm = _CACHE[key]
+        if calibrate_cost:
+            lm.cost_model()
+        return lm
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)         # auto on a GPU is settled once the size is known
     if cpu_linear and dev.type != "cpu":
@@ -300,3 +348,70 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
     if calibrate_cost:
         lm.cost_model()
     return lm
+
+
+# --- a target split across devices (placement.py) -------------------------------------------
+
+def _mapped_dtype(dtype: str, fp32: int) -> torch.dtype:
+    """The dtype of a device-mapped model: as resolve_dtype, with "fits" judged against the free
+    memory of all GPUs together (float32 on a machine without GPUs)."""
+    if dtype != "auto" or not torch.cuda.is_available():
+        return resolve_dtype(dtype, torch.device("cpu"))
+    free = sum(int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count()))
+    return resolve_dtype("auto", torch.device("cuda", 0), fp32, free)
+
+
+def _load_mapped(model_id: str, spec: str | dict[str, Any], max_memory: dict[Any, str] | None,
+                 offload_folder: str | None, dtype: str, cpu_linear: bool | None) -> LoadedModel:
+    """Load `model_id` split by the device map `spec` (placement.resolve), through accelerate."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    if cpu_linear:
+        raise ModelLoadError("cpu_linear: on patches every linear layer, which a device map's accelerate "
+                             "hooks wrap; use auto or off with --device-map")
+    if model_id in (EMBEDDED, TINY):           # built in memory: place it with dispatch_model
+        if model_id == EMBEDDED:
+            model, tokenizer = _load_embedded()
+        else:
+            _, tokenizer = _load_embedded_tokenizer()
+            model = tiny_random_model(len(tokenizer))
+        dt = _mapped_dtype(dtype, fp32_bytes(model))
+        model = model.to(dtype=dt).eval()
+        device_map = placement.resolve(model, spec, max_memory, dt, offload_folder)
+        try:
+            model = placement.dispatch(model, device_map, offload_folder)
+        except (RuntimeError, ValueError, torch.OutOfMemoryError) as err:
+            raise placement.DeviceMapError(f"device_map: accelerate could not place {model_id!r} "
+                                           f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None
+    else:
+        from accelerate import init_empty_weights
+
+        local = Path(model_id).expanduser()
+        source = str(local) if local.exists() else model_id
+        if not local.exists() and (model_id.startswith((".", "/", "~")) or model_id.count("/") > 1):
+            raise ModelLoadError(f"model: no such directory {model_id!r}")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            with init_empty_weights():          # the architecture on the meta device, to plan the map
+                empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+        except Exception as err:  # noqa: BLE001 - offline, unknown architecture...
+            raise ModelLoadError(
+                f"model: could not load {model_id!r} ({type(err).__name__}: {str(err).splitlines()[0][:300]}). "
+                f"Use '{EMBEDDED}' (offline default), a local model directory, or a hub id "
+                "with the network available.") from None
+        dt = _mapped_dtype(dtype, fp32_bytes(empty))
+        device_map = placement.resolve(empty, spec, max_memory, dt, offload_folder)
+        folder = placement.fresh_offload_folder(offload_folder) if "disk" in device_map.values() else None
+        try:
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dt, device_map=device_map,
+                                                         offload_folder=folder).eval()
+        except (RuntimeError, ValueError, torch.OutOfMemoryError) as err:
+            raise placement.DeviceMapError(f"device_map: could not load {model_id!r} by the map "
+                                           f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None
+    final_map = dict(getattr(model, "hf_device_map", None) or device_map)
+    device = placement.input_device(model)
+    eos = _eos_ids(model, tokenizer)
+    max_pos = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+    recorded = placement.recorded(final_map) or {}
+    return LoadedModel(model_id, model, tokenizer, device, dt, max_pos, frozenset(eos), None, False,
+                       tuple(recorded.items()))

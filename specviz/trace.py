@@ -130,7 +130,8 @@ class Trace:
     errors: tuple[str, ...] = ()       # e.g. a drafter that failed (decoding went on without it)
     context_char_span: tuple[int, int] | None = None   # where the user's context sits in prompt_text
     verify_ratio: float | None = None  # mean calibrated cost of this run's verify forwards, in one-row forwards
-    # how the target ran (models.LoadedModel.runtime): device, dtype, cpu_linear, attention
+    # how the target ran (models.LoadedModel.runtime): device, dtype, cpu_linear, attention, and
+    # device_map (module -> device) for a target split across devices with accelerate
     runtime: dict[str, Any] = field(default_factory=dict)
     # the text of each output / prompt token in its place (token_pieces.py): "".join(output_pieces)
     # == output_text; the prompt's are decoded with special tokens kept, to find them in prompt_text

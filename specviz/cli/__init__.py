@@ -1,5 +1,5 @@
 """Command line: `python -m specviz generate | drafters | bench | index build | train-glide |
-train-heads | doctor`.
+train-heads | doctor | import-metrics`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -23,7 +23,7 @@ import warnings
 from typing import Sequence
 
 from ..errors import RenamedWarning, SpecvizError
-from . import bench, doctor, drafters, generate, index, train_glide, train_heads
+from . import bench, doctor, drafters, generate, import_metrics, index, train_glide, train_heads
 from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, show_warning
 from .errors import UsageError
 
@@ -48,6 +48,9 @@ COMMANDS = (
      "Device, dtype, attention, versions, cpu_linear; the forward-cost curve (1..64 rows) against "
      "the calibrated cost model; each drafter against vanilla on a few prompts (identical / "
      "near-tie / mismatch, speedup). Exit 1 on a mismatch."),
+    ("import-metrics", import_metrics, "read a vLLM or SGLang server's speculative-decoding metrics",
+     "Read a Prometheus dump, vLLM's speculative-decoding stats (JSON) or a /metrics URL; print "
+     "acceptance length and per-position rates and draw them beside specviz traces (docs/interop.md)."),
 )
 
 

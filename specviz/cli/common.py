@@ -116,6 +116,16 @@ def add_runtime_arguments(parser: Any) -> None:
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     add_cpu_linear_argument(parser)
+    add_device_map_arguments(parser)
+
+
+def add_device_map_arguments(parser: Any) -> None:
+    """--device-map, --max-memory, --offload-folder: the target split across devices (placement.py)."""
+    from ..placement import DEVICE_MAP_HELP, MAX_MEMORY_HELP, OFFLOAD_HELP
+
+    parser.add_argument("--device-map", default=None, metavar="auto|balanced|FILE.json", help=DEVICE_MAP_HELP)
+    parser.add_argument("--max-memory", default=None, metavar="DEV=SIZE,...", help=MAX_MEMORY_HELP)
+    parser.add_argument("--offload-folder", default=None, metavar="DIR", help=OFFLOAD_HELP)
 
 
 def add_cpu_linear_argument(parser: Any) -> None:
@@ -128,9 +138,18 @@ def add_cpu_linear_argument(parser: Any) -> None:
 
 
 def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:
-    """load_model with the command's --model (or `model_id`), --device, --dtype, --cpu-linear."""
+    """load_model with the command's --model (or `model_id`), --device, --dtype, --cpu-linear;
+    the target (no `model_id`) with --device-map / --max-memory / --offload-folder too. A second
+    model (`model_id`: the bench's --draft-model) goes on one device, --device's."""
     from ..models import cpu_linear_option, load_model
 
+    device_map = getattr(args, "device_map", None)
+    if device_map is not None and model_id is None:
+        return load_model(args.model, args.device, dtype or args.dtype, cpu_linear=cpu_linear_option(args.cpu_linear),
+                          device_map=device_map, max_memory=args.max_memory, offload_folder=args.offload_folder)
+    if device_map is None and model_id is None and (getattr(args, "max_memory", None)
+                                                    or getattr(args, "offload_folder", None)):
+        raise UsageError("--max-memory / --offload-folder budget a device map; add --device-map auto")
     return load_model(model_id or args.model, args.device, dtype or args.dtype,
                       cpu_linear=cpu_linear_option(args.cpu_linear))
 

@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()
     drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
     report = run_doctor(args.model, args.device, args.dtype, drafters, args.max_new_tokens, args.prompts,
-                        args.context_len, cpu_linear=cpu_linear_option(args.cpu_linear))
+                        args.context_len, cpu_linear=cpu_linear_option(args.cpu_linear),
+                        device_map=args.device_map, max_memory=args.max_memory,
+                        offload_folder=args.offload_folder)
     print(report.to_json() if args.json else format_report(report))
     return 0 if report.ok else EXIT_MISMATCH

@@ -37,6 +37,7 @@ from transformers import DynamicCache
 from ..decoding import DecodingConfig, target_probs
 from ..errors import ConfigError
 from ..kvcache import crop_to
+from ..placement import input_device
 from ..settings import Settings, setting
 from ..flat_tree import ancestry
 from ..tree import DraftTree, TreeBuilder
@@ -86,7 +87,7 @@ class HFDraftLM:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)              # where its input ids go (placement.py)
         self.cache = DynamicCache(config=model.config)
         self.length = 0
 

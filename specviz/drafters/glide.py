@@ -92,7 +92,7 @@ class GlideDraftLM:
             if k is None:
                 shape = (1, self.draft.spec.kv_heads, 0, self.draft.spec.head_dim)
                 k = v = torch.zeros(shape, device=self.device)
-            out.append((k, v))
+            out.append((k.to(self.device), v.to(self.device)))   # that layer's device -> ours
         return out
 
     def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:

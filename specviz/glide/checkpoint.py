@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import SpecvizError
+from ..placement import check_resident, execution_device
 from .model import GlideDraft, GlideSpec, target_fingerprint
 
 FORMAT = "specviz-glide/1"
@@ -149,6 +150,7 @@ def check_target(manifest: dict[str, Any], target: Any, target_id: str, path: st
 def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dict[str, Any]]:
     """The draft (eval mode, on the target's device and dtype) and the whole stored blob."""
     blob = read(path)
+    check_resident(target, "GLIDE")
     check_target(blob["manifest"], target, target_id, path)
     spec = spec_of(blob["manifest"], path)
     try:
@@ -157,8 +159,10 @@ def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dic
         raise CheckpointError(f"checkpoint: {str(path)!r}: its manifest's 'glide' architecture cannot be built "
                               f"({type(err).__name__}: {err})") from None
     load_weights(draft, blob["state"], path)
-    param = next(target.parameters())
-    return draft.to(device=param.device, dtype=param.dtype).eval(), blob
+    # on the device of the target layer whose KV cache it reads (a device-mapped target: that
+    # layer's execution device, placement.py); the dtype of the target's weights
+    device = execution_device(target, target.model.layers[spec.cross_layer(0)])
+    return draft.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval(), blob
 
 
 def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.float16) -> None:

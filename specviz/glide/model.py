@@ -233,8 +233,9 @@ class GlideDraft(Shortlisted, nn.Module):
                ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """ids/positions [B, T] -> final-normed hidden [B, T, H] and each layer's (k, v)."""
         inner = self.target.model
-        x = inner.embed_tokens(ids)                                          # [B, T, H]
-        cos, sin = inner.rotary_emb(x, positions)                            # [B, T, D] each
+        dev = self.vocab_ids.device if self.spec.vocab else next(self.parameters()).device
+        x = inner.embed_tokens(ids).to(dev)          # [B, T, H] (a device-mapped target: to ours)
+        cos, sin = (t.to(dev) for t in inner.rotary_emb(x, positions.to(dev)))   # [B, T, D] each
         new = []
         for m, layer in enumerate(self.layers):
             x, kv = layer(x, cos, sin, past[m] if past else None, self_visible,
@@ -249,7 +250,7 @@ class GlideDraft(Shortlisted, nn.Module):
         if self._head is None or self._head.device != hidden.device or self._head.dtype != hidden.dtype \
                 or self.training:
             weight = self.target.lm_head.weight
-            self._head = weight[self.vocab_ids.to(weight.device)].to(hidden.dtype)   # [K, H]
+            self._head = weight[self.vocab_ids.to(weight.device)].to(hidden.device, hidden.dtype)   # [K, H]
         return torch.nn.functional.linear(hidden, self._head)
 
     def vocab_index(self, ids: torch.Tensor) -> torch.Tensor:

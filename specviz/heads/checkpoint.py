@@ -18,6 +18,8 @@ import torch
 
 from ..glide.checkpoint import CheckpointError, check_fingerprint, load_blob, load_weights, slim, write_blob
 from ..glide.model import target_fingerprint
+from ..hidden import final_norm
+from ..placement import check_resident, execution_device
 from ..resources import data_path
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -96,6 +98,7 @@ def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
     """The heads (eval mode, on the target's device and dtype) and the stored blob; `kind`:
     refuse heads of the other kind."""
     blob = read(path)
+    check_resident(target, "draft heads")
     check_target(blob["manifest"], target, target_id, path)
     spec = spec_of(blob["manifest"], path)
     if kind is not None and spec.kind != kind:
@@ -109,5 +112,7 @@ def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
     vocab = int(target.lm_head.weight.shape[0])
     if int(heads.vocab_ids.min()) < 0 or int(heads.vocab_ids.max()) >= vocab:
         raise CheckpointError(f"checkpoint: {str(path)!r}: shortlist ids outside the target's vocabulary")
-    param = next(target.parameters())
-    return heads.to(device=param.device, dtype=param.dtype).eval(), blob
+    # on the device of what the heads read, the final norm's output (placement.py); the dtype
+    # of the target's weights
+    device = execution_device(target, final_norm(target))
+    return heads.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval(), blob

@@ -97,7 +97,7 @@ class DraftHeads(Shortlisted, nn.Module):
         """z [..., H] -> logits over the shortlist [..., K]."""
         if self._head is None or self._head.device != z.device or self._head.dtype != z.dtype:
             weight = self.target.lm_head.weight
-            self._head = weight[self.vocab_ids.to(weight.device)].detach().to(z.dtype)   # [K, H]
+            self._head = weight[self.vocab_ids.to(weight.device)].detach().to(z.device, z.dtype)   # [K, H]
         return linear(z, self._head)
 
     def head_input(self, k: int, hidden: torch.Tensor, before: torch.Tensor | None) -> torch.Tensor:
@@ -107,7 +107,7 @@ class DraftHeads(Shortlisted, nn.Module):
             return hidden
         if before is None or before.shape[-1] != k + 1:
             raise ValueError(f"hydra head {k + 1} needs the {k + 1} tokens before its own")
-        emb = self.embed(before).to(hidden.dtype)                            # [N, k+1, H]
+        emb = self.embed(before).to(hidden.device, hidden.dtype)             # [N, k+1, H]
         return torch.cat([hidden, emb.flatten(-2)], -1)
 
     def logits(self, k: int, hidden: torch.Tensor, before: torch.Tensor | None = None) -> torch.Tensor:

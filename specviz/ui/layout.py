@@ -31,6 +31,7 @@ from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E4
 from .results_tab import build_results_tab, render_results  # noqa: E402
 from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
 from .session import RunSpec, Session, close_session  # noqa: E402
+from .server_metrics_tab import build_server_metrics_tab, draw_server_metrics  # noqa: E402
 from .setup_panel import build_setup_panel  # noqa: E402
 from .summary_tab import build_summary, render_summary  # noqa: E402
 from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
@@ -117,6 +118,7 @@ def build_demo() -> gr.Blocks:
                 ("Inspect a step", build_inspector), ("Run summary", build_summary),
                 ("Compare drafters", build_compare_tab), ("Export / replay", build_replay_tab),
                 ("Benchmark results", build_results_tab), ("Machine", build_machine_tab))]
+            server_metrics = _tab("Server metrics", build_server_metrics_tab)    # a vLLM / SGLang server's
         inspector, summary, compare, replay, results, machine = views
 
         # ---- views: everything below the run reads session.trace ------------------------------
@@ -214,6 +216,10 @@ def build_demo() -> gr.Blocks:
 
         results.shipped.input(render_results, results.shipped, results.outputs, **views)
         results.upload.upload(render_results, results.upload, results.outputs, **views)
+
+        server_metrics.draw.click(draw_server_metrics, [session, server_metrics.upload, server_metrics.url,
+                                                        server_metrics.spec_tokens],
+                                  [server_metrics.summary, server_metrics.plot], api_visibility="private")
 
         gr.api(gpu(api_trace), api_name="trace", concurrency_limit=1, concurrency_id="model")
     demo.queue(default_concurrency_limit=1)

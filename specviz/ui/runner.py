@@ -46,7 +46,8 @@ def start(spec: RunSpec, store: Any = None) -> LiveRun:
     check_text_size(spec.context, "context")
     check_text_size(spec.message, "message")
     get(spec.drafter).config(values)                        # bad settings fail before loading
-    lm = load_model(spec.model_id or "embedded", dtype=spec.dtype)
+    lm = load_model(spec.model_id or "embedded", dtype=spec.dtype, device_map=spec.device_map or None,
+                    max_memory=spec.max_memory or None)
     prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
     config = drafter_config(spec, lm, prompt)
     return LiveRun(spec, lm, prompt, config,

@@ -20,10 +20,13 @@ class RunSpec:
     context: str
     message: str
     dtype: str = "auto"                           # precision.DTYPE_CHOICES
+    # the target split across devices (placement.py): "" = one device; a strategy or inline JSON
+    device_map: str = ""
+    max_memory: str = ""                          # "0=20GiB,cpu=60GiB"; "" = all free memory
 
     def with_drafter(self, name: str, values: dict[str, Any]) -> "RunSpec":
         return RunSpec(self.model_id, name, tuple(values.items()), self.decoding, self.context, self.message,
-                       self.dtype)
+                       self.dtype, self.device_map, self.max_memory)
 
 
 @dataclass

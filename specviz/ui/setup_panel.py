@@ -63,13 +63,16 @@ class SetupPanel:
     preset: gr.Dropdown | None = None       # fills drafter_form; not an input of the run itself
     preset_about: gr.Markdown | None = None
     dtype: gr.Dropdown | None = None
+    device_map: gr.Textbox | None = None     # the target split across GPUs (placement.py)
+    max_memory: gr.Textbox | None = None
 
     @property
     def inputs(self) -> list[Any]:
         # the dtype comes last, so the positions of everything before it stay as they were
         return [self.model, self.drafter, self.context, self.message,
                 *self.decoding_form.components, *self.drafter_form.components,
-                *([self.dtype] if self.dtype is not None else [])]
+                *([self.dtype] if self.dtype is not None else []),
+                *([self.device_map, self.max_memory] if self.device_map is not None else [])]
 
     def spec(self, values: Sequence[Any]) -> RunSpec:
         """A RunSpec from the values of `inputs`; raises ConfigError for a bad value."""
@@ -84,8 +87,28 @@ class SetupPanel:
         dtype = (rest[0] if rest and rest[0] else "auto") if self.dtype is not None else "auto"
         if dtype not in DTYPE_CHOICES:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
+        device_map, max_memory = device_map_values(rest[1:3] if self.device_map is not None else ())
         return RunSpec((model or "").strip() or "embedded", drafter, tuple(settings.items()), decoding,
-                       context or "", message or "", dtype)
+                       context or "", message or "", dtype, device_map, max_memory)
+
+
+def device_map_values(values: Sequence[Any]) -> tuple[str, str]:
+    """The device-map box's (map, budget): a strategy name or the map as JSON text (the explorer
+    reads no files on the server), checked now; ("", "") when empty."""
+    from ..placement import STRATEGIES, parse_max_memory, read_device_map
+
+    device_map = str(values[0] or "").strip() if values else ""
+    max_memory = str(values[1] or "").strip() if len(values) > 1 else ""
+    if not device_map:
+        if max_memory:
+            raise ConfigError("max_memory", "it budgets a device map; choose one (e.g. auto) first")
+        return "", ""
+    if device_map not in STRATEGIES and not device_map.startswith("{"):
+        raise ConfigError("device_map", f"give {', '.join(STRATEGIES)} or the map as JSON text "
+                                        '({"model.layers.0": 0, ...}), not a file name')
+    read_device_map(device_map)                     # DeviceMapError (one line) for bad JSON or devices
+    parse_max_memory(max_memory)
+    return device_map, max_memory
 
 
 def build_setup_panel() -> SetupPanel:
@@ -98,6 +121,13 @@ def build_setup_panel() -> SetupPanel:
                         info="auto: float32 on a CPU, and on a GPU when the model fits (outputs equal "
                              "vanilla's exactly); bfloat16 / float16: faster on a GPU, outputs equal "
                              "vanilla's up to near-ties (the Compare tab explains each difference)")
+    with gr.Accordion("Split the model across GPUs (device map)", open=False):
+        device_map = gr.Textbox(value="", label="Device map", elem_id="device-map",
+                                placeholder="auto | balanced | sequential | {\"model.layers.0\": 0, ...}",
+                                info="Empty: one device. A strategy or a JSON map places the target with "
+                                     "accelerate across GPUs and CPU memory (docs/gpu.md); recorded in the trace.")
+        max_memory = gr.Textbox(value="", label="Max memory", elem_id="max-memory", placeholder="0=20GiB,1=20GiB,cpu=60GiB",
+                                info="What each device may hold for the weights; empty: all free memory.")
     with gr.Row():
         drafter = gr.Dropdown(choices=listed, value=chosen, label="Drafter", elem_id="drafter", scale=2)
         preset = gr.Dropdown(choices=preset_names(chosen), value=DEFAULTS, label="Preset", elem_id="preset",
@@ -119,4 +149,4 @@ def build_setup_panel() -> SetupPanel:
     preset.input(lambda n, p: [preset_note(n, p), *preset_updates(form, n, p)], inputs=[drafter, preset],
                  outputs=[preset_about, *form.components], queue=False, api_visibility="private")
     return SetupPanel(model, drafter, about, form, decoding, preset=preset, preset_about=preset_about,
-                      dtype=dtype)
+                      dtype=dtype, device_map=device_map, max_memory=max_memory)

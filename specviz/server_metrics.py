@@ -1,0 +1,397 @@
+"""A user's own vLLM or SGLang server's speculative-decoding figures, read in; and the same
+figures from a specviz run (a Trace), for drawing one beside the other (viz/server_metrics.py).
+
+    metrics = read_source("metrics.txt" | "http://host:8000/metrics" | "stats.json")
+    ours = trace_spec_metrics(trace)            # the same numbers from a specviz Trace
+
+What is read (names as the engines expose them; a Prometheus counter `x` is exposed as `x_total`
+and both spellings are accepted; label sets other than `position`, e.g. one per engine or
+model, are summed for counters and averaged for gauges):
+- vLLM V1 (vllm/v1/spec_decode/metrics.py, SpecDecodingProm): the counters
+  `vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`,
+  `vllm:spec_decode_num_accepted_tokens` and `vllm:spec_decode_num_accepted_tokens_per_pos`
+  with a `position` label (0-based).
+- vLLM V0 (vllm/engine/metrics.py): `vllm:spec_decode_num_draft_tokens_total`,
+  `..._num_accepted_tokens_total`, `..._num_emitted_tokens_total` (counters),
+  `vllm:spec_decode_draft_acceptance_rate` and `vllm:spec_decode_efficiency` (gauges). V0 had
+  no draft count; with a fixed k = num_speculative_tokens the drafts are draft_tokens / k,
+  given as `spec_tokens` (a V0 dump does not say k).
+- SGLang (python/sglang/srt/metrics/collector.py): the gauges `sglang:spec_accept_length`
+  (accepted tokens per verify, the bonus token counted) and `sglang:spec_accept_rate`.
+- vLLM's speculative-decoding stats as JSON (one object, a list, or JSON lines, summed), in
+  both shapes vLLM has used: V0's SpecDecodeWorkerMetrics (vllm/spec_decode/metrics.py:
+  draft_acceptance_rate, system_efficiency, draft_tokens, emitted_tokens, accepted_tokens,
+  num_spec_tokens) and V1's SpecDecodingStats (num_spec_tokens, num_drafts,
+  num_draft_tokens, num_accepted_tokens, num_accepted_tokens_per_pos).
+
+Acceptance length counts the bonus token, as vLLM and SGLang do: 1 + accepted / drafts. The
+per-position rate at k is the share of drafts whose first k+1 tokens were all accepted
+(vLLM's num_accepted_tokens_per_pos[k] / num_drafts). A foreign dump (no such metric), a
+malformed line or a truncated one (a per-position series with a gap, a counter set without
+its partner) ends in a MetricsImportError naming what is wrong.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import SpecvizError
+
+URL_TIMEOUT_S = 10.0
+MAX_BYTES = 32 * 2**20            # a /metrics page is kilobytes; refuse anything absurd
+
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+VLLM_EMITTED = "vllm:spec_decode_num_emitted_tokens"               # V0 only
+VLLM_V0_RATE = "vllm:spec_decode_draft_acceptance_rate"             # V0 gauge
+VLLM_V0_EFFICIENCY = "vllm:spec_decode_efficiency"                  # V0 gauge
+SGLANG_LENGTH = "sglang:spec_accept_length"
+SGLANG_RATE = "sglang:spec_accept_rate"
+KNOWN = (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_PER_POS, VLLM_EMITTED, VLLM_V0_RATE,
+         VLLM_V0_EFFICIENCY, SGLANG_LENGTH, SGLANG_RATE)
+
+V0_STATS_KEYS = frozenset({"draft_acceptance_rate", "system_efficiency", "draft_tokens", "emitted_tokens",
+                           "accepted_tokens", "num_spec_tokens"})
+V1_STATS_KEYS = frozenset({"num_spec_tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                           "num_accepted_tokens_per_pos"})
+
+
+class MetricsImportError(SpecvizError, ValueError):
+    """A metrics dump or URL that cannot be read as a vLLM / SGLang speculative-decoding report."""
+
+
+@dataclass(frozen=True)
+class SpecMetrics:
+    """One source's speculative-decoding figures; None where the source does not say."""
+    engine: str                                  # "vllm", "sglang" or "specviz"
+    shape: str                                   # which format it came in (see the module doc)
+    source: str                                  # the file, URL or trace it came from
+    acceptance_length: float | None              # 1 + accepted / drafts (the bonus counted)
+    acceptance_rate: float | None                # accepted draft tokens / draft tokens
+    per_position: tuple[float, ...] = ()         # P(first k+1 draft tokens all accepted), k = 0..
+    num_drafts: float | None = None
+    num_draft_tokens: float | None = None
+    num_accepted_tokens: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "shape": self.shape, "source": self.source,
+                "acceptance_length": self.acceptance_length, "acceptance_rate": self.acceptance_rate,
+                "per_position": list(self.per_position), "num_drafts": self.num_drafts,
+                "num_draft_tokens": self.num_draft_tokens, "num_accepted_tokens": self.num_accepted_tokens,
+                "notes": list(self.notes)}
+
+
+# --- the Prometheus text format -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE = re.compile(rf"^({_NAME})(\{{(.*)\}})?\s+(\S+)(\s+-?\d+)?\s*$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """The samples of a Prometheus text exposition (version 0.0.4 / OpenMetrics-compatible lines).
+    MetricsImportError names the first line that is not a comment, blank or sample."""
+    samples = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        value = _number(match.group(4)) if match else None
+        labels = _labels(match.group(3) or "") if match else None
+        if match is None or value is None or labels is None:
+            cut = number == len(lines) and not text.endswith("\n")
+            raise MetricsImportError(
+                f"metrics: line {number} is not a Prometheus sample ({line[:80]!r})"
+                + ("; the dump looks truncated (its last line is cut)" if cut else ""))
+        samples.append(Sample(match.group(1), labels, value))
+    return samples
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)            # also +Inf, -Inf, NaN, as the format allows
+    except ValueError:
+        return None
+
+
+def _labels(text: str) -> tuple[tuple[str, str], ...] | None:
+    out, pos = [], 0
+    text = text.strip().rstrip(",")
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        if not match:
+            return None
+        value = match.group(2).replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+        out.append((match.group(1), value))
+        pos = match.end()
+    return tuple(out)
+
+
+def _base(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def from_prometheus(text: str, source: str = "", spec_tokens: int | None = None) -> SpecMetrics:
+    """vLLM's or SGLang's figures from a Prometheus text dump (see the module doc)."""
+    samples = [s for s in parse_prometheus(text) if not s.name.endswith("_created")]
+    by: dict[str, list[Sample]] = {}
+    for s in samples:
+        base = _base(s.name)
+        if base in KNOWN:
+            by.setdefault(base, []).append(s)
+    if not by:
+        names = sorted({_base(s.name) for s in samples})
+        raise MetricsImportError(
+            f"metrics: {source or 'the dump'} has no vLLM or SGLang speculative-decoding metric "
+            f"(looked for {VLLM_DRAFTS}, {VLLM_ACCEPTED}, {SGLANG_LENGTH}...; found "
+            f"{len(names)} other metric{'s' if len(names) != 1 else ''}"
+            + (f", e.g. {names[0]}" if names else "") + "); is speculative decoding on, and is this its /metrics?")
+    if any(k.startswith("vllm:") for k in by) and any(k.startswith("sglang:") for k in by):
+        raise MetricsImportError("metrics: the dump mixes vLLM and SGLang metrics; import one server's at a time")
+    if SGLANG_LENGTH in by or SGLANG_RATE in by:
+        return _sglang(by, source)
+    return _vllm(by, source, spec_tokens)
+
+
+def _sum(samples: Sequence[Sample]) -> float:
+    return float(sum(s.value for s in samples))
+
+
+def _mean(samples: Sequence[Sample]) -> float:
+    return float(sum(s.value for s in samples) / len(samples))
+
+
+def _sglang(by: Mapping[str, list[Sample]], source: str) -> SpecMetrics:
+    length = _mean(by[SGLANG_LENGTH]) if SGLANG_LENGTH in by else None
+    rate = _mean(by[SGLANG_RATE]) if SGLANG_RATE in by else None
+    notes = []
+    if max(len(by.get(SGLANG_LENGTH, ())), len(by.get(SGLANG_RATE, ()))) > 1:
+        notes.append("several label sets (ranks or models): their gauges are averaged")
+    notes.append("SGLang exposes gauges of recent batches, not counters: no per-position rates")
+    return SpecMetrics("sglang", "sglang-prometheus", source, length, rate, notes=tuple(notes))
+
+
+def _vllm(by: Mapping[str, list[Sample]], source: str, spec_tokens: int | None) -> SpecMetrics:
+    drafts = _sum(by[VLLM_DRAFTS]) if VLLM_DRAFTS in by else None
+    draft_tokens = _sum(by[VLLM_DRAFT_TOKENS]) if VLLM_DRAFT_TOKENS in by else None
+    accepted = _sum(by[VLLM_ACCEPTED]) if VLLM_ACCEPTED in by else None
+    if drafts is not None:                                      # V1
+        if accepted is None:
+            raise MetricsImportError(f"metrics: {VLLM_DRAFTS} without {VLLM_ACCEPTED}: the dump looks truncated")
+        per_pos = _per_position(by.get(VLLM_PER_POS, []), drafts)
+        length = 1 + accepted / drafts if drafts else None
+        rate = accepted / draft_tokens if draft_tokens else None
+        return SpecMetrics("vllm", "vllm-v1-prometheus", source, length, rate, per_pos, drafts, draft_tokens,
+                           accepted)
+    if VLLM_PER_POS in by:
+        raise MetricsImportError(f"metrics: {VLLM_PER_POS} without {VLLM_DRAFTS}: the dump looks truncated")
+    # V0: counters of draft / accepted / emitted tokens and two gauges; no draft count
+    emitted = _sum(by[VLLM_EMITTED]) if VLLM_EMITTED in by else None
+    if draft_tokens is None or accepted is None:
+        if VLLM_V0_RATE in by:
+            return SpecMetrics("vllm", "vllm-v0-prometheus", source, None, _mean(by[VLLM_V0_RATE]),
+                               notes=("only the acceptance-rate gauge: no token counters",))
+        raise MetricsImportError(f"metrics: {VLLM_DRAFT_TOKENS} and {VLLM_ACCEPTED} must both be there "
+                                 "(one is missing): the dump looks truncated")
+    return _v0(source, "vllm-v0-prometheus", draft_tokens, accepted, emitted, spec_tokens)
+
+
+def _v0(source: str, shape: str, draft_tokens: float, accepted: float, emitted: float | None,
+        spec_tokens: int | None) -> SpecMetrics:
+    rate = accepted / draft_tokens if draft_tokens else None
+    if not spec_tokens:
+        return SpecMetrics("vllm", shape, source, None, rate, (), None, draft_tokens, accepted,
+                           ("vLLM V0 counts no drafts: give the server's num_speculative_tokens "
+                            "(--spec-tokens K) for the acceptance length",))
+    drafts = draft_tokens / spec_tokens
+    # emitted = accepted + one bonus (or correction) token per draft; prefer it where present
+    length = (emitted / drafts if emitted is not None else 1 + accepted / drafts) if drafts else None
+    return SpecMetrics("vllm", shape, source, length, rate, (), drafts, draft_tokens, accepted,
+                       (f"drafts = draft tokens / k = {spec_tokens} (V0 drafted k tokens per step)",))
+
+
+def _per_position(samples: Sequence[Sample], drafts: float) -> tuple[float, ...]:
+    counts: dict[int, float] = {}
+    for s in samples:
+        pos = dict(s.labels).get("position")
+        if pos is None or not pos.isdigit():
+            raise MetricsImportError(f"metrics: {VLLM_PER_POS} sample without a numeric position label")
+        counts[int(pos)] = counts.get(int(pos), 0.0) + s.value
+    if not counts:
+        return ()
+    missing = [k for k in range(max(counts) + 1) if k not in counts]
+    if missing:
+        raise MetricsImportError(f"metrics: {VLLM_PER_POS} has no position {missing[0]} (positions "
+                                 f"0..{max(counts)} expected): the dump looks truncated")
+    return tuple(counts[k] / drafts if drafts else 0.0 for k in range(len(counts)))
+
+
+# --- vLLM's stats objects as JSON -----------------------------------------------------------------
+
+def from_stats_json(text: str, source: str = "") -> SpecMetrics:
+    """vLLM's per-request / per-step speculative-decoding stats (V0 SpecDecodeWorkerMetrics or V1
+    SpecDecodingStats) as one JSON object, a list of them or JSON lines; several are summed."""
+    try:
+        data = json.loads(text)
+        records = data if isinstance(data, list) else [data]
+    except json.JSONDecodeError:
+        try:
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as err:
+            raise MetricsImportError(f"metrics: {source or 'the stats'} is not JSON ({err.msg} at line "
+                                     f"{err.lineno}): the file looks truncated or is not vLLM stats") from None
+    if not records or not all(isinstance(r, dict) for r in records):
+        raise MetricsImportError("metrics: expected a JSON object of vLLM speculative-decoding stats (or a list)")
+    keys = set(records[0])
+    if "num_drafts" in keys:
+        return _v1_stats(records, source)
+    if keys & {"draft_tokens", "emitted_tokens", "accepted_tokens"}:
+        return _v0_stats(records, source)
+    raise MetricsImportError(
+        f"metrics: the JSON has none of vLLM's speculative-decoding stats fields (V1: "
+        f"{', '.join(sorted(V1_STATS_KEYS))}; V0: {', '.join(sorted(V0_STATS_KEYS))}); found "
+        f"{', '.join(sorted(keys)[:6]) or 'no fields'}")
+
+
+def _field(record: Mapping[str, Any], name: str, i: int) -> float:
+    value = record.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise MetricsImportError(f"metrics: record {i}: {name} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _v1_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
+    drafts = tokens = accepted = 0.0
+    per_pos: list[float] = []
+    for i, r in enumerate(records):
+        drafts += _field(r, "num_drafts", i)
+        tokens += _field(r, "num_draft_tokens", i)
+        accepted += _field(r, "num_accepted_tokens", i)
+        pos = r.get("num_accepted_tokens_per_pos", [])
+        if not isinstance(pos, list):
+            raise MetricsImportError(f"metrics: record {i}: num_accepted_tokens_per_pos must be a list")
+        per_pos += [0.0] * (len(pos) - len(per_pos))
+        for k, v in enumerate(pos):
+            per_pos[k] += _field({"v": v}, "v", i)
+    return SpecMetrics("vllm", "vllm-v1-stats", source, 1 + accepted / drafts if drafts else None,
+                       accepted / tokens if tokens else None,
+                       tuple(p / drafts for p in per_pos) if drafts else (), drafts, tokens, accepted)
+
+
+def _v0_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
+    tokens = accepted = emitted = 0.0
+    ks = set()
+    for i, r in enumerate(records):
+        tokens += _field(r, "draft_tokens", i)
+        accepted += _field(r, "accepted_tokens", i)
+        emitted += _field(r, "emitted_tokens", i)
+        if "num_spec_tokens" in r:
+            ks.add(int(_field(r, "num_spec_tokens", i)))
+    if len(ks) > 1:
+        raise MetricsImportError(f"metrics: records with different num_spec_tokens ({sorted(ks)}) cannot be summed")
+    return _v0(source, "vllm-v0-stats", tokens, accepted, emitted, ks.pop() if ks else None)
+
+
+# --- reading a source -----------------------------------------------------------------------------
+
+def fetch_url(url: str, timeout: float = URL_TIMEOUT_S) -> str:
+    """The body of an http(s) URL (a server's /metrics), within `timeout` seconds."""
+    if not url.startswith(("http://", "https://")):
+        raise MetricsImportError(f"metrics: {url!r} is not an http(s) URL")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:      # noqa: S310 - http(s) only
+            body = response.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as err:
+        raise MetricsImportError(f"metrics: {url} answered HTTP {err.code} {err.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        why = getattr(err, "reason", err)
+        raise MetricsImportError(f"metrics: could not read {url} ({why}); is the server up, and is "
+                                 "this its /metrics address?") from None
+    if len(body) > MAX_BYTES:
+        raise MetricsImportError(f"metrics: {url} sent more than {MAX_BYTES // 2**20} MiB; not a /metrics page")
+    return body.decode("utf-8", errors="replace")
+
+
+def parse_text(text: str, source: str = "", spec_tokens: int | None = None) -> SpecMetrics:
+    """A dump's text, as Prometheus or as vLLM's stats JSON (told apart by its first character)."""
+    if not text.strip():
+        raise MetricsImportError(f"metrics: {source or 'the dump'} is empty")
+    if text.lstrip()[:1] in "{[":
+        return from_stats_json(text, source)
+    return from_prometheus(text, source, spec_tokens)
+
+
+def read_source(source: str, spec_tokens: int | None = None, timeout: float = URL_TIMEOUT_S) -> SpecMetrics:
+    """A file path or an http(s) URL, read and parsed (parse_text)."""
+    source = (source or "").strip()
+    if not source:
+        raise MetricsImportError("metrics: give a file or a /metrics URL")
+    if source.startswith(("http://", "https://")):
+        return parse_text(fetch_url(source, timeout), source, spec_tokens)
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise MetricsImportError(f"metrics: no such file {source!r} (give a Prometheus dump, vLLM stats JSON "
+                                 "or an http(s) /metrics URL)")
+    if path.stat().st_size > MAX_BYTES:
+        raise MetricsImportError(f"metrics: {source!r} is over {MAX_BYTES // 2**20} MiB; not a metrics dump")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise MetricsImportError(f"metrics: cannot read {source!r} as UTF-8 text ({type(err).__name__})") from None
+    return parse_text(text, source, spec_tokens)
+
+
+# --- the same figures from a specviz run ----------------------------------------------------------
+
+def trace_spec_metrics(trace: Any, source: str = "") -> SpecMetrics:
+    """A specviz Trace's figures counted as vLLM counts them: a draft is a step whose draft was not
+    empty; draft tokens are its nodes (a tree's nodes, where vLLM drafts a chain); accepted tokens
+    are the accepted nodes; per-position k is the share of drafts that accepted more than k.
+    (calib's vLLM-named metrics in draft_metrics will replace this at merge: same definitions.)"""
+    steps = [s for s in trace.steps if len(s.tree)]
+    drafts = float(len(steps))
+    tokens = float(sum(len(s.tree) for s in steps))
+    accepted = [len(s.accepted) for s in steps]
+    depth = max(accepted, default=0)
+    longest = max((max(s.tree.depths) for s in steps), default=0)
+    per_pos = tuple(sum(a > k for a in accepted) / drafts for k in range(max(depth, longest))) if drafts else ()
+    notes = ("tree drafts: draft tokens count every node, so the rate is per node",) \
+        if any(len(s.tree) > max(s.tree.depths) for s in steps) else ()
+    return SpecMetrics("specviz", "trace", source or f"{trace.drafter} on {trace.model_id}",
+                       1 + sum(accepted) / drafts if drafts else None,
+                       sum(accepted) / tokens if tokens else None, per_pos, drafts, tokens, float(sum(accepted)),
+                       notes)
+
+
+def summary_lines(items: Iterable[SpecMetrics]) -> list[str]:
+    """Plain-text rows for the CLI: source, acceptance length, rate, the first per-position rates."""
+    rows = [f"{'source':<28} {'engine':<8} {'accept len':>10} {'rate':>6}  per position"]
+    for m in items:
+        length = "n/a" if m.acceptance_length is None else f"{m.acceptance_length:.3f}"
+        rate = "n/a" if m.acceptance_rate is None else f"{m.acceptance_rate:.3f}"
+        pos = " ".join(f"{p:.2f}" for p in m.per_position[:8]) or "n/a"
+        rows.append(f"{_short(m.source):<28} {m.engine:<8} {length:>10} {rate:>6}  {pos}")
+        rows += [f"  note: {n}" for n in m.notes]
+    return rows
+
+
+def _short(text: str, width: int = 28) -> str:
+    return text if len(text) <= width else "..." + text[-(width - 3):]
