@@ -460,6 +460,13 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "trace under a file": ((*GEN, "--trace", "{file}/t.json"), ("--trace", "does not exist")),
     "trace under /sys": ((*GEN, "--trace", "/sys/t.json"), ("--trace", "/sys")),
     "doctor unknown drafter": (("doctor", "--model", "tiny-random", "--drafters", "nope"), ("nope",)),
+    "doctor empty drafters": (("doctor", "--model", "tiny-random", "--drafters", ""), ("--drafters", "empty")),
+    "doctor drafter twice": (("doctor", "--model", "tiny-random", "--drafters", "ngram_trie,ngram_trie"),
+                             ("--drafters", "given twice")),
+    "doctor preset": (("doctor", "--model", "tiny-random", "--drafters", "ngram_trie@paper"),
+                      ("--drafters", "default settings")),
+    "doctor context-len 0": (("doctor", "--model", "tiny-random", "--context-len", "0"), ("--context-len", ">= 1")),
+    "doctor prompts 0": (("doctor", "--model", "tiny-random", "--prompts", "0"), ("prompts", "at least 1")),
 }
 
 
