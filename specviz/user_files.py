@@ -79,6 +79,8 @@ def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES) -> st
 def _check_writable_folder(folder: Path, what: str, not_a_folder: str) -> None:
     """FileCheckError `what: not_a_folder` unless `folder` is a directory, or saying why this
     process cannot write in it (probed by creating and removing a temporary file there)."""
+    if folder.exists() and not folder.is_dir():
+        raise FileCheckError(f"{what}: {str(folder)!r} is a file, not a folder")
     if not folder.is_dir():
         raise FileCheckError(f"{what}: {not_a_folder}")
     try:
@@ -108,15 +110,20 @@ def _named(path: str | None, what: str, empty: str) -> Path:
     return Path(path).expanduser()
 
 
-def check_output_file(path: str | None, what: str) -> Path:
-    """A file path that can be written: not empty, not a folder, in an existing writable folder."""
-    file = _named(path, what, "empty file name; give a path such as trace.json")
+def check_output_file(path: str | None, what: str, create_folder: bool = False,
+                      example: str = "trace.json") -> Path:
+    """A file path that can be written: not empty, not a folder, in an existing writable folder
+    (with `create_folder`: or in one that can be created, as a checkpoint's is)."""
+    file = _named(path, what, f"empty file name; give a path such as {example}")
     _check_not_pseudo(file, str(path), what)
     if file.is_dir():
-        raise FileCheckError(f"{what}: {path!r} is a directory; give a file name such as trace.json")
+        raise FileCheckError(f"{what}: {path!r} is a directory; give a file name such as {example}")
     if file.exists() and not file.is_file():
         raise FileCheckError(f"{what}: {path!r} is not a regular file")
-    _check_writable_folder(file.parent, what, f"the folder {str(file.parent)!r} does not exist")
+    if create_folder and not file.parent.exists():
+        check_output_dir(str(file.parent), what)
+    else:
+        _check_writable_folder(file.parent, what, f"the folder {str(file.parent)!r} does not exist")
     return file
 
 

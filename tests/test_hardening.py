@@ -58,9 +58,9 @@ def test_outputs_under_a_file_are_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileCheckError, match="is not a folder"):
         check_output_dir(str(tmp_path / "file" / "sub" / "deeper"), "--export")
-    with pytest.raises(FileCheckError, match="exists and is not a folder"):
+    with pytest.raises(FileCheckError, match="is a file, not a folder"):
         check_output_dir(str(tmp_path / "file"), "--export")
-    with pytest.raises(FileCheckError, match="does not exist"):
+    with pytest.raises(FileCheckError, match="is a file, not a folder"):
         check_output_file(str(tmp_path / "file" / "t.json"), "--trace")
 
 
@@ -457,7 +457,7 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                   ("checkpoint", "is a folder", "give the file itself")),
     "medusa checkpoint a folder": ((*GEN, "--drafter", "medusa", "--set", "checkpoint={ckpt_dir}"),
                                    ("checkpoint", "is a folder")),
-    "trace under a file": ((*GEN, "--trace", "{file}/t.json"), ("--trace", "does not exist")),
+    "trace under a file": ((*GEN, "--trace", "{file}/t.json"), ("--trace", "is a file, not a folder")),
     "trace under /sys": ((*GEN, "--trace", "/sys/t.json"), ("--trace", "/sys")),
     "doctor unknown drafter": (("doctor", "--model", "tiny-random", "--drafters", "nope"), ("nope",)),
     "doctor empty drafters": (("doctor", "--model", "tiny-random", "--drafters", ""), ("--drafters", "empty")),
@@ -466,6 +466,12 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "doctor preset": (("doctor", "--model", "tiny-random", "--drafters", "ngram_trie@paper"),
                       ("--drafters", "default settings")),
     "doctor context-len 0": (("doctor", "--model", "tiny-random", "--context-len", "0"), ("--context-len", ">= 1")),
+    "train-glide --export under /proc": (("train-glide", "--model", "tiny-random", "--out", "{folder}/g.pt",
+                                          "--export", "/proc/specviz-g.pt"), ("--export", "/proc")),
+    "train-glide --out a folder": (("train-glide", "--model", "tiny-random", "--out", "{ckpt_dir}"),
+                                   ("--out", "is a directory", "draft.pt")),
+    "train-heads --out under a file": (("train-heads", "--model", "tiny-random", "--out", "{file}/h.pt"),
+                                       ("--out", "is a file, not a folder")),
     "doctor prompts 0": (("doctor", "--model", "tiny-random", "--prompts", "0"), ("prompts", "at least 1")),
 }
 
