@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from .errors import TraceFormatError
 from .json_schema import SchemaError, shipped_schema, validate
 from .tree import DraftTree
+from .user_files import FileCheckError, loads_json
 
 if TYPE_CHECKING:
     from .calibration import Calibration
@@ -227,11 +228,9 @@ class Trace:
     @staticmethod
     def from_json(text: str) -> "Trace":
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise TraceFormatError(f"trace is not valid JSON: {err}") from None
-        except RecursionError:
-            raise TraceFormatError("trace: JSON nested too deeply (a trace is a few levels deep)") from None
+            data = loads_json(text, "trace")      # depth-limited: no RecursionError
+        except FileCheckError as err:
+            raise TraceFormatError(str(err)) from None
         return Trace.from_dict(data)
 
 

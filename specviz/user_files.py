@@ -4,19 +4,29 @@ Inputs (a context file) must be regular files below a size limit, checked with s
 byte is read: /dev/zero, a FIFO or a 100 MB file are refused at once, not after minutes of
 reading or tokenising. Outputs (a trace file, a bench or index folder) must be places this
 process can write, probed by creating and removing a temporary file or folder there, so a bad
-path fails before a model is loaded rather than after the run. Every refusal is a UsageError-like
-`FileCheckError` whose message starts with the option it is about.
+path fails before a model is loaded rather than after the run (never under /proc, /sys or /dev,
+whose files are the kernel's, not the user's), and are written whole or not at all
+(`write_text_atomic`: a temporary file in the same folder, then os.replace). JSON a user hands
+over (a results.json, a corpus index manifest, a trace) is read by `loads_json`, which refuses
+nesting deeper than MAX_JSON_DEPTH with a message before the parser could hit Python's recursion
+limit. Every refusal is a UsageError-like `FileCheckError` whose message starts with the option
+it is about.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .errors import SpecvizError
 
 CONTEXT_LIMIT_BYTES = 1_000_000        # a context (file, upload or API text): ~250k tokens, more than any context window
+MAX_JSON_DEPTH = 64                    # a trace, results.json or manifest is under 10 levels deep
+PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))   # the kernel's files, never an output
 
 
 class FileCheckError(SpecvizError):
@@ -69,6 +79,8 @@ def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES) -> st
 def _check_writable_folder(folder: Path, what: str, not_a_folder: str) -> None:
     """FileCheckError `what: not_a_folder` unless `folder` is a directory, or saying why this
     process cannot write in it (probed by creating and removing a temporary file there)."""
+    if folder.exists() and not folder.is_dir():
+        raise FileCheckError(f"{what}: {str(folder)!r} is a file, not a folder")
     if not folder.is_dir():
         raise FileCheckError(f"{what}: {not_a_folder}")
     try:
@@ -79,6 +91,18 @@ def _check_writable_folder(folder: Path, what: str, not_a_folder: str) -> None:
         raise FileCheckError(f"{what}: cannot write in {str(folder)!r} ({err.strerror or err})") from None
 
 
+def _check_not_pseudo(target: Path, path: str, what: str) -> None:
+    """FileCheckError for a path under /proc, /sys or /dev (resolved: a symlink into them too)."""
+    try:
+        real = target.expanduser().absolute().resolve()
+    except (OSError, RuntimeError):
+        real = target.expanduser().absolute()
+    for root in PSEUDO_FILESYSTEMS:
+        if real == root or real.is_relative_to(root):
+            raise FileCheckError(f"{what}: {path!r} is under {root}, the kernel's files; give a path in a "
+                                 "folder of your own")
+
+
 def _named(path: str | None, what: str, empty: str) -> Path:
     """The path a user gave (~ expanded); FileCheckError `what: empty` when it is empty."""
     if path is None or not str(path).strip():
@@ -86,14 +110,20 @@ def _named(path: str | None, what: str, empty: str) -> Path:
     return Path(path).expanduser()
 
 
-def check_output_file(path: str | None, what: str) -> Path:
-    """A file path that can be written: not empty, not a folder, in an existing writable folder."""
-    file = _named(path, what, "empty file name; give a path such as trace.json")
+def check_output_file(path: str | None, what: str, create_folder: bool = False,
+                      example: str = "trace.json") -> Path:
+    """A file path that can be written: not empty, not a folder, in an existing writable folder
+    (with `create_folder`: or in one that can be created, as a checkpoint's is)."""
+    file = _named(path, what, f"empty file name; give a path such as {example}")
+    _check_not_pseudo(file, str(path), what)
     if file.is_dir():
-        raise FileCheckError(f"{what}: {path!r} is a directory; give a file name such as trace.json")
+        raise FileCheckError(f"{what}: {path!r} is a directory; give a file name such as {example}")
     if file.exists() and not file.is_file():
         raise FileCheckError(f"{what}: {path!r} is not a regular file")
-    _check_writable_folder(file.parent, what, f"the folder {str(file.parent)!r} does not exist")
+    if create_folder and not file.parent.exists():
+        check_output_dir(str(file.parent), what)
+    else:
+        _check_writable_folder(file.parent, what, f"the folder {str(file.parent)!r} does not exist")
     return file
 
 
@@ -101,11 +131,12 @@ def check_output_dir(path: str | None, what: str) -> Path:
     """A folder that exists and is writable, or can be created (its nearest existing parent is a
     writable folder). Nothing is created here."""
     folder = _named(path, what, "empty folder name")
+    _check_not_pseudo(folder, str(path), what)
     if folder.exists():
         _check_writable_folder(folder, what, f"{path!r} exists and is not a folder")
         return folder
     ancestor = folder.absolute().parent
-    while not ancestor.exists():
+    while not ancestor.exists() and not ancestor.is_symlink():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise FileCheckError(f"{what}: cannot create {path!r} ({str(ancestor)!r} is not a folder)")
@@ -115,3 +146,83 @@ def check_output_dir(path: str | None, what: str) -> Path:
     except OSError as err:
         raise FileCheckError(f"{what}: cannot create {path!r} in {str(ancestor)!r} ({err.strerror or err})") from None
     return folder
+
+
+def write_text_atomic(path: Path | str, text: str, what: str) -> Path:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, flushed, then
+    os.replace (a kill or a full disk leaves the old file, never half a new one). FileCheckError
+    `what: ...` when it cannot be written."""
+    file = Path(path).expanduser()
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, file)
+        tmp = None
+    except OSError as err:
+        raise FileCheckError(f"{what}: cannot write {str(file)!r} ({err.strerror or err})") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return file
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of [ and { in JSON text (brackets inside strings not counted); one
+    pass in C (a 50 MB trace in well under a second)."""
+    import numpy as np
+
+    brackets = _JSON_STRING.sub("", text).encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS)
+    codes = np.frombuffer(brackets, dtype=np.uint8)                             # [n]
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1).astype(np.int64)  # [n]
+    return int(np.cumsum(steps).max()) if len(steps) else 0
+
+
+def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON a user handed over, parsed: FileCheckError `what: ...` when it is not JSON or is nested
+    deeper than `max_depth` (checked before parsing, so no RecursionError is ever reached). Every
+    reader of a user's JSON file (results.json, a corpus index manifest, a trace) goes through it."""
+    opened = text.count("[") + text.count("{")              # an upper bound of the depth: most files stop here
+    if opened > max_depth and json_depth(text) > max_depth:
+        raise FileCheckError(f"{what}: the JSON is nested deeper than {max_depth} levels (nested too "
+                             "deeply for a specviz file); give the file specviz wrote")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise FileCheckError(f"{what}: not valid JSON ({err})") from None
+    except RecursionError:                       # unreachable after the depth check; kept as a guard
+        raise FileCheckError(f"{what}: the JSON is nested too deeply") from None
+
+
+def read_json_file(path: Path | str, what: str, limit: int | None = None) -> Any:
+    """A user's JSON file (a regular UTF-8 file under `limit` bytes, default 50 MB), parsed with
+    loads_json; FileCheckError `what: ...` saying why not."""
+    return loads_json(read_text_file(str(path), what, limit or JSON_LIMIT_BYTES), what)
+
+
+JSON_LIMIT_BYTES = 50_000_000          # a results.json or trace: the web upload limit
+
+
+def folder_given_for_file(path: Path, what: str, pattern: str) -> str | None:
+    """The message for a folder named where a file belongs (`--set checkpoint=DIR`), naming the
+    files matching `pattern` in it that could be meant; None when `path` is not a folder."""
+    if not path.is_dir():
+        return None
+    try:
+        found = sorted(str(p) for p in path.glob(pattern) if p.is_file())[:3]
+    except OSError:
+        found = []
+    hint = f" (it holds {', '.join(repr(f) for f in found)})" if found else f" (it holds no {pattern})"
+    return f"{what}: {str(path)!r} is a folder; give the file itself{hint}"

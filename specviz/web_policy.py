@@ -49,15 +49,33 @@ def allowed_models() -> tuple[str, ...] | None:
     return tuple(ids) or None
 
 
+def _not_allowed(value: str, field: str) -> NotAllowedError:
+    """The one refusal for a path outside the allowed folders: the same words whether the path
+    exists or not, so a visitor learns nothing about the server's files from it."""
+    return NotAllowedError(
+        f"{field}: {value!r} is not inside the folders a web request may read (the shipped data folder "
+        f"and those in {ALLOWED_DIRS_ENV}); the server's owner can allow more folders with the "
+        f"{ALLOWED_DIRS_ENV} environment variable")
+
+
 def check_path(value: str, field: str) -> None:
-    """Raise NotAllowedError unless `value` resolves (symlinks followed) inside an allowed folder."""
-    path = Path(value).expanduser().resolve()
-    roots = allowed_dirs()
-    if any(path == root or path.is_relative_to(root) for root in roots):
+    """Raise NotAllowedError unless `value` resolves (symlinks followed) inside an allowed folder.
+    The answer does not depend on whether the path exists."""
+    try:
+        path = Path(value).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):     # a symlink loop, a NUL byte, an unknown ~user
+        raise _not_allowed(value, field) from None
+    if any(path == root or path.is_relative_to(root) for root in allowed_dirs()):
         return
-    raise NotAllowedError(
-        f"{field}: {value!r} is outside the folders a web request may read ({', '.join(map(str, roots))}); "
-        f"the server's owner can allow more folders with the {ALLOWED_DIRS_ENV} environment variable")
+    raise _not_allowed(value, field)
+
+
+def looks_like_path(model_id: str) -> bool:
+    """A model box entry that can only be a local path, never a hub id ('org/name'): absolute,
+    ~ or . first, a backslash, or more than one '/'."""
+    text = model_id.strip()
+    return (text.startswith(("/", "~", ".")) or "\\" in text or text.count("/") > 1
+            or Path(text).is_absolute())
 
 
 def check_model(model_id: str, field: str) -> None:
@@ -67,8 +85,15 @@ def check_model(model_id: str, field: str) -> None:
     if allowed is not None and model_id not in allowed:
         raise NotAllowedError(f"{field}: {model_id!r} is not served here; allowed: {', '.join(allowed)} "
                               f"(set by the server's {ALLOWED_MODELS_ENV})")
-    if model_id and Path(model_id).expanduser().exists():
-        check_path(model_id, field)
+    if model_id and (looks_like_path(model_id) or _exists(model_id)):
+        check_path(model_id, field)      # a path is checked whether it exists or not: one message
+
+
+def _exists(model_id: str) -> bool:
+    try:
+        return Path(model_id).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):
+        return True                      # unreadable as a path: checked as one (and refused)
 
 
 def check_request(model_id: str, drafter: str, values: Mapping[str, Any]) -> None:

@@ -408,7 +408,7 @@ def test_load_results_refuses_other_files(tmp_path):
     with pytest.raises(ResultsFormatError, match="version"):
         load_results(tmp_path / "x.json")
     (tmp_path / "y.json").write_text("{oops")
-    with pytest.raises(ResultsFormatError, match="not JSON"):
+    with pytest.raises(ResultsFormatError, match="not valid JSON"):
         load_results(tmp_path / "y.json")
 
 

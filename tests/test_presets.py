@@ -24,8 +24,10 @@ def test_parse_forms():
     c = parse_choice(" ngram_trie@paper[num_draft=16; n=12] ")
     assert (c.name, c.preset, c.overrides) == ("ngram_trie", "paper", (("num_draft", "16"), ("n", "12")))
     assert c.label == "ngram_trie@paper[num_draft=16;n=12]"
-    values = c.values({"n": "14"})                               # preset, then overrides, then extra
-    assert values["insert_output"] is False and values["num_draft"] == "16" and values["n"] == "14"
+    values = c.values({"prefix_len": "4", "n": "12"})           # preset, then overrides, then extra
+    assert values["insert_output"] is False and values["num_draft"] == "16" and values["prefix_len"] == "4"
+    with pytest.raises(DrafterChoiceError, match=r"n=12 in the brackets and --set n=14"):
+        c.values({"n": "14"})                                    # a contradiction is refused, not dropped
     cfg = c.config()
     assert (cfg.num_draft, cfg.n, cfg.prefix_len, cfg.size_by_cost) == (16, 12, 3, False)
     assert parse_choice("glide[gamma=2]").config().gamma == 2

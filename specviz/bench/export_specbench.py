@@ -11,6 +11,10 @@ with one entry per turn in each choice's lists, one choice per repeat (`index` =
 sorted by question_id. `model_id` follows Spec-Bench's naming, `<model>-<method>-<dtype>-temp-0.0`
 (vanilla's file is speed.py's --base-path). transformers' peers do not report their steps:
 their `decoding_steps` are null and `accept_lengths` empty, except hf_greedy (one token a step).
+
+DIR is checked before any model loads (`check_export_dir`: a folder this process can write,
+holding no answer files of an earlier run unless the command says to replace them, as --out
+does), and every file is written whole (a temporary file, then renamed).
 """
 from __future__ import annotations
 
@@ -22,9 +26,32 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import SpecvizError
+from ..user_files import check_output_dir, write_text_atomic
 from .metrics import Run
 
 FORMATS = ("specbench",)
+ANSWERS = "model_answer"              # the sub-folder Spec-Bench's evaluation reads
+
+
+class ExportError(SpecvizError):
+    """--export names a folder that cannot take this run's answers."""
+
+
+def check_export_dir(out_dir: Path | str, replace: bool) -> Path:
+    """DIR for `--export specbench DIR`, checked before any work: writable (or creatable, not
+    under a file or /proc), its model_answer/ a folder, and holding no .jsonl answers of an
+    earlier run unless `replace` (--overwrite, or --resume: the export is of the whole run)."""
+    folder = check_output_dir(str(out_dir), "--export")
+    answers = folder / ANSWERS
+    if answers.exists() or answers.is_symlink():
+        check_output_dir(str(answers), "--export")
+        earlier = sorted(p.name for p in answers.glob("*.jsonl"))
+        if earlier and not replace:
+            shown = ", ".join(earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
+            raise ExportError(f"--export: {str(answers)!r} already holds answers ({shown}); add --overwrite "
+                              "to replace them, or choose another export folder")
+    return folder
 
 
 def model_id_of(model: str, method: str, dtype: str, temperature: float = 0.0) -> str:
@@ -77,7 +104,7 @@ def answer_records(runs: Sequence[Run], method: str, model_id: str, tokenizer: A
 def export_specbench(out_dir: Path | str, runs: Sequence[Run], methods: Sequence[str], model: str,
                      dtype: str, tokenizer: Any) -> list[Path]:
     """Write DIR/model_answer/<model_id>.jsonl for every method; returns the files."""
-    folder = Path(out_dir) / "model_answer"
+    folder = Path(out_dir) / ANSWERS
     folder.mkdir(parents=True, exist_ok=True)
     files = []
     for method in methods:
@@ -86,6 +113,6 @@ def export_specbench(out_dir: Path | str, runs: Sequence[Run], methods: Sequence
         if not records:
             continue
         path = folder / f"{model_id}.jsonl"
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "--export")
         files.append(path)
     return files

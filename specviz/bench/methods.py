@@ -89,17 +89,16 @@ def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
     name, sep, grid = text.partition(":")
     if not sep or not grid.strip():
         raise MethodError(f"sweep: {text!r}: expected drafter:key=v1,v2;key2=w1,w2")
-    axes: list[tuple[str, list[str]]] = []
-    for part in (p.strip() for p in grid.split(";") if p.strip()):
-        key, eq, values = part.partition("=")
-        vals = [v.strip() for v in values.split(",") if v.strip()]
-        if not eq or not vals:
-            raise MethodError(f"sweep: {part!r}: expected key=v1,v2,...")
-        axes.append((key.strip(), vals))
+    axes = _sweep_axes(text, grid)
     try:
         base = parse_choice(name)               # a preset may be swept from: ngram_trie@paper:n=8,13
     except DrafterChoiceError as err:
         raise MethodError(f"sweep: {err}") from None
+    fixed = dict(base.overrides)
+    clash = next((k for k, _ in axes if k in fixed), None)
+    if clash is not None:
+        raise MethodError(f"sweep: {text!r}: {clash} is both fixed in the brackets ({clash}={fixed[clash]}) and "
+                          "swept; give it in one place")
     methods, refused = [], []
     for combo in itertools.product(*(vals for _, vals in axes)):
         settings = tuple((k, v) for (k, _), v in zip(axes, combo))
@@ -113,6 +112,33 @@ def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
     if not methods:
         raise MethodError(f"sweep: {text!r}: no valid combination ({'; '.join(refused)})")
     return methods, refused
+
+
+def _sweep_axes(text: str, grid: str) -> list[tuple[str, list[str]]]:
+    """'key=v1,v2;key2=w1,w2' -> [(key, [v1, v2]), ...]. An empty segment (`;;`, `8,,10`), a key
+    given twice or a value repeated on one axis is refused: each would drop or double a point
+    of the grid unsaid. One trailing `;` is allowed."""
+    parts = [p.strip() for p in grid.split(";")]
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()
+    axes: list[tuple[str, list[str]]] = []
+    for part in parts:
+        key, eq, values = part.partition("=")
+        key = key.strip()
+        vals = [v.strip() for v in values.split(",")]
+        if not part:
+            raise MethodError(f"sweep: {text!r}: an empty part between ';'; expected key=v1,v2;key2=w1,w2")
+        if not eq or not key or not values.strip():
+            raise MethodError(f"sweep: {part!r}: expected key=v1,v2,...")
+        if "" in vals:
+            raise MethodError(f"sweep: {part!r}: an empty value between ','; expected key=v1,v2,...")
+        if any(k == key for k, _ in axes):
+            raise MethodError(f"sweep: {text!r}: {key} is swept twice; give all its values in one key=v1,v2,...")
+        twice = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
+        if twice is not None:
+            raise MethodError(f"sweep: {part!r}: the value {twice} is given twice; give each value once")
+        axes.append((key, vals))
+    return axes
 
 
 def parse_methods(drafters: str, peers: str, sweeps: list[str] | None = None,

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import csv
 import html
+import io
 import json
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SpecvizError
+from ..user_files import FileCheckError, read_json_file, write_text_atomic
 from .figures import all_figures
 from .methods import BASELINE
 from .metrics import Run
 
 RESULTS_VERSION = 1
+# what a run writes in its --out folder (a folder holding any of them is not replaced silently)
+OUTPUT_FILES = ("results.json", "summary.csv", "summary.md", "report.html")
 CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "speedup",
                "speedup_question_min", "speedup_question_median", "speedup_question_max",
                "speedup_repeat_min", "speedup_repeat_median", "speedup_repeat_max",
@@ -187,10 +190,7 @@ def write_results_json(out: Path, meta: dict[str, Any], rows: Sequence[dict[str,
     out.mkdir(parents=True, exist_ok=True)
     data = {"version": RESULTS_VERSION, "meta": meta, "rows": list(rows),
             "runs": [{**r.__dict__, "output_ids": list(r.output_ids)} for r in runs]}
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, out / "results.json")
-    return out / "results.json"
+    return write_text_atomic(out / "results.json", json.dumps(data, indent=1), "--out")
 
 
 def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]],
@@ -200,11 +200,12 @@ def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]
     files = {"results.json": None, "summary.md": summary_markdown(rows) + "\n", "report.html": html_report(meta, rows)}
     for name, text in files.items():
         if text is not None:
-            (out / name).write_text(text, encoding="utf-8")
-    with (out / "summary.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(_csv_row(r) for r in rows)
+            write_text_atomic(out / name, text, "--out")
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(_csv_row(r) for r in rows)
+    write_text_atomic(out / "summary.csv", table.getvalue(), "--out")
     return [out / n for n in (*files, "summary.csv")]
 
 
@@ -212,11 +213,9 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
     """(meta, rows) of a results.json; ResultsFormatError with the reason otherwise."""
     file = Path(path)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ResultsFormatError(f"results: cannot read {str(file)!r} ({err.strerror or err})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ResultsFormatError(f"results: {file.name} is not JSON ({err})") from None
+        data = read_json_file(file, f"results: {file.name}")
+    except FileCheckError as err:
+        raise ResultsFormatError(str(err)) from None
     if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
         raise ResultsFormatError(f"results: {file.name} is not a specviz results file of version "
                                  f"{RESULTS_VERSION} (written by `python -m specviz bench`)")

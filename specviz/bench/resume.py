@@ -7,17 +7,26 @@ token budget, method list or repeat count: the rows would not be comparable), an
 runner the questions still to do. Each question is still measured whole in one sitting,
 every method back to back, so its speedups compare methods under the same machine state;
 `meta["sittings"]` records when and how each part was measured.
+
+The file is read with the depth-limited JSON reader (user_files.loads_json) and checked against
+specviz/data/results.schema.json before a field is used: a file that is not a results file, or
+whose meta no longer says what it measured, is refused naming the place, never half-read.
+A folder holding any of a run's output files (results.json, summary.md, ...) is not written
+over without --resume or --overwrite.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SpecvizError
+from ..json_schema import SchemaError, shipped_schema, validate
+from ..user_files import FileCheckError, read_json_file
 from .metrics import Run
 from .questions import Question
-from .report import RESULTS_VERSION
+from .report import OUTPUT_FILES, RESULTS_VERSION
+
+SCHEMA_FILE = "results.schema.json"
 
 
 class ResumeError(SpecvizError):
@@ -26,40 +35,83 @@ class ResumeError(SpecvizError):
 
 # meta keys that must match for the old and the new runs to share one table
 MUST_MATCH = ("model", "max_new_tokens", "methods", "repeats", "dtype")
+# the option that sets each of them (named in the refusal)
+FLAGS = {"model": "--model", "max_new_tokens": "--max-new-tokens", "methods": "--drafters/--peers/--sweep",
+         "repeats": "--repeats", "dtype": "--dtype"}
 
 
 def check_fresh_out(out: Path, resume: bool, overwrite: bool) -> None:
     """Refuse to replace earlier results silently: a folder holding results.json needs
-    --resume (continue it) or --overwrite (replace it)."""
+    --resume (continue it) or --overwrite (replace it); one holding only other output files
+    (a summary.md or report.html of the user's own, or of a run whose results.json is gone)
+    needs --overwrite."""
     if resume and overwrite:
         raise ResumeError("--overwrite: cannot be combined with --resume; choose one")
-    if not resume and not overwrite and (out / "results.json").is_file():
+    if resume or overwrite:
+        return
+    if (out / "results.json").is_file():
         raise ResumeError(f"--out: {str(out)!r} already holds results (results.json); add --resume to "
                           "continue that run, --overwrite to replace it, or choose another --out")
+    present = [name for name in OUTPUT_FILES if (out / name).exists()]
+    if present:
+        raise ResumeError(f"--out: {str(out)!r} already holds {', '.join(present)} (and no results.json to "
+                          "resume); add --overwrite to replace them, or choose another --out")
 
 
 def load_previous(out: Path) -> tuple[dict[str, Any], list[Run]]:
-    """(meta, runs) of out/results.json."""
+    """(meta, runs) of out/results.json, checked against results.schema.json."""
     file = out / "results.json"
     if not file.is_file():
         raise ResumeError(f"--resume: no {file} to continue (run once without --resume first)")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        if data.get("version") != RESULTS_VERSION:
-            raise ValueError(f"version {data.get('version')!r}, not {RESULTS_VERSION}")
+        data = read_json_file(file, "--resume")
+    except FileCheckError as err:
+        raise ResumeError(str(err)) from None
+    if isinstance(data, dict) and data.get("version") != RESULTS_VERSION:
+        raise ResumeError(f"--resume: {file} is results version {data.get('version')!r}, this specviz "
+                          f"continues version {RESULTS_VERSION}; choose another --out")
+    meta = data.get("meta") if isinstance(data, dict) else None
+    missing = [k for k in MUST_MATCH if k not in meta] if isinstance(meta, dict) else []
+    if missing:
+        raise ResumeError(f"--resume: {file} does not say which {missing[0]} it was measured with (its meta "
+                          f"lacks {', '.join(missing)}), so its runs cannot be checked against this run's "
+                          f"{FLAGS[missing[0]]}; add --overwrite to start again, or choose another --out")
+    try:
+        validate(data, shipped_schema(SCHEMA_FILE))
+    except SchemaError as err:
+        raise ResumeError(f"--resume: {file} is not a specviz results file ({err}); add --overwrite to "
+                          "start again, or choose another --out") from None
+    try:
         runs = [Run.from_dict(r) for r in data["runs"]]
-        meta = dict(data["meta"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (TypeError, ValueError) as err:                     # the schema rules these out
         raise ResumeError(f"--resume: {file} cannot be continued ({err})") from None
-    return meta, runs
+    return dict(data["meta"]), runs
 
 
-def check_compatible(previous: dict[str, Any], current: dict[str, Any], file: Path) -> None:
-    """Refuse to mix runs measured under different set-ups, naming what differs."""
+def check_compatible(previous: dict[str, Any], current: dict[str, Any], file: Path,
+                     runs: Sequence[Run] = ()) -> None:
+    """Refuse to mix runs measured under different set-ups, naming what differs: the meta's
+    set-up, and the runs themselves (a method not in the list, or more new tokens than
+    --max-new-tokens allows: a meta edited by hand is not trusted alone)."""
     for key in MUST_MATCH:
-        if key in previous and previous[key] != current.get(key):
+        if key not in previous:
+            raise ResumeError(f"--resume: {file} does not say which {key} it was measured with; its runs "
+                              f"cannot be checked against this run's {FLAGS[key]}")
+        if previous[key] != current.get(key):
             raise ResumeError(f"--resume: {file} was measured with {key} = {previous[key]!r}, this run "
-                              f"has {current.get(key)!r}; use the same options or another --out")
+                              f"has {current.get(key)!r} ({FLAGS[key]}); use the same options or another --out")
+    methods = set(current.get("methods") or ())
+    stray = sorted({r.method for r in runs} - methods)
+    if stray:
+        raise ResumeError(f"--resume: {file} holds runs of {', '.join(stray)}, not in this run's methods "
+                          f"({FLAGS['methods']}); use the same options or another --out")
+    limit = current.get("max_new_tokens")
+    over = next((r for r in runs if limit is not None and r.new_tokens > limit), None)
+    if over is not None:
+        raise ResumeError(f"--resume: {file} holds a run of {over.new_tokens} new tokens ({over.method}, "
+                          f"question {over.question_id}), more than this run's max_new_tokens = {limit} "
+                          f"({FLAGS['max_new_tokens']}): it was measured with another budget; use the same "
+                          "options or another --out")
 
 
 def finished_questions(runs: Sequence[Run], methods: Sequence[str], repeats: int) -> set[int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import platform
 import sys
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..bench.export_specbench import FORMATS as EXPORT_FORMATS, export_specbench
+from ..bench.export_specbench import FORMATS as EXPORT_FORMATS, check_export_dir, export_specbench
 from ..bench.methods import BASELINE, DEFAULT_DRAFTERS, HF_PEERS, MethodError, parse_methods
 from ..bench.metrics import summarise
 from ..bench.questions import DEFAULT_QUESTIONS, read_questions, select
@@ -63,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start no new question after this many minutes; write what was measured "
                              "(continue later with --resume)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace the results already in --out (without it, a folder holding "
-                             "results is refused unless --resume)")
+                        help="replace the results already in --out and the answers already in --export's "
+                             "folder (without it, a folder holding them is refused unless --resume)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out: keep its finished questions, measure the "
                              "rest (same model, methods, --max-new-tokens and --repeats)")
@@ -112,10 +113,13 @@ def _commit() -> str | None:
 
 def _check_numbers(args: argparse.Namespace) -> None:
     for flag, value, low in (("--limit", args.limit, 1), ("--max-new-tokens", args.max_new_tokens, 1),
-                             ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
-                             ("--time-limit", args.time_limit if args.time_limit is not None else 1, 0)):
+                             ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0)):
         if value < low:
             raise SpecvizError(f"{flag}: must be >= {low}, got {value}")
+    limit = args.time_limit
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise SpecvizError(f"--time-limit: must be a number of minutes > 0, got {limit:g}; leave it out "
+                           "for no limit")
 
 
 def _check_assistant(lm: Any, assistant: Any) -> None:
@@ -131,8 +135,7 @@ def _check_export(args: argparse.Namespace) -> None:
     fmt, folder = args.export
     if fmt not in EXPORT_FORMATS:
         raise SpecvizError(f"--export: unknown format {fmt!r}; known: {', '.join(EXPORT_FORMATS)}")
-    if Path(folder).exists() and not Path(folder).is_dir():
-        raise SpecvizError(f"--export: {folder!r} is a file; give a folder")
+    check_export_dir(folder, replace=args.overwrite or args.resume)   # writable, no earlier answers
 
 
 def _export(args: argparse.Namespace, lm: Any, labels: list[str], runs: list[Any]) -> None:
@@ -180,6 +183,16 @@ def _start_cluster(args: argparse.Namespace, methods: list[Any]) -> tuple[Any, A
     from ..bench.cluster import start_workers
     return start_workers(args.ray, functools.partial(_load_models, args), methods, args.max_new_tokens,
                          args.ray_workers, use_gpus=args.device != "cpu")
+def nothing_measured(skipped: list[str], stop_reason: str | None) -> str:
+    """Why a bench run measured nothing, in one line: the questions skipped (and why: the first
+    reason, e.g. a question longer than the model's context) or the stop."""
+    if skipped:
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        return (f"nothing was measured: every question was skipped; {skipped[0]}{more}; give a model with a "
+                "longer context, other --categories, or a smaller --max-new-tokens")
+    if stop_reason:
+        return f"nothing was measured: stopped ({stop_reason}) before the first question finished"
+    return "nothing was measured: no question was selected (check --categories and --limit)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -215,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
              "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", "")}
     sittings: list[dict[str, Any]] = []
     if args.resume:
-        check_compatible(previous, setup, out / "results.json")
+        check_compatible(previous, setup, out / "results.json", old_runs)
         questions, bench.runs = still_to_do(questions, old_runs, labels, args.repeats)
         sittings = list(previous.get("sittings") or [])
         print(f"resuming {out}: {len({r.question_id for r in bench.runs})} questions kept, "
@@ -244,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
         }
 
     def checkpoint() -> None:                      # after each question: a kill loses at most one
-        write_results_json(out, meta(False), summarise(bench.runs, labels), bench.runs)
+        if len(bench.runs) > kept:                 # a skipped question alone measured nothing to keep
+            write_results_json(out, meta(False), summarise(bench.runs, labels), bench.runs)
 
     with tqdm(total=len(questions) * args.repeats, desc="bench", unit="question", file=sys.stderr,
               dynamic_ncols=True) as bar:
@@ -253,9 +267,11 @@ def run(args: argparse.Namespace) -> int:
     if not finished:
         print(f"stopped ({bench.stop_reason}): writing what was measured; add --resume to the same "
               "command to measure the rest", file=sys.stderr)
-    if not bench.runs:
-        print("nothing was measured", file=sys.stderr)
-        return 130 if not finished else 1
+    if not bench.runs:                             # nothing to write: say why, in one line
+        if not finished and bench.stop_reason == "Ctrl-C":
+            print(nothing_measured(bench.skipped, bench.stop_reason), file=sys.stderr)
+            return 130
+        raise SpecvizError(nothing_measured(bench.skipped, bench.stop_reason if not finished else None))
     rows = summarise(bench.runs, labels)
     meta_now = meta(finished)
     write_results(out, meta_now, rows, bench.runs)

@@ -66,13 +66,17 @@ def config_message(err: ConfigError) -> str:
 
 
 def parse_set(items: Sequence[str] | None) -> dict[str, str]:
-    """['k=v', ...] -> {'k': 'v'}; the last value of a repeated key wins."""
+    """['k=v', ...] -> {'k': 'v'}; a key repeated with another value is refused (one value would
+    be dropped unsaid), the same value twice is accepted."""
     values: dict[str, str] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set: expected key=value, got {item!r}")
-        values[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        if key in values and values[key] != value:
+            raise UsageError(f"--set: {key} is given twice ({key}={values[key]} and {key}={value}); give it once")
+        values[key] = value
     return values
 
 

@@ -6,6 +6,7 @@ import argparse
 
 from ..doctor import CHECK_PROMPTS, DEFAULT_DRAFTERS, MAX_NEW_TOKENS
 from .common import add_runtime_arguments
+from .errors import UsageError
 
 EXIT_MISMATCH = 1
 
@@ -21,6 +22,24 @@ def add_arguments(doc: argparse.ArgumentParser) -> None:
     doc.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def checked_drafters(text: str) -> tuple[str, ...]:
+    """--drafters as names: an empty list, an empty item, a name given twice or a preset /
+    settings (doctor checks each drafter at its defaults) is refused, not silently dropped."""
+    items = [d.strip() for d in text.split(",")]
+    if not any(items):
+        raise UsageError("--drafters: empty; give drafter names, e.g. --drafters ngram_trie,prompt_lookup")
+    if "" in items:
+        raise UsageError(f"--drafters: {text!r} has an empty item between ','; give names separated by one ','")
+    twice = next((d for i, d in enumerate(items) if d in items[:i]), None)
+    if twice is not None:
+        raise UsageError(f"--drafters: {twice} is given twice; give each drafter once")
+    odd = next((d for d in items if any(c in d for c in "@[]=")), None)
+    if odd is not None:
+        raise UsageError(f"--drafters: {odd!r}: doctor checks each drafter at its default settings; give the name "
+                         "only (presets and settings are for generate and bench)")
+    return tuple(items)
+
+
 def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
@@ -28,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from ..models import cpu_linear_option
 
     hf_logging.disable_progress_bar()
-    drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
+    drafters = checked_drafters(args.drafters)
+    if args.context_len is not None and args.context_len < 1:
+        raise UsageError(f"--context-len: must be >= 1, got {args.context_len}; leave it out for the first "
+                         "check prompt's length")
     report = run_doctor(args.model, args.device, args.dtype, drafters, args.max_new_tokens, args.prompts,
                         args.context_len, cpu_linear=cpu_linear_option(args.cpu_linear),
                         device_map=args.device_map, max_memory=args.max_memory,

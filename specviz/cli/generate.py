@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, SpecvizError
@@ -176,10 +175,9 @@ def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, referenc
 def write_trace(trace: Any, path: str | None) -> None:
     if path is None:
         return
-    try:
-        Path(path).expanduser().write_text(trace.to_json(), encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"--trace: cannot write {path!r} ({err.strerror or err})") from None
+    from ..user_files import write_text_atomic
+
+    write_text_atomic(path, trace.to_json(), "--trace")     # whole or not at all; FileCheckError says why
     print(f"trace written to {path}", file=sys.stderr)
 
 

@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..precision import DTYPE_CHOICES
 from .common import add_cpu_linear_argument
 from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
-                       check_held_out, needs_tokenizer, report_saved, set_threads, training_texts)
+                       check_held_out, check_outputs, needs_tokenizer, report_saved, set_threads, training_texts)
 
 
 def add_arguments(p: Any) -> None:
@@ -81,6 +81,7 @@ def run(args: Any) -> int:
                       save_every=args.save_every, seed=args.seed, stop_after=args.stop_after)
     cfg.check()
     set_threads(args.threads)
+    check_outputs(args)                                  # before the target loads
     lm = load_model(args.model, device=args.device, dtype="float32", cpu_linear=cpu_linear_option(args.cpu_linear))
     needs_tokenizer(lm, args.model)
     layers = lm.model.config.num_hidden_layers

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
-                       check_held_out, needs_tokenizer, report_saved, set_threads, training_texts)
+                       check_held_out, check_outputs, needs_tokenizer, report_saved, set_threads, training_texts)
 
 
 def add_arguments(p: Any) -> None:
@@ -60,6 +60,7 @@ def run(args: Any) -> int:
                            lr=args.lr, warmup=args.warmup, save_every=args.save_every, seed=args.seed)
     cfg.check()
     check_held_out(args.held_out)
+    check_outputs(args)                                  # before the target loads
     lm = load_model(args.model, device=args.device, dtype="float32")
     needs_tokenizer(lm, args.model)
     out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)

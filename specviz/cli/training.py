@@ -90,3 +90,13 @@ def report_saved(args: Any, ckpt: Any, out: Path, history: Sequence[Any], what: 
     print(f"saved {out}: {what}"
           + (f", last loss {history[-1].loss:.3f}" if history else "")
           + (held_out(result) if result else ""))
+
+
+def check_outputs(args: Any) -> None:
+    """--out and --export checked before the target loads (not after hours of training): file
+    paths this process can write, never a folder, not under /proc; their folder may be created."""
+    from ..user_files import check_output_file
+
+    for flag, path in (("--out", getattr(args, "out", None)), ("--export", getattr(args, "export", None))):
+        if path is not None:
+            check_output_file(path, flag, create_folder=True, example="draft.pt")

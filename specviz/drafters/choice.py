@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import ConfigError, SpecvizError
 from .base import DrafterSpec, Preset, get
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")     # a drafter's or preset's name, as a choice names it
+_NAME = NAME_PATTERN
 
 
 class DrafterChoiceError(SpecvizError, ValueError):
@@ -40,11 +41,14 @@ class DrafterChoice:
             text += "[" + ";".join(f"{k}={v}" for k, v in self.overrides) + "]"
         return text
 
-    def values(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The preset's values, then the overrides, then `extra` (e.g. the CLI's --set)."""
+    def values(self, extra: dict[str, Any] | None = None, source: str = "--set") -> dict[str, Any]:
+        """The preset's values, then the overrides, then `extra` (e.g. the CLI's --set, named
+        `source` when it contradicts a bracketed setting: DrafterChoiceError)."""
         out: dict[str, Any] = dict(preset_of(self.spec, self.preset).values) if self.preset else {}
         out.update(self.overrides)
-        out.update(extra or {})
+        if extra:
+            check_no_contradiction(self, extra, source)
+            out.update(extra)
         return out
 
     def config(self, extra: dict[str, Any] | None = None) -> Any:
@@ -61,14 +65,37 @@ def preset_of(spec: DrafterSpec, name: str) -> Preset:
 
 
 def parse_overrides(text: str, whole: str) -> tuple[tuple[str, str], ...]:
-    """'key=value;key=value' -> (('key', 'value'), ...)."""
+    """'key=value;key=value' -> (('key', 'value'), ...). An empty segment (`a=1;;b=2`) or a key
+    given twice (`k=1;k=2`) is refused: neither may silently drop a value. One trailing `;` is
+    allowed."""
+    items = [i.strip() for i in text.split(";")]
+    if items and not items[-1] and len(items) > 1:
+        items.pop()                                    # 'a=1;' - a trailing separator
     out: list[tuple[str, str]] = []
-    for item in (i.strip() for i in text.split(";") if i.strip()):
+    for item in items:
+        if not item:
+            if text.strip():
+                raise DrafterChoiceError(f"{whole!r}: an empty setting between ';'; give key=value;key=value")
+            continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise DrafterChoiceError(f"{whole!r}: expected key=value, got {item!r}")
-        out.append((key.strip(), value.strip()))
+        key = key.strip()
+        earlier = next((v for k, v in out if k == key), None)
+        if earlier is not None:
+            raise DrafterChoiceError(f"{whole!r}: {key} is given twice ({key}={earlier} and {key}={value.strip()}); "
+                                     "give it once")
+        out.append((key, value.strip()))
     return tuple(out)
+
+
+def check_no_contradiction(choice: "DrafterChoice", extra: dict[str, Any], source: str = "--set") -> None:
+    """Refuse a setting given in the brackets and again, with another value, in `extra` (the
+    CLI's --set): one of them would be dropped unsaid. The same value twice is accepted."""
+    for key, value in choice.overrides:
+        if key in extra and str(extra[key]).strip() != str(value).strip():
+            raise DrafterChoiceError(f"{choice.label}: {key}={value} in the brackets and {source} {key}={extra[key]} "
+                                     "contradict each other; give the setting once")
 
 
 def parse_choice(text: str, validate: bool = True) -> DrafterChoice:

@@ -28,6 +28,7 @@ from ..glide.model import GlideDraft, positions_cross_mask
 from ..resources import data_path
 from ..errors import ConfigError
 from ..settings import setting
+from ..user_files import folder_given_for_file
 from .base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
 from .chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
 
@@ -124,6 +125,9 @@ class GlideDraftLM:
 
 def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
     path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(target_id)
+    folder = folder_given_for_file(path, "checkpoint", "*.pt")
+    if folder:
+        raise CheckpointError(folder)
     if not path.is_file():
         raise CheckpointError(
             f"checkpoint: no GLIDE checkpoint for target {target_id!r} (looked for {str(path)!r}); "

@@ -39,6 +39,7 @@ from ..glide.checkpoint import CheckpointError
 from ..heads.checkpoint import default_checkpoint, load, train_command
 from ..heads.model import DraftHeads
 from ..settings import setting
+from ..user_files import folder_given_for_file
 from ..sizing import best_prefix
 from ..flat_tree import ancestry
 from ..tree import DraftTree
@@ -91,6 +92,9 @@ class HeadsConfig(TreeSizingSettings):
 
 def load_heads(target: Any, target_id: str, kind: str, checkpoint: str) -> DraftHeads:
     path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(kind, target_id)
+    folder = folder_given_for_file(path, "checkpoint", "*.pt")
+    if folder:
+        raise CheckpointError(folder)
     if not path.is_file():
         raise CheckpointError(
             f"checkpoint: no {kind} heads for target {target_id!r} (looked for {str(path)!r}); train them "

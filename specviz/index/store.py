@@ -36,6 +36,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import SpecvizError
+from ..json_schema import SchemaError, validate
+from ..user_files import FileCheckError, read_json_file
 from .corpus import SHAREGPT, CorpusError, CorpusStats, open_corpus
 from .model_db import ModelDB
 from .suffix_array import SEP, SuffixArray
@@ -53,6 +55,18 @@ FILES = {
 # ones, ~27M tokens with the embedded tokenizer); SPECVIZ_INDEX_CONVERSATIONS overrides, 0 = all
 DEFAULT_CONVERSATIONS = 0
 MAX_SPAN = 16
+MANIFEST_LIMIT_BYTES = 1_000_000     # a manifest is a few kB
+# the fields a manifest's reader uses, checked before one is read (json_schema's subset)
+MANIFEST_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["format", "version", "tokenizer", "parts"],
+    "properties": {
+        "tokenizer": {"type": "object", "required": ["name", "vocab_size", "fingerprint"],
+                      "properties": {"name": {"type": "string"}, "vocab_size": {"type": "integer", "minimum": 1},
+                                     "fingerprint": {"type": "string"}}},
+        "parts": {"type": "object", "additionalProperties": {
+            "type": "object", "properties": {"max_span": {"type": "integer", "minimum": 1}}}},
+    },
+}
 
 
 class IndexFileError(SpecvizError):
@@ -119,23 +133,30 @@ def _manifest_path(folder: Path) -> Path:
 
 def read_manifest(folder: Path) -> dict[str, Any]:
     path = _manifest_path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise IndexFileError(f"corpus_index: {str(folder)!r} is a file; give the corpus index folder (the one "
+                             f"holding manifest.json), or build one with: {build_hint(folder)}")
     if not folder.is_dir():
         raise IndexFileError(f"corpus_index: no such folder {str(folder)!r}; build one with: {build_hint(folder)}")
     if not path.is_file():
         raise IndexFileError(f"corpus_index: {path} is missing (not an index folder?); build one with: "
                           f"{build_hint(folder)}")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        ok = manifest.get("format") == FORMAT and isinstance(manifest.get("parts"), dict) \
-            and isinstance(manifest.get("tokenizer"), dict)
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        ok = False
+    try:   # depth-limited and size-limited: a hostile manifest ends in this message, not a RecursionError
+        manifest = read_json_file(path, f"corpus_index: {path} is damaged", limit=MANIFEST_LIMIT_BYTES)
+        ok = isinstance(manifest, dict) and manifest.get("format") == FORMAT \
+            and isinstance(manifest.get("parts"), dict) and isinstance(manifest.get("tokenizer"), dict)
+    except FileCheckError as err:
+        raise IndexFileError(f"{err}; rebuild with: {build_hint(folder)}") from None
     if not ok:
         raise IndexFileError(f"corpus_index: {path} is damaged (not a {FORMAT} manifest); rebuild with: "
                           f"{build_hint(folder)}")
     if manifest.get("version") != VERSION:
         raise IndexFileError(f"corpus_index: {path} has format version {manifest.get('version')}, this specviz "
                           f"reads version {VERSION}; rebuild with: {build_hint(folder)}")
+    try:
+        validate(manifest, MANIFEST_SCHEMA)
+    except SchemaError as err:
+        raise IndexFileError(f"corpus_index: {path} is damaged ({err}); rebuild with: {build_hint(folder)}") from None
     return manifest
 
 

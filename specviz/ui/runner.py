@@ -31,7 +31,7 @@ def resolve(spec: RunSpec) -> RunSpec:
     if "@" not in spec.drafter and "[" not in spec.drafter:
         return spec
     choice = parse_choice(spec.drafter, validate=False)
-    return spec.with_drafter(choice.name, choice.values(dict(spec.drafter_values)))
+    return spec.with_drafter(choice.name, choice.values(dict(spec.drafter_values), source="settings"))
 
 
 def start(spec: RunSpec, store: Any = None) -> LiveRun:
