@@ -7,6 +7,7 @@ module runs on, which GPU indices exist) torch.cuda is mocked, as in tests/test_
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -36,9 +37,13 @@ def single():
 
 
 @pytest.fixture(scope="module")
-def split(tmp_path_factory):
-    return load_model("tiny-random", dtype="float32", device_map=SPLIT,
-                      offload_folder=str(tmp_path_factory.mktemp("offload")))
+def split(single, tmp_path_factory):
+    """The same weights split over CPU memory and disk. It shares the one-device model's verify
+    cost model: drafters that size their trees by the (timed) cost would otherwise draft other
+    trees, and under sampling other trees draw other (equally lossless) samples."""
+    lm = load_model("tiny-random", dtype="float32", device_map=SPLIT,
+                    offload_folder=str(tmp_path_factory.mktemp("offload")))
+    return dataclasses.replace(lm, verify_cost=single.cost_model())
 
 
 @pytest.fixture(scope="module")
