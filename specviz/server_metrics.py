@@ -362,23 +362,18 @@ def read_source(source: str, spec_tokens: int | None = None, timeout: float = UR
 # --- the same figures from a specviz run ----------------------------------------------------------
 
 def trace_spec_metrics(trace: Any, source: str = "") -> SpecMetrics:
-    """A specviz Trace's figures counted as vLLM counts them: a draft is a step whose draft was not
-    empty; draft tokens are its nodes (a tree's nodes, where vLLM drafts a chain); accepted tokens
-    are the accepted nodes; per-position k is the share of drafts that accepted more than k.
-    (calib's vLLM-named metrics in draft_metrics will replace this at merge: same definitions.)"""
-    steps = [s for s in trace.steps if len(s.tree)]
-    drafts = float(len(steps))
-    tokens = float(sum(len(s.tree) for s in steps))
-    accepted = [len(s.accepted) for s in steps]
-    depth = max(accepted, default=0)
-    longest = max((max(s.tree.depths) for s in steps), default=0)
-    per_pos = tuple(sum(a > k for a in accepted) / drafts for k in range(max(depth, longest))) if drafts else ()
+    """A specviz Trace's figures counted as vLLM counts them (Trace.position_metrics(),
+    position_metrics.py): a draft is a step whose draft was not empty; draft tokens are its nodes
+    (a tree's nodes, where vLLM drafts a chain); accepted tokens are the accepted nodes;
+    per-position k is the share of drafts that accepted more than k."""
+    counts = trace.position_metrics()
+    drafts, tokens = float(counts.num_drafts), float(counts.num_draft_tokens)
     notes = ("tree drafts: draft tokens count every node, so the rate is per node",) \
-        if any(len(s.tree) > max(s.tree.depths) for s in steps) else ()
+        if any(len(s.tree) > max(s.tree.depths) for s in trace.steps if len(s.tree)) else ()
     return SpecMetrics("specviz", "trace", source or f"{trace.drafter} on {trace.model_id}",
-                       1 + sum(accepted) / drafts if drafts else None,
-                       sum(accepted) / tokens if tokens else None, per_pos, drafts, tokens, float(sum(accepted)),
-                       notes)
+                       counts.mean_acceptance_length if drafts else None,
+                       counts.draft_acceptance_rate if tokens else None, counts.acceptance_rate_per_pos,
+                       drafts, tokens, float(counts.num_accepted_tokens), notes)
 
 
 def summary_lines(items: Iterable[SpecMetrics]) -> list[str]:
