@@ -36,7 +36,7 @@ import torch
 
 from ..errors import ConfigError
 from ..glide.checkpoint import CheckpointError
-from ..heads.checkpoint import default_checkpoint, load, train_command
+from ..heads.checkpoint import default_checkpoint, load, load_any, train_command
 from ..heads.model import DraftHeads
 from ..settings import setting
 from ..sizing import best_prefix
@@ -90,6 +90,9 @@ class HeadsConfig(TreeSizingSettings):
 
 
 def load_heads(target: Any, target_id: str, kind: str, checkpoint: str) -> DraftHeads:
+    published = load_any(checkpoint, target, target_id, kind) if checkpoint else None   # FasterDecoding's layout
+    if published is not None:
+        return published
     path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(kind, target_id)
     if not path.is_file():
         raise CheckpointError(
