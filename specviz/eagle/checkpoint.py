@@ -281,6 +281,7 @@ def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],
     tmp = folder / "model.safetensors.tmp"
     save_file(state, str(tmp))
     os.replace(tmp, folder / "model.safetensors")
+    os.chmod(folder / "model.safetensors", 0o644)          # safetensors writes 0600
     tmp = folder / "config.json.tmp"
     tmp.write_text(json.dumps(config_of(draft.spec, extra), indent=2) + "\n")
     os.replace(tmp, folder / "config.json")
