@@ -273,3 +273,17 @@ def test_drafters_are_listed_with_presets():
         spec: DrafterSpec = get(kind)
         assert spec.family == "model" and "paper" in spec.presets
     assert generate_steps is not None
+
+
+@pytest.mark.slow
+def test_shipped_heads_equal_vanilla_on_the_embedded_model(embedded_lm):
+    from specviz.prompts import build_prompt
+
+    prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.")
+    vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=32)
+    for kind in KINDS:
+        for cfg in ({}, dict(get(kind).presets["paper"].values)):
+            out, steps = run_ids(embedded_lm, prompt.ids, kind, cfg, max_new_tokens=32)
+            assert out == vanilla, (kind, cfg)
+            if cfg:
+                assert sum(len(s.accepted) for s in steps) >= 4, kind
