@@ -2,11 +2,12 @@
 specviz train-eagle`, is specviz/cli/train_eagle.py).
 
 The target is frozen and the head reads only its hidden states, so one pass of the target
-over each batch of windows [B, T] gives everything (`eagle_pass`): the features the head reads
-(EAGLE: the final, post-norm hidden state [B, T, H], the same pass as the Medusa/Hydra heads'
-and so the same target cache; EAGLE-3: the inputs to its low/mid/high layers [B, T, 3H]) and
-the target's argmax at every row [B, T]. It is kept in a TargetCache (glide/target_pass.py)
-and replayed for every epoch.
+over each batch of windows [B, T] gives everything (`eagle_pass` over `pass_layers`): the
+inputs to EAGLE-3's low/mid/high layers and the final, post-norm hidden state (EAGLE's
+feature), [B, T, 4H], and the target's argmax at every row [B, T]. It is kept in a
+TargetCache (glide/target_pass.py) that EAGLE and EAGLE-3 runs share (`kind_view` takes each
+kind's part; two runs side by side split the batches by claim files) and replayed for every
+epoch.
 
 Objectives, as the authors' code trains them, with the target's own choices as labels:
 - EAGLE (eagle/train/main.py): row j reads (f_j, t_{j+1}) and regresses f_{j+1} (smooth L1,
