@@ -114,8 +114,11 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
     memory = PeakMemory(lm.device)                # reset here: the peak is this generation's
     # the target's final hidden state of the row that chose the root, for a drafter that
     # drafts from it (hidden.py); None for every other drafter, which pays nothing
-    capture = HiddenCapture(model) if getattr(drafter, "wants_hidden", False) else None
-    hidden = None
+    feature_layers = tuple(getattr(drafter, "feature_layers", None) or ())
+    capture = HiddenCapture(model, feature_layers) \
+        if getattr(drafter, "wants_hidden", False) or feature_layers else None
+    hidden = features = None                       # features: the committed rows' (hidden.py)
+    features_at = 0
     clock = timer.now()
     with torch.inference_mode():
         with timer("prefill"):                    # everything but the last token, which is the root
@@ -124,6 +127,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                     model(input_ids=torch.tensor([tokens[:-1]], device=lm.device),
                           past_key_values=cache, use_cache=True)
                 hidden = capture.row(-1) if capture else None          # [H]: chose the root
+                if feature_layers and capture is not None:             # [prompt_len-1, F]
+                    features = capture.rows(list(range(prompt_len - 1)))
     check_supported(cache)
     drafter_ok, step = True, 0
     # a drafter that recycles the verifier's candidates may ask for more than verify.TOP_K
@@ -135,7 +140,8 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             past_len, budget = len(tokens) - 1, decoding.max_new_tokens - (len(tokens) - prompt_len)
             # 1. draft (the drafter charges draft.search / draft.tree itself)
             ctx = DraftContext(tokens, prompt_len, step, budget, cost.predict, timer,
-                               target_cache=CacheView(cache, past_len), hidden=hidden)
+                               target_cache=CacheView(cache, past_len), hidden=hidden,
+                               features=features, features_at=features_at)
             tree = DraftTree.empty()
             if drafter_ok:
                 try:
@@ -169,6 +175,9 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                 commit(cache, past_len, acc.accepted)
             if capture is not None:               # the row whose logits chose the bonus token
                 hidden = capture.row(acc.accepted[-1] + 1 if acc.accepted else 0)      # [H]
+                if feature_layers:                 # the root's row and the accepted nodes' rows
+                    features = capture.rows([0, *(a + 1 for a in acc.accepted)])     # [1+k, F]
+                    features_at = past_len
             new, stop = _apply_stops([tree.tokens[i] for i in acc.accepted] + [acc.bonus],
                                      tokens, prompt_len, budget, lm, decoding)
             tokens.extend(new)

@@ -12,6 +12,15 @@ hook returns nothing and changes nothing). The hook is registered around one for
 and keeps outputs made on the registering thread only: a model shared by several
 generations (a web server's threads) never hands one generation another's hidden state.
 Drafters that never ask pay nothing: the engine makes no capture for them.
+
+Feature rows (EAGLE, EAGLE-3): a drafter that sets `feature_layers` (a tuple of layer ids,
+`FINAL` for the final norm's output, i in 0..L-1 for the input to decoder layer i, L for the
+last layer's output before the final norm) gets in `DraftContext.features` those layers'
+hidden states, concatenated in that order, [n, len(layers) x H], of every row committed since
+its last step: at step 0 the prefill's rows (positions 0 .. prompt_len-2), after a verify the
+root's row and the accepted nodes' rows (the positions that step committed), in position
+order; `DraftContext.features_at` is the position of the first. Inputs to layers are read with
+forward pre-hooks on the decoder layers (and on the final norm for L), which change nothing.
 """
 from __future__ import annotations
 
@@ -32,29 +41,71 @@ def final_norm(model: Any) -> torch.nn.Module:
     raise ValueError(f"model: {type(model).__name__} has no final norm to read its hidden state from")
 
 
+FINAL = -1          # a feature layer id: the final norm's output (what the LM head reads)
+
+
+def decoder_layers(model: Any) -> Any:
+    """The decoder's list of layers (Llama-style `model.model.layers`)."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        raise ValueError(f"model: {type(model).__name__} has no decoder layers to read hidden states from")
+    return layers
+
+
 class HiddenCapture:
     """`with capture: model(...)` keeps that forward's final hidden states [B, T, H] (the last
-    call of the final norm on this thread); `row(i)` is batch 0's row i, [H]."""
+    call of the final norm on this thread); `row(i)` is batch 0's row i, [H]. With `layers`
+    (see the module's doc) it also keeps those layers' hidden states; `rows(ids)` is their
+    concatenation for batch 0's rows `ids`, [n, len(layers) x H]."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, layers: tuple[int, ...] = ()) -> None:
         self.norm = final_norm(model)
+        self.layers = tuple(layers)
         self.last: torch.Tensor | None = None
+        self.inputs: dict[int, torch.Tensor] = {}
         self._thread = 0
-        self._handle: Any = None
+        self._handles: list[Any] = []
+        self._blocks = decoder_layers(model) if any(i != FINAL for i in self.layers) else None
 
     def _hook(self, module: Any, args: Any, output: Any) -> None:
         if threading.get_ident() == self._thread:
             self.last = output[0] if isinstance(output, tuple) else output
 
+    def _pre_hook(self, layer: int) -> Any:
+        def hook(module: Any, args: Any, kwargs: Any = None) -> None:
+            if threading.get_ident() == self._thread:
+                x = args[0] if args else (kwargs or {}).get("hidden_states")
+                self.inputs[layer] = x
+        return hook
+
     def __enter__(self) -> "HiddenCapture":
         self.last = None
+        self.inputs = {}
         self._thread = threading.get_ident()
-        self._handle = self.norm.register_forward_hook(self._hook)
+        self._handles = [self.norm.register_forward_hook(self._hook)]
+        if self._blocks is not None:
+            n = len(self._blocks)
+            for i in sorted({i for i in self.layers if i != FINAL}):
+                module = self.norm if i == n else self._blocks[i]
+                self._handles.append(module.register_forward_pre_hook(self._pre_hook(i), with_kwargs=True))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._handle.remove()
-        self._handle = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def rows(self, ids: list[int]) -> torch.Tensor | None:
+        """The feature layers' hidden states of batch 0's rows `ids`, [n, len(layers) x H]
+        (None if a layer was not captured)."""
+        parts = []
+        for layer in self.layers:
+            t = self.last if layer == FINAL else self.inputs.get(layer)
+            if t is None:
+                return None
+            parts.append(t[0, ids])
+        return torch.cat(parts, -1).clone()
 
     def row(self, i: int) -> torch.Tensor | None:
         """Row i of batch 0 of the captured forward, [H] (None if nothing was captured)."""

@@ -172,12 +172,12 @@ def test_chances_line_up_after_the_engines_depth_cut() -> None:
 def test_drafters_declare_their_confidence() -> None:
     assert cal_mod.KINDS == CONFIDENCE_KINDS
     declared = {s.name: s.confidence for s in ordered()}
-    for name in ("draft_model", "self_draft", "glide", "medusa", "hydra"):
-        assert declared[name] == "probability", name
-    for name in ("ngram_trie", "rest", "hierarchy", "aded", "suffix_decoding"):
-        assert declared[name] == "chance", name
-    for name in ("vanilla", "prompt_lookup", "oracle", "token_recycling", "lookahead"):
-        assert declared[name] is None, name
+    expected = {**dict.fromkeys(("draft_model", "self_draft", "glide", "medusa", "hydra", "eagle", "eagle3"),
+                                "probability"),
+                **dict.fromkeys(("ngram_trie", "rest", "hierarchy", "aded", "suffix_decoding"), "chance"),
+                **dict.fromkeys(("vanilla", "prompt_lookup", "oracle", "token_recycling", "lookahead"), None)}
+    # every built-in drafter is listed: a new one must say what its scores are
+    assert declared == expected
     assert all(k is None or k in CONFIDENCE_KINDS for k in declared.values())
     with pytest.raises(ValueError, match="confidence 'logits'"):
         DrafterSpec("x", get("vanilla").config_cls, lambda c, s: None, "x", confidence="logits")

@@ -50,7 +50,7 @@ PAPER_MODE = {"insert_output": False, "recency_ties": False, "size_by_cost": Fal
 # (model drafters need a draft model / checkpoint of their own, or k < the tiny model's 2 layers:
 # draft_model, glide, medusa and hydra are covered in test_model_drafters.py / test_glide.py /
 # test_heads.py)
-NEEDS_MODEL = {"vanilla", "oracle", "draft_model", "glide", "self_draft", "medusa", "hydra"}
+NEEDS_MODEL = {"vanilla", "oracle", "draft_model", "glide", "self_draft", "medusa", "hydra", "eagle", "eagle3"}
 CONFIGS = [(name, {}) for name in sorted(REGISTRY) if name not in NEEDS_MODEL] + [
     ("self_draft", {"k": 1}),
     ("ngram_trie", PAPER_MODE),
@@ -238,3 +238,30 @@ def test_steps_may_be_resumed_on_other_threads(tiny_lm, cases):
     assert [t for r in records for t in r.new_tokens] == vanilla
     assert any(r.accepted and r.accepted[0] == 1 for r in records)     # rows were moved
     assert made[0].modes and all(made[0].modes)       # every step ran in inference mode (no autograd)
+
+
+# ---- eagle and eagle3: a random-init head of their own for the tiny model --------------------
+
+EAGLE_CONFIGS = [(kind, cfg) for kind in ("eagle", "eagle3") for cfg in
+                 ({}, {"size_by_cost": False}, {"size_by_cost": False, "total_tokens": 60, "depth": 7, "top_k": 10})]
+
+
+@pytest.fixture(scope="module")
+def eagle_heads(tiny_lm, tmp_path_factory):
+    """Random-init EAGLE and EAGLE-3 heads for the tiny model (tests/test_eagle.py builds them)."""
+    from test_eagle import save_random
+
+    root = tmp_path_factory.mktemp("eagle-heads")
+    return {kind: save_random(tiny_lm, kind, root / kind) for kind in ("eagle", "eagle3")}
+
+
+@pytest.mark.parametrize("cost", ["calibrated", "linear"])
+@pytest.mark.parametrize("drafter,config", EAGLE_CONFIGS, ids=[f"{d}-{c}" for d, c in EAGLE_CONFIGS])
+def test_greedy_eagle_heads_equal_vanilla(tiny_lm, cases, eagle_heads, drafter, config, cost):
+    lm = tiny_lm if cost == "calibrated" else _no_padding(tiny_lm)
+    for name, (prompt, vanilla) in cases.items():
+        out, steps = run_ids(lm, prompt, drafter, {"checkpoint": eagle_heads[drafter], **config}, max_new_tokens=NEW)
+        assert out == vanilla, f"{drafter} {config} differs from vanilla on prompt {name!r}"
+        assert not any("drafter_error" in s.info for s in steps)
+        for s in steps:
+            assert list(s.accepted) == (s.tree.path_to(s.accepted[-1]) if s.accepted else [])

@@ -427,3 +427,15 @@ def test_accept_sampling_iid_siblings_sharing_q_is_not_lossless():
                          draft_probs=q.expand(len(toks), 4).clone())
         counts[_first_token(tree, accept_sampling(tree, torch.stack([p] * (len(toks) + 1)), gen))] += 1
     assert chi2_pvalue(counts, {x: float(p[x]) for x in range(4)}, UNIT_N) < 1e-4
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_eagle_sampling_is_lossless(lm, kind, tmp_path):
+    """eagle / eagle3 with a random-init head (tests/test_eagle.py), its tree cut by COST to a few
+    nodes, siblings included: the first two tokens' distributions are the target's."""
+    from test_eagle import save_random
+
+    folder = save_random(lm, kind, tmp_path / kind)
+    s = assert_lossless_sampling(lm, kind, {"checkpoint": folder, "top_k": 3, "depth": 2, "total_tokens": 8,
+                                            "size_by_cost": False})
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50

@@ -1,7 +1,7 @@
 """Drafters, one module each; importing this package registers them all, then the drafters
 that installed packages register through the `specviz.drafters` entry points (plugins.py)."""
-from . import (aded, draft_model, glide, hierarchy, hydra, lookahead, medusa, ngram_trie, oracle,  # noqa: F401
-               prompt_lookup, rest, self_draft, suffix_decoding, token_recycling, vanilla)
+from . import (aded, draft_model, eagle, eagle3, glide, hierarchy, hydra, lookahead, medusa, ngram_trie,  # noqa: F401
+               oracle, prompt_lookup, rest, self_draft, suffix_decoding, token_recycling, vanilla)
 from .base import (REFERENCE_SETTING, REGISTRY, DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline,
                    default, get, names, ordered, register)
 

@@ -52,12 +52,18 @@ class DraftContext:
     # tokens[-1] (at step 0 the prefill's last row; None for a one-token prompt), given only to
     # a drafter with `wants_hidden = True` (specviz/hidden.py); None otherwise and in unit tests
     hidden: Any = None
+    # a drafter with `feature_layers` (EAGLE, EAGLE-3; specviz/hidden.py): the target's hidden
+    # states at those layers of every row committed since its last step, [n, len(layers) x H],
+    # in position order from position `features_at`; None otherwise and in unit tests
+    features: Any = None
+    features_at: int = 0
 
 
 class Drafter(Protocol):
     # optional attribute: `target_topk: int`, how many of the target's best tokens per row
     # StepView.target_topk should hold (verify.TOP_K when absent or smaller)
     # optional attribute: `wants_hidden: bool`, DraftContext.hidden is filled when True
+    # optional attribute: `feature_layers: tuple[int, ...]`, DraftContext.features is filled
     def propose(self, ctx: DraftContext) -> DraftTree: ...
 
     def observe(self, step: "StepView") -> None: ...

@@ -36,7 +36,7 @@ import torch
 
 from ..errors import ConfigError
 from ..glide.checkpoint import CheckpointError
-from ..heads.checkpoint import default_checkpoint, load, train_command
+from ..heads.checkpoint import default_checkpoint, load, load_any, train_command
 from ..heads.model import DraftHeads
 from ..settings import setting
 from ..user_files import folder_given_for_file
@@ -91,6 +91,9 @@ class HeadsConfig(TreeSizingSettings):
 
 
 def load_heads(target: Any, target_id: str, kind: str, checkpoint: str) -> DraftHeads:
+    published = load_any(checkpoint, target, target_id, kind) if checkpoint else None   # FasterDecoding's layout
+    if published is not None:
+        return published
     path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(kind, target_id)
     folder = folder_given_for_file(path, "checkpoint", "*.pt")
     if folder:

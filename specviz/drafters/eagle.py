@@ -1,0 +1,217 @@
+"""eagle: the EAGLE draft head with EAGLE-2's dynamic draft tree (Li et al. 2024, "EAGLE:
+Speculative Sampling Requires Rethinking Feature Uncertainty" and "EAGLE-2: Faster Inference
+of Language Models with Dynamic Draft Trees"; the authors' code: github.com/SafeAILab/EAGLE),
+and `EagleDrafter`, the drafting it shares with eagle3.py (EAGLE-3).
+
+The head (specviz/eagle/model.py) reads the target's hidden states of every committed row:
+the engine hands them over through the shared capture (`feature_layers`, specviz/hidden.py:
+EAGLE the final, post-norm hidden state, EAGLE-3 the inputs to its low/mid/high layers) and
+the drafter advances its own key/value cache over them, one row per committed position, as
+the authors' `stable_kv`. Draft rows are run on top of that cache and dropped after the step.
+
+The tree (EAGLE-2, section 4; cnets.py `topK_genrate`): the head's top_k tokens after the
+root are the first level; then `depth` times, the top_k nodes of the newest level with the
+best cumulative draft log-probability (the sum over the path) are run through the head
+together (each attends to the committed rows and its own ancestors), each gives top_k
+children; finally every drafted node is reranked by cumulative log-probability and the best
+`total_tokens - 1` (the root is the total's first) are kept, ancestors first. The tree is at
+most depth + 1 levels deep. Our default then cuts it to the best expected tokens per second
+of verification (tree_cutter.TreeCutter, a node's chance being its draft probability times a
+trust learned online per depth); the `paper` preset verifies the authors' whole tree.
+
+`DraftTree.scores` holds each node's draft probability given its parent (per node, not
+cumulative; the cumulative one is their product along the path). Lossless: the drafts are
+deterministic (top-k of the head), so the engine's greedy and multi-candidate speculative
+sampling rules verify them exactly. Nodes are labelled `eagle-head` (`eagle3-head`); the
+step info holds `candidates` (nodes drafted) and `kept` (after the cost cut).
+
+The checkpoint: `checkpoint` (a folder in the authors', vLLM speculators' or specviz's layout,
+or a model-hub id), else the shipped one for the target (specviz/data/checkpoints/
+eagle-<model id>/); none, or one for another target, is refused before any step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..eagle import checkpoint as ckpt
+from ..eagle.model import EagleDraft
+from ..errors import ConfigError
+from ..hidden import FINAL
+from ..settings import setting
+from ..tree import DraftTree
+from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
+
+# the authors' settings: EaModel.from_pretrained's defaults (eagle/model/ea_model.py:
+# total_token=60, depth=7, top_k=10), used by their evaluation scripts for EAGLE-2 and EAGLE-3
+PAPER_TREE = {"total_tokens": 60, "depth": 7, "top_k": 10, "size_by_cost": False}
+
+
+@dataclass(frozen=True)
+class EagleConfig(TreeSizingSettings):
+    checkpoint: str = setting("", "Head checkpoint: a folder (config.json + model.safetensors or "
+                                  "pytorch_model.bin; the authors', vLLM speculators' or specviz's layout) "
+                                  "or a model-hub id ('' = the shipped one for this target, "
+                                  "specviz/data/checkpoints/<drafter>-<model>/).", kind="file")
+    top_k: int = setting(4, "EAGLE-2: children drafted per expanded node, and nodes expanded per level "
+                            "(the authors: 10).", low=1, high=32)
+    depth: int = setting(4, "EAGLE-2: expansion rounds after the first level; the tree is at most "
+                            "depth + 1 deep (the authors: 7).", low=0, high=16)
+    total_tokens: int = setting(32, "EAGLE-2: the tree's size after the rerank, the root included "
+                                    "(the authors: 60).", low=2, high=256)
+    # the head's softmax is trained to be the chance: full trust to start, learned per depth
+    first_prior: float = first_prior_setting(1.0)
+    continue_prior: float = continue_prior_setting(1.0)
+
+
+@dataclass
+class _Node:
+    token: int              # target id
+    parent: int             # candidate index, -1: under the root
+    logp: float             # log draft probability given the parent
+    score: float            # cumulative log-probability (the path's sum)
+    level: int              # 1-based depth
+
+
+class EagleDrafter:
+    """EAGLE-2's dynamic tree from an EAGLE head (eagle3.py: an EAGLE-3 head)."""
+    kind = "eagle"
+    source = "eagle-head"
+
+    def __init__(self, config: EagleConfig, setup: DraftSetup) -> None:
+        if setup.target is None:
+            raise ConfigError("target", f"drafter {self.kind} needs the target model (DraftSetup.target)")
+        self.config = config
+        self.draft: EagleDraft = ckpt.load(config.checkpoint, setup.target.model, setup.target.model_id, self.kind)
+        self.feature_layers = (FINAL,) if self.kind == "eagle" else self.draft.spec.aux_layers
+        self.cutter = config.cutter()
+        self.kv: tuple[torch.Tensor, torch.Tensor] | None = None     # committed rows' (k, v) [1, KV, P, D]
+        self.done = 0                        # committed positions the head has run
+        self.last: torch.Tensor | None = None   # its output at the last committed row [H]
+        self.broken = False
+
+    # -- the committed rows ------------------------------------------------------------------
+    def _advance(self, ctx: DraftContext) -> None:
+        feats = ctx.features
+        if feats is None or self.broken or not len(feats):
+            return
+        if ctx.features_at != self.done:     # rows missing (never expected): stop drafting
+            self.broken = True
+            return
+        ids = ctx.tokens[self.done + 1: self.done + 1 + len(feats)]
+        n = len(ids)
+        if not n:
+            return
+        param = self.draft.fc.weight
+        h = feats[:n].to(param.device, param.dtype)[None]                         # [1, n, F]
+        tok = torch.tensor([ids], device=param.device)                             # [1, n]
+        pos = torch.arange(self.done, self.done + n, device=param.device)
+        visible = torch.ones(n, self.done + n, dtype=torch.bool, device=param.device)
+        visible[:, self.done:] = torch.ones(n, n, dtype=torch.bool, device=param.device).tril()
+        out, (k, v) = self.draft(h, tok, pos, self.kv, visible, committed=True)   # [1, n, H]
+        self.kv = (k, v) if self.kv is None else (torch.cat([self.kv[0], k], 2), torch.cat([self.kv[1], v], 2))
+        self.done += n
+        self.last = out[0, -1]
+
+    # -- EAGLE-2's tree ------------------------------------------------------------------------
+    def _top(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """out [m, H] -> the top-k (log-probabilities, target ids), each [m, k]."""
+        logp = torch.log_softmax(self.draft.logits(out).float(), -1)                # [m, V']
+        top = logp.topk(min(k, logp.shape[-1]), -1)
+        return top.values, self.draft.to_target(top.indices)
+
+    def grow(self, root_out: torch.Tensor) -> list[_Node]:
+        """Every node EAGLE-2 drafts (candidate order: level by level), from the head's output
+        at the last committed row."""
+        cfg, dev = self.config, root_out.device
+        values, ids = self._top(root_out[None], cfg.top_k)
+        nodes = [_Node(int(t), -1, float(p), float(p), 1) for p, t in zip(values[0].tolist(), ids[0].tolist())]
+        frontier = list(range(len(nodes)))          # the nodes to run next (<= top_k)
+        inputs = root_out[None].expand(len(frontier), -1)                          # [m, H]
+        rows: dict[int, int] = {}                   # candidate -> its row among the draft rows
+        anc: list[list[int]] = []                   # per draft row: its ancestors' rows and itself
+        keys: list[torch.Tensor] = []
+        vals: list[torch.Tensor] = []
+        assert self.kv is not None
+        for level in range(cfg.depth):
+            if not frontier:
+                break
+            m, base = len(frontier), len(anc)
+            for j, c in enumerate(frontier):
+                par = nodes[c].parent
+                anc.append((anc[rows[par]] if par >= 0 else []) + [base + j])
+                rows[c] = base + j
+            visible = torch.zeros(m, self.done + base + m, dtype=torch.bool, device=dev)
+            visible[:, : self.done] = True
+            for j in range(m):
+                visible[j, [self.done + r for r in anc[base + j]]] = True
+            past = (torch.cat([self.kv[0], *keys], 2), torch.cat([self.kv[1], *vals], 2))
+            tok = torch.tensor([[nodes[c].token for c in frontier]], device=dev)
+            pos = torch.full((m,), self.done + level, device=dev)
+            out, (k, v) = self.draft(inputs[None], tok, pos, past, visible, committed=False)   # [1, m, H]
+            keys.append(k)
+            vals.append(v)
+            values, ids = self._top(out[0], cfg.top_k)                             # [m, k]
+            first = len(nodes)
+            for j, c in enumerate(frontier):
+                for p, t in zip(values[j].tolist(), ids[j].tolist()):
+                    nodes.append(_Node(int(t), c, float(p), nodes[c].score + float(p), level + 2))
+            children = list(range(first, len(nodes)))
+            children.sort(key=lambda i: -nodes[i].score)
+            frontier = children[: cfg.top_k]
+            if frontier:                            # each runs on its parent's output
+                inputs = out[0, [rows[nodes[i].parent] - base for i in frontier]]             # [m', H]
+        return nodes
+
+    def rerank(self, nodes: list[_Node]) -> list[int]:
+        """The best total_tokens - 1 nodes by cumulative log-probability, closed under
+        ancestors, in candidate order (parents first)."""
+        order = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].level, i))
+        keep: set[int] = set()
+        for i in order:
+            if len(keep) >= self.config.total_tokens - 1:
+                break
+            if nodes[i].parent < 0 or nodes[i].parent in keep:
+                keep.add(i)
+        return sorted(keep)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        with ctx.timer("draft.search"), torch.inference_mode():
+            self._advance(ctx)
+            if self.broken or self.last is None or self.done != len(ctx.tokens) - 1:
+                self.cutter.skip()
+                return DraftTree.empty()
+            nodes = self.grow(self.last)
+            keep = self.rerank(nodes)
+        with ctx.timer("draft.tree"):
+            index = {c: i for i, c in enumerate(keep)}
+            tree = DraftTree(tuple(nodes[c].token for c in keep),
+                             tuple(index[nodes[c].parent] if nodes[c].parent >= 0 else -1 for c in keep),
+                             (self.source,) * len(keep), tuple(math.exp(nodes[c].logp) for c in keep))
+            tree, _ = self.cutter.cut(tree, list(tree.scores or ()), tree.depths, ctx.verify_cost,
+                                      self.config.size_by_cost, ctx.info)
+            ctx.info.update(candidates=len(nodes), kept=len(tree))
+            return tree
+
+    def observe(self, step: StepView) -> None:
+        self.cutter.observe(step)
+
+
+_EAGLE = "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty"
+_EAGLE2 = "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees"
+PRESETS = {"paper": Preset(
+    PAPER_TREE,
+    f"{_EAGLE} (the head: one decoder layer over fc([embedding; feature]), the target's LM head) with "
+    f"{_EAGLE2} (section 4: expand the top_k most confident nodes per level, rerank by cumulative "
+    "draft probability); the authors' settings, eagle/model/ea_model.py EaModel.from_pretrained: "
+    "total_token=60, depth=7, top_k=10, every node verified")}
+
+SPEC = register(DrafterSpec("eagle", EagleConfig, EagleDrafter,
+                            "EAGLE head (one decoder layer on the target's features) drafting EAGLE-2's "
+                            "dynamic tree.",
+                            "Li et al. 2024, EAGLE: Speculative Sampling Requires Rethinking Feature "
+                            "Uncertainty; EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees",
+                            family="model", order=96, presets=PRESETS, confidence="probability"))

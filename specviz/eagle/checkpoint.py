@@ -1,0 +1,329 @@
+"""EAGLE / EAGLE-3 checkpoints in the layouts they are published in, and specviz's own.
+
+A checkpoint is a folder (or a model-hub id, fetched with huggingface_hub's snapshot_download
+for users with a network) holding `config.json` and the weights, `model.safetensors` or
+`pytorch_model.bin` (read with weights_only=True: never runs code the file carries):
+
+- the authors' layout (github.com/SafeAILab/EAGLE, eagle/model/ea_model.py `from_pretrained`):
+  a Llama config with num_hidden_layers 1 (+ `draft_vocab_size` for EAGLE-3, `bias` for
+  EAGLE's fc) and the keys of cnets1.py (`fc.weight`, `fc.bias`, `layers.0.self_attn.*`,
+  `layers.0.mlp.*`, `layers.0.post_attention_layernorm.weight`) or cnets.py (`fc.weight`,
+  `midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight`,
+  `midlayer.self_attn.*`, `midlayer.mlp.*`, `norm.weight`, `lm_head.weight`, `d2t`, `t2d`);
+  an `embed_tokens.weight` they may carry is the target's and is not used;
+- vLLM's `speculators` layout (github.com/vllm-project/speculators, models/eagle3/config.py and
+  convert/eagle/eagle3_converter.py): `speculators_model_type: "eagle3"`, the layer's Llama
+  config under `transformer_layer_config`, `draft_vocab_size`, `target_hidden_size`,
+  `eagle_aux_hidden_state_layer_ids`, and the layer's keys as `layers.0.*` (not `midlayer.*`);
+  its variants that add norms (norm_before_fc, fc_norm, norm_output, norm_before_residual) are
+  refused, as they are not EAGLE-3's architecture;
+- specviz's own (what `specviz train-eagle` writes): the authors' layout, with a `specviz`
+  entry in config.json naming the target, its fingerprint, layer count and the training run;
+  while training, `training.pt` beside it holds the optimiser state for `--resume`.
+
+A checkpoint made for another target is refused before any step, naming what differs
+(hidden size, vocabulary, layer count; for specviz's own, the target's fingerprint); a
+truncated one (a weight missing or of the wrong shape) is refused naming the weight.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..glide.checkpoint import CheckpointError
+from ..glide.model import target_fingerprint
+from ..hidden import final_norm
+from ..placement import check_resident, execution_device
+from ..resources import data_path
+from ..user_files import FileCheckError, read_json_file
+from .model import KINDS, EagleDraft, EagleSpec, default_aux_layers
+
+FORMAT = "specviz-eagle/1"
+CHECKPOINTS = data_path("checkpoints")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+SPECULATORS_EXTRAS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
+
+
+def default_checkpoint(kind: str, model_id: str) -> Path:
+    """The shipped head for a target: specviz/data/checkpoints/<kind>-<model id>/ (a folder)."""
+    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in model_id)
+    return CHECKPOINTS / f"{kind}-{slug}"
+
+
+def train_command(kind: str, target_id: str) -> str:
+    return f"python -m specviz train-eagle --kind {kind} --model {target_id}"
+
+
+def _looks_like_hub_id(source: str) -> bool:
+    parts = source.split("/")
+    return len(parts) == 2 and all(parts) and not source.startswith((".", "~", "/"))
+
+
+def resolve(source: str | Path, kind: str, target_id: str) -> Path:
+    """A local checkpoint folder: `source` as given, or a hub id downloaded (config.json and the
+    weights only); '' the shipped one. CheckpointError when there is none."""
+    if not source:
+        path = default_checkpoint(kind, target_id)
+        if not (path / "config.json").is_file():
+            raise CheckpointError(
+                f"checkpoint: no {kind} head for target {target_id!r} (looked for {str(path)!r}); train one "
+                f"with `{train_command(kind, target_id)} --out {path}` or pass --set checkpoint=DIR_OR_HUB_ID")
+        return path
+    path = Path(str(source)).expanduser()
+    if path.exists():
+        return path.parent if path.is_file() else path
+    if _looks_like_hub_id(str(source)):
+        try:
+            from huggingface_hub import snapshot_download
+            return Path(snapshot_download(str(source), allow_patterns=["config.json", *WEIGHT_FILES]))
+        except Exception as err:  # noqa: BLE001 - no network, no such repo, no access: one line
+            raise CheckpointError(f"checkpoint: could not fetch {str(source)!r} from the model hub "
+                                  f"({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}); "
+                                  "pass a local folder with config.json and the weights") from None
+    raise CheckpointError(f"checkpoint: no such folder {str(source)!r} (give a folder with config.json and "
+                          "model.safetensors or pytorch_model.bin, or a model-hub id like owner/name)")
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint: {str(folder)!r} has no config.json")
+    try:
+        cfg = read_json_file(path, f"checkpoint: {str(path)!r}")
+    except FileCheckError as err:                  # not JSON, nested too deep, not a file
+        raise CheckpointError(str(err)) from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"checkpoint: {str(path)!r} is not a JSON object")
+    return cfg
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+                state = load_file(str(path))
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - a truncated or foreign file: one line
+            raise CheckpointError(f"checkpoint: {str(path)!r} cannot be read ({type(err).__name__}: "
+                                  f"{(str(err).splitlines() or [''])[0][:160]}); it may be truncated") from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"checkpoint: {str(path)!r} holds no weight dictionary")
+        return state
+    raise CheckpointError(f"checkpoint: {str(folder)!r} has neither {' nor '.join(WEIGHT_FILES)}")
+
+
+def _need(cfg: dict[str, Any], key: str, where: str, typ: type = int) -> Any:
+    value = cfg.get(key)
+    if not isinstance(value, typ) or isinstance(value, bool) and typ is not bool:
+        raise CheckpointError(f"checkpoint: {where}: config field {key!r} is missing or not a {typ.__name__}")
+    return value
+
+
+def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tuple[EagleSpec, str]:
+    """The head's architecture from its config.json; returns it and the layout's name
+    ("authors", "speculators" or "specviz")."""
+    layout = "specviz" if isinstance(cfg.get("specviz"), dict) else "authors"
+    layer = cfg
+    if "speculators_model_type" in cfg:
+        layout = "speculators"
+        if cfg["speculators_model_type"] != "eagle3":
+            raise CheckpointError(f"checkpoint: {where}: speculators model type "
+                                  f"{cfg['speculators_model_type']!r} is not supported (only eagle3)")
+        on = [k for k in SPECULATORS_EXTRAS if cfg.get(k)]
+        if on:
+            raise CheckpointError(f"checkpoint: {where}: speculators option {on[0]!r} is on; that variant "
+                                  "adds norms EAGLE-3 does not have and is not supported")
+        layer = cfg.get("transformer_layer_config")
+        if not isinstance(layer, dict):
+            raise CheckpointError(f"checkpoint: {where}: config field 'transformer_layer_config' is missing")
+    kind = "eagle3" if "draft_vocab_size" in cfg or layout == "speculators" else "eagle"
+    hidden = _need(layer, "hidden_size", where)
+    heads = _need(layer, "num_attention_heads", where)
+    head_dim = layer.get("head_dim") or hidden // heads
+    vocab = _need(layer, "vocab_size", where)
+    if layout == "speculators" and isinstance(cfg.get("target_vocab_size"), int):
+        vocab = cfg["target_vocab_size"]
+    layers = layer.get("num_hidden_layers", 1)
+    if layers != 1:
+        raise CheckpointError(f"checkpoint: {where}: a head of {layers} decoder layers; EAGLE heads have one")
+    aux = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("specviz") or {}).get("aux_layers")
+    aux_layers = tuple(int(i) for i in aux) if aux else default_aux_layers(target_layers)
+    scaling = layer.get("rope_scaling")
+    spec = EagleSpec(
+        kind=kind, hidden=hidden, intermediate=_need(layer, "intermediate_size", where), heads=heads,
+        kv_heads=layer.get("num_key_value_heads") or heads, head_dim=int(head_dim), vocab=vocab,
+        draft_vocab=int(cfg.get("draft_vocab_size") or vocab) if kind == "eagle3" else vocab,
+        target_hidden=int(cfg.get("target_hidden_size") or hidden),
+        rms_eps=float(layer.get("rms_norm_eps", 1e-6)), rope_theta=float(layer.get("rope_theta", 10000.0)),
+        rope_scaling=json.dumps(scaling, sort_keys=True) if scaling else "",
+        max_positions=int(layer.get("max_position_embeddings", 2048)),
+        fc_bias=bool(cfg.get("bias", True)), aux_layers=aux_layers if kind == "eagle3" else ())
+    return spec, layout
+
+
+def config_of(spec: EagleSpec, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The authors' config.json for a head (a Llama config of one layer)."""
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": spec.hidden, "intermediate_size": spec.intermediate,
+        "num_attention_heads": spec.heads, "num_key_value_heads": spec.kv_heads, "head_dim": spec.head_dim,
+        "num_hidden_layers": 1, "vocab_size": spec.vocab, "rms_norm_eps": spec.rms_eps,
+        "rope_theta": spec.rope_theta, "max_position_embeddings": spec.max_positions,
+        "rope_scaling": json.loads(spec.rope_scaling) if spec.rope_scaling else None,
+        "tie_word_embeddings": False}
+    if spec.kind == "eagle":
+        cfg["bias"] = spec.fc_bias
+    else:
+        cfg["draft_vocab_size"] = spec.draft_vocab
+        cfg["target_hidden_size"] = spec.target_hidden
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layers)
+    if extra:
+        cfg["specviz"] = extra
+    return cfg
+
+
+def _normalise(state: dict[str, torch.Tensor], spec: EagleSpec, layout: str) -> dict[str, torch.Tensor]:
+    """The published keys as EagleDraft names them: speculators' `layers.0.*` is EAGLE-3's
+    `midlayer.*`; the target's embeddings and speculators' verifier copies are dropped."""
+    out = {}
+    for key, value in state.items():
+        if key.startswith("model."):
+            key = key[len("model."):]
+        if key in ("embed_tokens.weight", "verifier_lm_head.weight", "verifier_norm.weight"):
+            continue
+        if spec.kind == "eagle3" and key.startswith("layers.0."):
+            key = "midlayer." + key[len("layers.0."):]
+        out[key] = value
+    if spec.kind == "eagle3" and "d2t" not in out and spec.draft_vocab == spec.vocab:
+        out["d2t"] = torch.zeros(spec.vocab, dtype=torch.long)          # the authors drop them then
+        out["t2d"] = torch.ones(spec.vocab, dtype=torch.bool)
+    return out
+
+
+def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: str, where: str) -> None:
+    """CheckpointError naming what differs between the head and the target."""
+    tc = target.config
+    t_hidden, t_layers = int(tc.hidden_size), int(tc.num_hidden_layers)
+    t_vocab = int(target.get_input_embeddings().weight.shape[0])
+    own = cfg.get("specviz") if isinstance(cfg.get("specviz"), dict) else {}
+    fix = f"use a head made for this target or train one with `{train_command(spec.kind, target_id)}`"
+    if spec.target_hidden != t_hidden:
+        raise CheckpointError(f"checkpoint: {where} was made for a target of hidden size {spec.target_hidden}, "
+                              f"the target {target_id!r} has {t_hidden}; {fix}")
+    if spec.kind == "eagle" and spec.hidden != t_hidden:
+        raise CheckpointError(f"checkpoint: {where}: an EAGLE head of width {spec.hidden} reads the target's "
+                              f"features of size {t_hidden}; {fix}")
+    if spec.vocab != t_vocab:
+        raise CheckpointError(f"checkpoint: {where} was made for a vocabulary of {spec.vocab} tokens, the target "
+                              f"{target_id!r} has {t_vocab}; {fix}")
+    layers = own.get("target_layers")
+    if isinstance(layers, int) and layers != t_layers:
+        raise CheckpointError(f"checkpoint: {where} was made for a target of {layers} layers, the target "
+                              f"{target_id!r} has {t_layers}; {fix}")
+    if spec.kind == "eagle3" and not all(0 <= i <= t_layers for i in spec.aux_layers):
+        raise CheckpointError(f"checkpoint: {where} reads target layers {list(spec.aux_layers)}, the target "
+                              f"{target_id!r} has {t_layers} layers; {fix}")
+    want = own.get("target_fingerprint")
+    if want and want != target_fingerprint(target):
+        raise CheckpointError(f"checkpoint: {where} was trained for target {own.get('target')!r}, not "
+                              f"{target_id!r} (the fingerprints differ); {fix}")
+
+
+def load(source: str | Path, target: Any, target_id: str, kind: str) -> EagleDraft:
+    """The head of `kind` from a folder or hub id, checked against the target, on the target's
+    device and dtype, in eval mode."""
+    folder = resolve(source, kind, target_id)
+    where = repr(str(source) if source else str(folder))
+    check_resident(target, "an EAGLE head")
+    cfg = read_config(folder)
+    spec, layout = spec_from_config(cfg, int(target.config.num_hidden_layers), where)
+    if spec.kind != kind:
+        names = {"eagle": "an EAGLE (EAGLE-1/-2)", "eagle3": "an EAGLE-3"}
+        raise CheckpointError(f"checkpoint: {where} holds {names[spec.kind]} head; run it with "
+                              f"--drafter {spec.kind}")
+    check_target(spec, cfg, target, target_id, where)
+    state = _normalise(read_weights(folder), spec, layout)
+    draft = EagleDraft(spec, target)
+    want = draft.state_dict()
+    for key, value in want.items():
+        if key not in state:
+            raise CheckpointError(f"checkpoint: {where} lacks the weight {key!r} (truncated, or not an "
+                                  f"{kind} head in the {layout} layout)")
+        if tuple(state[key].shape) != tuple(value.shape):
+            raise CheckpointError(f"checkpoint: {where}: weight {key!r} has shape {tuple(state[key].shape)}, "
+                                  f"this config wants {tuple(value.shape)}")
+    draft.load_state_dict({k: state[k].to(want[k].dtype) for k in want})
+    if spec.kind == "eagle3":
+        ids = torch.arange(spec.draft_vocab) + draft.d2t
+        if int(ids.min()) < 0 or int(ids.max()) >= spec.vocab:
+            raise CheckpointError(f"checkpoint: {where}: d2t maps draft ids outside the target's vocabulary")
+    # on the device of the final norm's output it reads (placement.py; with a device map the
+    # features of lower layers are moved to it by the drafter); the dtype of the target's weights
+    device = execution_device(target, final_norm(target))
+    return draft.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval()
+
+
+def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],
+         training: dict[str, Any] | None = None, dtype: torch.dtype | None = None) -> None:
+    """Write the head in the authors' layout (config.json + model.safetensors, `dtype` for the
+    weights if given), with specviz's entry `extra`; `training` (optimiser state, step...) to
+    training.pt. Each file is written to a temporary name and renamed: a Ctrl-C never leaves
+    half a checkpoint."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
+             for k, v in draft.state_dict().items()}
+    tmp = folder / "model.safetensors.tmp"
+    save_file(state, str(tmp))
+    os.replace(tmp, folder / "model.safetensors")
+    os.chmod(folder / "model.safetensors", 0o644)          # safetensors writes 0600
+    tmp = folder / "config.json.tmp"
+    tmp.write_text(json.dumps(config_of(draft.spec, extra), indent=2) + "\n")
+    os.replace(tmp, folder / "config.json")
+    if training is not None:
+        tmp = folder / "training.pt.tmp"
+        torch.save(training, tmp)
+        os.replace(tmp, folder / "training.pt")
+
+
+def specviz_entry(draft: EagleDraft, target: Any, target_id: str, **more: Any) -> dict[str, Any]:
+    return {"format": FORMAT, "target": target_id, "target_fingerprint": target_fingerprint(target),
+            "target_layers": int(target.config.num_hidden_layers), "kind": draft.spec.kind,
+            **({"aux_layers": list(draft.spec.aux_layers)} if draft.spec.kind == "eagle3" else {}), **more}
+
+
+def spec_for_target(kind: str, target: Any, draft_vocab: int, intermediate: int | None = None) -> EagleSpec:
+    """A new head's architecture for `target` (a Llama-style HF model): its attention shapes,
+    rope and norm eps, one layer; eagle3 with a `draft_vocab` vocabulary and the default layers."""
+    c = target.config
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+    heads = int(c.num_attention_heads)
+    head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // heads)
+    vocab = int(target.get_input_embeddings().weight.shape[0])
+    scaling = getattr(c, "rope_scaling", None)
+    theta = getattr(c, "rope_theta", None)
+    params = getattr(c, "rope_parameters", None)
+    if theta is None and isinstance(params, dict):
+        theta = params.get("rope_theta")
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default":
+        scaling = None
+    return EagleSpec(kind=kind, hidden=int(c.hidden_size), intermediate=int(intermediate or c.intermediate_size),
+                     heads=heads, kv_heads=int(getattr(c, "num_key_value_heads", None) or heads),
+                     head_dim=head_dim, vocab=vocab, draft_vocab=draft_vocab if kind == "eagle3" else vocab,
+                     target_hidden=int(c.hidden_size), rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)),
+                     rope_theta=float(theta or 10000.0),
+                     rope_scaling=json.dumps(scaling, sort_keys=True) if scaling else "",
+                     max_positions=int(getattr(c, "max_position_embeddings", 2048)),
+                     aux_layers=default_aux_layers(int(c.num_hidden_layers)) if kind == "eagle3" else ())

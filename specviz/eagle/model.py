@@ -1,0 +1,240 @@
+"""The EAGLE draft head (EAGLE-1/-2) and the EAGLE-3 draft head, in the authors' parameter names.
+
+EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty";
+the authors' code: github.com/SafeAILab/EAGLE, eagle/model/cnets1.py): one Llama decoder layer
+over fc([e(t_{j+1}); f_j]) (`fc` [H, 2H] with a bias; the layer has no input norm:
+cnets1.py builds `input_layernorm` only for layers of index > 0) predicts the next feature
+f_{j+1}; the target's own LM head turns a feature into tokens (no norm: the feature is the
+target's final, post-norm hidden state, which `ea_model.py` reads as `outputs[0]` of the
+base model, after its `norm`).
+
+EAGLE-3 (Li et al. 2025, "EAGLE-3: Scaling up Inference Acceleration of Large Language Models
+via Training-Time Test"; eagle/model/cnets.py): `fc` [H, 3H] (no bias) fuses the target's
+hidden states at three layers (low, mid, high: the inputs to decoder layers 2, L//2 and L-3,
+modeling_llama_kv.py), then one decoder layer `midlayer` whose attention reads
+[input_layernorm(e(t)); hidden_norm(h)] (2H) with h as the residual; `norm` and its own
+`lm_head` over a reduced draft vocabulary give tokens, draft id i being target id
+i + d2t[i] (`t2d` marks the target ids the draft vocabulary holds). Drafted rows feed the
+layer's own output back as h (not through fc, cnets.py: fc runs only when the input's width
+differs from H).
+
+Rows pair a feature with the NEXT token: row j holds (f_j, t_{j+1}) at position j and its
+output predicts f_{j+1} (EAGLE) / the token t_{j+2}. `forward` runs rows with an explicit
+key/value cache and a boolean visibility mask, for drafting and for training alike.
+The embeddings are the target's (frozen, not stored), as in the authors' code.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+KINDS = ("eagle", "eagle3")
+
+
+@dataclass(frozen=True)
+class EagleSpec:
+    kind: str                          # "eagle" (EAGLE-1/-2) or "eagle3"
+    hidden: int                        # the draft layer's width H
+    intermediate: int                  # its MLP width
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int                         # the target's vocabulary
+    draft_vocab: int                   # eagle3: the draft vocabulary (eagle: = vocab)
+    target_hidden: int                 # the target's hidden size (eagle3's fc reads 3 x this)
+    rms_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: str = ""             # JSON of the config's rope_scaling ("" none)
+    max_positions: int = 2048
+    fc_bias: bool = True               # eagle: the authors' config "bias" (default True)
+    aux_layers: tuple[int, ...] = field(default_factory=tuple)   # eagle3: inputs to these target layers
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["aux_layers"] = list(self.aux_layers)
+        return d
+
+    @property
+    def feature_width(self) -> int:
+        """Width of the target feature a committed row reads: H (eagle) or 3 x H (eagle3)."""
+        return self.target_hidden * (len(self.aux_layers) if self.kind == "eagle3" else 1)
+
+
+def default_aux_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's low, mid and high layers for a target of `num_layers` decoder layers: the inputs
+    to layers 2, L//2 and L-3 (eagle/model/modeling_llama_kv.py, LlamaModel.forward: the hidden
+    state is kept before those layers run), each clamped to 0..L for targets of under 5 layers
+    (the tests' tiny ones; L: the last layer's output before the final norm)."""
+    return tuple(min(max(i, 0), num_layers) for i in (2, num_layers // 2, num_layers - 3))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class Rope(nn.Module):
+    """Rotary embedding as the target family computes it (transformers' Llama rotary embedding,
+    with the config's rope_theta and rope_scaling, llama3 scaling included)."""
+
+    def __init__(self, spec: EagleSpec) -> None:
+        super().__init__()
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        scaling = json.loads(spec.rope_scaling) if spec.rope_scaling else None
+        cfg = LlamaConfig(hidden_size=spec.hidden, num_attention_heads=spec.heads, head_dim=spec.head_dim,
+                          rope_theta=spec.rope_theta, rope_scaling=scaling,
+                          max_position_embeddings=spec.max_positions)
+        self.rope = LlamaRotaryEmbedding(cfg)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [T] -> cos, sin [T, head_dim] in x's dtype."""
+        cos, sin = self.rope(x, positions[None])
+        return cos[0].to(x.dtype), sin[0].to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: EagleSpec, inputs: int) -> None:
+        super().__init__()
+        self.spec = spec
+        s = spec
+        self.q_proj = nn.Linear(inputs, s.heads * s.head_dim, bias=False)
+        self.k_proj = nn.Linear(inputs, s.kv_heads * s.head_dim, bias=False)
+        self.v_proj = nn.Linear(inputs, s.kv_heads * s.head_dim, bias=False)
+        self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor] | None, visible: torch.Tensor
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x [B, T, in]; cos/sin [T, D]; past (k, v) [B, KV, P, D] or None; visible [T, P+T] bool
+        (or [B, T, P+T]). Returns [B, T, H] and this call's (k, v) [B, KV, T, D] (rotated)."""
+        s, (b, t, _) = self.spec, x.shape
+        q = self.q_proj(x).view(b, t, s.heads, s.head_dim).transpose(1, 2)           # [B, NH, T, D]
+        k = self.k_proj(x).view(b, t, s.kv_heads, s.head_dim).transpose(1, 2)        # [B, KV, T, D]
+        v = self.v_proj(x).view(b, t, s.kv_heads, s.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        keys = k if past is None else torch.cat([past[0], k], 2)                     # [B, KV, P+T, D]
+        values = v if past is None else torch.cat([past[1], v], 2)
+        rep = s.heads // s.kv_heads
+        if rep > 1:
+            keys, values = keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1)
+        mask = visible[None, None] if visible.dim() == 2 else visible[:, None]
+        out = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)   # [B, NH, T, D]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, s.heads * s.head_dim)), (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: EagleSpec) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
+        self.up_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
+        self.down_proj = nn.Linear(spec.intermediate, spec.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    """EAGLE's decoder layer 0 (no input norm) or EAGLE-3's `midlayer` (hidden_norm and
+    input_layernorm, attention over their concatenation)."""
+
+    def __init__(self, spec: EagleSpec) -> None:
+        super().__init__()
+        self.kind = spec.kind
+        if spec.kind == "eagle3":
+            self.hidden_norm = RMSNorm(spec.hidden, spec.rms_eps)
+            self.input_layernorm = RMSNorm(spec.hidden, spec.rms_eps)
+        self.self_attn = Attention(spec, 2 * spec.hidden if spec.kind == "eagle3" else spec.hidden)
+        self.post_attention_layernorm = RMSNorm(spec.hidden, spec.rms_eps)
+        self.mlp = MLP(spec)
+
+    def forward(self, h: torch.Tensor, emb: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                past: Any, visible: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        if self.kind == "eagle3":
+            assert emb is not None
+            x = torch.cat([self.input_layernorm(emb), self.hidden_norm(h)], -1)      # [B, T, 2H]
+        else:
+            x = h
+        a, kv = self.self_attn(x, cos, sin, past, visible)
+        h = h + a
+        return h + self.mlp(self.post_attention_layernorm(h)), kv
+
+
+class EagleDraft(nn.Module):
+    """The draft head; the frozen target supplies the embeddings (and EAGLE's LM head)."""
+
+    def __init__(self, spec: EagleSpec, target: Any) -> None:
+        super().__init__()
+        if spec.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
+        self.spec = spec
+        if spec.kind == "eagle":
+            self.fc = nn.Linear(2 * spec.hidden, spec.hidden, bias=spec.fc_bias)
+            self.layers = nn.ModuleList([Layer(spec)])
+        else:
+            self.fc = nn.Linear(spec.feature_width, spec.hidden, bias=False)
+            self.midlayer = Layer(spec)
+            self.norm = RMSNorm(spec.hidden, spec.rms_eps)
+            self.lm_head = nn.Linear(spec.hidden, spec.draft_vocab, bias=False)
+            self.register_buffer("d2t", torch.zeros(spec.draft_vocab, dtype=torch.long))
+            self.register_buffer("t2d", torch.zeros(spec.vocab, dtype=torch.bool))
+        self.rope = Rope(spec)
+        self.__dict__["target"] = target                                  # not a submodule: not saved
+
+    @property
+    def layer(self) -> Layer:
+        return self.layers[0] if self.spec.kind == "eagle" else self.midlayer
+
+    def set_draft_vocab(self, ids: torch.Tensor) -> None:
+        """eagle3: the draft vocabulary, target ids [K] (draft id i is ids[i])."""
+        self.d2t.copy_(ids.to(self.d2t.device) - torch.arange(len(ids), device=self.d2t.device))
+        self.t2d.zero_()
+        self.t2d[ids.to(self.t2d.device)] = True
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.target.get_input_embeddings()(ids)
+
+    def forward(self, h: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, past: Any,
+                visible: torch.Tensor, committed: bool) -> tuple[torch.Tensor, Any]:
+        """Rows (h_j, t_{j+1}): h [B, T, F] (committed rows: the target's feature, F = feature
+        width; drafted rows: the draft's own output, H), ids [B, T], positions [T]; past: the
+        layer's (k, v) or None; visible [T, P+T] (or [B, T, P+T]) bool. Returns the output
+        [B, T, H] (predicts the next feature / token) and the rows' (k, v)."""
+        emb = self.embed(ids).to(h.dtype)                                           # [B, T, H]
+        if self.spec.kind == "eagle":
+            x = self.fc(torch.cat([emb, h], -1))                                    # [B, T, H]
+            e = None
+        else:
+            x = self.fc(h) if committed else h
+            e = emb
+        cos, sin = self.rope(x, positions)
+        return self.layer(x, e, cos, sin, past, visible)
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Output [.., H] -> logits over the draft's vocabulary [.., V] (eagle: the target's LM
+        head, the whole vocabulary; eagle3: norm then its own lm_head over the draft vocabulary)."""
+        if self.spec.kind == "eagle":
+            return nn.functional.linear(out, self.target.lm_head.weight.to(out.dtype))
+        return self.lm_head(self.norm(out))
+
+    def to_target(self, idx: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary indices -> target token ids."""
+        return idx if self.spec.kind == "eagle" else idx + self.d2t[idx]
