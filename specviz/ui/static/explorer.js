@@ -92,7 +92,7 @@
 
   /* a click on an acceptance strip's cell opens its step */
   document.addEventListener("click", function (e) {
-    var cell = e.target && e.target.closest && e.target.closest("#sv-accept-strip [data-step]");
+    var cell = e.target && e.target.closest && e.target.closest("#accept-strip [data-step]");
     if (cell) S.go(+cell.dataset.step);
   });
 })();
