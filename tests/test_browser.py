@@ -122,6 +122,11 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
             for name in ("vanilla", "prompt_lookup", "ngram_trie"):
                 assert name in table
             assert len(re.findall(r"\byes\b", table)) == 3            # greedy: identical to vanilla
+            # the aligned acceptance strips: a column per vanilla token, a bar per drafter under it
+            page.locator("#compare-strips .sv-col").first.wait_for(timeout=WAIT_MS)
+            cols = page.locator("#compare-strips .sv-col")
+            assert cols.count() > 5
+            assert page.locator("#compare-strips .sv-col i").count() == 2 * cols.count()
             page.screenshot(path=str(shot.with_name(shot.stem + "-compare.png")), full_page=True)
         browser.close()
     assert shot.stat().st_size > 10_000
