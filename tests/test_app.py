@@ -273,3 +273,36 @@ def test_tracked_handlers_take_a_progress_and_keep_their_own_signature() -> None
     g = tracked(streamed, 1)
     assert inspect.isgeneratorfunction(g)
     assert list(g("s", None, 1, 2)) == ["s", (1, 2)]
+
+
+def test_moving_between_steps_is_wired_to_the_browser_only() -> None:
+    """The slider, Previous / Next, the jumps and Play have no Python function: their `js=`
+    redraws from the step views sent with the run (the browser test checks the page)."""
+    from specviz.ui import build_demo
+    from specviz.ui.keyboard import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
+
+    demo = build_demo()
+    ids = {c["props"].get("elem_id"): c["id"] for c in demo.config["components"] if c["props"].get("elem_id")}
+    wanted = {(ids[SLIDER_ID], "input"), (ids[PREV_ID], "click"), (ids[NEXT_ID], "click"), (ids[PLAY_ID], "click"),
+              *((ids[elem], "click") for _, elem, _ in JUMPS.values())}
+    found = set()
+    for dep in demo.config["dependencies"]:
+        for target in dep["targets"]:
+            if tuple(target) in wanted:
+                assert not dep["backend_fn"] and "window.specviz" in (dep["js"] or ""), (target, dep["js"])
+                assert ids["step-views"] in dep["inputs"] or target[1] == "change"
+                found.add(tuple(target))
+    assert found == wanted
+
+
+def test_the_landing_note_says_where_and_how_the_run_was_recorded() -> None:
+    from specviz.ui import landing
+
+    recording = {"recorded": "2026-01-01 10:00 UTC", "command": "python scripts/record_landing.py",
+                 "machine": {"cpu": "Some CPU", "cores": 2, "torch_threads": 2, "device": "cpu"},
+                 "cost_model": {"past_len": 400, "rows": [1, 20], "seconds": [0.08, 0.2]}, "note": "a busy machine"}
+    note = landing.recording_note(recording)
+    for part in ("2026-01-01 10:00 UTC", "Some CPU", "2 cores", "scripts/record_landing.py", "80 ms", "200 ms",
+                 "a busy machine"):
+        assert part in note
+    assert landing.recording_note(None) == ""

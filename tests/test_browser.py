@@ -122,6 +122,11 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
             for name in ("vanilla", "prompt_lookup", "ngram_trie"):
                 assert name in table
             assert len(re.findall(r"\byes\b", table)) == 3            # greedy: identical to vanilla
+            # the aligned acceptance strips: a column per vanilla token, a bar per drafter under it
+            page.locator("#compare-strips .sv-col").first.wait_for(timeout=WAIT_MS)
+            cols = page.locator("#compare-strips .sv-col")
+            assert cols.count() > 5
+            assert page.locator("#compare-strips .sv-col i").count() == 2 * cols.count()
             page.screenshot(path=str(shot.with_name(shot.stem + "-compare.png")), full_page=True)
         browser.close()
     assert shot.stat().st_size > 10_000
@@ -243,4 +248,129 @@ def test_arrow_keys_step_and_the_narrative_follows(app_url: str) -> None:
         page.locator("#play-btn").click()
         page.locator("#step-details").get_by_text(re.compile(rf"^Step {k + 1} of")).wait_for(timeout=WAIT_MS)
         page.locator("#play-btn").click()                     # pause
+        browser.close()
+
+
+# ---- stepping in the browser: no request, the same figures as Python's --------------------
+
+# what the browser drew: each plot's traces (the fields that carry the picture) and title
+DRAWN_JS = """(sel) => {
+  const gd = document.querySelector(sel + ' .js-plotly-plot');
+  if (!gd || !gd.data) return null;
+  const keep = ['type', 'name', 'x', 'y', 'z', 'text', 'mode', 'hovertext'];
+  return {data: gd.data.map(t => Object.fromEntries(keep.filter(k => k in t).map(k => [k, t[k]]))),
+          title: gd.layout.title && gd.layout.title.text};
+}"""
+
+# the boxes of the tree's labels on the screen (non-empty ones)
+LABEL_BOXES_JS = """() => Array.from(document.querySelectorAll('#tree-plot .scatterlayer .textpoint text'))
+  .filter(e => e.textContent.trim()).map(e => {
+    const r = e.getBoundingClientRect();
+    return {text: e.textContent, x0: r.left, x1: r.right, y0: r.top, y1: r.bottom};
+  })"""
+
+
+def _plain(value):
+    """plotly's typed-array JSON ({"dtype", "bdata", "shape"}) as the nested list plotly.js draws."""
+    if isinstance(value, dict) and "bdata" in value:
+        import base64
+
+        import numpy as np
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        if value.get("shape"):
+            arr = arr.reshape([int(n) for n in str(value["shape"]).split(",")])
+        return arr.tolist()
+    return value
+
+
+def _python_drawn(fig_json: dict) -> dict:
+    keep = ("type", "name", "x", "y", "z", "text", "mode", "hovertext")
+    title = fig_json["layout"].get("title", {}).get("text")
+    return {"data": [{k: _plain(t[k]) for k in keep if k in t} for t in fig_json["data"]], "title": title}
+
+
+def _assert_step_drawn_as_python(page, trace, k: int) -> None:
+    """The tree, mask and timing on the page are Python's figures for step k, and the text too."""
+    from specviz import viz
+
+    page.locator("#step-details").get_by_text(re.compile(rf"^Step {k} of")).wait_for(timeout=WAIT_MS)
+    page.locator("#tree-plot .gtitle").get_by_text(re.compile(rf"^Step {k}:")).wait_for(timeout=WAIT_MS)
+    for sel, fig in (("#tree-plot", viz.tree_figure(trace, k)), ("#mask-plot", viz.mask_figure(trace, k)),
+                     ("#step-timing-plot", viz.step_timing_figure(trace, k))):
+        page.wait_for_function("([sel, title]) => { const gd = document.querySelector(sel + ' .js-plotly-plot'); "
+                               "return gd && gd.layout && gd.layout.title && gd.layout.title.text === title; }",
+                               arg=[sel, fig.layout.title.text], timeout=WAIT_MS)
+        drawn = page.evaluate(DRAWN_JS, sel)
+        drawn["data"] = [{k: _plain(v) for k, v in t.items()} for t in drawn["data"]]
+        assert drawn == _python_drawn(viz.figure_json(fig)), (sel, k)
+    assert f"What happened at step {k}" in page.locator("#step-narrative").inner_text()
+    assert page.locator("#output-html span.sv-token[style*='outline']").first.get_attribute("data-step") == str(k)
+
+
+def _labels_do_not_overlap(page) -> None:
+    boxes = page.evaluate(LABEL_BOXES_JS)
+    assert len(boxes) > 3
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            overlap = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) > 1 and min(a["y1"], b["y1"]) - max(a["y0"], b["y0"]) > 1
+            assert not overlap, (a, b)
+
+
+def test_stepping_runs_in_the_browser_and_draws_pythons_figures(app_url: str) -> None:
+    """Once the run is on the page, the slider, the arrow keys, Previous / Next, the jumps, the
+    strip and Play redraw every view without a request; what they draw is Python's figure for
+    that step; tree labels never overlap on the widest steps."""
+    from specviz import viz
+    from specviz.ui.landing import landing_trace
+
+    trace = landing_trace()
+    jumps = viz.jump_targets(trace)
+    with playwright_api.sync_playwright() as p:
+        browser, page = _open(p, app_url)
+        page.locator("#step-details").get_by_text(re.compile(r"^Step \d+ of")).wait_for(timeout=WAIT_MS)
+        page.wait_for_function("() => document.querySelectorAll('#accept-strip [data-step]').length > 0",
+                               timeout=WAIT_MS)
+        page.wait_for_timeout(500)
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(f"{r.method} {r.url}"))
+        k = _step_number(page)
+        page.locator("h1").first.click()
+        page.keyboard.press("ArrowRight")
+        _assert_step_drawn_as_python(page, trace, k + 1)
+        page.locator("#step-prev").click()
+        page.locator("#step-prev").click()
+        _assert_step_drawn_as_python(page, trace, k - 1)
+        page.locator("#step-next").click()
+        _assert_step_drawn_as_python(page, trace, k)
+        # the jumps: buttons and keys
+        page.locator("#jump-slowest").click()
+        _assert_step_drawn_as_python(page, trace, jumps["slowest"])
+        page.locator("h1").first.click()
+        page.keyboard.press("a")
+        _assert_step_drawn_as_python(page, trace, jumps["longest"])
+        page.keyboard.press("r")
+        after = next((j for j in jumps["rejections"] if j > jumps["longest"]), jumps["rejections"][0])
+        _assert_step_drawn_as_python(page, trace, after)
+        page.keyboard.press("w")
+        _assert_step_drawn_as_python(page, trace, jumps["widest"])
+        # labels on the widest trees (the bonus star's beside its siblings')
+        widest = sorted(range(len(trace.steps)), key=lambda i: -len(trace.steps[i].tree.leaves()))[:3]
+        for w in widest:
+            page.evaluate("(k) => window.specviz.go(k)", w)
+            _assert_step_drawn_as_python(page, trace, w)
+            _labels_do_not_overlap(page)
+        # the acceptance strip: a cell per output token; a click opens its step
+        cells = page.locator("#accept-strip [data-step]")
+        assert cells.count() == trace.totals.new_tokens
+        cell = cells.nth(trace.totals.new_tokens // 2)
+        target = int(cell.get_attribute("data-step"))
+        cell.dispatch_event("click")              # (cells are a few pixels wide: no coordinates)
+        _assert_step_drawn_as_python(page, trace, target)
+        # Play, fast: steps forward on its own, then pause
+        page.evaluate("() => window.specviz.setSpeed(5)")
+        page.locator("#play-btn").click()
+        page.locator("#step-details").get_by_text(re.compile(rf"^Step {target + 3} of")).wait_for(timeout=WAIT_MS)
+        page.locator("#play-btn").click()
+        assert page.locator("#play-btn").inner_text().strip().endswith("Play")
+        assert requests == [], requests           # not one request reached the server
         browser.close()

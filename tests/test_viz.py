@@ -299,3 +299,135 @@ def test_figures_have_transparent_backgrounds(spied) -> None:
     for fig in (viz.tree_figure(trace, 0), viz.mask_figure(trace, 0), viz.step_timing_figure(trace, 0)):
         layout = fig.layout.template.layout
         assert layout.paper_bgcolor == "rgba(0,0,0,0)" and layout.plot_bgcolor == "rgba(0,0,0,0)"
+
+
+# ---- the browser's data: every step's views, the jumps, the strips --------------------------
+
+def test_step_views_hold_each_steps_python_figures(spied) -> None:
+    """The bundle the browser steps through is the server's figures for each step, without
+    the shared template, which it carries once."""
+    trace, _ = spied
+    views = viz.step_views(trace)
+    assert views["n"] == len(trace.steps) == len(views["steps"])
+    assert views["template"] == viz.template_json() and views["template"]["layout"]
+    for k in (0, len(trace.steps) // 2, len(trace.steps) - 1):
+        v = views["steps"][k]
+        assert v["tree"] == viz.figure_json(viz.tree_figure(trace, k))
+        assert v["mask"] == viz.figure_json(viz.mask_figure(trace, k))
+        assert v["timing"] == viz.figure_json(viz.step_timing_figure(trace, k))
+        assert "template" not in v["tree"]["layout"]
+        assert v["md"] == viz.step_markdown(trace, k) and v["narrative"] == viz.step_narrative(trace, k)
+        assert v["context"] == viz.context_highlight_html(trace, k)
+    assert viz.step_views(None) is None
+
+
+def test_jump_targets_find_the_steps_that_matter(spied, oracle_trace) -> None:
+    for trace in (spied[0], oracle_trace):
+        j = viz.jump_targets(trace)
+        steps = trace.steps
+        assert j["rejections"] == [s.index for s in steps if len(s.tree) and not s.accepted]
+        assert len(steps[j["longest"]].accepted) == max(len(s.accepted) for s in steps)
+        assert all(len(s.accepted) < len(steps[j["longest"]].accepted) for s in steps[:j["longest"]])
+        assert len(steps[j["widest"]].tree.leaves()) == max(len(s.tree.leaves()) for s in steps)
+        work = [s.wall - s.timings.get("prefill", 0.0) for s in steps]
+        assert work[j["slowest"]] == max(work)
+        assert j["divergence"] is None                        # not compared with vanilla
+    # a run that left vanilla's text at output token p: the step that committed token p
+    trace = oracle_trace
+    for p in (0, 5, trace.totals.new_tokens - 1):
+        k = viz.jump_targets(dataclasses.replace(trace, divergence={"position": p}))["divergence"]
+        before = sum(len(s.new_tokens) for s in trace.steps[:k])
+        assert before <= p < before + len(trace.steps[k].new_tokens)
+
+
+def test_acceptance_strip_has_a_cell_per_output_token(spied) -> None:
+    import re
+
+    trace, _ = spied
+    html = viz.acceptance_strip_html(trace)
+    cells = re.findall(r'<span data-step="(\d+)" title="token (\d+) [^"]*?· (\d+ accepted|no draft)"', html)
+    assert len(cells) == trace.totals.new_tokens
+    pairs = viz.token_acceptance(trace)
+    for (step, i, what), (s, n) in zip(cells, pairs):
+        assert int(step) == s and what == ("no draft" if n is None else f"{n} accepted")
+    assert viz.acceptance_strip_html(None) == ""
+
+
+def test_compare_strips_align_every_drafter_on_vanillas_text(oracle_trace, tiny_lm_tok) -> None:
+    prompt = build_prompt(tiny_lm_tok.tokenizer, "Say something.")
+    vanilla = generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=20))
+    changed = dataclasses.replace(oracle_trace, output_ids=(*oracle_trace.output_ids[:5], -1,
+                                                            *oracle_trace.output_ids[6:]))
+    html = viz.compare_strips_html([vanilla, oracle_trace, changed])
+    n = len(vanilla.output_ids)
+    assert html.count('class="sv-col"') == n                       # a column per vanilla token
+    assert html.count("<i ") == 2 * n                                # a bar per drafter in each
+    assert html.count("differs from vanilla here") == n - 5              # from the changed token on
+    assert viz.compare_strips_html([vanilla]) == ""
+
+
+# ---- the tree's labels and the landing run --------------------------------------------------
+
+def _label_boxes(fig) -> list[tuple[float, float, float, str]]:
+    """(row y, x0 px, x1 px, label) of every right-hand label, at the width labels are fitted to."""
+    from specviz.viz.tree import LABEL_CHAR_PX, MARKER_GAP_PX, TREE_PLOT_PX
+    lo, hi = fig.layout.xaxis.range
+    px = TREE_PLOT_PX / (hi - lo)
+    out = []
+    for t in fig.data:
+        if t.name in ("draft nodes", "bonus"):
+            for x, y, label in zip(t.x, t.y, t.text):
+                if label:
+                    x0 = (x - lo) * px
+                    out.append((y, x0, x0 + MARKER_GAP_PX + len(label) * LABEL_CHAR_PX, label))
+    return out
+
+
+def test_tree_labels_never_overlap_on_the_landing_runs_widest_steps() -> None:
+    from specviz.ui.landing import landing_trace
+    from specviz.viz.tree import tree_positions
+
+    trace = landing_trace()
+    widest = sorted(range(len(trace.steps)), key=lambda i: -len(trace.steps[i].tree.leaves()))[:8]
+    for k in widest:
+        step = trace.steps[k]
+        xs, ys, bonus = tree_positions(step)
+        if bonus is not None:                     # the star has a place of its own on its row
+            assert all(not (x == bonus[0] and y == bonus[1]) for x, y in zip(xs, ys)), k
+        boxes = sorted(_label_boxes(viz.tree_figure(trace, k)))
+        for (ya, a0, a1, la), (yb, b0, b1, lb) in zip(boxes, boxes[1:]):
+            if ya == yb:
+                assert a1 <= b0 + MARKER_SLACK_PX, (k, la, lb)
+
+
+MARKER_SLACK_PX = 0.5
+
+
+def test_a_shipped_trace_agrees_with_its_recorded_cost_model() -> None:
+    """The landing run's forward times are the machine's: each step within STEP_FACTOR of the
+    cost model recorded with it, the median within MEDIAN_FACTOR. Fails for a run recorded
+    on a busy machine: re-record it on a quiet one with `python scripts/record_landing.py`."""
+    from specviz.landing_check import cost_model_disagreements
+    from specviz.ui.landing import landing_recording, landing_trace
+
+    recording = landing_recording()
+    assert recording is not None, "landing.recording.json is missing: python scripts/record_landing.py"
+    assert recording["run"]["drafter"] == landing_trace().drafter
+    bad = cost_model_disagreements(landing_trace(), recording["cost_model"])
+    assert not bad, "re-record on a quiet machine (python scripts/record_landing.py): " + "; ".join(bad)
+
+
+def test_the_cost_model_check_catches_a_busy_recording(spied) -> None:
+    from specviz.landing_check import cost_model_disagreements, forward_rows
+
+    trace, _ = spied
+    timed = [s for s in trace.steps if s.timings.get("verify.forward")]
+    rows = sorted({forward_rows(s) for s in timed})
+    per_row = {m: sorted(s.timings["verify.forward"] for s in timed if forward_rows(s) == m) for m in rows}
+    cost = {"past_len": len(trace.prompt_ids), "rows": rows, "seconds": [v[len(v) // 2] for v in per_row.values()]}
+    slow = dict(cost, seconds=[s / 10 for s in cost["seconds"]])     # the run 10x slower than its machine
+    assert any("median" in line for line in cost_model_disagreements(trace, slow))
+    steps = list(trace.steps)
+    k = timed[0].index
+    steps[k] = dataclasses.replace(steps[k], timings=dict(steps[k].timings, **{"verify.forward": 20 * per_row[forward_rows(steps[k])][-1]}))
+    assert f"step {k}:" in " ".join(cost_model_disagreements(dataclasses.replace(trace, steps=tuple(steps)), cost))

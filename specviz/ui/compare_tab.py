@@ -30,6 +30,7 @@ class CompareTab:
     table: gr.Dataframe
     plot: gr.Plot
     pick: gr.Dropdown
+    strips: gr.HTML | None = None      # each drafter's acceptance strip, aligned on vanilla's text
 
 
 def build_compare_tab() -> CompareTab:
@@ -49,8 +50,9 @@ def build_compare_tab() -> CompareTab:
     status = gr.Markdown(elem_id="compare-status")
     table = gr.Dataframe(headers=viz.CompareRow.columns(), interactive=False, elem_id="compare-table")
     plot = gr.Plot(label="Comparison")
+    strips = gr.HTML(elem_id="compare-strips")
     pick = gr.Dropdown([], label="Open a compared run in the inspector and summary", interactive=True)
-    return CompareTab(drafters, rounds, run, status, table, plot, pick)
+    return CompareTab(drafters, rounds, run, status, table, plot, pick, strips)
 
 
 def make_compare_handler(panel: SetupPanel):
@@ -98,6 +100,15 @@ def make_compare_handler(panel: SetupPanel):
                gr.update(choices=list(session.compared), value=None), session)
 
     return compare
+
+
+def render_compare_strips(session: Session) -> str:
+    """The aligned acceptance strips of the last comparison (vanilla first)."""
+    if not isinstance(session, Session) or not session.compared:
+        return ""
+    base = baseline().name
+    runs = [session.compared[base]] if base in session.compared else []
+    return viz.compare_strips_html(runs + [t for n, t in session.compared.items() if n != base])
 
 
 def pick_compared(session: Session, name: str | None) -> Session:

@@ -1,6 +1,11 @@
 """The "Inspect a step" tab: step slider, previous / next (also the ← → keys, keyboard.py),
-Play at a chosen speed, the draft tree with "what happened at this step" in words beside it,
-the attention mask, where the draft came from, and the timing breakdown."""
+Play at a chosen speed, buttons (and keys) that jump to the steps worth finding, the draft
+tree with "what happened at this step" in words beside it, the attention mask, where the
+draft came from, and the timing breakdown.
+
+The server renders a step only when a run is made or a trace loaded (`render_step`), and sends
+every step's views with it (`views`, viz.step_views); moving between steps then runs in the
+browser (`wire_browser_stepping`, static/explorer.js) without a request."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +15,7 @@ import gradio as gr
 
 from .. import viz
 from ..trace import Trace
-from .keyboard import NEXT_ID, PREV_ID, SLIDER_ID
+from .keyboard import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
 
 EMPTY_NOTE = "*Generate, step, or load a trace to inspect its steps.*"
 EMPTY_NARRATIVE = "*What happened at each step, in words, appears here.*"
@@ -24,13 +29,14 @@ class Inspector:
     next: gr.Button
     play: gr.Button
     speed: gr.Slider
-    timer: gr.Timer
     step_md: gr.Markdown
     tree_plot: gr.Plot
     narrative: gr.Markdown
     mask_plot: gr.Plot
     timing_plot: gr.Plot
     context_html: gr.HTML
+    jumps: dict[str, gr.Button]        # JUMPS' keys -> the jump buttons
+    views: gr.JSON                     # every step's views (viz.step_views), hidden
 
     @property
     def outputs(self) -> list[Any]:
@@ -44,10 +50,13 @@ def build_inspector() -> Inspector:
         slider = gr.Slider(0, 1, value=0, step=1, label="Step (← → keys step too)", interactive=True, scale=8,
                            elem_id=SLIDER_ID)
         nxt = gr.Button("Next ▶", size="sm", scale=0, min_width=110, elem_id=NEXT_ID)
-        play = gr.Button(PLAY, size="sm", scale=0, min_width=110, elem_id="play-btn")
-        speed = gr.Slider(0.5, 5, value=1, step=0.5, label="Play speed (steps/s)", scale=2,
+        play = gr.Button(PLAY, size="sm", scale=0, min_width=110, elem_id=PLAY_ID)
+        speed = gr.Slider(0.5, 10, value=1, step=0.5, label="Play speed (steps/s)", scale=2,
                           elem_id="play-speed")
-    timer = gr.Timer(1.0, active=False)
+    with gr.Row(elem_id="jump-row"):
+        jumps = {kind: gr.Button(f"{label} ({key})", size="sm", elem_id=elem)
+                 for kind, (key, elem, label) in JUMPS.items()}
+    views = gr.JSON(None, visible=False, elem_id="step-views")
     step_md = gr.Markdown(EMPTY_NOTE, elem_id="step-details")
     with gr.Row():
         with gr.Column(scale=3):
@@ -60,8 +69,31 @@ def build_inspector() -> Inspector:
             gr.Markdown("**Where the draft came from** (in the context)")
             context_html = gr.HTML(elem_id="context-sources")
     timing_plot = gr.Plot(label="Time by phase", elem_id="step-timing-plot")
-    return Inspector(slider, prev, nxt, play, speed, timer, step_md, tree_plot, narrative, mask_plot,
-                     timing_plot, context_html)
+    return Inspector(slider, prev, nxt, play, speed, step_md, tree_plot, narrative, mask_plot,
+                     timing_plot, context_html, jumps, views)
+
+
+EMPTY_VALUES = [0, EMPTY_NOTE, None, None, None, "", EMPTY_NARRATIVE]   # the browser's, without a run
+
+
+def wire_browser_stepping(inspector: Inspector) -> None:
+    """Slider, Previous / Next, the jumps and Play as browser-only events (`js=`, no Python
+    function): each returns the inspector's outputs for its step from `inspector.views`."""
+    out, views = inspector.outputs, inspector.views
+    browser = dict(fn=None, queue=False, api_visibility="private", show_progress="hidden")
+    inspector.slider.input(inputs=[inspector.slider, views], outputs=out, js="(k, b) => window.specviz.show(k, b)",
+                           **browser)
+    inspector.prev.click(inputs=[inspector.slider, views], outputs=out,
+                         js="(k, b) => window.specviz.show((+k || 0) - 1, b)", **browser)
+    inspector.next.click(inputs=[inspector.slider, views], outputs=out,
+                         js="(k, b) => window.specviz.show((+k || 0) + 1, b)", **browser)
+    for kind, button in inspector.jumps.items():
+        button.click(inputs=[inspector.slider, views], outputs=out,
+                     js=f"(k, b) => window.specviz.jump({kind!r}, k, b)", **browser)
+    inspector.play.click(inputs=[inspector.slider, views], outputs=[inspector.play, *out],
+                         js="(k, b) => window.specviz.togglePlay(k, b)", **browser)
+    inspector.speed.change(inputs=inspector.speed, outputs=None, js="(v) => window.specviz.setSpeed(v)",
+                           **browser)
 
 
 def clamp(trace: Trace | None, k: Any) -> int:
@@ -87,11 +119,6 @@ def most_accepted_step(trace: Trace) -> int:
     return max(range(len(trace.steps)), key=lambda i: (len(trace.steps[i].accepted), -i), default=0)
 
 
-def play_state(playing: bool) -> tuple[Any, Any, bool]:
-    """(timer, play button, playing) updates for starting or stopping Play."""
-    return gr.Timer(active=playing), gr.Button(value=PAUSE if playing else PLAY), playing
-
-
-def play_interval(speed: Any) -> Any:
-    """The timer for a speed in steps per second."""
-    return gr.Timer(value=1.0 / max(0.1, float(speed or 1)))
+def views(trace: Trace | None) -> Any:
+    """The hidden views component's value: every step's views (None without a run)."""
+    return viz.step_views(trace)

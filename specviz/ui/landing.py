@@ -3,18 +3,21 @@
 paper's untrimmed trees), so a visitor sees coloured output, a draft tree and a mask before
 running anything. Reading it loads no model; a new run replaces it in the session.
 
-Re-record it (about 3 minutes on a CPU) with
+Re-record it on a quiet machine (about a minute on 2 CPU cores) with
 
-    python -m specviz generate --model embedded --drafter ngram_trie --set size_by_cost=false \\
-        --context-file bakery.txt --prompt "Summarise the text above in three sentences." \\
-        --max-new-tokens 128 --trace specviz/data/traces/landing.json
+    python scripts/record_landing.py
 
-where bakery.txt holds the context of the preset "Summarization: the village bakery".
+which also writes landing.recording.json beside it: when, where and how it was recorded and
+the machine's cost model (the seconds of a verify forward per row count, measured right
+after the run); the page says so (`landing_note`), and tests/test_viz.py checks the trace's
+step times against that cost model (specviz/landing_check.py).
 """
 from __future__ import annotations
 
+import json
 import sys
 from functools import lru_cache
+from typing import Any
 
 from ..errors import TraceFormatError
 from ..resources import data_path
@@ -22,6 +25,7 @@ from ..trace import Trace
 from .session import Session
 
 LANDING = data_path("traces", "landing.json")
+RECORDING = data_path("traces", "landing.recording.json")
 
 
 @lru_cache(maxsize=1)
@@ -32,6 +36,32 @@ def landing_trace() -> Trace | None:
     except (OSError, TraceFormatError) as err:
         print(f"specviz: no landing trace ({LANDING}: {err})", file=sys.stderr)
         return None
+
+
+@lru_cache(maxsize=1)
+def landing_recording() -> dict[str, Any] | None:
+    """Where, when and how the shipped trace was recorded, with the machine's cost model
+    (scripts/record_landing.py), or None when missing or unreadable."""
+    try:
+        return json.loads(RECORDING.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def recording_note(recording: dict[str, Any] | None) -> str:
+    """One sentence on where and how the landing run was recorded and what a forward cost there."""
+    if not recording:
+        return ""
+    m, cost = recording.get("machine", {}), recording.get("cost_model", {})
+    rows, seconds = cost.get("rows", []), cost.get("seconds", [])
+    costs = ""
+    if rows:
+        costs = (f"; there a verify forward of {rows[0]} row(s) took {seconds[0] * 1e3:.0f} ms and one of "
+                 f"{rows[-1]} rows {seconds[-1] * 1e3:.0f} ms (its cost model, measured right after the run)")
+    note = f" *{recording['note']}*" if recording.get("note") else ""
+    return (f" Recorded {recording.get('recorded', '?')} on {m.get('cpu', '?')} ({m.get('cores', '?')} cores, "
+            f"{m.get('torch_threads', '?')} torch threads, {m.get('device', 'cpu')}) with "
+            f"`{recording.get('command', 'python scripts/record_landing.py')}`{costs}.{note}")
 
 
 def landing_step(trace: Trace) -> int:
@@ -57,4 +87,5 @@ def landing_note(trace: Trace | None) -> str:
     t = trace.totals
     return (f"**A recorded run**: `{trace.drafter}` on `{trace.model_id}`, summarizing the bakery example: "
             f"**{t.new_tokens}** tokens in **{t.steps}** steps, **{t.mean_accepted:.2f}** per step. "
-            "Step through it below (← → keys, or Play), or Generate to replace it with your own run.")
+            "Step through it below (← → keys, or Play), or Generate to replace it with your own run."
+            + recording_note(landing_recording()))

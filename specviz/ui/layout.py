@@ -18,12 +18,13 @@ import gradio as gr  # noqa: E402
 from .. import viz  # noqa: E402
 from ..drafters import default  # noqa: E402
 from . import runner  # noqa: E402
-from .compare_tab import build_compare_tab, make_compare_handler, pick_compared  # noqa: E402
+from .compare_tab import build_compare_tab, make_compare_handler, pick_compared, render_compare_strips  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
 from .machine_tab import build_machine_tab, make_doctor_handler  # noqa: E402
-from .inspector import build_inspector, clamp, most_accepted_step, play_interval, play_state, render_step  # noqa: E402
-from .keyboard import KEYBOARD_HEAD  # noqa: E402
+from .inspector import (EMPTY_VALUES, PAUSE, PLAY, build_inspector, clamp, most_accepted_step, render_step,  # noqa: E402
+                        views as step_views, wire_browser_stepping)  # noqa: E402
+from .keyboard import head  # noqa: E402
 from .landing import landing_note, landing_step, new_landing_session  # noqa: E402
 from .progress import tracked  # noqa: E402
 from .presets import load_presets  # noqa: E402
@@ -44,7 +45,7 @@ CSS = """
 #step-narrative {font-size: 0.95em}
 """ + viz.theme_css()          # token colours for the light and the dark theme
 LAUNCH_OPTIONS: dict[str, Any] = {"theme": gr.themes.Soft(primary_hue="blue"), "css": CSS,
-                                  "head": KEYBOARD_HEAD, "max_file_size": UPLOAD_LIMIT}
+                                  "head": head(EMPTY_VALUES, PLAY, PAUSE), "max_file_size": UPLOAD_LIMIT}
 
 INTRO = """# specviz: speculative decoding, step by step
 A cheap **drafter** guesses the next tokens (a chain or a tree); the model checks all guesses in
@@ -122,8 +123,10 @@ def build_demo() -> gr.Blocks:
         inspector, summary, compare, replay, results, machine = views
 
         # ---- views: everything below the run reads session.trace ------------------------------
+        # the server renders the step a run opens on and sends every step's views with it
+        # (inspector.views); moving between steps then runs in the browser (explorer.js)
         step_outputs = [*inspector.outputs, run.output]
-        all_outputs = [*step_outputs, *summary.outputs, replay.download]
+        all_outputs = [*step_outputs, *summary.outputs, replay.download, inspector.views, run.strip]
 
         def show_step(s: Session, k: Any, move_slider: bool = True) -> list[Any]:
             trace = s.trace if isinstance(s, Session) else None
@@ -142,39 +145,12 @@ def build_demo() -> gr.Blocks:
                     k = landing_step(trace)
                 else:
                     k = most_accepted_step(trace)
-            return [*show_step(s, k), *render_summary(trace), write_trace(trace)]
+            return [*show_step(s, k), *render_summary(trace), write_trace(trace), step_views(trace),
+                    viz.acceptance_strip_html(trace)]
 
         views = dict(concurrency_limit=8, concurrency_id="views", api_visibility="private")
         first, last = gr.State("best"), gr.State("last")
-        inspector.slider.input(lambda s, k: show_step(s, k, move_slider=False), [session, inspector.slider], step_outputs, trigger_mode="always_last", **views)
-        inspector.prev.click(lambda s, k: show_step(s, int(k or 0) - 1), [session, inspector.slider], step_outputs, **views)
-        inspector.next.click(lambda s, k: show_step(s, int(k or 0) + 1), [session, inspector.slider], step_outputs, **views)
-
-        # ---- Play: a timer steps forward at the chosen speed until the last step ----------------
-        playing = gr.State(False)
-        play_outputs = [inspector.timer, inspector.play, playing]
-        skip_steps = [gr.skip()] * len(step_outputs)
-
-        def toggle_play(s: Session, k: Any, is_playing: bool) -> list[Any]:
-            trace = s.trace if isinstance(s, Session) else None
-            if is_playing or trace is None or len(trace.steps) < 2:
-                return [*play_state(False), *skip_steps]
-            k = clamp(trace, k)
-            if k >= len(trace.steps) - 1:          # at the end: play from the start
-                return [*play_state(True), *show_step(s, 0)]
-            return [*play_state(True), *skip_steps]
-
-        def play_tick(s: Session, k: Any) -> list[Any]:
-            trace = s.trace if isinstance(s, Session) else None
-            if trace is None or clamp(trace, k) >= len(trace.steps) - 1:
-                return [*play_state(False), *skip_steps]
-            k = clamp(trace, k) + 1
-            return [*(play_state(False) if k >= len(trace.steps) - 1 else [gr.skip()] * 3), *show_step(s, k)]
-
-        inspector.play.click(toggle_play, [session, inspector.slider, playing], [*play_outputs, *step_outputs], **views)
-        inspector.timer.tick(play_tick, [session, inspector.slider], [*play_outputs, *step_outputs],
-                             trigger_mode="once", show_progress="hidden", **views)
-        inspector.speed.change(play_interval, inspector.speed, inspector.timer, api_visibility="private")
+        wire_browser_stepping(inspector)      # slider, ← →, Previous / Next, jumps, Play: no round trip
 
         # ---- the landing trace: shown before anything runs --------------------------------------
         def show_landing(s: Session) -> list[Any]:
@@ -198,6 +174,7 @@ def build_demo() -> gr.Blocks:
         cmp = compare.run.click(tracked(make_compare_handler(panel), 3, "loading the model"), [session, compare.drafters, compare.rounds, *panel.inputs],
                                 [compare.status, compare.table, compare.plot, compare.pick, session],
                                 api_name="compare", **model_slot)
+        cmp.then(render_compare_strips, session, compare.strips, **views)
         machine.run.click(make_doctor_handler(panel), [panel.model, panel.dtype], [machine.report, machine.plot],
                           api_visibility="private", **model_slot)
         compare.pick.input(pick_compared, [session, compare.pick], session, api_visibility="private") \

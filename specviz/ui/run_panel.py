@@ -30,6 +30,7 @@ class RunPanel:
     reset: gr.Button
     counters: gr.Markdown
     output: gr.HTML
+    strip: gr.HTML | None = None       # the acceptance strip above the output (viz.acceptance_strip_html)
 
 
 def build_run_panel() -> RunPanel:
@@ -42,8 +43,9 @@ def build_run_panel() -> RunPanel:
                 "speculative step per click (teaching mode) and shows it below.*")
     counters = gr.Markdown("*Pick an example or type a message, then Generate (all at once) or "
                            "Step (one speculative step per click).*", elem_id="counters")
+    strip = gr.HTML("", elem_id="accept-strip")
     output = gr.HTML(viz.output_html([]), label="Output", elem_id="output-html")
-    return RunPanel(generate, stop, step, reset, counters, output)
+    return RunPanel(generate, stop, step, reset, counters, output, strip)
 
 
 def _vanilla_tps(session: Session, run: LiveRun) -> float | None:

@@ -55,8 +55,9 @@ def output_spans(steps: Sequence[StepRecord], pieces: Sequence[str]) -> list[Spa
     return spans
 
 
-def _mark(text: str, kind: str, source: str, title: str, extra: str = "") -> str:
-    return (f'<span class="sv-token sv-{kind}" title="{html.escape(title)}" style="{token_style(kind, source)}'
+def _mark(text: str, kind: str, source: str, title: str, extra: str = "", step: int | None = None) -> str:
+    at = "" if step is None else f' data-step="{step}"'
+    return (f'<span class="sv-token sv-{kind}"{at} title="{html.escape(title)}" style="{token_style(kind, source)}'
             f'border-radius:3px;padding:1px 0;{extra}">{html.escape(text)}</span>')
 
 
@@ -78,7 +79,7 @@ def output_html(spans: Sequence[Span], highlight_step: int | None = None,
     for s in spans:
         title = f"step {s.step} · {s.label}" + (f" · draft depth {s.depth}" if s.depth else "")
         extra = "outline:2px solid #1c7ed6;" if s.step == highlight_step else ""
-        body.append(_mark(s.text, s.kind, s.source, title, extra))
+        body.append(_mark(s.text, s.kind, s.source, title, extra, s.step))
     text = "".join(body) or '<span style="color:#868e96">(no output yet)</span>'
     return (legend_html(seen) + '<div class="specviz-output" style="white-space:pre-wrap;'
             'line-height:1.7;font-family:ui-monospace,Menlo,monospace;font-size:0.92em;'

@@ -28,24 +28,75 @@ def node_status(step: StepRecord) -> list[str]:
     return out
 
 
-def tree_layout(step: StepRecord) -> tuple[list[float], list[float]]:
-    """(x, y) per node: y = -depth (the root on top), x = leaves one unit apart in depth-first
-    order, parents centred over their children. The root is at (mean of its children, 0)."""
+def bonus_parent(step: StepRecord) -> int | None:
+    """The node the bonus token hangs off (the last accepted one, -1: the root), None without one."""
+    if len(step.new_tokens) <= len(step.accepted):
+        return None
+    return step.accepted[-1] if step.accepted else -1
+
+
+def tree_positions(step: StepRecord) -> tuple[list[float], list[float], tuple[float, float] | None]:
+    """(xs, ys, bonus): as tree_layout, plus where the bonus star sits. The bonus gets a leaf
+    column of its own after its parent's subtree (straight below a parent without children),
+    so it never lands on a sibling's place."""
     tree = step.tree
-    ys: dict[int, float] = {}
+    xs: dict[int, float] = {}
     next_leaf = [0.0]
+    hang = bonus_parent(step)
+    bonus_x: list[float] = []
 
     def place(node: int) -> float:
         kids = tree.children.get(node, [])
         if not kids:
-            ys[node] = next_leaf[0]
+            xs[node] = next_leaf[0]
             next_leaf[0] += 1.0
         else:
-            ys[node] = sum(place(k) for k in kids) / len(kids)
-        return ys[node]
+            xs[node] = sum(place(k) for k in kids) / len(kids)
+        if node == hang:
+            if kids:
+                bonus_x.append(next_leaf[0])
+                next_leaf[0] += 1.0
+            else:
+                bonus_x.append(xs[node])
+        return xs[node]
 
     place(-1)
-    return [ys[i] for i in range(len(tree))], [-float(d) for d in tree.depths]
+    bonus = None
+    if hang is not None:
+        bonus = (bonus_x[0], -float(tree.depths[hang] + 1 if hang >= 0 else 1))
+    return [xs[i] for i in range(len(tree))], [-float(d) for d in tree.depths], bonus
+
+
+def tree_layout(step: StepRecord) -> tuple[list[float], list[float]]:
+    """(x, y) per node: y = -depth (the root on top), x = leaves one unit apart in depth-first
+    order (the bonus token takes a leaf column too), parents centred over their children.
+    The root is at (mean of its children, 0)."""
+    xs, ys, _ = tree_positions(step)
+    return xs, ys
+
+
+# label fitting: labels sit right of their marker; one whose text would reach the next
+# marker on its row is cut short with "…" (its whole token stays in the hover text)
+TREE_PLOT_PX = 700           # the narrowest width the tree's plot area is drawn at (pixels)
+LABEL_CHAR_PX = 7.5          # a label character, at plotly's default 12 px font (a generous average)
+MARKER_GAP_PX = 14           # a marker's half width and the gap before its label
+
+
+def fit_labels(xs: list[float], ys: list[float], labels: list[str], x_span: float) -> list[str]:
+    """`labels` cut so that none reaches the next point to its right on the same row, for a
+    plot `x_span` units wide drawn TREE_PLOT_PX pixels wide."""
+    px = TREE_PLOT_PX / max(x_span, 1e-9)
+    out = list(labels)
+    rows: dict[float, list[int]] = {}
+    for i, y in enumerate(ys):
+        rows.setdefault(y, []).append(i)
+    for members in rows.values():
+        members.sort(key=lambda i: xs[i])
+        for a, b in zip(members, members[1:]):
+            room = int(((xs[b] - xs[a]) * px - 2 * MARKER_GAP_PX) // LABEL_CHAR_PX)
+            if len(out[a]) > room:
+                out[a] = "" if room < 1 else out[a][: room - 1] + "…"
+    return out
 
 
 def tree_figure(trace: Trace, step_index: int) -> go.Figure:
@@ -54,9 +105,19 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
     text = trace.token_text
     committed = (*trace.prompt_ids, *trace.output_ids)
     root_tok = committed[step.committed_len - 1]
-    xs, ys = tree_layout(step)
+    xs, ys, bonus_at = tree_positions(step)
     root_x = 0.0 if not len(tree) else sum(xs[i] for i in tree.children[-1]) / len(tree.children[-1])
     status = node_status(step)
+    # every label on the figure, fitted so that none runs into the next node on its row; the
+    # x range leaves room on the right for the longest label that ends a row
+    px_all, py_all = [*xs, *([bonus_at[0]] if bonus_at else [])], [*ys, *([bonus_at[1]] if bonus_at else [])]
+    full = [show_token(text.get(t, "?")) for t in tree.tokens] + ([show_token(text.get(step.bonus, "?"))] if bonus_at else [])
+    width = max(1.0, max(px_all, default=0.0) + 1.0)
+    tail = max((len(full[i]) for i in range(len(full))
+                if px_all[i] == max(x for x, y in zip(px_all, py_all) if y == py_all[i])), default=0)
+    tail_px = min(tail * LABEL_CHAR_PX + MARKER_GAP_PX, TREE_PLOT_PX / 2)
+    x_range = [-0.6, width - 0.6 + (width * tail_px / (TREE_PLOT_PX - tail_px))]
+    labels = fit_labels(px_all, py_all, full, x_range[1] - x_range[0])
     fig = go.Figure()
     # edges: one line trace per status so the accepted path stands out
     for kind, width in (("unreached", 1), ("rejected", 1.5), ("accepted", 4)):
@@ -83,24 +144,23 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
                      + (f" · target's top here {text.get(want, '?')!r}" if want is not None else ""))
     fig.add_trace(go.Scatter(
         x=xs, y=ys, mode="markers+text", name="draft nodes",
-        text=[show_token(text.get(t, "?")) for t in tree.tokens], textposition="middle right",
+        text=labels[:len(tree)], textposition="middle right",
         customdata=list(range(len(tree))), hovertext=hover, hoverinfo="text", showlegend=False,
         marker=dict(size=[16 if s == "accepted" else 12 for s in status],
                     color=[KIND_COLOURS[s] for s in status],
                     line=dict(color=[source_colour(s) for s in tree.sources], width=3))))
     # the bonus token, after the accepted path (absent when a stop cut the step short)
-    if len(step.new_tokens) > len(step.accepted):
+    if bonus_at is not None:
         last = step.accepted[-1] if step.accepted else -1
-        bx, by = (root_x, 0.0) if last < 0 else (xs[last], ys[last])
-        fig.add_trace(go.Scatter(x=[bx, bx], y=[by, by - 1], mode="lines", hoverinfo="skip",
+        px_, py_ = (root_x, 0.0) if last < 0 else (xs[last], ys[last])
+        fig.add_trace(go.Scatter(x=[px_, bonus_at[0]], y=[py_, bonus_at[1]], mode="lines", hoverinfo="skip",
                                  showlegend=False, line=dict(color="#f08c00", width=2, dash="dot")))
         fig.add_trace(go.Scatter(
-            x=[bx], y=[by - 1], mode="markers+text", name="bonus", text=[show_token(text.get(step.bonus, "?"))],
+            x=[bonus_at[0]], y=[bonus_at[1]], mode="markers+text", name="bonus", text=[labels[-1]],
             textposition="middle right", marker=dict(size=18, color="#f08c00", symbol="star"),
             hovertext=[f"bonus token {text.get(step.bonus, '?')!r}: the target's own choice after the accepted draft"],
             hoverinfo="text", showlegend=False))
     depth = max(tree.depths, default=0) + 1
-    width = max(1, len(tree.leaves()))
     n_acc = len(step.accepted)
     title = (f"Step {step.index}: {len(tree)} draft node(s), {n_acc} accepted + bonus"
              if len(tree) else f"Step {step.index}: no draft (plain decoding)")
@@ -108,7 +168,7 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
         title=dict(text=title, font=dict(size=14)), template=FIGURE_TEMPLATE,
         height=max(300, min(900, 30 * (depth + 1) + 90)), hovermode="closest",
         margin=dict(l=20, r=20, t=40, b=20), showlegend=False,
-        xaxis=dict(visible=False, range=[-0.6, width + 0.4]),
+        xaxis=dict(visible=False, range=x_range),
         yaxis=dict(title="draft depth", tickmode="array", tickvals=[-d for d in range(depth + 1)],
                    ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], zeroline=False))
     return fig

@@ -1,0 +1,47 @@
+"""The steps worth finding in a run (the inspector's jump buttons and keys, ui/static/explorer.js):
+
+- "rejections": every step whose first draft token(s) the target rejected (a tree, nothing
+  accepted: a rejection at depth 1), in order; the button goes to the next one after the
+  current step (and wraps round);
+- "longest": the first step with the longest accepted draft;
+- "widest": the first step with the most leaves in its tree;
+- "slowest": the step with the longest wall time, the prefill left out (step 0's prefill is
+  the prompt's cost, not a step's);
+- "divergence": the step that committed the first output token differing from vanilla's, in a
+  run checked against vanilla (the Compare tab); None otherwise or when identical.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..trace import Trace
+
+
+def step_of_token(trace: Trace, position: int) -> int | None:
+    """The step that committed output token `position` (None past the output)."""
+    seen = 0
+    for s in trace.steps:
+        seen += len(s.new_tokens)
+        if position < seen:
+            return s.index
+    return None
+
+
+def divergence_step(trace: Trace) -> int | None:
+    d = trace.divergence or {}
+    position = d.get("position")
+    return None if position is None else step_of_token(trace, int(position))
+
+
+def jump_targets(trace: Trace) -> dict[str, Any]:
+    steps = trace.steps
+    if not steps:
+        return {"rejections": [], "longest": None, "widest": None, "slowest": None, "divergence": None}
+    by = range(len(steps))
+    return {
+        "rejections": [s.index for s in steps if len(s.tree) and not s.accepted],
+        "longest": max(by, key=lambda i: (len(steps[i].accepted), -i)),
+        "widest": max(by, key=lambda i: (len(steps[i].tree.leaves()), -i)),
+        "slowest": max(by, key=lambda i: (steps[i].wall - steps[i].timings.get("prefill", 0.0), -i)),
+        "divergence": divergence_step(trace),
+    }

@@ -1,0 +1,91 @@
+"""Acceptance strips: every output token as a small cell coloured by how many draft tokens its
+step accepted, so the eye finds the stretches where drafting failed.
+
+- `acceptance_strip_html(trace)`: one strip for a run (above the output); each cell names its
+  token, step and count, and clicking it opens that step (ui/static/explorer.js);
+- `compare_strips_html(runs)`: in Compare, one strip per drafter aligned on vanilla's text:
+  a column per output token holds the token and, under it, one bar per drafter; where a
+  drafter's output left vanilla's, its bars are hatched.
+
+The colour scale is discrete (ACCEPT_COLOURS: 0, 1, 2, 3, 4 or more accepted), the same in
+both themes (the cells hold no text).
+"""
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+from ..trace import Trace
+
+# accepted draft tokens in the step -> colour (the last one holds for that many and more)
+ACCEPT_COLOURS = ("#e03131", "#ff922b", "#fcc419", "#94d82d", "#2f9e44")
+NO_DRAFT = "#adb5bd"         # a step without a draft (plain decoding)
+DIFFERS = "repeating-linear-gradient(45deg,#868e96 0 2px,transparent 2px 4px)"
+
+
+def token_acceptance(trace: Trace) -> list[tuple[int, int | None]]:
+    """Per output token: (its step, how many draft tokens that step accepted; None without a draft)."""
+    return [(s.index, len(s.accepted) if len(s.tree) else None) for s in trace.steps for _ in s.new_tokens]
+
+
+def accept_colour(accepted: int | None) -> str:
+    return NO_DRAFT if accepted is None else ACCEPT_COLOURS[min(accepted, len(ACCEPT_COLOURS) - 1)]
+
+
+def strip_legend_html() -> str:
+    chips = [(c, f"{i}{'+' if i == len(ACCEPT_COLOURS) - 1 else ''} accepted") for i, c in enumerate(ACCEPT_COLOURS)]
+    chips.append((NO_DRAFT, "no draft"))
+    return ('<span class="sv-strip-legend" style="font-size:0.8em;margin-left:6px">'
+            + "".join(f'<span style="display:inline-block;width:10px;height:10px;background:{c};'
+                      f'margin:0 3px 0 8px;vertical-align:middle"></span>{html.escape(t)}' for c, t in chips)
+            + "</span>")
+
+
+def acceptance_strip_html(trace: Trace | None) -> str:
+    """The run's strip: a cell per output token (title: token, step, accepted), click: go there."""
+    if trace is None or not trace.steps:
+        return ""
+    pieces = trace.output_pieces
+    cells = []
+    for i, (step, acc) in enumerate(token_acceptance(trace)):
+        piece = pieces[i] if i < len(pieces) else ""
+        what = "no draft" if acc is None else f"{acc} accepted"
+        cells.append(f'<span data-step="{step}" title="{html.escape(f"token {i} {piece!r} · step {step} · {what}")}" '
+                     f'style="flex:1 1 0;min-width:3px;height:14px;background:{accept_colour(acc)};cursor:pointer"></span>')
+    return ('<div class="sv-strip" id="sv-accept-strip"><div style="font-size:0.85em">Each output token, coloured '
+            'by how many draft tokens its step accepted (click a cell to open its step)'
+            + strip_legend_html() + '</div><div style="display:flex;gap:1px;margin:2px 0 6px 0">'
+            + "".join(cells) + "</div></div>")
+
+
+def compare_strips_html(runs: Sequence[Trace]) -> str:
+    """One bar row per drafter (runs[1:]) under vanilla's text (runs[0]), token by token."""
+    if not runs:
+        return ""
+    ref, others = runs[0], [t for t in runs[1:] if t.steps]
+    if not others:
+        return ""
+    per_run = [token_acceptance(t) for t in others]
+    cols = []
+    for i, tok in enumerate(ref.output_ids):
+        piece = ref.output_pieces[i] if i < len(ref.output_pieces) else ""
+        bars = []
+        for t, acc in zip(others, per_run):
+            same = i < len(t.output_ids) and t.output_ids[i] == tok and t.output_ids[:i] == ref.output_ids[:i]
+            if same:
+                step, n = acc[i]
+                what = "no draft" if n is None else f"{n} accepted"
+                bars.append(f'<i title="{html.escape(f"{t.drafter}: step {step} · {what}")}" '
+                            f'style="display:block;height:7px;margin-top:1px;background:{accept_colour(n)}"></i>')
+            else:
+                bars.append(f'<i title="{html.escape(t.drafter)}: differs from vanilla here" '
+                            f'style="display:block;height:7px;margin-top:1px;background:{DIFFERS}"></i>')
+        cols.append('<span class="sv-col" style="display:inline-block;vertical-align:top;margin:0 0 4px 0">'
+                    f'<span style="white-space:pre">{html.escape(piece.replace(chr(10), "⏎")) or "∅"}</span>'
+                    + "".join(bars) + "</span>")
+    order = ", ".join(f"<code>{html.escape(t.drafter)}</code>" for t in others)
+    return ('<div class="sv-strip" id="sv-compare-strips"><div style="font-size:0.85em">Vanilla\'s output, token by '
+            f'token; under each token one bar per drafter, top to bottom: {order}, coloured by how many draft '
+            'tokens the drafter\'s step accepted there (hatched: its output differs from vanilla\'s)'
+            + strip_legend_html() + '</div><div style="line-height:1.3;font-family:ui-monospace,Menlo,monospace;'
+            'font-size:0.9em;max-height:420px;overflow-y:auto">' + "".join(cols) + "</div></div>")
