@@ -335,11 +335,16 @@ def test_bench_saves_after_every_question_and_resume_measures_only_the_rest(tmp_
     assert by[("all", "ngram_trie")]["identical_to_vanilla"] == "2/2"
 
 
-def test_resume_refuses_another_setup_and_a_missing_run(tmp_path, capsys):
+def test_resume_starts_a_new_folder_and_refuses_another_setup(tmp_path, capsys):
     out = tmp_path / "out"
-    assert _bench_qa(tmp_path, tmp_path / "none", "--resume") == 2
+    assert _bench_qa(tmp_path, tmp_path / "new", "--resume") == 0      # the first sitting starts it
+    assert (tmp_path / "new" / "results.json").is_file()
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "summary.md").write_text("the user's own notes\n")
+    assert _bench_qa(tmp_path, tmp_path / "own", "--resume") == 2       # other files, no results.json
     err = capsys.readouterr().err
-    assert "--resume" in err and "results.json" in err
+    assert "--resume" in err and "no results.json" in err and "--overwrite" in err
+    assert (tmp_path / "own" / "summary.md").read_text() == "the user's own notes\n"
     assert _bench_qa(tmp_path, out) == 0
     capsys.readouterr()
     code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_write(tmp_path, Q)),

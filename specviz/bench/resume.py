@@ -59,10 +59,16 @@ def check_fresh_out(out: Path, resume: bool, overwrite: bool) -> None:
 
 
 def load_previous(out: Path) -> tuple[dict[str, Any], list[Run]]:
-    """(meta, runs) of out/results.json, checked against results.schema.json."""
+    """(meta, runs) of out/results.json, checked against results.schema.json; ({}, []) for a
+    folder that holds no results yet (missing, or none of the output files): the first sitting
+    of a `--resume` command starts it, so every sitting runs the same command."""
     file = out / "results.json"
     if not file.is_file():
-        raise ResumeError(f"--resume: no {file} to continue (run once without --resume first)")
+        present = [name for name in OUTPUT_FILES if (out / name).exists()]
+        if present:
+            raise ResumeError(f"--resume: {str(out)!r} holds {', '.join(present)} but no results.json to "
+                              "continue; add --overwrite to replace them, or choose another --out")
+        return {}, []
     try:
         data = read_json_file(file, "--resume")
     except FileCheckError as err:

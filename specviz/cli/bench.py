@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     setup = {"model": lm.model_id, "max_new_tokens": args.max_new_tokens, "methods": labels,
              "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", "")}
     sittings: list[dict[str, Any]] = []
-    if args.resume:
+    if previous:                                   # --resume of a folder with results (a new one starts)
         check_compatible(previous, setup, out / "results.json", old_runs)
         questions, bench.runs = still_to_do(questions, old_runs, labels, args.repeats)
         sittings = list(previous.get("sittings") or [])
