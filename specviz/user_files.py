@@ -148,6 +148,23 @@ def check_output_dir(path: str | None, what: str) -> Path:
     return folder
 
 
+def _mode_for(file: Path) -> int:
+    """The mode a replaced file keeps, or what open() would give a new one (0666 less the umask,
+    read from /proc where it can be: os.umask() would change it for every thread meanwhile)."""
+    try:
+        return file.stat().st_mode & 0o777
+    except OSError:
+        pass
+    umask = 0o022
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                umask = int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o666 & ~umask
+
+
 def write_text_atomic(path: Path | str, text: str, what: str) -> Path:
     """Write `text` to `path` whole or not at all: a temporary file beside it, flushed, then
     os.replace (a kill or a full disk leaves the old file, never half a new one). FileCheckError
@@ -156,6 +173,7 @@ def write_text_atomic(path: Path | str, text: str, what: str) -> Path:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+        os.chmod(tmp, _mode_for(file))         # mkstemp makes 0600: give the file a plain file's mode
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()

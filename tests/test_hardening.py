@@ -80,6 +80,21 @@ def test_atomic_write_keeps_the_old_file_when_it_fails(tmp_path: Path, monkeypat
 
 # ---- one depth-limited JSON reader -----------------------------------------------------------
 
+def test_atomic_write_gives_a_plain_files_mode(tmp_path: Path) -> None:
+    """A written results.json is readable by others as open() would make it (mkstemp's 0600 is
+    not kept), and a replaced file keeps its own mode."""
+    from specviz.user_files import write_text_atomic
+    new = write_text_atomic(tmp_path / "new.json", "{}", "--out")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert new.stat().st_mode & 0o777 == 0o666 & ~umask
+    old = tmp_path / "old.json"
+    old.write_text("[]")
+    old.chmod(0o640)
+    write_text_atomic(old, "{}", "--out")
+    assert old.stat().st_mode & 0o777 == 0o640 and old.read_text() == "{}"
+
+
 def test_json_depth_counts_brackets_outside_strings_only() -> None:
     assert json_depth('{"a": "[[[[[[[[", "b": [1, [2]]}') == 3
     assert json_depth('["\\"[[[[", ' + ",".join(["[1]"] * 200) + "]") == 2
