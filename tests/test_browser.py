@@ -83,12 +83,20 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
         _set_text(page, "message", "Summarise the text above in two sentences.")
         frames = _Frames(page, os.environ.get("SPECVIZ_ANIMATION"))
         frames.take()
+        # mark the landing run's strip: the new run's step views replace it when they arrive
+        page.evaluate("() => document.querySelectorAll('#accept-strip [data-step]')"
+                      ".forEach(e => e.setAttribute('data-stale', '1'))")
         page.locator("#generate-btn").click()
         finished = page.locator("#counters").get_by_text(re.compile("done|stopped"))
         while frames.path is not None and finished.count() == 0 and len(frames.frames) < 30:
             page.wait_for_timeout(1500)                            # the output streaming in
             frames.take()
         finished.wait_for(timeout=240_000 if MODEL == "tiny-random" else 1_200_000)
+        # the run's step views (built once after the run) are on the page and nothing is pending:
+        # stepping before they arrive would step through the landing run's views
+        page.wait_for_function("() => document.querySelectorAll('#accept-strip [data-step]').length > 0"
+                               " && !document.querySelector('#accept-strip [data-stale]')"
+                               " && !/processing/.test(document.body.innerText)", timeout=WAIT_MS)
         # coloured output: one span per token, titled with its step and kind
         page.locator("#output-html span[title^='step 0']").first.wait_for()
         assert page.locator("#output-html span[title*='step']").count() > 5
@@ -369,7 +377,10 @@ def test_stepping_runs_in_the_browser_and_draws_pythons_figures(app_url: str) ->
         # Play, fast: steps forward on its own, then pause
         page.evaluate("() => window.specviz.setSpeed(5)")
         page.locator("#play-btn").click()
-        page.locator("#step-details").get_by_text(re.compile(rf"^Step {target + 3} of")).wait_for(timeout=WAIT_MS)
+        # at 5 steps/s each step shows for 200 ms: wait for the step number to pass target + 3
+        # (waiting for one step's text to be visible can miss it on a busy machine)
+        page.wait_for_function("(n) => { const m = /Step (\\d+) of/.exec(document.querySelector('#step-details')"
+                               ".innerText); return m !== null && +m[1] >= n; }", arg=target + 3, timeout=WAIT_MS)
         page.locator("#play-btn").click()
         assert page.locator("#play-btn").inner_text().strip().endswith("Play")
         assert requests == [], requests           # not one request reached the server

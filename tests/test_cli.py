@@ -101,7 +101,7 @@ def call(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
     (["--prompt", "hi", "--top-p", "1.5"], "--top-p", "(0.0, 1.0]"),
     (["--prompt", "hi", "--max-new-tokens", "0"], "--max-new-tokens", "[1, 8192]"),
     (["--prompt", "hi", "--stop", ""], "--stop", "non-empty"),
-    (["--prompt", "hi", "--drafter", "nope"], "--drafter", "available: aded, draft_model, glide, hierarchy"),
+    (["--prompt", "hi", "--drafter", "nope"], "--drafter", "available: aded, draft_model, eagle, eagle3, glide"),
     (["--prompt", "hi", "--drafter", "oracle", "--set", "tokens=1,x"], "tokens", "integers"),
     (["--prompt", "hi", "--model", "/no/such/model-dir"], "model", "no such directory"),
     (["--prompt", "hi", "--device", "tpu"], "device", "auto, cpu, cuda"),
