@@ -36,16 +36,6 @@ DRAFTER, SETTINGS, MAX_NEW_TOKENS = "ngram_trie", {"size_by_cost": False}, 128
 CALIBRATIONS = 3
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "specviz" / "data" / "traces" / "landing.json")
@@ -56,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
+    from specviz.bench.cluster import cpu_model
     from specviz.cost import calibrate
     from specviz.decoding import DecodingConfig
     from specviz.engine import generate
@@ -87,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     recording = {
         "recorded": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python scripts/record_landing.py" + (f" --note {json.dumps(args.note)}" if args.note else ""),
-        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "device": trace.device, "dtype": trace.dtype, "torch": torch.__version__,
                     "transformers": transformers.__version__, "python": platform.python_version(),
                     # 1-minute load averages before and after: above the core count, others shared the CPU

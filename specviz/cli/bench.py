@@ -15,7 +15,6 @@ import argparse
 import datetime
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -83,13 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from ..bench.cluster import cpu_model      # the CPU's model name, as each worker records it
+    return cpu_model()
 
 
 def _now() -> str:
