@@ -13,8 +13,8 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from .training import (add_batch_arguments, add_seed_arguments, add_source_arguments, cache_meta, check_held_out,
-                       needs_tokenizer, set_threads, training_texts)
+from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
+                       cache_meta, check_held_out, needs_tokenizer, set_threads, training_texts)
 
 
 def add_arguments(p: Any) -> None:
@@ -41,10 +41,7 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--held-out", type=int, default=4, metavar="K",
                    help="keep the first K batches out of training and report top-1 per draft position on them")
     p.add_argument("--save-every", type=int, default=d.save_every)
-    p.add_argument("--resume", action="store_true", help="continue from --out (its training.pt)")
-    p.add_argument("--export", default=None, metavar="DIR",
-                   help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    add_resume_arguments(p, export="DIR")
     p.add_argument("--target-dtype", default="float32", choices=("float32", "bfloat16"),
                    help="the target's pass: float32, or its decoder under bfloat16 autocast (features kept "
                         "and the argmax taken in fp32)")

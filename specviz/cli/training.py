@@ -28,10 +28,10 @@ def add_batch_arguments(p: Any, d: Any) -> None:
     p.add_argument("--warmup", type=int, default=d.warmup)
 
 
-def add_resume_arguments(p: Any) -> None:
-    """--resume, --export and --device."""
+def add_resume_arguments(p: Any, export: str = "FILE") -> None:
+    """--resume, --export (a FILE, or a DIR for heads saved as folders) and --device."""
     p.add_argument("--resume", action="store_true", help="continue from --out")
-    p.add_argument("--export", default=None, metavar="FILE",
+    p.add_argument("--export", default=None, metavar=export,
                    help="also write a slim fp16 copy without the optimiser state (what specviz/data/checkpoints/ ships)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
 
