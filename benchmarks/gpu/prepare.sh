@@ -9,7 +9,7 @@ TREE_MB=$(( ( $( (git ls-files -z; git ls-files -z --others --exclude-standard) 
 PIECE_MB=${PIECE_MB:-$(( 60 - TREE_MB ))}
 echo "working tree ${TREE_MB} MiB: pieces of ${PIECE_MB} MiB"
 [ "$PIECE_MB" -ge 8 ] || { echo "the working tree leaves too little room; ignore or remove what need not travel"; exit 2; }
-rm -rf .gpu && mkdir -p .gpu/whl .gpu/split
+rm -rf .gpu && mkdir -p .gpu/whl
 # the device's python3 is 3.12 with torch, transformers 5.17, numpy, tokenizers, sentence-transformers
 # (device README, KINDS.md); what specviz needs beyond that, at requirements.txt's pins:
 for p in gguf==0.19.0 plotly==7.1.0 transformers==5.23.0; do
@@ -18,12 +18,15 @@ for p in gguf==0.19.0 plotly==7.1.0 transformers==5.23.0; do
     -d .gpu/whl "$p" 2>&1 | grep -v '^WARNING: Location' || true
 done
 gguf=$(.venv/bin/python -c "from specviz import embedded; print(embedded.gguf_dir() / embedded.GGUF)")
-split -b "${PIECE_MB}M" -d "$gguf" .gpu/split/gguf.part-
-sha256sum "$gguf" | cut -d' ' -f1 > .gpu/split/gguf.sha256
-# one piece a call: .gpu/c1 the wheels, then a part of the model each
-mkdir -p .gpu/c1 && mv .gpu/whl .gpu/c1/
-i=1
-for part in .gpu/split/gguf.part-*; do i=$((i + 1)); mkdir -p .gpu/c$i; mv "$part" .gpu/c$i/; done
-mv .gpu/split/gguf.sha256 .gpu/c$i/ && rmdir .gpu/split
+# one payload (the wheels, the model, the shipped checkpoints: the tree may leave them behind, see
+# README.md), cut into pieces of PIECE_MB; the last call joins them and checks the SHA-256
+cp "$gguf" .gpu/model.gguf
+tar -cf .gpu/payload.tar -C .gpu whl model.gguf -C "$PWD/specviz/data" checkpoints
+rm -rf .gpu/whl .gpu/model.gguf
+mkdir -p .gpu/split && split -b "${PIECE_MB}M" -d .gpu/payload.tar .gpu/split/payload.part-
+sha256sum .gpu/payload.tar | cut -d' ' -f1 > .gpu/split/payload.sha256 && rm .gpu/payload.tar
+i=0
+for part in .gpu/split/payload.part-*; do i=$((i + 1)); mkdir -p .gpu/c$i; mv "$part" .gpu/c$i/; done
+mv .gpu/split/payload.sha256 .gpu/c$i/ && rmdir .gpu/split
 du -sh .gpu/c*
 echo "calls: $(ls -d .gpu/c* | wc -l); carry .gpu/cK in call K, command: bash benchmarks/gpu/device.sh receive"
