@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/forward_cost.py            # embedded model, 800-token cache
 
 For 1, 4, 16 and 32 rows, after a prefill of 800 random tokens: the best of 4 forwards, plain
-(causal) and with a chain's tree mask from specviz.tree.build_buffers (they should agree).
+(causal) and with a chain's tree mask from specviz.core.tree.build_buffers (they should agree).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz import load_model  # noqa: E402
-from specviz.cost import CALIBRATION_CACHE_TOKENS  # noqa: E402
-from specviz.tree import DraftTree, build_buffers  # noqa: E402
+from specviz.models.cost import CALIBRATION_CACHE_TOKENS  # noqa: E402
+from specviz.core.tree import DraftTree, build_buffers  # noqa: E402
 
 PAST = CALIBRATION_CACHE_TOKENS      # 800: the cache the cost model is calibrated over
 

@@ -34,7 +34,7 @@ from specviz.glide.data import batches, sharegpt_texts, windows  # noqa: E402
 from specviz.glide.model import GlideDraft, GlideSpec  # noqa: E402
 from specviz.glide.target_pass import TargetPass, target_pass  # noqa: E402
 from specviz.glide.train import TrainConfig, loss_fn, lr_at, optimise  # noqa: E402
-from specviz.models import load_model  # noqa: E402
+from specviz.models.loading import load_model  # noqa: E402
 
 BATCH, LENGTH = 4, 256
 

@@ -24,10 +24,10 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.bench.questions import DEFAULT_QUESTIONS, read_questions, select  # noqa: E402
-from specviz.decoding import DecodingConfig  # noqa: E402
-from specviz.drafters import tree_cutter  # noqa: E402
-from specviz.drafters.tree_cutter import TreeCutter  # noqa: E402
-from specviz.tree import DraftTree  # noqa: E402
+from specviz.core.decoding import DecodingConfig  # noqa: E402
+from specviz.drafters.kit import tree_cutter  # noqa: E402
+from specviz.drafters.kit.tree_cutter import TreeCutter  # noqa: E402
+from specviz.core.tree import DraftTree  # noqa: E402
 
 RECORDS = Path("benchmarks/results/hierarchy-replay.pkl")
 
@@ -35,7 +35,7 @@ RECORDS = Path("benchmarks/results/hierarchy-replay.pkl")
 def record(limit: int, categories: list[str], out: Path) -> None:
     from specviz.engine import generate
     from specviz.models import load_model
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     lm = load_model("embedded")
     questions, _ = read_questions(Path(DEFAULT_QUESTIONS))

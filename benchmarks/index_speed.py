@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.bench.questions import read_questions  # noqa: E402
 from specviz.index.candidates import rank_continuations  # noqa: E402
 from specviz.index.store import default_index, load_index  # noqa: E402
-from specviz.models import load_model  # noqa: E402
+from specviz.models.loading import load_model  # noqa: E402
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "specbench" / "question.jsonl"
 

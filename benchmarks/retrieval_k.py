@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.bench import Run, markdown_table, summarise  # noqa: E402
-from specviz.decoding import DecodingConfig  # noqa: E402
-from specviz.engine import generate  # noqa: E402
-from specviz.models import load_model  # noqa: E402
-from specviz.prompts import build_prompt  # noqa: E402
+from specviz.core.decoding import DecodingConfig  # noqa: E402
+from specviz.engine.loop import generate  # noqa: E402
+from specviz.models.loading import load_model  # noqa: E402
+from specviz.models.prompts import build_prompt  # noqa: E402
 from specviz.retrieval import build_context, build_passage_index, load_documents, load_embedder, retrieve  # noqa: E402
 
 WARMUP = "What is the Fresnel lens and who invented it?"

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specviz.drafters.base import DraftContext, DraftSetup, StepView  # noqa: E402
-from specviz.drafters.choice import parse_choice  # noqa: E402
-from specviz.drafters.store import DrafterStore  # noqa: E402
+from specviz.drafters.kit.base import DraftContext, DraftSetup, StepView  # noqa: E402
+from specviz.drafters.kit.choice import parse_choice  # noqa: E402
+from specviz.drafters.kit.store import DrafterStore  # noqa: E402
 from specviz.peers import ENGINE_PEERS  # noqa: E402
-from specviz.timing import PhaseTimer  # noqa: E402
-from specviz.tree import DraftTree  # noqa: E402
+from specviz.core.timing import PhaseTimer  # noqa: E402
+from specviz.core.tree import DraftTree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ROOT / "specviz" / "data" / "specbench" / "question.jsonl"
@@ -44,10 +44,10 @@ PEER = ENGINE_PEERS["arctic_suffix"]
 def record(path: Path, per_category: int, max_new_tokens: int) -> None:
     """The first `per_category` questions of each Spec-Bench category, first turn, answered
     greedily by the embedded model (drafted by suffix_decoding: lossless, faster than vanilla)."""
-    from specviz.decoding import DecodingConfig
+    from specviz.core.decoding import DecodingConfig
     from specviz.engine import generate
     from specviz.models import load_model
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
     lm = load_model("embedded")
     seen: dict[str, int] = {}
     streams = []

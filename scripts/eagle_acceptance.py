@@ -12,11 +12,11 @@ import argparse
 import itertools
 import json
 
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate
 from specviz.models import load_model
-from specviz.prompts import build_prompt
-from specviz.resources import data_path
+from specviz.models.prompts import build_prompt
+from specviz.files.resources import data_path
 
 
 def main() -> None:

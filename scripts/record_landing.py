@@ -47,12 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from specviz.bench.cluster import cpu_model
-    from specviz.cost import calibrate
-    from specviz.decoding import DecodingConfig
+    from specviz.models.cost import calibrate
+    from specviz.core.decoding import DecodingConfig
     from specviz.engine import generate
-    from specviz.landing_check import cost_model_disagreements, forward_rows
+    from specviz.analysis.landing_check import cost_model_disagreements, forward_rows
     from specviz.models import load_model
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
     from specviz.ui.presets import load_presets
 
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

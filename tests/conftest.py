@@ -21,12 +21,12 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from specviz.cost import calibrate
-from specviz.cpu_linear import use_few_row_linear
-from specviz.decoding import DecodingConfig
+from specviz.models.cost import calibrate
+from specviz.models.cpu_linear import use_few_row_linear
+from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate_steps
 from specviz.models import LoadedModel, load_model, tiny_random_model
-from specviz.trace import StepRecord
+from specviz.core.trace import StepRecord
 
 # The test models are tiny: one thread is ~10x faster than two when the other core is busy
 # (OpenMP threads spin waiting for each other). SPECVIZ_TEST_THREADS overrides.

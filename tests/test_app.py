@@ -12,10 +12,10 @@ import pytest
 from serving import launched
 
 import app
-from specviz import models
-from specviz.drafters.base import REGISTRY, DrafterSpec
-from specviz.settings import describe
-from specviz.trace import Trace
+from specviz.models import loading as models
+from specviz.drafters.kit.base import REGISTRY, DrafterSpec
+from specviz.core.settings import describe
+from specviz.core.trace import Trace
 from specviz.ui import compare_tab, replay_tab, run_panel
 from specviz.ui.session import Session
 from specviz.ui.setup_panel import SetupPanel, build_setup_panel
@@ -58,7 +58,7 @@ def test_every_drafter_gets_its_settings_from_its_config(panel: SetupPanel) -> N
 def test_a_newly_registered_drafter_is_rendered_without_ui_code(monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import dataclass
 
-    from specviz.settings import Settings, setting
+    from specviz.core.settings import Settings, setting
 
     @dataclass(frozen=True)
     class ToyConfig(Settings):
@@ -229,7 +229,7 @@ def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.M
     """The page opens on a recorded summarization with bushy trees: read from the package
     data, drawn without loading a model; a new session shows it, a new run replaces it."""
     from specviz import viz
-    from specviz.resources import data_path
+    from specviz.files.resources import data_path
     from specviz.ui import landing
     from specviz.ui.inspector import most_accepted_step, render_step
 

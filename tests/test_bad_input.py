@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from specviz.errors import TraceFormatError
-from specviz.trace import Trace
+from specviz.core.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -213,7 +213,7 @@ def test_malicious_pickle_never_runs(tmp_path: Path) -> None:
 def test_shipped_checkpoints_load_safely() -> None:
     from specviz.glide.checkpoint import read
     from specviz.heads.checkpoint import FORMAT as HEADS_FORMAT, read as read_heads
-    from specviz.resources import data_path
+    from specviz.files.resources import data_path
 
     paths = sorted(data_path("checkpoints").glob("*.pt"))
     heads = [p for p in paths if p.name.startswith(("medusa-", "hydra-"))]
@@ -228,10 +228,10 @@ def test_shipped_checkpoints_load_safely() -> None:
 
 @pytest.fixture(scope="module")
 def good_trace() -> dict[str, Any]:
-    from specviz.decoding import DecodingConfig
+    from specviz.core.decoding import DecodingConfig
     from specviz.engine import generate
     from specviz.models import load_model
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     lm = load_model("tiny-random", device="cpu", dtype="float32")
     trace = generate(lm, build_prompt(lm.tokenizer, "hi", context="a b c a b c a b c"), "ngram_trie", None,
@@ -277,7 +277,7 @@ def test_deeply_nested_json_is_refused_cleanly() -> None:
 
 
 def test_schema_file_describes_what_to_json_writes(good_trace: dict[str, Any]) -> None:
-    from specviz.json_schema import SchemaError, shipped_schema, validate
+    from specviz.files.json_schema import SchemaError, shipped_schema, validate
 
     schema = shipped_schema("trace.schema.json")
     validate(good_trace, schema)
@@ -424,7 +424,7 @@ def test_out_of_vocabulary_draft_switches_the_drafter_off(tiny_lm: Any, monkeypa
     switches it off with a note, and the output is plain decoding's."""
     from conftest import run_ids
     from specviz.drafters import oracle
-    from specviz.tree import DraftTree
+    from specviz.core.tree import DraftTree
 
     plain, _ = run_ids(tiny_lm, [5, 6, 7], "vanilla", max_new_tokens=8)
     monkeypatch.setattr(oracle.Oracle, "propose", lambda self, ctx: DraftTree.chain([3, 10_000], "bad"))
@@ -436,9 +436,9 @@ def test_out_of_vocabulary_draft_switches_the_drafter_off(tiny_lm: Any, monkeypa
 @pytest.mark.parametrize("values", [{"temperature": float("nan")}, {"temperature": "inf"}, {"top_p": float("nan")},
                                     {"max_new_tokens": float("nan")}, {"seed": float("inf")}])
 def test_settings_refuse_non_finite_numbers(values: dict[str, Any]) -> None:
-    from specviz.decoding import DecodingConfig
+    from specviz.core.decoding import DecodingConfig
     from specviz.errors import ConfigError
-    from specviz.settings import build
+    from specviz.core.settings import build
 
     with pytest.raises(ConfigError, match="finite"):
         build(DecodingConfig, values)

@@ -14,8 +14,8 @@ from specviz.bench.questions import QuestionsError, read_questions, select
 from specviz.bench.report import ResultsFormatError, load_results
 from specviz.cli import main
 from specviz.errors import UnknownDrafterError
-from specviz.trace import StepRecord
-from specviz.tree import DraftTree
+from specviz.core.trace import StepRecord
+from specviz.core.tree import DraftTree
 
 
 # ---- metrics -------------------------------------------------------------------------------
@@ -94,7 +94,7 @@ def test_model_drafter_metrics_pool_the_turns():
     c = (draft s / forward) / (verify s / step) = (0.8 / 16) / (1.0 / 4)."""
     from dataclasses import asdict, replace
 
-    from specviz import draft_metrics as dm
+    from specviz.core import draft_metrics as dm
     from specviz.bench.report import model_table, summary_markdown
     t1 = dm.Tally(steps=3, accepted=6, rejections=2, draft_seconds=0.6, draft_forwards=12, verify_seconds=0.75,
                   gamma_sum=12)
@@ -383,7 +383,7 @@ def test_finished_questions_need_every_method_and_repeat():
 
 
 def test_bench_skips_questions_longer_than_the_context(tmp_path, monkeypatch, capsys):
-    from specviz import models
+    from specviz.models import loading as models
     long_q = json.dumps({"question_id": 9, "category": "qa", "turns": ["word " * 5000]})
     code = main(["bench", "--model", "tiny-random", "--device", "cpu",
                  "--questions", str(_write(tmp_path, [Q[0], long_q])), "--categories", "qa",

@@ -7,8 +7,8 @@ import dataclasses
 
 import torch
 
-from specviz.drafters.base import REGISTRY, DrafterSpec, register
-from specviz.settings import Settings
+from specviz.drafters.kit.base import REGISTRY, DrafterSpec, register
+from specviz.core.settings import Settings
 from tests.conftest import run_ids
 
 TEXT_PROMPT = [5, 9, 33, 12, 7, 40, 22, 9, 33, 12, 61, 3]
@@ -31,7 +31,7 @@ class _Spy:
         view = ctx.target_cache
         keys = [view.keys(i).clone() if view.length else None for i in range(view.num_layers)]
         _Spy.seen.append((list(ctx.tokens), view.length, keys))
-        from specviz.tree import DraftTree
+        from specviz.core.tree import DraftTree
         return DraftTree.chain([ctx.tokens[-1], 7], "spy")      # something to reject / accept
 
     def observe(self, step) -> None:

@@ -8,20 +8,20 @@ import json
 
 import pytest
 
-from specviz import calibration as cal_mod
+from specviz.core import calibration as cal_mod
 from specviz.bench.figures import all_figures, position_lines, reliability_lines
 from specviz.bench.metrics import Run, summarise
 from specviz.bench.report import CSV_COLUMNS, position_table, summary_markdown
-from specviz.calibration import Calibration, calibration, expected_calibration_error, reliability
-from specviz.decoding import DecodingConfig
+from specviz.core.calibration import Calibration, calibration, expected_calibration_error, reliability
+from specviz.core.decoding import DecodingConfig
 from specviz.drafters import get, ordered
-from specviz.drafters.base import CONFIDENCE_KINDS, DrafterSpec
+from specviz.drafters.kit.base import CONFIDENCE_KINDS, DrafterSpec
 from specviz.engine import generate
 from specviz.errors import TraceFormatError
-from specviz.position_metrics import VLLM_NAMES, PositionCounts, position_counts
-from specviz.prompts import build_prompt
-from specviz.trace import StepRecord, Totals, Trace, acceptance_by_depth
-from specviz.tree import DraftTree
+from specviz.core.position_metrics import VLLM_NAMES, PositionCounts, position_counts
+from specviz.models.prompts import build_prompt
+from specviz.core.trace import StepRecord, Totals, Trace, acceptance_by_depth
+from specviz.core.tree import DraftTree
 from specviz.viz.draft_head import positions_figure, reliability_figure
 from tests.conftest import bench_one_question, run_ids
 

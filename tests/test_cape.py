@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.drafters.chain import EXPANSION, PROPOSAL, ChainLoop, parse_bins
+from specviz.drafters.kit.chain import EXPANSION, PROPOSAL, ChainLoop, parse_bins
 from specviz.drafters.glide import PRESETS
 from test_drafters import ctx
 

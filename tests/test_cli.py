@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specviz import cli
-from specviz.trace import Trace
+from specviz.core.trace import Trace
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,7 +183,7 @@ def test_oracle_without_tokens_replays_vanilla(capsys: pytest.CaptureFixture, tm
 
 def test_model_drafter_summary_line_has_alpha_c_and_expected_speedup(capsys: pytest.CaptureFixture,
                                                                        tmp_path: Path) -> None:
-    from specviz import draft_metrics
+    from specviz.core import draft_metrics
     path = tmp_path / "t.json"
     code, out, err = call(capsys, "generate", "--model", "tiny-random", "--prompt", "hi", "--drafter",
                           "self_draft", "--set", "k=1", "--max-new-tokens", "12", "--trace", str(path))

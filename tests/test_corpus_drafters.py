@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from conftest import model_documents, run_ids
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.drafters import get
-from specviz.drafters.base import DraftSetup, StepView
+from specviz.drafters.kit.base import DraftSetup, StepView
 from specviz.errors import SpecvizError
 from specviz.index.model_db import ModelDB, count_ngrams
 from specviz.index.store import build_corpus_parts, save_model_db, tokenizer_identity
 from specviz.index.suffix_array import SEP
-from specviz.tree import DraftTree
+from specviz.core.tree import DraftTree
 from test_sampling import COST, PROMPT, SAMPLES, ALPHA, exact_pairs, fit_pvalues, sample
 
 NEW = 48
@@ -174,8 +174,8 @@ def test_tree_cutter_explores_a_source_it_never_tested():
     """A prior that never pays for drafting cuts every tree to nothing, except a tree of the
     free nodes on the step after `explore_every` steps without a draft, until the source has had
     EXPLORE_TESTS tests (the same rule as ngram_trie's)."""
-    from specviz.drafters.tree_cutter import TreeCutter
-    from specviz.sizing import EXPLORE_TESTS
+    from specviz.drafters.kit.tree_cutter import TreeCutter
+    from specviz.drafters.kit.sizing import EXPLORE_TESTS
 
     def cost(n: int) -> float:                     # 1 row 1 s, up to 3 nodes 2 s, then steep
         return 1.0 if n == 0 else (2.0 if n <= 3 else 2.0 + n)
@@ -276,7 +276,7 @@ def embedded_index(embedded_lm, tmp_path_factory):
 
 @pytest.mark.slow
 def test_embedded_corpus_drafters_equal_vanilla(embedded_lm, embedded_index):
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is and how it handles collisions.")
     vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=40)
@@ -303,7 +303,7 @@ def test_aded_keeps_its_adapted_table_across_generations(tiny_lm, ids_index, mon
     paper's matrix evolves over the request stream); with reset it starts from the corpus
     table. Greedy output is vanilla's either way."""
     from specviz.drafters import aded
-    from specviz.drafters.store import DrafterStore
+    from specviz.drafters.kit.store import DrafterStore
 
     folder, outputs = ids_index
     at_start: list[dict] = []                 # each generation's table as its drafter got it
@@ -351,7 +351,7 @@ def test_aded_without_a_store_starts_fresh(tiny_lm, ids_index):
                                     {"lookahead": True, "lookahead_window": 3},
                                     "paper"])
 def test_hierarchy_with_lookahead_tokens_equals_vanilla(tiny_lm, ids_index, config):
-    from specviz.drafters.choice import DrafterChoice
+    from specviz.drafters.kit.choice import DrafterChoice
 
     folder, outputs = ids_index
     values = DrafterChoice("hierarchy", "paper").values() if config == "paper" else dict(config)
@@ -378,7 +378,7 @@ def test_hierarchy_lookahead_ngrams_fill_the_context_db(tiny_lm):
     for lookahead in (False, True):
         config = spec.config({"lookahead": lookahead, "recycle": False, "size_by_cost": False,
                               "use_model_db": False, "use_corpus": False})
-        from specviz.engine import _run
+        from specviz.engine.loop import _run
         setup = DraftSetup(tuple(prompt), 64, frozenset(), 24, tiny_lm, DecodingConfig(max_new_tokens=24))
         drafter = spec.make(config, setup)
         list(_run(tiny_lm, tuple(prompt), drafter, "hierarchy", DecodingConfig(max_new_tokens=24)))
@@ -390,7 +390,7 @@ def test_aded_with_the_packaged_retrievers_cut_is_lossless_and_within_budget(tin
     """`aded@draftretriever`: at most 23 drafts, whose distinct-token counts sum to 24 at most
     after the cut; greedy output is vanilla's."""
     from specviz.drafters import aded
-    from specviz.drafters.choice import parse_choice
+    from specviz.drafters.kit.choice import parse_choice
 
     cuts: list[tuple[list[list[int]], list[int]]] = []
     original = aded.cut_to_budget

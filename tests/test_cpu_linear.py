@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specviz.cpu_linear import use_few_row_linear
+from specviz.models.cpu_linear import use_few_row_linear
 
 
 @pytest.mark.parametrize("bias", [True, False])

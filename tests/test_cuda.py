@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.drafters import get
 from specviz.engine import generate
 from specviz.models import load_model
-from specviz.prompts import build_prompt
+from specviz.models.prompts import build_prompt
 
 from test_eagle import save_random
 

@@ -1,4 +1,4 @@
-"""Device maps (specviz/placement.py, models.load_model(device_map=...)): a target split by
+"""Device maps (specviz/models/placement.py, models.load_model(device_map=...)): a target split by
 accelerate across the CPU and disk offload (all a machine without GPUs allows) decodes exactly
 as the same model on one device, greedy and sampling, for a chain drafter (prompt_lookup), a
 tree drafter (ngram_trie) and model drafters (Medusa / Hydra heads); the trace records the
@@ -13,15 +13,15 @@ import json
 import pytest
 import torch
 
-from specviz import placement
-from specviz.decoding import DecodingConfig
+from specviz.models import placement
+from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate
 from specviz.errors import ModelLoadError
 from specviz.heads import checkpoint as heads_ckpt
 from specviz.heads.model import DraftHeads, HeadsSpec
 from specviz.models import load_model
-from specviz.prompts import build_prompt
-from specviz.trace import Trace
+from specviz.models.prompts import build_prompt
+from specviz.core.trace import Trace
 
 from conftest import run_cli
 
@@ -275,7 +275,7 @@ def test_bench_records_the_map_in_results_json(tmp_path):
 
 
 def test_doctor_checks_a_split_target(tmp_path):
-    from specviz.doctor import format_report, run_doctor
+    from specviz.analysis.doctor import format_report, run_doctor
 
     report = run_doctor("tiny-random", dtype="float32", drafters=("prompt_lookup",), max_new_tokens=8,
                         n_prompts=1, rows=(1, 2), device_map=json.dumps(SPLIT), offload_folder=str(tmp_path))

@@ -14,15 +14,16 @@ import pytest
 import torch
 from conftest import first_child_path
 
-from specviz import cli, divergence, verify
-from specviz.accept import Acceptance
-from specviz.cost import calibrate
-from specviz.decoding import DecodingConfig
-from specviz.divergence import (IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, UNKNOWN, Divergence, classify,
-                                explain, first_difference, prefix_seconds, tolerance)
+from specviz import cli
+from specviz.analysis import divergence
+from specviz.engine import verify
+from specviz.engine.accept import Acceptance
+from specviz.models.cost import calibrate
+from specviz.core.decoding import DecodingConfig
+from specviz.analysis.divergence import (IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, UNKNOWN, Divergence, classify, explain, first_difference, prefix_seconds, tolerance)
 from specviz.engine import generate_steps
 from specviz.models import LoadedModel, tiny_random_model
-from specviz.trace import Totals, Trace
+from specviz.core.trace import Totals, Trace
 
 # --- pure functions --------------------------------------------------------------------------
 
@@ -57,8 +58,8 @@ def test_classify() -> None:
 
 def _trace(ids: tuple[int, ...], walls: tuple[float, ...], per_step: int, top=None, temperature: float = 0.0,
            dtype: str = "bfloat16") -> Trace:
-    from specviz.trace import StepRecord
-    from specviz.tree import DraftTree
+    from specviz.core.trace import StepRecord
+    from specviz.core.tree import DraftTree
 
     steps = []
     for k, wall in enumerate(walls):

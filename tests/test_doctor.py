@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specviz import cli, viz
-from specviz.doctor import DEFAULT_DRAFTERS, ROWS, DoctorReport, format_report, run_doctor
+from specviz.analysis.doctor import DEFAULT_DRAFTERS, ROWS, DoctorReport, format_report, run_doctor
 from specviz.errors import SpecvizError
 
 

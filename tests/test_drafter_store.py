@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 
-from specviz.drafters.store import DrafterStore
+from specviz.drafters.kit.store import DrafterStore
 from specviz.ui.session import Session
 
 

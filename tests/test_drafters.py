@@ -7,8 +7,8 @@ import pytest
 from specviz.drafters import REGISTRY, DraftContext, DraftSetup, StepView, get
 from specviz.drafters.prompt_lookup import lookup
 from specviz.index.ngram_trie import NgramTrie
-from specviz.timing import PhaseTimer
-from specviz.tree import DraftTree
+from specviz.core.timing import PhaseTimer
+from specviz.core.tree import DraftTree
 
 
 def ctx(tokens, prompt_len, budget=100, step=0) -> DraftContext:
@@ -134,7 +134,7 @@ def _flat_then_steep(n: int) -> float:
 
 
 def test_free_prefix_counts_the_nodes_that_cost_what_one_costs():
-    from specviz.sizing import free_prefix
+    from specviz.drafters.kit.sizing import free_prefix
     assert free_prefix(_flat_then_steep, 10) == 3
     assert free_prefix(_flat_then_steep, 2) == 2
     assert free_prefix(lambda n: 1.0 + n, 5) == 1
@@ -171,6 +171,6 @@ def test_ngram_trie_stops_exploring_after_enough_tests():
         tree = d.propose(c)
         explored += bool(c.info.get("explore"))
         d.observe(StepView(tree, (), (99,), prompt + [99], (99,) * (len(tree) + 1)))
-    from specviz.sizing import EXPLORE_TESTS
+    from specviz.drafters.kit.sizing import EXPLORE_TESTS
     assert d.cutter.tests(3) >= EXPLORE_TESTS         # exploration ran until enough were tested
     assert 1 <= explored <= EXPLORE_TESTS             # then stopped: at least one test per exploring step

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.drafters.base import REGISTRY, DrafterSpec, get
+from specviz.drafters.kit.base import REGISTRY, DrafterSpec, get
 from specviz.eagle import checkpoint as ckpt
 from specviz.eagle.model import EagleDraft, default_aux_layers
 from specviz.eagle.train import EagleTrainConfig, eagle_pass, evaluate, kind_view, pass_layers, train, unroll
 from specviz.engine import generate_steps
 from specviz.glide.target_pass import TargetCache
-from specviz.hidden import FINAL, HiddenCapture
+from specviz.models.hidden import FINAL, HiddenCapture
 
 from conftest import run_ids
 
@@ -277,7 +277,7 @@ def test_drafters_are_listed_with_presets():
 
 @pytest.mark.slow
 def test_shipped_heads_equal_vanilla_on_the_embedded_model(embedded_lm):
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.")
     vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=32)

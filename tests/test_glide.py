@@ -371,7 +371,7 @@ def test_glide_beam_of_one_is_the_greedy_chain(tiny_lm, glide_ckpt):
 
 @pytest.mark.parametrize("preset", ["paper", "paper-glide", "paper-beam"])
 def test_glide_paper_presets_greedy_lossless(tiny_lm, glide_ckpt, preset):
-    from specviz.drafters.choice import parse_choice
+    from specviz.drafters.kit.choice import parse_choice
 
     ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=30)
     config = parse_choice(f"glide@{preset}").config({"checkpoint": str(glide_ckpt)})
@@ -453,7 +453,7 @@ def test_train_glide_cli(tmp_path, capsys):
 def test_model_drafters_lossless_on_embedded(embedded_lm, tmp_path):
     """Greedy output of self_draft, draft_model (the embedded model drafting for itself) and
     glide+CAPE (a checkpoint after one training step) equals vanilla's."""
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     prompt = build_prompt(embedded_lm.tokenizer, "Name three colours of the rainbow.").ids
     ref, _ = run_ids(embedded_lm, prompt, "vanilla", None, max_new_tokens=16)
@@ -472,7 +472,7 @@ def test_shipped_checkpoints_are_default_and_lossless(embedded_lm):
     """specviz/data/checkpoints/glide-embedded.pt is what `glide` loads by default for the embedded model; it and
     the vanilla drafter shipped beside it are lossless."""
     from specviz.drafters.glide import CHECKPOINTS, default_checkpoint
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     assert default_checkpoint(embedded_lm.model_id) == CHECKPOINTS / "glide-embedded.pt"
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids
@@ -489,7 +489,7 @@ def test_shipped_glide_inference_matches_training_forward_on_embedded(embedded_l
     the training forward (block mask) over prompt + chain. So what the draft learned is what
     it uses at inference: its low acceptance is its training, not a train/inference mismatch."""
     from specviz.drafters.glide import default_checkpoint
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     ids = list(build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids)
     ids = ids[(len(ids) - 1) % 5:]                       # the root at a block start
@@ -508,7 +508,7 @@ def test_shipped_glide_inference_matches_training_forward_on_embedded(embedded_l
 def test_shipped_glide_drafts_are_accepted(embedded_lm):
     """The shipped GLIDE drafts what the target says: at least 4 of 24 tokens accepted on a
     plain question (the model card's check; the first, undertrained checkpoint got 0)."""
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids
     _, steps = run_ids(embedded_lm, prompt, "glide", {}, max_new_tokens=24)

@@ -25,14 +25,14 @@ from specviz.bench.methods import MethodError, expand_sweep, parse_methods
 from specviz.bench.metrics import Run
 from specviz.bench.report import ResultsFormatError, load_results, write_results
 from specviz.bench.resume import ResumeError, check_compatible, check_fresh_out, load_previous
-from specviz.drafters import REGISTRY, baseline, default, plugins
-from specviz.drafters.choice import DrafterChoiceError, parse_choice
+from specviz.drafters import REGISTRY, baseline, default
+from specviz.drafters.kit import plugins
+from specviz.drafters.kit.choice import DrafterChoiceError, parse_choice
 from specviz.errors import TraceFormatError
 from specviz.index.store import IndexFileError, read_manifest
-from specviz.trace import Trace
-from specviz.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth,
-                                loads_json, write_text_atomic)
-from specviz.web_policy import NotAllowedError, check_model, check_path
+from specviz.core.trace import Trace
+from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
+from specviz.ui.web_policy import NotAllowedError, check_model, check_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -83,7 +83,7 @@ def test_atomic_write_keeps_the_old_file_when_it_fails(tmp_path: Path, monkeypat
 def test_atomic_write_gives_a_plain_files_mode(tmp_path: Path) -> None:
     """A written results.json is readable by others as open() would make it (mkstemp's 0600 is
     not kept), and a replaced file keeps its own mode."""
-    from specviz.user_files import write_text_atomic
+    from specviz.files.user_files import write_text_atomic
     new = write_text_atomic(tmp_path / "new.json", "{}", "--out")
     umask = os.umask(0o022)
     os.umask(umask)
@@ -113,7 +113,7 @@ def test_deep_trace_is_a_trace_format_error() -> None:
 def test_results_schema_lists_every_run_field() -> None:
     """--resume validates runs with additionalProperties false: a Run field the schema does not
     list would make every results.json written by this version unreadable by --resume."""
-    from specviz.json_schema import shipped_schema
+    from specviz.files.json_schema import shipped_schema
     listed = set(shipped_schema("results.schema.json")["$defs"]["run"]["properties"])
     assert listed == {f.name for f in dataclasses.fields(Run)}
 
@@ -299,7 +299,7 @@ def _good(name: str = "plugin_fine") -> Any:
 
 
 def test_plugins_that_would_break_every_command_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specviz.drafters.base import register
+    from specviz.drafters.kit.base import register
 
     vanilla, first_default = REGISTRY["vanilla"], default()
 
@@ -577,12 +577,12 @@ def _plugin_site(folder: Path, plugins_src: dict[str, str]) -> Path:
 HOSTILE = {
     "second_vanilla": """
         import dataclasses
-        from specviz.drafters.base import REGISTRY, register
+        from specviz.drafters.kit.base import REGISTRY, register
         SPEC = register(dataclasses.replace(REGISTRY["vanilla"], summary="a second vanilla"))
     """,
     "second_baseline": """
         import dataclasses
-        from specviz.drafters.base import REGISTRY, register
+        from specviz.drafters.kit.base import REGISTRY, register
         register(dataclasses.replace(REGISTRY["vanilla"], name="baseline_two"))
         SPEC = dataclasses.replace(REGISTRY["ngram_trie"], name="ok_after_all", is_default=False, preselected=False)
     """,
@@ -592,12 +592,12 @@ HOSTILE = {
     """,
     "bad_name": """
         import dataclasses
-        from specviz.drafters.base import REGISTRY
+        from specviz.drafters.kit.base import REGISTRY
         SPEC = dataclasses.replace(REGISTRY["ngram_trie"], name="trie@v2", is_default=False, preselected=False)
     """,
     "fine": """
         import dataclasses
-        from specviz.drafters.base import REGISTRY
+        from specviz.drafters.kit.base import REGISTRY
         SPEC = dataclasses.replace(REGISTRY["ngram_trie"], name="fine_trie", is_default=False, preselected=False)
     """,
 }

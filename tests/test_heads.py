@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from specviz.decoding import DecodingConfig
-from specviz.drafters.base import REGISTRY, DrafterSpec, get, register
+from specviz.core.decoding import DecodingConfig
+from specviz.drafters.kit.base import REGISTRY, DrafterSpec, get, register
 from specviz.drafters.medusa import MC_SIM_7B_63, Template
 from specviz.engine import generate, generate_steps
 from specviz.errors import SpecvizError
@@ -19,9 +19,9 @@ from specviz.glide.target_pass import TargetCache
 from specviz.heads import checkpoint as ckpt
 from specviz.heads.model import DraftHeads, HeadsSpec
 from specviz.heads.train import HeadsTrainConfig, heads_pass, train
-from specviz.hidden import HiddenCapture, final_norm
-from specviz.settings import Settings
-from specviz.tree import DraftTree
+from specviz.models.hidden import HiddenCapture, final_norm
+from specviz.core.settings import Settings
+from specviz.core.tree import DraftTree
 from conftest import assert_checkpoint_files_refused, assert_export_loads, run_ids
 
 PROMPT = [23, 33, 55, 9, 35, 19, 31, 19, 10, 20, 21, 35, 50, 38, 42, 16, 17, 35]
@@ -306,7 +306,7 @@ def test_export_is_slim_and_loads(tiny_lm, medusa_ckpt, tmp_path):
 
 def test_explorer_draws_the_heads_tree(tiny_lm_tok, tmp_path):
     from specviz import viz
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     path = _random_ckpt(tiny_lm_tok, tmp_path / "m.pt", "medusa", vocab=256)
     prompt = build_prompt(tiny_lm_tok.tokenizer, "Once more: the red fox", chat=False)
@@ -364,7 +364,7 @@ def test_train_heads_cli(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_shipped_heads_equal_vanilla_on_the_embedded_model(embedded_lm):
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.")
     vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=32)

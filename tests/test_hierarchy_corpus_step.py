@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from specviz.drafters import get
-from specviz.drafters.base import DraftSetup
+from specviz.drafters.kit.base import DraftSetup
 from specviz.index.suffix_array import SEP, SuffixArray
 
 DOCS = [[5, 6, 7, 8, 9], [5, 6, 7, 8, 9], [6, 3, 4], [6, 7, 1, 2, 0], [6, 2]]

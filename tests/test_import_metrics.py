@@ -1,4 +1,4 @@
-"""import-metrics (specviz/server_metrics.py, viz/server_metrics.py, cli/import_metrics.py).
+"""import-metrics (specviz/analysis/server_metrics.py, viz/server_metrics.py, cli/import_metrics.py).
 
 The dumps below are written from the engines' own metric definitions and formats:
 - vLLM V1: vllm/v1/spec_decode/metrics.py (SpecDecodingStats; SpecDecodingProm registers the
@@ -24,11 +24,10 @@ import time
 import pytest
 
 from conftest import run_cli
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate
-from specviz.prompts import build_prompt
-from specviz.server_metrics import (MetricsImportError, from_prometheus, from_stats_json, parse_prometheus,
-                                    read_source, trace_spec_metrics)
+from specviz.models.prompts import build_prompt
+from specviz.analysis.server_metrics import (MetricsImportError, from_prometheus, from_stats_json, parse_prometheus, read_source, trace_spec_metrics)
 from specviz.viz.server_metrics import server_figure
 
 MODEL = 'model_name="meta-llama/Llama-3.1-8B-Instruct"'

@@ -10,9 +10,9 @@ import torch
 from transformers import GenerationConfig
 
 from conftest import run_ids
-from specviz.cost import VerifyCost
+from specviz.models.cost import VerifyCost
 from specviz.drafters import REGISTRY
-from specviz.tree import DraftTree
+from specviz.core.tree import DraftTree
 
 NEW = 64
 
@@ -156,7 +156,7 @@ CONTEXT = (
 
 def lighthouse_prompt(tokenizer):
     """The chat prompt of the embedded-model lossless tests: retell CONTEXT."""
-    from specviz.prompts import build_prompt
+    from specviz.models.prompts import build_prompt
 
     return build_prompt(tokenizer, "Retell the history of the lighthouse in your own words.", context=CONTEXT)
 
@@ -203,8 +203,8 @@ def test_steps_may_be_resumed_on_other_threads(tiny_lm, cases):
     still give vanilla's output."""
     import threading
 
-    from specviz.decoding import DecodingConfig
-    from specviz.drafters.base import DrafterSpec, register
+    from specviz.core.decoding import DecodingConfig
+    from specviz.drafters.kit.base import DrafterSpec, register
     from specviz.drafters.oracle import OracleConfig
     from specviz.engine import generate_steps
 

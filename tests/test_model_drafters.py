@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from specviz import draft_metrics as dm
-from specviz.cost import calibrate
-from specviz.decoding import DecodingConfig
+from specviz.core import draft_metrics as dm
+from specviz.models.cost import calibrate
+from specviz.core.decoding import DecodingConfig
 from specviz.drafters import draft_model as dmod
-from specviz.drafters.chain import expansion_size, parse_bins
+from specviz.drafters.kit.chain import expansion_size, parse_bins
 from specviz.drafters.self_draft import truncated_model
 from specviz.engine import generate_steps
 from specviz.errors import ConfigError, SpecvizError
@@ -194,7 +194,7 @@ def test_expected_speedup_hand_computed():
 
 
 def test_verify_priced_in_plain_steps_by_the_calibration():
-    from specviz.cost import VerifyCost
+    from specviz.models.cost import VerifyCost
     # 1 row 10 ms, 2 rows 20, 3 rows 30, 4 rows 20 (cheaper: 3 rows run padded to 4), 8 rows 40
     cost = VerifyCost((1, 2, 3, 4, 8), (0.01, 0.02, 0.03, 0.02, 0.04))
     assert cost.plain_steps([0]) == pytest.approx(1.0)

@@ -11,7 +11,7 @@ from specviz import DecodingConfig
 from specviz.engine import generate
 from specviz.errors import ModelLoadError
 from specviz.models import load_model, resolve_device, resolve_dtype
-from specviz.prompts import build_prompt
+from specviz.models.prompts import build_prompt
 
 
 @pytest.mark.parametrize("model_id", ["./no/such/model", "/no/such/model", "~/no/such/model", "a/b/c"])
@@ -64,7 +64,7 @@ def test_cpu_linear_on_needs_a_cpu_device():
 def test_the_cpu_linear_flag_reaches_the_trace(tmp_path, capsys, flag, expected):
     """generate --cpu-linear auto|on|off -> load_model's option -> Trace.runtime (auto: on, on a CPU)."""
     from specviz import cli
-    from specviz.trace import Trace
+    from specviz.core.trace import Trace
 
     path = tmp_path / "t.json"
     code = cli.main(["generate", "--model", "tiny-random", "--device", "cpu", "--prompt", "Hi", "--no-stream",

@@ -13,11 +13,11 @@ import pytest
 
 from conftest import run_ids
 from specviz import build_prompt, generate
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.index.store import build_corpus_parts
 from specviz.index.suffix_array import SEP
 from specviz.models import LoadedModel
-from specviz.trace import Trace
+from specviz.core.trace import Trace
 from specviz.viz.narrative import narrative_facts, step_narrative
 from specviz.viz.tree import node_status
 

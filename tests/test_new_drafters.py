@@ -10,17 +10,17 @@ import pytest
 
 from specviz import viz
 from specviz.bench.methods import parse_methods
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.drafters import get
-from specviz.drafters.store import DrafterStore
-from specviz.drafters.base import DraftContext, DraftSetup, StepView
+from specviz.drafters.kit.store import DrafterStore
+from specviz.drafters.kit.base import DraftContext, DraftSetup, StepView
 from specviz.drafters.token_recycling import TEMPLATE
 from specviz.engine import generate, generate_steps
 from specviz.index.adjacency import ORIGIN_PROMPT, ORIGIN_TARGET, CandidateMatrix, Template
 from specviz.index.suffix_tree import SuffixTree
-from specviz.prompts import build_prompt
-from specviz.timing import PhaseTimer
-from specviz.tree import DraftTree
+from specviz.models.prompts import build_prompt
+from specviz.core.timing import PhaseTimer
+from specviz.core.tree import DraftTree
 from specviz.viz.spans import context_sources
 
 

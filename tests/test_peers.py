@@ -11,10 +11,10 @@ import pytest
 
 from conftest import bench_one_question, model_documents, run_ids
 from specviz.bench.methods import MethodError, parse_methods
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.drafters import REGISTRY
-from specviz.drafters.choice import parse_choice
-from specviz.drafters.store import DrafterStore
+from specviz.drafters.kit.choice import parse_choice
+from specviz.drafters.kit.store import DrafterStore
 from specviz.engine import generate_steps
 from specviz.index.store import build_corpus_parts
 from specviz.index.suffix_array import SEP

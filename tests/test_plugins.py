@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from specviz.drafters import REGISTRY, plugins
-from specviz.drafters.base import DrafterSpec
-from specviz.trace import Trace
+from specviz.drafters import REGISTRY
+from specviz.drafters.kit import plugins
+from specviz.drafters.kit.base import DrafterSpec
+from specviz.core.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "specviz-echo-drafter"

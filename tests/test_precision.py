@@ -8,14 +8,15 @@ import argparse
 import pytest
 import torch
 
-from specviz import cli, models
-from specviz.decoding import DecodingConfig
+from specviz import cli
+from specviz.models import loading as models
+from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate
 from specviz.errors import ModelLoadError
 from specviz.glide.train import autocast_dtype
-from specviz.precision import DTYPE_CHOICES
-from specviz.prompts import build_prompt
-from specviz.timing import PeakMemory, PhaseTimer
+from specviz.core.precision import DTYPE_CHOICES
+from specviz.models.prompts import build_prompt
+from specviz.core.timing import PeakMemory, PhaseTimer
 
 CUDA = torch.device("cuda")
 CPU = torch.device("cpu")

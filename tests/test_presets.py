@@ -12,9 +12,9 @@ from specviz import cli
 from specviz.cli.drafters import drafters_markdown
 from specviz.bench.methods import MethodError, expand_sweep, parse_methods
 from specviz.drafters import REGISTRY, get
-from specviz.drafters.choice import DrafterChoice, DrafterChoiceError, parse_choice
+from specviz.drafters.kit.choice import DrafterChoice, DrafterChoiceError, parse_choice
 from specviz.errors import UnknownDrafterError
-from specviz.settings import describe
+from specviz.core.settings import describe
 
 # ---- parsing ----------------------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ def test_paper_presets_turn_every_extension_off_and_defaults_keep_them(name):
 
 
 def test_a_broken_preset_fails_at_registration():
-    from specviz.drafters.base import DrafterSpec, Preset
+    from specviz.drafters.kit.base import DrafterSpec, Preset
     from specviz.errors import ConfigError
     spec = get("ngram_trie")
     with pytest.raises(ConfigError):
@@ -225,8 +225,8 @@ def test_explorer_preset_fills_the_settings_form():
 
 
 def test_explorer_api_accepts_a_preset(tiny_lm):
-    from specviz.decoding import DecodingConfig
-    from specviz.drafters.store import DrafterStore
+    from specviz.core.decoding import DecodingConfig
+    from specviz.drafters.kit.store import DrafterStore
     from specviz.ui import runner
     from specviz.ui.session import RunSpec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.errors import PromptError
-from specviz.prompts import build_prompt
+from specviz.models.prompts import build_prompt
 
 
 @pytest.mark.parametrize("message", ["", "   ", "\n\t", None])

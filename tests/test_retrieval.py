@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from specviz.errors import ConfigError
-from specviz.prompts import build_prompt
+from specviz.models.prompts import build_prompt
 from specviz.retrieval import documents as documents_module
 from specviz.retrieval.chunks import ChunkingConfig, chunk_documents
 from specviz.retrieval.documents import (Document, document_from_bytes, load_documents, split_pasted)
@@ -25,7 +25,7 @@ from specviz.retrieval.faiss_index import IndexConfig, PassageIndex, resolve
 from specviz.retrieval.passages import build_passage_index, retrieve
 from specviz.retrieval.prompt import build_context
 from specviz.retrieval.rerank import load_reranker, rerank
-from specviz.settings import build
+from specviz.core.settings import build
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "specviz" / "data" / "docs"

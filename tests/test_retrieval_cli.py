@@ -12,7 +12,7 @@ import pytest
 
 from specviz import cli
 from specviz.retrieval.faiss_index import PassageIndex
-from specviz.trace import Trace
+from specviz.core.trace import Trace
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,14 +19,14 @@ import torch
 from conftest import first_child_path
 from scipy.stats import chisquare
 
-import specviz.verify as verify
-from specviz.accept import Acceptance, accept_sampling
-from specviz.cost import VerifyCost
-from specviz.decoding import DecodingConfig, target_probs
-from specviz.drafters.base import REGISTRY, DrafterSpec, register
+import specviz.engine.verify as verify
+from specviz.engine.accept import Acceptance, accept_sampling
+from specviz.models.cost import VerifyCost
+from specviz.core.decoding import DecodingConfig, target_probs
+from specviz.drafters.kit.base import REGISTRY, DrafterSpec, register
 from specviz.engine import generate_steps
-from specviz.settings import Settings
-from specviz.tree import DraftTree
+from specviz.core.settings import Settings
+from specviz.core.tree import DraftTree
 
 # The trie of this prompt matches its last token (35) and drafts a tree with two children
 # (50 and 19, about 3/4 of the target's mass at T=1) and grandchildren (38 after 50, 31

@@ -12,7 +12,7 @@ from specviz.drafters import REGISTRY, get
 from specviz.drafters.ngram_trie import NgramTrieConfig
 from specviz.drafters.oracle import OracleConfig
 from specviz.errors import ConfigError, SpecvizError
-from specviz.settings import Settings, build, describe, setting, to_dict
+from specviz.core.settings import Settings, build, describe, setting, to_dict
 
 
 # ---- settings.build ------------------------------------------------------------------------

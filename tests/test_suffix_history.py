@@ -8,12 +8,12 @@ import random
 import pytest
 
 from specviz.drafters import get
-from specviz.drafters.base import DraftContext, DraftSetup, StepView
-from specviz.drafters.store import DrafterStore
-from specviz.drafters.suffix_history import OutputHistory
+from specviz.drafters.kit.base import DraftContext, DraftSetup, StepView
+from specviz.drafters.kit.store import DrafterStore
+from specviz.drafters.kit.suffix_history import OutputHistory
 from specviz.index.suffix_tree import SuffixTree
-from specviz.timing import PhaseTimer
-from specviz.tree import DraftTree
+from specviz.core.timing import PhaseTimer
+from specviz.core.tree import DraftTree
 
 
 def _strings(tree: SuffixTree) -> dict[tuple[int, ...], int]:

@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from specviz import viz
-from specviz.cost import calibrate
-from specviz.decoding import DecodingConfig
+from specviz.models.cost import calibrate
+from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate
 from specviz.errors import ModelLoadError
 from specviz.models import LoadedModel, tiny_random_model
-from specviz.prompts import build_prompt
-from specviz.token_pieces import PieceStream, incremental_pieces, token_labels
-from specviz.trace import Trace
+from specviz.models.prompts import build_prompt
+from specviz.models.token_pieces import PieceStream, incremental_pieces, token_labels
+from specviz.core.trace import Trace
 
 SENTENCES = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog ran",
              "on the mat the cat sat", "Once upon a time, a dog sat on a log."]

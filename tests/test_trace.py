@@ -8,12 +8,12 @@ import json
 import pytest
 
 from specviz import DecodingConfig, build_prompt, generate
-from specviz.drafters.base import REGISTRY, DrafterSpec, register
+from specviz.drafters.kit.base import REGISTRY, DrafterSpec, register
 from specviz.errors import TraceFormatError
-from specviz.settings import Settings
-from specviz.timing import PHASES
-from specviz.trace import SCHEMA_VERSION, StepRecord, Trace
-from specviz.tree import DraftTree
+from specviz.core.settings import Settings
+from specviz.core.timing import PHASES
+from specviz.core.trace import SCHEMA_VERSION, StepRecord, Trace
+from specviz.core.tree import DraftTree
 
 NEW = 24
 

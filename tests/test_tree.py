@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.tree import DraftTree, build_buffers
+from specviz.core.tree import DraftTree, build_buffers
 
 NEG = torch.finfo(torch.float32).min
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specviz.accept import accept_greedy
-from specviz.kvcache import commit
-from specviz.tree import DraftTree, build_buffers
+from specviz.engine.accept import accept_greedy
+from specviz.models.kvcache import commit
+from specviz.core.tree import DraftTree, build_buffers
 
 PREFIX = [7, 3, 3, 21, 9, 40, 12, 5, 33, 1, 17]     # cached part of the committed sequence
 ROOT = 44                                          # last committed token (not cached yet)

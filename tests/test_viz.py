@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from specviz import build_prompt, generate
-from specviz.decoding import DecodingConfig
+from specviz.core.decoding import DecodingConfig
 from specviz.models import LoadedModel
-from specviz.trace import StepRecord, Totals, Trace
-from specviz.tree import DraftTree
+from specviz.core.trace import StepRecord, Totals, Trace
+from specviz.core.tree import DraftTree
 from specviz import viz
 from specviz.viz.palette import SOURCE_COLOURS, source_colour
 from specviz.viz.spans import context_sources
@@ -407,7 +407,7 @@ def test_a_shipped_trace_agrees_with_its_recorded_cost_model() -> None:
     """The landing run's forward times are the machine's: each step within STEP_FACTOR of the
     cost model recorded with it, the median within MEDIAN_FACTOR. Fails for a run recorded
     on a busy machine: re-record it on a quiet one with `python scripts/record_landing.py`."""
-    from specviz.landing_check import cost_model_disagreements
+    from specviz.analysis.landing_check import cost_model_disagreements
     from specviz.ui.landing import landing_recording, landing_trace
 
     recording = landing_recording()
@@ -418,7 +418,7 @@ def test_a_shipped_trace_agrees_with_its_recorded_cost_model() -> None:
 
 
 def test_the_cost_model_check_catches_a_busy_recording(spied) -> None:
-    from specviz.landing_check import cost_model_disagreements, forward_rows
+    from specviz.analysis.landing_check import cost_model_disagreements, forward_rows
 
     trace, _ = spied
     timed = [s for s in trace.steps if s.timings.get("verify.forward")]

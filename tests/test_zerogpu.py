@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import specviz.models as models
+import specviz.models.loading as models
 import specviz.ui.gpu as gpu_module
 
 ROOT = Path(__file__).resolve().parents[1]

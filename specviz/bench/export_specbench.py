@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SpecvizError
-from ..user_files import check_output_dir, write_text_atomic
+from ..files.user_files import check_output_dir, write_text_atomic
 from .metrics import Run
 
 FORMATS = ("specbench",)

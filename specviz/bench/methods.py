@@ -24,7 +24,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..drafters import baseline, ordered
-from ..drafters.choice import DrafterChoice, DrafterChoiceError, parse_choice
+from ..drafters.kit.choice import DrafterChoice, DrafterChoiceError, parse_choice
 from ..errors import ConfigError, SpecvizError
 from ..peers import ENGINE_PEERS
 

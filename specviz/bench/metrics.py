@@ -28,10 +28,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..calibration import Calibration
-from ..draft_metrics import Tally, priced_speedup
-from ..position_metrics import PositionCounts
-from ..trace import StepRecord, acceptance_by_depth
+from ..core.calibration import Calibration
+from ..core.draft_metrics import Tally, priced_speedup
+from ..core.position_metrics import PositionCounts
+from ..core.trace import StepRecord, acceptance_by_depth
 from .methods import BASELINE, UPPER_BOUND
 
 DRAFTING = ("draft.search", "draft.tree", "draft.update")

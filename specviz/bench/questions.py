@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
-from ..resources import data_path
+from ..files.resources import data_path
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 DEFAULT_QUESTIONS = data_path("specbench", "question.jsonl")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SpecvizError
-from ..user_files import FileCheckError, read_json_file, write_text_atomic
+from ..files.user_files import FileCheckError, read_json_file, write_text_atomic
 from .figures import all_figures
 from .methods import BASELINE
 from .metrics import Run

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SpecvizError
-from ..json_schema import SchemaError, shipped_schema, validate
-from ..user_files import FileCheckError, read_json_file
+from ..files.json_schema import SchemaError, shipped_schema, validate
+from ..files.user_files import FileCheckError, read_json_file
 from .metrics import Run
 from .questions import Question
 from .report import OUTPUT_FILES, RESULTS_VERSION

@@ -19,17 +19,17 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..decoding import DecodingConfig
-from ..divergence import explain, explain_ids
-from ..draft_metrics import tally
+from ..core.decoding import DecodingConfig
+from ..analysis.divergence import explain, explain_ids
+from ..core.draft_metrics import tally
 from ..drafters import get
-from ..drafters.store import DrafterStore
+from ..drafters.kit.store import DrafterStore
 from ..engine import generate
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..peers import ENGINE_PEERS
-from ..prompts import build_prompt
-from ..trace import Trace
+from ..models.prompts import build_prompt
+from ..core.trace import Trace
 from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance
 from .questions import Question

@@ -27,7 +27,7 @@ from ..bench.questions import DEFAULT_QUESTIONS, read_questions, select
 from ..bench.report import summary_markdown, write_results, write_results_json
 from ..bench.resume import check_compatible, check_fresh_out, load_previous, still_to_do
 from ..peers import ENGINE_PEERS
-from ..user_files import check_output_dir
+from ..files.user_files import check_output_dir
 from ..errors import SpecvizError
 from .common import add_runtime_arguments, load_target
 

@@ -82,7 +82,7 @@ def parse_set(items: Sequence[str] | None) -> dict[str, str]:
 
 def tuple_settings(spec: Any, values: dict[str, Any]) -> dict[str, Any]:
     """Settings whose default is a tuple (oracle's `tokens`) are given comma-separated ints."""
-    from ..settings import describe
+    from ..core.settings import describe
 
     out = dict(values)
     for info in describe(spec.config_cls):
@@ -98,14 +98,14 @@ def tuple_settings(spec: Any, values: dict[str, Any]) -> dict[str, Any]:
 
 def read_context(path: str | None) -> str:
     """The text of --context-file (a regular UTF-8 file under the size limit), checked before reading."""
-    from ..user_files import read_text_file
+    from ..files.user_files import read_text_file
 
     return read_text_file(path, "--context-file") if path else ""
 
 
 def check_trace_path(path: str | None) -> None:
     """Fail before generating, not after, if the trace cannot be written there (`--trace ""` too)."""
-    from ..user_files import check_output_file
+    from ..files.user_files import check_output_file
 
     if path is not None:
         check_output_file(path, "--trace")
@@ -115,7 +115,7 @@ def check_trace_path(path: str | None) -> None:
 
 def add_runtime_arguments(parser: Any) -> None:
     """--device, --dtype and --cpu-linear, as every command that loads a target model reads them."""
-    from ..precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
+    from ..core.precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
@@ -125,7 +125,7 @@ def add_runtime_arguments(parser: Any) -> None:
 
 def add_device_map_arguments(parser: Any) -> None:
     """--device-map, --max-memory, --offload-folder: the target split across devices (placement.py)."""
-    from ..placement import DEVICE_MAP_HELP, MAX_MEMORY_HELP, OFFLOAD_HELP
+    from ..models.placement import DEVICE_MAP_HELP, MAX_MEMORY_HELP, OFFLOAD_HELP
 
     parser.add_argument("--device-map", default=None, metavar="auto|balanced|FILE.json", help=DEVICE_MAP_HELP)
     parser.add_argument("--max-memory", default=None, metavar="DEV=SIZE,...", help=MAX_MEMORY_HELP)

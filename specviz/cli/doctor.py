@@ -1,10 +1,10 @@
-"""`specviz doctor`: the machine report (specviz/doctor.py) as a table or JSON; exit 1 on a
+"""`specviz doctor`: the machine report (specviz/analysis/doctor.py) as a table or JSON; exit 1 on a
 drafter that mismatches vanilla (a bug)."""
 from __future__ import annotations
 
 import argparse
 
-from ..doctor import CHECK_PROMPTS, DEFAULT_DRAFTERS, MAX_NEW_TOKENS
+from ..analysis.doctor import CHECK_PROMPTS, DEFAULT_DRAFTERS, MAX_NEW_TOKENS
 from .common import add_runtime_arguments
 from .errors import UsageError
 
@@ -43,7 +43,7 @@ def checked_drafters(text: str) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..doctor import format_report, run_doctor
+    from ..analysis.doctor import format_report, run_doctor
     from ..models import cpu_linear_option
 
     hf_logging.disable_progress_bar()

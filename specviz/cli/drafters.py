@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def drafter_listing() -> list[dict[str, Any]]:
     """Every registered drafter with its settings, as plain data."""
     from ..drafters import ordered
-    from ..drafters.choice import preset_rows
-    from ..settings import describe
+    from ..drafters.kit.choice import preset_rows
+    from ..core.settings import describe
 
     out = []
     for spec in ordered():                                 # baseline first, the oracle last

@@ -23,8 +23,8 @@ from .errors import UsageError
 
 
 def add_arguments(gen: argparse.ArgumentParser) -> None:
-    from ..decoding import DecodingConfig
-    from ..settings import describe
+    from ..core.decoding import DecodingConfig
+    from ..core.settings import describe
 
     from ..drafters import default
     spec = default()
@@ -63,7 +63,7 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
 def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> tuple[Any, dict[str, Any]]:
     """--drafter NAME[@PRESET][[k=v;...]] and --set k=v -> (the DrafterSpec, its setting values:
     the preset's, the bracketed ones, then --set's)."""
-    from ..drafters.choice import parse_choice
+    from ..drafters.kit.choice import parse_choice
 
     try:
         choice = parse_choice(text, validate=False)
@@ -81,14 +81,14 @@ def process_store() -> Any:
     adapted table) lives as long as the command (a CLI process serves one user)."""
     global _PROCESS_STORE
     if _PROCESS_STORE is None:
-        from ..drafters.store import DrafterStore
+        from ..drafters.kit.store import DrafterStore
         _PROCESS_STORE = DrafterStore()
     return _PROCESS_STORE
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import settings
-    from ..decoding import DecodingConfig
+    from ..core import settings
+    from ..core.decoding import DecodingConfig
     from ..drafters import REFERENCE_SETTING
 
     # everything that needs no model is checked first, so a mistake fails in a second
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     check_trace_path(args.trace)
 
     from ..engine import build_trace, generate_steps, reference_config
-    from ..prompts import build_prompt
+    from ..models.prompts import build_prompt
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()      # "Loading weights" bars would clutter the output
@@ -158,7 +158,7 @@ def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, referenc
     """`generate --check`: run the baseline (vanilla) on the same input (unless `reference` is
     its run already), print where the outputs part and why (divergence.py); the trace gains the
     result. Exit status 1 for a mismatch (a bug), else 0."""
-    from ..divergence import MISMATCH, speed_note, with_divergence
+    from ..analysis.divergence import MISMATCH, speed_note, with_divergence
     from ..drafters import baseline
     from ..engine import generate
 
@@ -175,7 +175,7 @@ def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, referenc
 def write_trace(trace: Any, path: str | None) -> None:
     if path is None:
         return
-    from ..user_files import write_text_atomic
+    from ..files.user_files import write_text_atomic
 
     write_text_atomic(path, trace.to_json(), "--trace")     # whole or not at all; FileCheckError says why
     print(f"trace written to {path}", file=sys.stderr)

@@ -1,5 +1,5 @@
 """`specviz import-metrics FILE|URL`: a vLLM or SGLang server's speculative-decoding figures
-(specviz/server_metrics.py) printed, and drawn beside specviz runs of the same drafter.
+(specviz/analysis/server_metrics.py) printed, and drawn beside specviz runs of the same drafter.
 
     python -m specviz import-metrics http://localhost:8000/metrics --trace run.json --html cmp.html
     python -m specviz import-metrics vllm-metrics.txt --json
@@ -27,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..server_metrics import read_source, summary_lines, trace_spec_metrics
-    from ..trace import Trace
-    from ..user_files import check_output_file, read_text_file
+    from ..analysis.server_metrics import read_source, summary_lines, trace_spec_metrics
+    from ..core.trace import Trace
+    from ..files.user_files import check_output_file, read_text_file
     from .errors import UsageError
 
     if args.spec_tokens is not None and args.spec_tokens < 1:

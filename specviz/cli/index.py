@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--kind: {', '.join(wanted)} cannot be built in one command")
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size: must be at least 1, got {args.batch_size}")
-    from ..user_files import check_output_dir
+    from ..files.user_files import check_output_dir
     check_output_dir(args.out, "--out")            # before minutes of building, not after
     return int(kinds[wanted[0]][1](args) or 0)
 
@@ -91,7 +91,7 @@ def add_passages_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `index build --kind passages`, in their own group."""
     from ..retrieval.chunks import ChunkingConfig
     from ..retrieval.faiss_index import IndexConfig
-    from ..settings import describe
+    from ..core.settings import describe
 
     group = parser.add_argument_group("passages (--kind passages)")
     group.add_argument("--docs", metavar="PATH",
@@ -107,7 +107,7 @@ def add_passages_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _passages_config(cls: type, args: argparse.Namespace) -> Any:
-    from ..settings import build, describe
+    from ..core.settings import build, describe
 
     values = {i.name: getattr(args, f"passages_{i.name}") for i in describe(cls)
               if getattr(args, f"passages_{i.name}", None) is not None}

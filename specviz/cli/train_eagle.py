@@ -51,7 +51,7 @@ def add_arguments(p: Any) -> None:
 def run(args: Any) -> int:
     import torch
 
-    from ..cachedir import cache_dir
+    from ..files.cachedir import cache_dir
     from ..eagle import checkpoint as ckpt
     from ..eagle.train import EagleTrainConfig, eagle_pass, kind_view, pass_layers, train
     from ..glide.data import batches, windows

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..precision import DTYPE_CHOICES
+from ..core.precision import DTYPE_CHOICES
 from .common import add_cpu_linear_argument
 from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
                        check_held_out, check_outputs, needs_tokenizer, report_saved, set_threads, training_texts)

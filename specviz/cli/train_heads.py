@@ -47,7 +47,7 @@ def add_arguments(p: Any) -> None:
 def run(args: Any) -> int:
     import torch
 
-    from ..cachedir import cache_dir
+    from ..files.cachedir import cache_dir
     from ..glide.data import batches, windows
     from ..glide.target_pass import TargetCache
     from ..heads import checkpoint as ckpt

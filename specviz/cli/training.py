@@ -95,7 +95,7 @@ def report_saved(args: Any, ckpt: Any, out: Path, history: Sequence[Any], what: 
 def check_outputs(args: Any) -> None:
     """--out and --export checked before the target loads (not after hours of training): file
     paths this process can write, never a folder, not under /proc; their folder may be created."""
-    from ..user_files import check_output_file
+    from ..files.user_files import check_output_file
 
     for flag, path in (("--out", getattr(args, "out", None)), ("--export", getattr(args, "export", None))):
         if path is not None:

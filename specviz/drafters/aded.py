@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 from ..index.mcts import cut_to_budget, mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams
-from ..settings import setting
-from ..tree import DraftTree, merge_chains
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import corpus_index_setting, resolve_part
-from .store import settings_key
-from .tree_cutter import TreeSizingSettings
+from ..core.settings import setting
+from ..core.tree import DraftTree, merge_chains
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.corpus_index import corpus_index_setting, resolve_part
+from .kit.store import settings_key
+from .kit.tree_cutter import TreeSizingSettings
 
 # the visit share given to a node the search never visited (one the tri-gram table added):
 # even odds, a choice of this project (the paper sizes no trees by trust); the TreeCutter's

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecvizError
-from ..settings import setting
-from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter
+from ..core.settings import setting
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
+from .kit.chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter
 
 
 class TokenizerMismatchError(SpecvizError):

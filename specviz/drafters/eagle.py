@@ -4,7 +4,7 @@ of Language Models with Dynamic Draft Trees"; the authors' code: github.com/Safe
 and `EagleDrafter`, the drafting it shares with eagle3.py (EAGLE-3).
 
 The head (specviz/eagle/model.py) reads the target's hidden states of every committed row:
-the engine hands them over through the shared capture (`feature_layers`, specviz/hidden.py:
+the engine hands them over through the shared capture (`feature_layers`, specviz/models/hidden.py:
 EAGLE the final, post-norm hidden state, EAGLE-3 the inputs to its low/mid/high layers) and
 the drafter advances its own key/value cache over them, one row per committed position, as
 the authors' `stable_kv`. Draft rows are run on top of that cache and dropped after the step.
@@ -39,11 +39,11 @@ import torch
 from ..eagle import checkpoint as ckpt
 from ..eagle.model import EagleDraft
 from ..errors import ConfigError
-from ..hidden import FINAL
-from ..settings import setting
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
+from ..models.hidden import FINAL
+from ..core.settings import setting
+from ..core.tree import DraftTree
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 # the authors' settings: EaModel.from_pretrained's defaults (eagle/model/ea_model.py:
 # total_token=60, depth=7, top_k=10), used by their evaluation scripts for EAGLE-2 and EAGLE-3

@@ -14,7 +14,7 @@ Published heads load as their authors ship them: `--set checkpoint=yuhuili/EAGLE
 """
 from __future__ import annotations
 
-from .base import DrafterSpec, Preset, register
+from .kit.base import DrafterSpec, Preset, register
 from .eagle import PAPER_TREE, EagleConfig, EagleDrafter
 
 

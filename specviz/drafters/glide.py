@@ -25,12 +25,12 @@ import torch
 
 from ..glide.checkpoint import CheckpointError, load
 from ..glide.model import GlideDraft, positions_cross_mask
-from ..resources import data_path
+from ..files.resources import data_path
 from ..errors import ConfigError
-from ..settings import setting
-from ..user_files import folder_given_for_file
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
-from .chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
+from ..core.settings import setting
+from ..files.user_files import folder_given_for_file
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
+from .kit.chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
 

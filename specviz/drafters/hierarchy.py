@@ -41,12 +41,12 @@ import numpy as np
 
 from ..index.candidates import rank_continuations
 from ..index.mcts import cut_to_budget
-from ..settings import mirror_setting, setting
-from ..tree import DraftTree, graft_chains, merge_chains
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .corpus_index import corpus_index_setting, resolve_index, span_setting
+from ..core.settings import mirror_setting, setting
+from ..core.tree import DraftTree, graft_chains, merge_chains
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.corpus_index import corpus_index_setting, resolve_index, span_setting
 from .lookahead import JacobiWindow, LookaheadConfig
-from .tree_cutter import TreeSizingSettings
+from .kit.tree_cutter import TreeSizingSettings
 from ..index.ngram_pool import NgramPool
 
 DBS = ("context", "model-db", "corpus")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import DrafterSpec, Preset, register
+from .kit.base import DrafterSpec, Preset, register
 from .medusa import PAPER_TREE, HeadsConfig, HeadsDrafter
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..index.ngram_pool import NgramPool
-from ..settings import Settings, setting
-from ..tree import DraftTree, merge_chains
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from ..core.settings import Settings, setting
+from ..core.tree import DraftTree, merge_chains
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
 
 
 @dataclass(frozen=True)

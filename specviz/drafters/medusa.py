@@ -3,7 +3,7 @@ Framework with Multiple Decoding Heads"; the authors' code: github.com/FasterDec
 and `HeadsDrafter`, the tree drafting it shares with hydra.py.
 
 No draft model runs: the engine hands the drafter the target's final hidden state of the row
-that chose the root (`wants_hidden`, specviz/hidden.py), and head k (specviz/heads/model.py:
+that chose the root (`wants_hidden`, specviz/models/hidden.py), and head k (specviz/heads/model.py:
 a residual block, then the target's LM head over a shortlist) guesses the token k places
 below the root. Drafting costs a few [H, H] and one [K, H] matmul per head.
 
@@ -38,13 +38,13 @@ from ..errors import ConfigError
 from ..glide.checkpoint import CheckpointError
 from ..heads.checkpoint import default_checkpoint, load, load_any, train_command
 from ..heads.model import DraftHeads
-from ..settings import setting
-from ..user_files import folder_given_for_file
-from ..sizing import best_prefix
-from ..flat_tree import ancestry
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, checkpoint_setting, register
-from .tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
+from ..core.settings import setting
+from ..files.user_files import folder_given_for_file
+from .kit.sizing import best_prefix
+from ..core.flat_tree import ancestry
+from ..core.tree import DraftTree
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, checkpoint_setting, register
+from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 # Medusa's sparse tree "mc_sim_7b_63" (medusa/model/medusa_choices.py; also Hydra's
 # hydra/model/hydra_choices.py): 63 paths of per-head ranks over 4 heads.

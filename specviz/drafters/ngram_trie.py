@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.ngram_trie import NgramTrie
-from ..settings import setting
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
-from .tree_cutter import TreeSizingSettings
+from ..core.settings import setting
+from ..core.tree import DraftTree
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
+from .kit.tree_cutter import TreeSizingSettings
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..settings import Settings, setting
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, draft_size_setting, register
+from ..core.settings import Settings, setting
+from ..core.tree import DraftTree
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Unlearning, draft_size_setting, register
 
 
 @dataclass(frozen=True)

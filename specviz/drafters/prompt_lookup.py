@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..settings import Settings, setting
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
+from ..core.settings import Settings, setting
+from ..core.tree import DraftTree
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.candidates import rank_continuations
-from ..settings import setting
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, StepView, draft_size_setting, register
-from .corpus_index import corpus_index_setting, resolve_part, span_setting
-from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
+from ..core.settings import setting
+from ..core.tree import DraftTree
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, StepView, draft_size_setting, register
+from .kit.corpus_index import corpus_index_setting, resolve_part, span_setting
+from .kit.tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 
 @dataclass(frozen=True)

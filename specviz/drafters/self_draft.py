@@ -30,9 +30,9 @@ import torch
 from transformers import DynamicCache
 
 from ..errors import ConfigError
-from ..settings import setting
-from .base import DraftContext, DrafterSpec, DraftSetup, register
-from .chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter, hf_forward
+from ..core.settings import setting
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
+from .kit.chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter, hf_forward
 
 
 @dataclass(frozen=True)

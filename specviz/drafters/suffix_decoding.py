@@ -47,12 +47,12 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.suffix_tree import Speculation, SuffixTree
-from ..settings import setting
-from ..tree import DraftTree
-from .store import settings_key, shared_entry, tokenizer_key
-from .suffix_history import OutputHistory
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
-from .tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
+from ..core.settings import setting
+from ..core.tree import DraftTree
+from .kit.store import settings_key, shared_entry, tokenizer_key
+from .kit.suffix_history import OutputHistory
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
+from .kit.tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 _GENERATION = itertools.count()      # sequence ids in the global tree
 # max_spec_tokens must stay below this many tokens per level of max_depth: a sanity bound of

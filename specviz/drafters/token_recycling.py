@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix, Template
-from ..settings import setting
-from ..tree import DraftTree
-from .store import settings_key, shared_entry, tokenizer_key
-from .base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
-from .tree_cutter import TreeSizingSettings, continue_prior_setting
+from ..core.settings import setting
+from ..core.tree import DraftTree
+from .kit.store import settings_key, shared_entry, tokenizer_key
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting
 
 # The authors' tree template "2.2.2" (model/recycling/tree_template_.py): each node is the
 # path of candidate ranks from the root; levels of 8, 21, 25, 15, 8 and 3 nodes.

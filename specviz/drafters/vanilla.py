@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..settings import Settings
-from ..tree import DraftTree
-from .base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
+from ..core.settings import Settings
+from ..core.tree import DraftTree
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
 
 
 @dataclass(frozen=True)

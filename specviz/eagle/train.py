@@ -49,7 +49,7 @@ from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
 from ..glide.train import (after_step, check_least, freeze_target, frequent_tokens, lr_at, optimise, progress_bar,
                            saving_on_interrupt, StepLoss, TrainSchedule)
-from ..hidden import FINAL, HiddenCapture
+from ..models.hidden import FINAL, HiddenCapture
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
 

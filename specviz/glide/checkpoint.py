@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import SpecvizError
-from ..placement import check_resident, execution_device
+from ..models.placement import check_resident, execution_device
 from .model import GlideDraft, GlideSpec, target_fingerprint
 
 FORMAT = "specviz-glide/1"

@@ -18,10 +18,10 @@ import torch
 
 from ..glide.checkpoint import CheckpointError, check_fingerprint, load_blob, load_weights, slim, write_blob
 from ..glide.model import target_fingerprint
-from ..hidden import final_norm
-from ..placement import check_resident, execution_device
-from ..resources import data_path
-from ..user_files import FileCheckError, read_json_file
+from ..models.hidden import final_norm
+from ..models.placement import check_resident, execution_device
+from ..files.resources import data_path
+from ..files.user_files import FileCheckError, read_json_file
 from .model import KINDS, DraftHeads, HeadsSpec
 
 FORMAT = "specviz-heads/1"

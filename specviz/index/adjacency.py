@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..flat_tree import FlatTree
+from ..core.flat_tree import FlatTree
 
 ORIGIN_NONE, ORIGIN_TARGET, ORIGIN_PROMPT = 0, 1, 2
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..flat_tree import FlatTree
+from ..core.flat_tree import FlatTree
 from .suffix_array import SEP
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import SpecvizError
-from ..jsonl import jsonl_records
+from ..files.jsonl import jsonl_records
 
 SHAREGPT = "sharegpt"
 

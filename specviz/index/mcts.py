@@ -30,7 +30,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from ..flat_tree import FlatTree
+from ..core.flat_tree import FlatTree
 from .trigram import AdaptiveTrigrams
 
 

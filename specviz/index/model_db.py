@@ -63,7 +63,7 @@ def generate_outputs(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch
     token serves the whole batch; on CPU a batch of 8 costs about what one row does)."""
     import torch
 
-    from ..prompts import build_prompt
+    from ..models.prompts import build_prompt
 
     tok = lm.tokenizer
     eos = sorted(lm.eos_ids)

@@ -36,8 +36,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import SpecvizError
-from ..json_schema import SchemaError, validate
-from ..user_files import FileCheckError, read_json_file
+from ..files.json_schema import SchemaError, validate
+from ..files.user_files import FileCheckError, read_json_file
 from .corpus import SHAREGPT, CorpusError, CorpusStats, open_corpus
 from .model_db import ModelDB
 from .suffix_array import SEP, SuffixArray
@@ -367,7 +367,7 @@ def save_model_db(folder: str | Path, db: ModelDB, ident: dict[str, Any], info: 
 # ---- the default index ---------------------------------------------------------------------------
 
 def index_root() -> Path:
-    from ..cachedir import cache_dir
+    from ..files.cachedir import cache_dir
     return cache_dir() / "index"
 
 

@@ -16,7 +16,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 
-from ..drafters.base import DrafterSpec
+from ..drafters.kit.base import DrafterSpec
 from ..errors import SpecvizError
 
 BUILD_DOC = "benchmarks/README.md"

@@ -25,11 +25,11 @@ from typing import Any
 
 from arctic_inference.suffix_decoding import SuffixDecodingCache
 
-from ..drafters.base import DraftContext, DrafterSpec, DraftSetup, StepView
-from ..drafters.store import settings_key, shared_entry, tokenizer_key
+from ..drafters.kit.base import DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.store import settings_key, shared_entry, tokenizer_key
 from ..drafters.suffix_decoding import SuffixDecodingConfig
-from ..settings import Settings, mirror_setting, setting
-from ..tree import DraftTree
+from ..core.settings import Settings, mirror_setting, setting
+from ..core.tree import DraftTree
 
 _REQUESTS = itertools.count()        # request ids in the shared cache
 

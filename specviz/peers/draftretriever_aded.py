@@ -32,15 +32,15 @@ from typing import Any
 import draftretriever
 import numpy as np
 
-from ..cachedir import cache_dir
+from ..files.cachedir import cache_dir
 from ..drafters.aded import AdedConfig
-from ..drafters.base import DraftContext, DrafterSpec, DraftSetup, StepView
-from ..drafters.corpus_index import corpus_index_setting, resolve_index
-from ..drafters.store import shared_entry
+from ..drafters.kit.base import DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.corpus_index import corpus_index_setting, resolve_index
+from ..drafters.kit.store import shared_entry
 from ..index.store import CorpusIndex
 from ..index.suffix_array import SEP
-from ..settings import Settings, mirror_setting
-from ..tree import DraftTree, merge_chains
+from ..core.settings import Settings, mirror_setting
+from ..core.tree import DraftTree, merge_chains
 
 PAD = -2                       # the Reader pads its paths with -2
 WINDOW = 16                    # the Reader adapts the tri-grams of the last 16 tokens it is given

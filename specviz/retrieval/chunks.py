@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..errors import ConfigError
-from ..settings import Settings, setting
+from ..core.settings import Settings, setting
 from .documents import Document
 from .errors import DocumentError
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..jsonl import jsonl_records
+from ..files.jsonl import jsonl_records
 from .errors import DocumentError
 
 TEXT_SUFFIXES = (".txt", ".md")

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from ..settings import Settings, setting
+from ..core.settings import Settings, setting
 from .chunks import Chunk, ChunkingConfig
 from .errors import IndexFormatError, IndexMismatchError
 

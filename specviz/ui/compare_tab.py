@@ -8,10 +8,10 @@ from typing import Any, Iterator
 import gradio as gr
 
 from .. import viz
-from ..decoding import DecodingConfig
-from ..divergence import with_divergence
+from ..core.decoding import DecodingConfig
+from ..analysis.divergence import with_divergence
 from ..drafters import REGISTRY, baseline, ordered
-from ..trace import Trace
+from ..core.trace import Trace
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu

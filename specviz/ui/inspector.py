@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
-from ..trace import Trace
+from ..core.trace import Trace
 from .keyboard import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
 
 EMPTY_NOTE = "*Generate, step, or load a trace to inspect its steps.*"

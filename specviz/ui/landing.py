@@ -10,7 +10,7 @@ Re-record it on a quiet machine (about a minute on 2 CPU cores) with
 which also writes landing.recording.json beside it: when, where and how it was recorded and
 the machine's cost model (the seconds of a verify forward per row count, measured right
 after the run); the page says so (`landing_note`), and tests/test_viz.py checks the trace's
-step times against that cost model (specviz/landing_check.py).
+step times against that cost model (specviz/analysis/landing_check.py).
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..resources import data_path
-from ..trace import Trace
+from ..files.resources import data_path
+from ..core.trace import Trace
 from .session import Session
 
 LANDING = data_path("traces", "landing.json")

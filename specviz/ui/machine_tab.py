@@ -9,9 +9,9 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
-from ..doctor import DEFAULT_DRAFTERS, run_doctor
+from ..analysis.doctor import DEFAULT_DRAFTERS, run_doctor
 from ..drafters import baseline
-from ..web_policy import check_model
+from .web_policy import check_model
 from .errors import shown_to_user
 from .gpu import gpu
 from .setup_panel import SetupPanel

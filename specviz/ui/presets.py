@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..resources import data_path
+from ..files.resources import data_path
 
 PRESETS_FILE = data_path("presets.toml")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..trace import Trace
+from ..core.trace import Trace
 from .errors import shown_to_user
 from .session import Session
 from .uploads import TRACE_LIMIT_BYTES, read_trace_file

@@ -30,8 +30,8 @@ from ..retrieval.embed import canonical_id, load_embedder
 from ..retrieval.faiss_index import PassageIndex
 from ..retrieval.passages import MAX_K, build_passage_index, retrieve
 from ..retrieval.prompt import RetrievedContext, build_context
-from ..resources import data_path
-from ..settings import build
+from ..files.resources import data_path
+from ..core.settings import build
 
 DEMO_DOCS = data_path("docs")
 UI_MAX_CHUNKS = 5000          # embedding runs on the server's CPU: keep one build to minutes

@@ -10,9 +10,9 @@ import gradio as gr
 
 from .. import viz
 from ..drafters import baseline
-from ..settings import to_dict
-from ..token_pieces import PieceStream
-from ..trace import StepRecord, Trace
+from ..core.settings import to_dict
+from ..models.token_pieces import PieceStream
+from ..core.trace import StepRecord, Trace
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from ..decoding import DecodingConfig
+from ..core.decoding import DecodingConfig
 from ..engine import build_trace, generate_steps, reference_config
 from ..models import LoadedModel, load_model
-from ..prompts import build_prompt
-from ..trace import StepRecord, Trace
-from ..user_files import check_text_size
-from ..web_policy import check_request
-from ..drafters.base import get
-from ..drafters.choice import parse_choice
+from ..models.prompts import build_prompt
+from ..core.trace import StepRecord, Trace
+from ..files.user_files import check_text_size
+from .web_policy import check_request
+from ..drafters.kit.base import get
+from ..drafters.kit.choice import parse_choice
 from .session import LiveRun, RunSpec
 
 
@@ -78,5 +78,5 @@ def run_to_end(spec: RunSpec, store: Any = None) -> Trace:
 
 
 def decoding_of(values: Mapping[str, Any]) -> DecodingConfig:
-    from ..settings import build
+    from ..core.settings import build
     return build(DecodingConfig, dict(values))

@@ -16,7 +16,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..server_metrics import MetricsImportError, read_source, summary_lines, trace_spec_metrics
+from ..analysis.server_metrics import MetricsImportError, read_source, summary_lines, trace_spec_metrics
 from ..viz.server_metrics import server_figure
 from .errors import shown_to_user
 from .session import Session

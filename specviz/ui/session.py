@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..decoding import DecodingConfig
-from ..drafters.store import DrafterStore
-from ..trace import StepRecord, Trace
+from ..core.decoding import DecodingConfig
+from ..drafters.kit.store import DrafterStore
+from ..core.trace import StepRecord, Trace
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Gradio inputs rendered from a config dataclass (specviz.settings.describe).
+"""Gradio inputs rendered from a config dataclass (specviz.core.settings.describe).
 
 Nothing here knows a drafter: each registered drafter gets a group of inputs built from its
 config's fields (type, range, help), shown only while that drafter is selected. A new
@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import gradio as gr
 
-from ..settings import SettingInfo, describe
+from ..core.settings import SettingInfo, describe
 
 SLIDER_MAX_STEPS = 1024     # integer ranges wider than this get a number box
 

@@ -8,12 +8,12 @@ from typing import Any, Sequence
 
 import gradio as gr
 
-from ..decoding import DecodingConfig
-from ..drafters.base import REGISTRY, default, names
-from ..drafters.choice import DrafterChoice
+from ..core.decoding import DecodingConfig
+from ..drafters.kit.base import REGISTRY, default, names
+from ..drafters.kit.choice import DrafterChoice
 from ..errors import ConfigError
-from ..precision import DTYPE_CHOICES
-from ..settings import build
+from ..core.precision import DTYPE_CHOICES
+from ..core.settings import build
 from .session import RunSpec
 from .settings_form import SettingsForm
 
@@ -95,7 +95,7 @@ class SetupPanel:
 def device_map_values(values: Sequence[Any]) -> tuple[str, str]:
     """The device-map box's (map, budget): a strategy name or the map as JSON text (the explorer
     reads no files on the server), checked now; ("", "") when empty."""
-    from ..placement import STRATEGIES, parse_max_memory, read_device_map
+    from ..models.placement import STRATEGIES, parse_max_memory, read_device_map
 
     device_map = str(values[0] or "").strip() if values else ""
     max_memory = str(values[1] or "").strip() if len(values) > 1 else ""

@@ -9,8 +9,8 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
-from ..divergence import of_trace
-from ..trace import Trace
+from ..analysis.divergence import of_trace
+from ..core.trace import Trace
 from ..viz.draft_head import calibration_figure, draft_head_lines, trace_positions_figure
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .. import user_files
+from ..files import user_files
 from ..errors import SpecvizError, TraceFormatError
-from ..trace import Trace
+from ..core.trace import Trace
 
 CONTEXT_SUFFIXES = (".txt", ".md")
 CONTEXT_LIMIT_BYTES = user_files.CONTEXT_LIMIT_BYTES    # per file, as the CLI's --context-file

@@ -1,6 +1,6 @@
 """Pictures of a speculative-decoding run, from a Trace / StepRecord only (no gradio here).
 
-Every function takes a `specviz.trace.Trace` (and a step index where it draws one step) and
+Every function takes a `specviz.core.trace.Trace` (and a step index where it draws one step) and
 returns a plotly Figure, an HTML string or plain rows, so the same pictures serve the Gradio
 explorer, notebooks and scripts.
 

@@ -16,9 +16,9 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..divergence import IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, explain, of_trace
-from ..draft_metrics import priced_speedup
-from ..trace import Trace
+from ..analysis.divergence import IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, explain, of_trace
+from ..core.draft_metrics import priced_speedup
+from ..core.trace import Trace
 from .palette import FIGURE_TEMPLATE, show_token
 
 

@@ -7,9 +7,9 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from ..calibration import Calibration, Reliability
-from ..position_metrics import ACCEPTANCE_LENGTH_NOTE, PositionCounts
-from ..trace import Trace
+from ..core.calibration import Calibration, Reliability
+from ..core.position_metrics import ACCEPTANCE_LENGTH_NOTE, PositionCounts
+from ..core.trace import Trace
 from .palette import FIGURE_TEMPLATE
 
 KIND_WORDS = {"probability": "the draft probability given the parent",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..trace import Trace
+from ..core.trace import Trace
 
 
 def step_of_token(trace: Trace, position: int) -> int | None:

@@ -1,6 +1,6 @@
 """The tree-attention mask of one step, exactly as the verifier built it.
 
-The mask is rebuilt with the engine's own `specviz.tree.build_buffers` from the step's tree
+The mask is rebuilt with the engine's own `specviz.core.tree.build_buffers` from the step's tree
 (the same function the engine called, with the same padding), then the committed prefix's
 columns are summarised as one band: every row sees the whole prefix.
 """
@@ -10,8 +10,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from ..trace import Trace
-from ..tree import build_buffers
+from ..core.trace import Trace
+from ..core.tree import build_buffers
 from .palette import FIGURE_TEMPLATE, show_token
 
 

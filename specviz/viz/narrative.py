@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..trace import StepRecord, Trace
+from ..core.trace import StepRecord, Trace
 from .spans import prompt_char_spans
 from .tree import node_status
 

@@ -5,8 +5,8 @@ from collections import Counter
 
 import plotly.graph_objects as go
 
-from ..trace import Trace
-from ..trace import acceptance_by_depth as steps_acceptance_by_depth
+from ..core.trace import Trace
+from ..core.trace import acceptance_by_depth as steps_acceptance_by_depth
 from .palette import FIGURE_TEMPLATE
 
 

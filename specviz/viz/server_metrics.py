@@ -13,7 +13,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..server_metrics import SpecMetrics
+from ..analysis.server_metrics import SpecMetrics
 from .palette import FIGURE_TEMPLATE
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..trace import StepRecord, Trace
+from ..core.trace import StepRecord, Trace
 from .palette import KIND_COLOURS, source_colour, token_style
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..trace import Trace
+from ..core.trace import Trace
 from .jumps import jump_targets
 from .mask import mask_figure
 from .narrative import step_narrative

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from ..trace import Trace
+from ..core.trace import Trace
 
 # accepted draft tokens in the step -> colour (the last one holds for that many and more)
 ACCEPT_COLOURS = ("#e03131", "#ff922b", "#fcc419", "#94d82d", "#2f9e44")

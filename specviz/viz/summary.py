@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..trace import StepRecord, Trace
+from ..core.trace import StepRecord, Trace
 from .palette import show_token
 from .tree import node_status
 

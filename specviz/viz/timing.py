@@ -1,4 +1,4 @@
-"""Where the time goes: per step and per phase (the vocabulary of specviz.timing.PHASES).
+"""Where the time goes: per step and per phase (the vocabulary of specviz.core.timing.PHASES).
 
 "other" is a step's wall time not charged to any phase (Python overhead of the loop), so
 each step's bars add up to its wall time.
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..timing import PHASES
-from ..trace import StepRecord, Trace
+from ..core.timing import PHASES
+from ..core.trace import StepRecord, Trace
 from .palette import FIGURE_TEMPLATE
 
 PHASE_COLOURS = {

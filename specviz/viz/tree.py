@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..trace import StepRecord, Trace
+from ..core.trace import StepRecord, Trace
 from .palette import FIGURE_TEMPLATE, KIND_COLOURS, show_token, source_colour
 
 

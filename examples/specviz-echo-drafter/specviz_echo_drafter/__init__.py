@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specviz.drafters.base import DraftContext, DrafterSpec, DraftSetup, StepView
-from specviz.settings import Settings, setting
-from specviz.tree import DraftTree
+from specviz.drafters.kit.base import DraftContext, DrafterSpec, DraftSetup, StepView
+from specviz.core.settings import Settings, setting
+from specviz.core.tree import DraftTree
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
-from ..settings import Settings, setting
-from ..sizing import EXPLORE_TESTS, TrustEstimate, best_prefix, free_prefix
-from ..tree import DraftTree
+from ...core.settings import Settings, setting
+from .sizing import EXPLORE_TESTS, TrustEstimate, best_prefix, free_prefix
+from ...core.tree import DraftTree
 from .base import StepView
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from .accept import Acceptance, accept_greedy, accept_sampling
-from .decoding import DecodingConfig, target_probs
-from .tree import DraftTree, TreeBuffers
+from ..core.decoding import DecodingConfig, target_probs
+from ..core.tree import DraftTree, TreeBuffers
 
 
 @dataclass(frozen=True)

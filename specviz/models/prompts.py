@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .errors import PromptError
+from ..errors import PromptError
 
 
 @dataclass(frozen=True)

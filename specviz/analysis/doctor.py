@@ -98,7 +98,7 @@ class DoctorReport:
 
 def check_prompts(n: int = CHECK_PROMPTS) -> list[tuple[str, str, str]]:
     """(name, context, message) of the first n worked examples that have a context."""
-    from .resources import data_path
+    from ..files.resources import data_path
 
     path = data_path("presets.toml")
     presets = tomllib.loads(path.read_text(encoding="utf-8")).get("preset", []) if path.is_file() else []
@@ -112,7 +112,7 @@ def check_prompts(n: int = CHECK_PROMPTS) -> list[tuple[str, str, str]]:
 
 def cost_curve(lm: Any, context_len: int, rows: Sequence[int] = ROWS) -> tuple[CostPoint, ...]:
     """Measure one forward per row count over a `context_len` cache, beside the load-time model."""
-    from .cost import calibrate
+    from ..models.cost import calibrate
 
     now = calibrate(lm.model, past_len=context_len, sizes=tuple(rows))
     return tuple(CostPoint(m, s, lm.cost_model().calibrated(m)) for m, s in zip(now.sizes, now.seconds))
@@ -121,11 +121,11 @@ def cost_curve(lm: Any, context_len: int, rows: Sequence[int] = ROWS) -> tuple[C
 def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
                    max_new_tokens: int) -> tuple[DrafterCheck, ...]:
     """Each drafter against vanilla on each prompt, interleaved, greedy."""
-    from .decoding import DecodingConfig
+    from ..core.decoding import DecodingConfig
     from .divergence import IDENTICAL, MISMATCH, NEAR_TIE, explain
-    from .engine import generate
+    from ..engine import generate
 
-    from .drafters import baseline
+    from ..drafters import baseline
 
     base = baseline().name
     decoding = DecodingConfig(max_new_tokens=max_new_tokens)
@@ -168,11 +168,11 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
     import torch
     import transformers
 
-    from .drafters.base import get
-    from .errors import ConfigError
-    from .models import attention_implementation, load_model
-    from .prompts import build_prompt
-    from .timing import PeakMemory
+    from ..drafters.kit.base import get
+    from ..errors import ConfigError
+    from ..models import attention_implementation, load_model
+    from ..models.prompts import build_prompt
+    from ..core.timing import PeakMemory
 
     start = time.perf_counter()
     for name in drafters:

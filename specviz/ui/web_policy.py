@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import SpecvizError
-from .resources import data_path
+from ..errors import SpecvizError
+from ..files.resources import data_path
 
 ALLOWED_DIRS_ENV = "SPECVIZ_ALLOWED_DIRS"
 ALLOWED_MODELS_ENV = "SPECVIZ_ALLOWED_MODELS"
@@ -98,8 +98,8 @@ def _exists(model_id: str) -> bool:
 
 def check_request(model_id: str, drafter: str, values: Mapping[str, Any]) -> None:
     """Check a web request's target model and every path / model setting of its drafter."""
-    from .drafters.base import get
-    from .settings import describe
+    from ..drafters.kit.base import get
+    from ..core.settings import describe
 
     check_model(model_id or "embedded", "model")
     for info in describe(get(drafter).config_cls):

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
-from .errors import ConfigError, warn_renamed
+from ..errors import ConfigError, warn_renamed
 
 T = TypeVar("T")
 KINDS = ("", "token_ids", "file", "folder", "model")

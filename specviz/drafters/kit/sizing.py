@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 # a drafter that cuts trees by a learned trust explores (verifies a draft it would have cut)
-# until a bucket has had this many draft tokens tested: see drafters/tree_cutter.py. A choice
+# until a bucket has had this many draft tokens tested: see drafters/kit/tree_cutter.py. A choice
 # of this project: equal to PRIOR_WEIGHT, i.e. until the tests weigh as much as the prior
 EXPLORE_TESTS = 4
 # how many tested draft tokens the prior of a TrustEstimate counts as (its pseudo-count): small,

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from .. import settings
-from ..errors import UnknownDrafterError
-from ..timing import PhaseTimer
-from ..tree import DraftTree
+from ...core import settings
+from ...errors import UnknownDrafterError
+from ...core.timing import PhaseTimer
+from ...core.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,9 @@ class DraftContext:
     target_cache: Any = None
     # the target's final (post-norm) hidden state [H] of the row whose logits chose the root
     # tokens[-1] (at step 0 the prefill's last row; None for a one-token prompt), given only to
-    # a drafter with `wants_hidden = True` (specviz/hidden.py); None otherwise and in unit tests
+    # a drafter with `wants_hidden = True` (specviz/models/hidden.py); None otherwise and in unit tests
     hidden: Any = None
-    # a drafter with `feature_layers` (EAGLE, EAGLE-3; specviz/hidden.py): the target's hidden
+    # a drafter with `feature_layers` (EAGLE, EAGLE-3; specviz/models/hidden.py): the target's hidden
     # states at those layers of every row committed since its last step, [n, len(layers) x H],
     # in position order from position `features_at`; None otherwise and in unit tests
     features: Any = None
@@ -152,7 +152,7 @@ class DrafterSpec:
     # preset name -> Preset (e.g. "paper": the paper's own settings, every extension off)
     presets: Mapping[str, Preset] = field(default_factory=dict)
     # what the drafter's per-node confidence is (CONFIDENCE_KINDS; None: it has none), recorded
-    # in the trace (Trace.confidence) for the calibration view (specviz/calibration.py)
+    # in the trace (Trace.confidence) for the calibration view (specviz/core/calibration.py)
     confidence: str | None = None
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..index.suffix_tree import SuffixTree
+from ...index.suffix_tree import SuffixTree
 
 
 class OutputHistory:

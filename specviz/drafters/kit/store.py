@@ -71,7 +71,7 @@ def shared_entry(setup: Any, key: Hashable, make: Callable[[], T]) -> tuple[T, t
 
 def tokenizer_key(setup: Any) -> str:
     """The tokenizer fingerprint of a DraftSetup's target (token ids only without one)."""
-    from ..index.store import tokenizer_identity
+    from ...index.store import tokenizer_identity
 
     ident = tokenizer_identity(getattr(setup.target, "tokenizer", None), setup.vocab_size)
     return str(ident["fingerprint"])

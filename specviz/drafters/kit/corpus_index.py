@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..index.store import MAX_SPAN, CorpusIndex, default_index, open_index, tokenizer_identity
-from ..settings import setting
+from ...index.store import MAX_SPAN, CorpusIndex, default_index, open_index, tokenizer_identity
+from ...core.settings import setting
 from .base import DraftSetup
 
 INDEX_HELP = ("Corpus index folder (python -m specviz index build --kind suffix,trigram); empty = the "

@@ -33,11 +33,11 @@ from typing import Any
 import torch
 
 from . import embedded, placement
-from .cachedir import cache_dir
+from ..files.cachedir import cache_dir
 from .cost import VerifyCost, calibrate
 from .cpu_linear import use_few_row_linear
-from .errors import ModelLoadError
-from .precision import DTYPE_CHOICES
+from ..errors import ModelLoadError
+from ..core.precision import DTYPE_CHOICES
 
 EMBEDDED = "embedded"
 TINY = "tiny-random"

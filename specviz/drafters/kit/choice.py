@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, SpecvizError
+from ...errors import ConfigError, SpecvizError
 from .base import DrafterSpec, Preset, get
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")     # a drafter's or preset's name, as a choice names it

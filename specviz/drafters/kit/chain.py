@@ -34,13 +34,13 @@ from typing import Any, Protocol, Sequence
 import torch
 from transformers import DynamicCache
 
-from ..decoding import DecodingConfig, target_probs
-from ..errors import ConfigError
-from ..kvcache import crop_to
-from ..placement import input_device
-from ..settings import Settings, setting
-from ..flat_tree import ancestry
-from ..tree import DraftTree, TreeBuilder
+from ...core.decoding import DecodingConfig, target_probs
+from ...errors import ConfigError
+from ...models.kvcache import crop_to
+from ...models.placement import input_device
+from ...core.settings import Settings, setting
+from ...core.flat_tree import ancestry
+from ...core.tree import DraftTree, TreeBuilder
 from .base import DraftContext, DraftSetup
 
 PROPOSAL = "draft-model"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .tree import DraftTree
+from ..core.tree import DraftTree
 
 
 @dataclass(frozen=True)

@@ -21,19 +21,19 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from transformers import DynamicCache
 
-from . import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
-from .decoding import DecodingConfig
-from .drafters.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
-from .errors import ConfigError, ModelLoadError, PromptError
-from .hidden import HiddenCapture
-from .kvcache import CacheView, check_supported, commit
-from .models import LoadedModel
-from .prompts import Prompt
-from .settings import describe, to_dict
-from .timing import PeakMemory, PhaseTimer
-from .token_pieces import incremental_pieces, token_labels
-from .trace import StepRecord, Totals, Trace
-from .tree import DraftTree, build_buffers
+from .. import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
+from ..core.decoding import DecodingConfig
+from ..drafters.kit.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
+from ..errors import ConfigError, ModelLoadError, PromptError
+from ..models.hidden import HiddenCapture
+from ..models.kvcache import CacheView, check_supported, commit
+from ..models.loading import LoadedModel
+from ..models.prompts import Prompt
+from ..core.settings import describe, to_dict
+from ..core.timing import PeakMemory, PhaseTimer
+from ..models.token_pieces import incremental_pieces, token_labels
+from ..core.trace import StepRecord, Totals, Trace
+from ..core.tree import DraftTree, build_buffers
 from .verify import TOP_K, forward_tree, judge
 
 

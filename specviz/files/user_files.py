@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecvizError
+from ..errors import SpecvizError
 
 CONTEXT_LIMIT_BYTES = 1_000_000        # a context (file, upload or API text): ~250k tokens, more than any context window
 MAX_JSON_DEPTH = 64                    # a trace, results.json or manifest is under 10 levels deep

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Union
 
 import torch
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 DeviceName = Union[int, str]                # accelerate's: a GPU index, "cpu", "disk", "mps", "cuda:N"
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
