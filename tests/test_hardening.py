@@ -678,3 +678,34 @@ def test_uploaded_deep_trace_is_refused_by_the_handler(tmp_path: Path) -> None:
     path.write_text("[]")
     with pytest.raises(TraceFormatError, match="JSON object"):
         read_trace_file(path)
+
+
+# --- checkpoints that may be hub ids (EAGLE, Medusa) through the web policy ----------------------
+
+@pytest.mark.parametrize("drafter", ["eagle", "eagle3", "medusa"])
+def test_web_checkpoint_may_be_an_allowed_hub_id_but_never_an_outside_path(drafter, monkeypatch, tmp_path):
+    from specviz.ui.web_policy import NotAllowedError, check_request
+
+    monkeypatch.delenv("SPECVIZ_ALLOWED_MODELS", raising=False)
+    monkeypatch.delenv("SPECVIZ_ALLOWED_DIRS", raising=False)
+    check_request("embedded", drafter, {"checkpoint": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"})   # any hub id
+    check_request("embedded", drafter, {"checkpoint": ""})                                      # the shipped one
+    for outside in (str(tmp_path), "/etc/passwd", "../x/y/z"):
+        with pytest.raises(NotAllowedError, match="SPECVIZ_ALLOWED_DIRS"):
+            check_request("embedded", drafter, {"checkpoint": outside})
+    monkeypatch.setenv("SPECVIZ_ALLOWED_MODELS", "embedded,org/served-head")
+    check_request("embedded", drafter, {"checkpoint": "org/served-head"})
+    with pytest.raises(NotAllowedError, match="not served here.*SPECVIZ_ALLOWED_MODELS"):
+        check_request("embedded", drafter, {"checkpoint": "org/other-head"})
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path))
+    check_request("embedded", drafter, {"checkpoint": str(tmp_path)})                        # an allowed folder
+
+
+def test_glide_checkpoint_stays_a_file_setting():
+    from specviz.core.settings import describe
+    from specviz.drafters import get
+
+    kinds = {d: next(i.kind for i in describe(get(d).config_cls) if i.name == "checkpoint")
+             for d in ("glide", "medusa", "hydra", "eagle", "eagle3")}
+    assert kinds == {"glide": "file", "medusa": "checkpoint", "hydra": "checkpoint", "eagle": "checkpoint",
+                     "eagle3": "checkpoint"}

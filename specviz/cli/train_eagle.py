@@ -9,12 +9,10 @@ per draft position.
 """
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
-from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
-                       cache_meta, check_held_out, needs_tokenizer, set_threads, training_texts)
+from .training import add_replay_arguments, add_source_arguments, held_out_pairs, load_target_and_data, target_caches
 
 
 def add_arguments(p: Any) -> None:
@@ -31,62 +29,33 @@ def add_arguments(p: Any) -> None:
                    help="the head's MLP width (0: the target's, as the authors)")
     p.add_argument("--ttt", type=int, default=d.ttt, help="eagle3: training-time-test steps (authors: 7)")
     p.add_argument("--positions", type=int, default=d.positions, help="held-out: draft positions evaluated")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--epochs", type=int, default=d.epochs,
-                   help="passes over the data: steps / epochs distinct batches, each replayed from the target cache")
-    add_batch_arguments(p, d)
-    p.add_argument("--target-cache", default=None, metavar="DIR",
-                   help="keep the target's pass over each batch in DIR (default: a folder in the specviz "
-                        "cache named after the model, the kind's layers and the data settings)")
-    p.add_argument("--held-out", type=int, default=4, metavar="K",
-                   help="keep the first K batches out of training and report top-1 per draft position on them")
-    p.add_argument("--save-every", type=int, default=d.save_every)
-    add_resume_arguments(p, export="DIR")
-    p.add_argument("--target-dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="the target's pass: float32, or its decoder under bfloat16 autocast (features kept "
-                        "and the argmax taken in fp32)")
-    add_seed_arguments(p, d)
+    add_replay_arguments(
+        p, d, export="DIR",
+        cache_help="keep the target's pass over each batch in DIR (default: a folder in the specviz "
+                   "cache named after the model, the kind's layers and the data settings)",
+        held_out_help="keep the first K batches out of training and report top-1 per draft position on them",
+        dtype_help="the target's pass: float32, or its decoder under bfloat16 autocast (features kept "
+                   "and the argmax taken in fp32)")
 
 
 def run(args: Any) -> int:
     import torch
 
-    from ..files.cachedir import cache_dir
     from ..eagle import checkpoint as ckpt
     from ..eagle.train import EagleTrainConfig, eagle_pass, kind_view, pass_layers, train
-    from ..glide.data import batches, windows
-    from ..glide.target_pass import TargetCache
-    from ..models import load_model
 
-    set_threads(args.threads)
     cfg = EagleTrainConfig(kind=args.kind, vocab=args.vocab, intermediate=args.intermediate, ttt=args.ttt,
                            positions=args.positions, steps=args.steps, epochs=args.epochs, batch=args.batch,
                            seq_len=args.seq_len, lr=args.lr, warmup=args.warmup, save_every=args.save_every,
                            seed=args.seed)
-    cfg.check()
-    check_held_out(args.held_out)
-    lm = load_model(args.model, device=args.device, dtype="float32")
-    needs_tokenizer(lm, args.model)
+    lm, source, held_ids = load_target_and_data(args, cfg, folders=True)
     out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)
-    texts = training_texts(args, lm.tokenizer)
-    source = batches(windows(texts, lm.tokenizer, cfg.seq_len, lm.tokenizer.eos_token_id), cfg.batch)
-    held_ids = list(itertools.islice(source, args.held_out))              # never trained on
     layers = pass_layers(lm.model)
     # one pass keeps EAGLE-3's three layers and the final one: EAGLE and EAGLE-3 runs share it
-    meta = {**cache_meta(lm, args, cfg, list(layers)), "autocast": args.target_dtype}
-    autocast = torch.bfloat16 if args.target_dtype == "bfloat16" else None
-    folder = Path(args.target_cache) if args.target_cache else cache_dir() / "eagle-target-pass" / "-".join(
-        "".join(c if c.isalnum() else "-" for c in str(v)) for v in
-        (lm.model_id, args.data, args.max_texts, cfg.batch, cfg.seq_len, args.held_out, args.target_dtype))
-    cache = TargetCache(folder, meta)
-    held_cache = TargetCache(folder / "held-out", meta)
-    held = []
-    for n, ids in enumerate(held_ids, 1):
-        if n not in held_cache:
-            held_cache.put(n, ids, eagle_pass(lm.model, ids.to(lm.device), layers, autocast))
-        ids, tp = held_cache.get(n)
-        tp = kind_view(tp, cfg.kind, int(lm.model.config.hidden_size))
-        held.append((ids.to(lm.device), tp.to(torch.float32, lm.device)))
+    cache, held_cache, autocast = target_caches(args, lm, cfg, "eagle-target-pass", list(layers))
+    width = int(lm.model.config.hidden_size)
+    held = held_out_pairs(held_ids, held_cache, lm, lambda ids: eagle_pass(lm.model, ids, layers, autocast),
+                          lambda tp: kind_view(tp, cfg.kind, width))
     draft, history = train(lm.model, lm.model_id, source, cfg, cache, out, args.resume, held=held,
                            data_name=args.data, autocast=autocast)
     if args.export:

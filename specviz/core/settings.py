@@ -13,7 +13,7 @@ from typing import Any, Mapping, TypeVar
 from ..errors import ConfigError, warn_renamed
 
 T = TypeVar("T")
-KINDS = ("", "token_ids", "file", "folder", "model")
+KINDS = ("", "token_ids", "file", "folder", "model", "checkpoint")
 
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
@@ -26,7 +26,9 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     `kind` says what a value refers to, so shared checks need no drafter by name:
     "token_ids" (checked against the model's vocabulary before a run), "file" / "folder" (a
     server path: a web request may only name one inside the allowed folders, see
-    web_policy.py), "model" (a model id: a web request may only name an allowed one)."""
+    web_policy.py), "model" (a model id: a web request may only name an allowed one),
+    "checkpoint" (trained weights given as a server path or a model-hub id: checked as a path
+    when it is one, else as a model id; '' = the shipped one)."""
     if kind not in KINDS:
         raise TypeError(f"setting kind must be one of {KINDS}, got {kind!r}")
     meta = {"help": help, "low": low, "high": high, "low_open": low_open,

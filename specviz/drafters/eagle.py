@@ -55,7 +55,7 @@ class EagleConfig(TreeSizingSettings):
     checkpoint: str = setting("", "Head checkpoint: a folder (config.json + model.safetensors or "
                                   "pytorch_model.bin; the authors', vLLM speculators' or specviz's layout) "
                                   "or a model-hub id ('' = the shipped one for this target, "
-                                  "specviz/data/checkpoints/<drafter>-<model>/).", kind="file")
+                                  "specviz/data/checkpoints/<drafter>-<model>/).", kind="checkpoint")
     top_k: int = setting(4, "EAGLE-2: children drafted per expanded node, and nodes expanded per level "
                             "(the authors: 10).", low=1, high=32)
     depth: int = setting(4, "EAGLE-2: expansion rounds after the first level; the tree is at most "

@@ -79,7 +79,7 @@ class Template:
 
 @dataclass(frozen=True)
 class HeadsConfig(TreeSizingSettings):
-    checkpoint: str = checkpoint_setting("Heads", "<drafter>-<model>.pt")
+    checkpoint: str = checkpoint_setting("Heads", "<drafter>-<model>.pt", hub="FasterDecoding's Medusa layout (medusa)")
     tree: str = setting("mc_sim_7b_63", "Sparse tree of per-head ranks: mc_sim_7b_63 (Medusa's 63-node tree, "
                         "medusa_choices.py) or chain (each head's best token).", choices=tuple(TREES))
     min_path: float = setting(0.01, "Draft no children under a node whose path probability (the product of "

@@ -8,7 +8,9 @@ corpus index folder) or model ids (the target, a draft model). Settings declare 
   shipped data folder (specviz/data) or a folder named in SPECVIZ_ALLOWED_DIRS (separated by
   the OS path separator or commas);
 - model ids ("model" settings and the target model box) must be listed in
-  SPECVIZ_ALLOWED_MODELS (comma-separated) when it is set; unset, any hub id is accepted.
+  SPECVIZ_ALLOWED_MODELS (comma-separated) when it is set; unset, any hub id is accepted;
+- "checkpoint" settings (EAGLE heads, Medusa heads: a path or a hub id) are checked as a path
+  when they name one (or one exists), else as a model id.
 
 The CLI is run by the machine's own user and is not restricted. docs/security.md has the
 whole security model.
@@ -89,6 +91,15 @@ def check_model(model_id: str, field: str) -> None:
         check_path(model_id, field)      # a path is checked whether it exists or not: one message
 
 
+def check_checkpoint(value: str, field: str) -> None:
+    """Trained weights named by a server path (by its shape, or because it exists: checked as a
+    path, whatever SPECVIZ_ALLOWED_MODELS says) or by a model-hub id (checked as a model id)."""
+    if looks_like_path(value) or _exists(value):
+        check_path(value, field)
+    else:
+        check_model(value, field)
+
+
 def _exists(model_id: str) -> bool:
     try:
         return Path(model_id).expanduser().exists()
@@ -109,3 +120,5 @@ def check_request(model_id: str, drafter: str, values: Mapping[str, Any]) -> Non
                 check_path(value.strip(), name)
             elif info.kind == "model" and isinstance(value, str):
                 check_model(value, name)
+            elif info.kind == "checkpoint" and isinstance(value, str) and value.strip():
+                check_checkpoint(value.strip(), name)

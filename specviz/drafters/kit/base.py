@@ -103,9 +103,14 @@ def draft_size_setting(default: int, help: str) -> Any:
     return settings.setting(default, help, low=1, high=MAX_DRAFT_TOKENS)
 
 
-def checkpoint_setting(what: str, file: str) -> Any:
+def checkpoint_setting(what: str, file: str, hub: str = "") -> Any:
     """The `checkpoint` setting of a drafter with trained weights (glide, medusa, hydra): a
-    file, '' = the shipped one, specviz/data/checkpoints/`file` (a pattern like glide-<model>.pt)."""
+    file, '' = the shipped one, specviz/data/checkpoints/`file` (a pattern like glide-<model>.pt);
+    with `hub` (the layout a hub id or folder may hold), also a folder or a model-hub id."""
+    if hub:
+        return settings.setting("", f"{what} checkpoint: a file, a folder or model-hub id in {hub} ('' = the "
+                                    f"shipped one for this target, specviz/data/checkpoints/{file}).",
+                                kind="checkpoint")
     return settings.setting("", f"{what} checkpoint file ('' = the shipped one for this target, "
                                 f"specviz/data/checkpoints/{file}).", kind="file")
 
