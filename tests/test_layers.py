@@ -15,7 +15,8 @@
   its layer's folder.
 - The 0.9 module paths (specviz/old_paths.py MOVED) import, warn with a DeprecationWarning naming the
   new path, and give the very module at the new path; the public names (`from specviz import
-  load_model, generate, ...`) import; a plugin written against the 0.9 paths still registers.
+  load_model, generate, ...`) import; a plugin written against the 0.9 paths still registers; and
+  nothing in the repository (package, tests, scripts, benchmarks, examples) imports an old path.
 """
 from __future__ import annotations
 
@@ -433,7 +434,7 @@ def test_the_public_names_import() -> None:
     from the packages that replaced them."""
     code = textwrap.dedent("""
         import warnings
-        warnings.simplefilter("error", DeprecationWarning)        # the public names are not deprecated
+        warnings.filterwarnings("error", r"specviz\\.", DeprecationWarning)   # no old path behind the public names
         from specviz import (DRAFTERS, DecodingConfig, DraftTree, Prompt, SpecvizError, StepRecord, Trace,
                              __version__, build_prompt, build_trace, generate, generate_steps, load_model)
         from specviz.engine import build_trace, check_fits, check_token_settings, generate, generate_steps, reference_config
@@ -498,3 +499,47 @@ def test_a_plugin_on_the_old_paths_still_registers(tmp_path: Path) -> None:
     for old, new in (("specviz.drafters.base", "specviz.drafters.kit.base"), ("specviz.settings", "specviz.core.settings"),
                      ("specviz.tree", "specviz.core.tree")):
         assert any(line.startswith(f"warned: {old} moved to {new}") for line in out), out
+
+
+def old_path_imports(path: Path, name: str | None, moved: dict[str, str]) -> list[str]:
+    """Imports in the file at `path` (module `name` when it is inside specviz/, for relative
+    imports) that name a 0.9 path of `moved`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            named = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level and name:
+                package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{node.module}" if node.module else package
+            named = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in named if n in moved]
+    return found
+
+
+def test_nothing_here_imports_an_old_path() -> None:
+    """The package, its tests, scripts, benchmarks, examples and app.py use the new paths (only
+    this file names old ones, to test them)."""
+    from specviz.old_paths import MOVED
+
+    modules = {path: name for name, path in _modules().items()}
+    files = [*modules, ROOT / "app.py", *[p for d in ("tests", "scripts", "benchmarks", "examples")
+                                          for p in sorted((ROOT / d).rglob("*.py"))]]
+    offenders = [hit for path in files if path != Path(__file__).resolve()
+                 for hit in old_path_imports(path, modules.get(path), MOVED)]
+    assert not offenders, offenders
+    # the check finds the three forms
+    probe = {"specviz.verify": "x", "specviz.drafters.base": "y"}
+    lines = "import specviz.verify\nfrom specviz import verify\nfrom ..drafters.base import DrafterSpec\nimport specviz.tree\n"
+    fake = ROOT / "tests" / "_probe_old_paths.py"          # under ROOT: reported relative to it
+    fake.write_text(lines, encoding="utf-8")
+    try:
+        hits = old_path_imports(fake, "specviz.engine.loop", probe)
+    finally:
+        fake.unlink()
+    assert [h.split(":")[1] for h in hits] == ["1 specviz.verify", "2 specviz.verify", "3 specviz.drafters.base"], hits
