@@ -454,9 +454,9 @@ def test_the_public_names_import() -> None:
 OLD_PLUGIN_IMPORTS = ("from specviz.drafters.base import DraftContext, DrafterSpec, DraftSetup, StepView\n"
                       "from specviz.settings import Settings, setting\n"
                       "from specviz.tree import DraftTree\n")
-NEW_PLUGIN_IMPORTS = ("from specviz.drafters import DraftContext, DrafterSpec, DraftSetup, StepView\n"
-                      "from specviz.core.settings import Settings, setting\n"
-                      "from specviz.core.tree import DraftTree\n")
+NEW_PLUGIN_IMPORTS = ("from specviz.core.settings import Settings, setting\n"
+                      "from specviz.core.tree import DraftTree\n"
+                      "from specviz.drafters import DraftContext, DrafterSpec, DraftSetup, StepView\n")
 
 
 def test_a_plugin_on_the_old_paths_still_registers(tmp_path: Path) -> None:
