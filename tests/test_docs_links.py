@@ -133,3 +133,97 @@ def test_slugs_follow_github() -> None:
     assert slug("Model drafters: `draft_model`, `self_draft`, `glide`") == "model-drafters-draft_model-self_draft-glide"
     assert slug("Why several rows cost so much here: `cpu_linear.py`") == "why-several-rows-cost-so-much-here-cpu_linearpy"
     assert anchors("# A\n\n## A\n\n```\n# not a heading\n```\n") == {"a", "a-1"}
+
+
+# --- the house on paper: docs/ARCHITECTURE.md and docs/development.md name every module ---------
+
+PACKAGE = ROOT / "specviz"
+
+
+def module_paths(package: Path = PACKAGE) -> list[str]:
+    """Every module of the package as its path under specviz/: "core/tree.py", "__init__.py"."""
+    return sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py"))
+
+
+def unnamed_modules(text: str, paths: list[str]) -> list[str]:
+    """The paths that `text` never names, as `core/tree.py` or `specviz/core/tree.py` (a path
+    inside a longer one, `cli/errors.py` for `errors.py`, does not count)."""
+    return [p for p in paths
+            if not re.search(rf"(?:(?<=specviz/)|(?<![\w/.])){re.escape(p)}(?![\w/])", text)]
+
+
+def test_architecture_names_every_module() -> None:
+    """docs/ARCHITECTURE.md's diagram gives every module its line: a new module without one fails here."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = unnamed_modules(text, module_paths())
+    assert not missing, f"docs/ARCHITECTURE.md does not name {missing}: give each a line in the diagram"
+
+
+def _layout_entries(text: str) -> dict[str, str]:
+    """docs/development.md's project layout: entry (a folder under specviz/ like "drafters/kit/",
+    or a root module like "errors.py") -> its text, continuation lines included."""
+    block = text.split("## Project layout", 1)[1]
+    block = block[block.index("```"):].split("```")[1]
+    entries: dict[str, str] = {}
+    inside = False
+    current = None
+    for line in block.splitlines():
+        if line.startswith("specviz/"):
+            inside = True
+            continue
+        if inside and not line.startswith("  "):
+            inside = False
+        if not inside:
+            continue
+        match = re.match(r"^  (\S+)\s*(.*)$", line)
+        if match:
+            current = match.group(1)
+            entries[current] = match.group(2)
+        elif current is not None:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def unlisted_in_layout(text: str, paths: list[str]) -> list[str]:
+    """Modules docs/development.md's layout does not list: a root module needs its own entry; a
+    module in a folder needs its name (without .py) in its folder's entry."""
+    entries = _layout_entries(text)
+    missing = []
+    for path in paths:
+        folder, _, name = path.rpartition("/")
+        if not folder:
+            if path not in entries:
+                missing.append(path)
+        elif f"{folder}/" not in entries:
+            missing.append(f"{folder}/ (the folder)")
+        elif name != "__init__.py" and not re.search(rf"(?<![\w.]){re.escape(name[:-3])}(?![\w])",
+                                                       entries[f"{folder}/"]):
+            missing.append(path)
+    return sorted(set(missing))
+
+
+def test_development_lists_every_module_by_folder() -> None:
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    missing = unlisted_in_layout(text, module_paths())
+    assert not missing, f"docs/development.md's project layout does not list {missing}"
+
+
+def test_a_missing_module_would_be_found() -> None:
+    paths = ["__init__.py", "errors.py", "cli/errors.py", "core/tree.py", "core/__init__.py", "viz/tree.py"]
+    assert unnamed_modules("  errors.py  x\n  specviz/core/tree.py\n  __init__.py\n cli/errors.py", paths) \
+        == ["core/__init__.py", "viz/tree.py"]
+    layout = ("## Project layout\n\n```\napp.py   x\nspecviz/\n  __init__.py  the API\n  core/   tree, flat_tree,\n"
+              "          trace\n  viz/    the tree\ndocs/    y\n```\n")
+    assert unlisted_in_layout(layout, paths + ["core/trace.py", "core/timing.py", "drafters/kit/base.py"]) == [
+        "cli/ (the folder)", "core/timing.py", "drafters/kit/ (the folder)", "errors.py"]
+
+
+def test_doc_paths_into_the_package_exist() -> None:
+    """Every `specviz/....py` path the README and docs mention is a file (moved modules are renamed
+    there, not left at their 0.9 place)."""
+    stale = []
+    for path in [*documents(), ROOT / "examples" / "specviz-echo-drafter" / "README.md"]:
+        for mention in sorted(set(re.findall(r"(?<![\w/.-])specviz/[\w/]+\.py\b", path.read_text(encoding="utf-8")))):
+            if not (ROOT / mention).is_file():
+                stale.append(f"{path.relative_to(ROOT)}: {mention}")
+    assert not stale, stale

@@ -471,7 +471,7 @@ def test_model_drafters_lossless_on_embedded(embedded_lm, tmp_path):
 def test_shipped_checkpoints_are_default_and_lossless(embedded_lm):
     """specviz/data/checkpoints/glide-embedded.pt is what `glide` loads by default for the embedded model; it and
     the vanilla drafter shipped beside it are lossless."""
-    from specviz.drafters.glide import CHECKPOINTS, default_checkpoint
+    from specviz.glide.checkpoint import CHECKPOINTS, default_checkpoint
     from specviz.models.prompts import build_prompt
 
     assert default_checkpoint(embedded_lm.model_id) == CHECKPOINTS / "glide-embedded.pt"
@@ -488,7 +488,7 @@ def test_shipped_glide_inference_matches_training_forward_on_embedded(embedded_l
     """The real target, the shipped checkpoint: the chain the engine drafts is the argmax of
     the training forward (block mask) over prompt + chain. So what the draft learned is what
     it uses at inference: its low acceptance is its training, not a train/inference mismatch."""
-    from specviz.drafters.glide import default_checkpoint
+    from specviz.glide.checkpoint import default_checkpoint
     from specviz.models.prompts import build_prompt
 
     ids = list(build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids)

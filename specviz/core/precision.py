@@ -1,5 +1,5 @@
 """The device and dtype choices as the command line, the explorer and the docs name them
-(no torch import here: parsers are built before any model is loaded). models.py resolves them."""
+(no torch import here: parsers are built before any model is loaded). models/loading.py resolves them."""
 from __future__ import annotations
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")

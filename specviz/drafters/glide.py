@@ -23,21 +23,13 @@ from typing import Any, Sequence
 
 import torch
 
-from ..glide.checkpoint import CheckpointError, load
+from ..glide.checkpoint import CheckpointError, default_checkpoint, load
 from ..glide.model import GlideDraft, positions_cross_mask
-from ..files.resources import data_path
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..files.user_files import folder_given_for_file
 from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
 from .kit.chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
-
-CHECKPOINTS = data_path("checkpoints")
-
-
-def default_checkpoint(model_id: str) -> Path:
-    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in model_id)
-    return CHECKPOINTS / f"glide-{slug}.pt"
 
 
 @dataclass(frozen=True)

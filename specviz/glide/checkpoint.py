@@ -20,10 +20,18 @@ from typing import Any
 import torch
 
 from ..errors import SpecvizError
+from ..files.resources import data_path
 from ..models.placement import check_resident, execution_device
 from .model import GlideDraft, GlideSpec, target_fingerprint
 
 FORMAT = "specviz-glide/1"
+CHECKPOINTS = data_path("checkpoints")
+
+
+def default_checkpoint(model_id: str) -> Path:
+    """The shipped GLIDE draft for a target: specviz/data/checkpoints/glide-<model id>.pt."""
+    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in model_id)
+    return CHECKPOINTS / f"glide-{slug}.pt"
 
 
 class CheckpointError(SpecvizError):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specviz.drafters.kit.base import DraftContext, DrafterSpec, DraftSetup, StepView
 from specviz.core.settings import Settings, setting
 from specviz.core.tree import DraftTree
+from specviz.drafters import DraftContext, DrafterSpec, DraftSetup, StepView
 
 
 @dataclass(frozen=True)
