@@ -59,7 +59,7 @@ def target_pass(target: Any, ids: torch.Tensor, layers: list[int], *, labels: bo
         last = target.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state  # [B, T, H]
         full = target.lm_head(last) if (labels or logits) else None                                  # [B, T, V]
     return TargetPass(kv=[layer_kv(cache, i) for i in layers],
-                      labels=full.argmax(-1) if labels else None,
+                      labels=full.argmax(-1) if labels and full is not None else None,
                       hidden=last if hidden else None,
                       logits=full if logits else None)
 
