@@ -246,7 +246,8 @@ def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.M
     assert len(trace.steps[k].tree.leaves()) > 2 and len(trace.steps[k].accepted) >= 2
     assert len(trace.steps[k].accepted) <= len(trace.steps[most_accepted_step(trace)].accepted)
     values = render_step(trace, k)
-    assert values[2] is not None and values[3] is not None            # tree and mask figures
+    assert values[2].to_json() == viz.tree_figure(trace, k).to_json()   # step k's tree and mask
+    assert values[3].to_json() == viz.mask_figure(trace, k).to_json()
     assert values[-1].startswith(f"### What happened at step {k}")
     assert "recorded run" in landing.landing_note(trace)
     assert landing.new_landing_session().trace is trace

@@ -437,7 +437,10 @@ def test_results_tab_renders_a_results_file_and_refuses_a_bad_one(tmp_path):
     assert "tiny" in meta and "| qa | ngram_trie[n=8;prefix_len=2] |" in table
     assert "sitting 2: 2026-11-23 09:00 UTC, 1 questions, commit `def5678`" in meta
     assert {bar.name for bar in speed.data} == set(methods[1:])
-    assert sweep.visible and sweep.value is not None          # a sweep over n: its figure is shown
+    assert sweep.visible                                      # a sweep over n: its figure is shown
+    bars = json.loads(sweep.value["plot"])
+    assert [(d["type"], d["x"]) for d in bars["data"]] == [("bar", ["8", "13"])]
+    assert "ngram_trie: speedup by n" in bars["layout"]["title"]["text"]
     (tmp_path / "bad.json").write_text("[1, 2]")
     with pytest.raises(gr.Error, match="not a specviz results file"):
         render_results(str(tmp_path / "bad.json"))

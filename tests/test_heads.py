@@ -312,8 +312,11 @@ def test_explorer_draws_the_heads_tree(tiny_lm_tok, tmp_path):
     prompt = build_prompt(tiny_lm_tok.tokenizer, "Once more: the red fox", chat=False)
     trace = generate(tiny_lm_tok, prompt, "medusa", {"checkpoint": str(path), "size_by_cost": False},
                      DecodingConfig(max_new_tokens=4))
-    assert trace.steps[0].tree.sources[0] == "medusa-head"
-    assert viz.tree_figure(trace, 0) is not None
+    tree = trace.steps[0].tree
+    assert tree.sources[0] == "medusa-head"
+    nodes = next(t for t in viz.tree_figure(trace, 0).data if t.name == "draft nodes")
+    assert len(nodes.x) == len(tree) > 1                                  # one point per head candidate
+    assert all(f"source {s}<br>" in h for s, h in zip(tree.sources, nodes.hovertext))
 
 
 # ---- sampling: exact ------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_explicit_dtypes_are_taken_as_given() -> None:
 def test_dtype_choices_are_the_ones_the_loader_knows() -> None:
     assert DTYPE_CHOICES[0] == "auto"
     for name in DTYPE_CHOICES[1:]:
-        assert models.resolve_dtype(name, CPU) is not None
+        assert models.resolve_dtype(name, CPU) == getattr(torch, name)     # "bfloat16" -> torch.bfloat16
 
 
 def test_load_model_in_bfloat16_on_the_cpu() -> None:

@@ -203,7 +203,7 @@ def explain(reference: Trace, run: Trace) -> Divergence:
     pos = first_difference(a, b)
     shared = min(len(a), len(b)) if pos is None else pos
     dtype = coarser(reference.dtype, run.dtype)
-    times = {"reference_seconds": prefix_seconds(reference, shared), "run_seconds": prefix_seconds(run, shared)}
+    times: dict[str, Any] = {"reference_seconds": prefix_seconds(reference, shared), "run_seconds": prefix_seconds(run, shared)}
     if pos is None:
         return Divergence(IDENTICAL, None, shared, dtype, **times)
     tok_a = a[pos] if pos < len(a) else None
@@ -211,7 +211,7 @@ def explain(reference: Trace, run: Trace) -> Divergence:
     top_a, top_b = token_top_logits(reference.steps), token_top_logits(run.steps)
     ref2 = top_a[pos] if pos < len(top_a) else None
     run2 = top_b[pos] if pos < len(top_b) else None
-    common = dict(reference_token=tok_a, run_token=tok_b, reference_top=ref2, run_top=run2, **times)
+    common: dict[str, Any] = dict(reference_token=tok_a, run_token=tok_b, reference_top=ref2, run_top=run2, **times)
     if float(reference.decoding.get("temperature", 0.0)) != 0.0:
         return Divergence(SAMPLING, pos, shared, dtype, "outputs differ by design under sampling", **common)
     if tok_a is None or tok_b is None:
@@ -250,7 +250,7 @@ def explain_ids(reference: Trace, ids: Sequence[int], seconds: float) -> Diverge
     the shared tokens is its total pro rata of its tokens."""
     pos = first_difference(reference.output_ids, ids)
     shared = min(len(reference.output_ids), len(ids)) if pos is None else pos
-    times = {"reference_seconds": prefix_seconds(reference, shared),
+    times: dict[str, Any] = {"reference_seconds": prefix_seconds(reference, shared),
              "run_seconds": seconds * shared / len(ids) if ids else 0.0}
     if pos is None:
         return Divergence(IDENTICAL, None, shared, reference.dtype, **times)

@@ -260,7 +260,7 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
                 "calibration": cal.to_dict() if cal else None, "ece": cal.ece if cal else None,
             })
         top = next((r["speedup"] for r in cat_rows if r["method"] == oracle), None)
-        for r in cat_rows:
-            r["fraction_of_oracle"] = r["speedup"] / top if top else None
+        for row in cat_rows:
+            row["fraction_of_oracle"] = row["speedup"] / top if top else None
         rows.extend(cat_rows)
     return rows

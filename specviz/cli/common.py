@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError
@@ -43,7 +42,7 @@ def renamed_flag(parser: Any, old: str, new: str, dest: str) -> None:
                         help=argparse.SUPPRESS)
 
 
-def show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+def show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
                  line: Any = None) -> None:
     """warnings.showwarning for the CLI: specviz's own kinds (errors.RenamedWarning) print as
     one line `specviz: warning: ...` on stderr, like the CLI's other messages."""

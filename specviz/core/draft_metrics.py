@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 
 def acceptance_rate(accepted: Sequence[int], drafted: Sequence[int]) -> float:
@@ -92,7 +92,7 @@ class Tally:
         return {"alpha": alpha, "c": c, "gamma": gamma, "expected_speedup": expected_speedup(alpha, gamma, c)}
 
 
-def tally(steps: Sequence[object]) -> Tally:
+def tally(steps: Sequence[Any]) -> Tally:
     """The Tally of StepRecords: draft time and forwards from each step's `info` (written by
     drafters/kit/chain.py), target step time from its verify forward."""
     t = Tally()
@@ -109,7 +109,7 @@ def tally(steps: Sequence[object]) -> Tally:
     return t
 
 
-def summarize(steps: Sequence[object]) -> dict[str, float]:
+def summarize(steps: Sequence[Any]) -> dict[str, float]:
     """alpha, c, gamma and the expected speedup from StepRecords of a model drafter ({} for
     any other drafter)."""
     return tally(steps).metrics()

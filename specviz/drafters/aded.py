@@ -110,7 +110,7 @@ class AdedDrafter:
             # per node: raw chance = share of the parent's visits (extensions: 1/2), source
             visits_of: dict[int, int] = {}
             sources = list(tree.sources)
-            for (toks, path, ext), nodes in zip(drafts, chain_nodes):
+            for (_toks, path, _ext), nodes in zip(drafts, chain_nodes):
                 for k, node in enumerate(nodes):
                     if k < len(path):
                         visits_of[node] = search.visits[path[k]]

@@ -66,7 +66,7 @@ class JacobiWindow:
 
     def bind(self, tree: DraftTree, column_nodes: Sequence[Sequence[int]]) -> None:
         """Remember where the columns' cells landed in `tree` (column_nodes: per chain, its node ids)."""
-        self.cells = [[column_nodes[j][j + l] for j in range(self.window)] for l in range(len(self.levels))]
+        self.cells = [[column_nodes[j][j + l] for j in range(self.window)] for l in range(len(self.levels))]  # noqa: E741 (the paper's l)
         self._tree = tree
 
     def advance(self, step: StepView) -> list[list[int]]:

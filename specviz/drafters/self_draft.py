@@ -8,17 +8,18 @@ the same token at the same position, seeing exactly its committed ancestors (the
 forward's tree mask shows each node only its own path, and only the accepted path is
 committed), so it equals what the first k layers alone would compute. Each step the draft
 starts a DynamicCache whose first k layers point at the committed tensors (read-only:
-DynamicLayer.update concatenates into new tensors, never writing in place) and forwards
+kvcache.append concatenates into new tensors, never writing in place) and forwards
 only the root and its own drafted tokens: no catch-up forward, nothing to roll back.
 
-Transformers internals this relies on, each kept to one place here and each checked by a
-test in tests/test_model_drafters.py, so an upgrade that changes one fails there, not as a
-silent slowdown or a wrong draft:
+Transformers internals this relies on, each kept to one place and each checked by a test
+(tests/test_model_drafters.py, tests/test_kvcache.py), so an upgrade that changes one fails
+there, not as a silent slowdown or a wrong draft:
 - `truncated_model`: a Llama-style decoder runs `layers[: config.num_hidden_layers]` (and
   reads `config.layer_types` per layer), so a copy with a smaller config runs only the
   first k layers on the target's own modules;
-- `SelfDraftLM.forward`: `DynamicCache.update` on an empty layer concatenates into new
-  tensors and never writes into the ones it was given (the target's committed cache).
+- `SelfDraftLM.forward`: appending to an empty layer (`kvcache.append`, the KV-cache
+  adapter) concatenates into new tensors and never writes into the ones it was
+  given (the target's committed cache).
 """
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
-from transformers import DynamicCache
 
 from ..errors import ConfigError
 from ..core.settings import setting
+from ..models.kvcache import append, new_cache
 from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
 from .kit.chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter, hf_forward
 
@@ -78,10 +79,10 @@ class SelfDraftLM(HFDraftLM):
         if self._step != ctx.step:                         # a new step: start from the committed rows
             self._step = ctx.step
             view = ctx.target_cache
-            self.cache = DynamicCache(config=self.model.config)
+            self.cache = new_cache(self.model.config)
             if view.length:
                 for i in range(self.k):                    # cat onto an empty layer: new tensors
-                    self.cache.update(view.keys(i), view.values(i), i)
+                    append(self.cache, i, view.keys(i), view.values(i))
             self.length = view.length
             ids = list(ids)[-1:]                           # the root; rows before it are the view's
         return hf_forward(self, ids)                                  # [n, V]

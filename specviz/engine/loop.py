@@ -26,7 +26,7 @@ from ..core.decoding import DecodingConfig
 from ..drafters.kit.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
 from ..errors import ConfigError, ModelLoadError, PromptError
 from ..models.hidden import HiddenCapture
-from ..models.kvcache import CacheView, check_supported, commit
+from ..models.kvcache import CacheView, check_supported, commit, new_cache
 from ..models.loading import LoadedModel
 from ..models.prompts import Prompt
 from ..core.settings import describe, to_dict
@@ -110,7 +110,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
     generator = torch.Generator().manual_seed(decoding.seed)
     tokens = list(prompt_ids)
     prompt_len = len(tokens)
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model.config)
     memory = PeakMemory(lm.device)                # reset here: the peak is this generation's
     # the target's final hidden state of the row that chose the root, for a drafter that
     # drafts from it (hidden.py); None for every other drafter, which pays nothing

@@ -130,7 +130,7 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> GlideSpec:
     """The draft's architecture from a checked manifest (types checked too)."""
     spec = GlideSpec(**manifest["glide"])
     for f in dataclasses.fields(GlideSpec):
-        want = {"int": int, "bool": bool, "float": (int, float), "str": str}.get(str(f.type), object)
+        want: Any = {"int": int, "bool": bool, "float": (int, float), "str": str}.get(str(f.type), object)
         value = getattr(spec, f.name)
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
             raise CheckpointError(f"checkpoint: {str(path)!r}: manifest field 'glide.{f.name}' has the wrong "

@@ -52,14 +52,14 @@ class TargetPass:
 def target_pass(target: Any, ids: torch.Tensor, layers: list[int], *, labels: bool = False,
                 hidden: bool = False, logits: bool = False) -> TargetPass:
     """One no-grad forward of the frozen target over ids [B, T], keeping what is asked."""
-    from transformers import DynamicCache
+    from ..models.kvcache import layer_kv, new_cache
 
     with torch.no_grad():
-        cache = DynamicCache(config=target.config)
+        cache = new_cache(target.config)
         last = target.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state  # [B, T, H]
         full = target.lm_head(last) if (labels or logits) else None                                  # [B, T, V]
-    return TargetPass(kv=[(cache.layers[i].keys, cache.layers[i].values) for i in layers],
-                      labels=full.argmax(-1) if labels else None,
+    return TargetPass(kv=[layer_kv(cache, i) for i in layers],
+                      labels=full.argmax(-1) if labels and full is not None else None,
                       hidden=last if hidden else None,
                       logits=full if logits else None)
 

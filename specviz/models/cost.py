@@ -89,8 +89,7 @@ def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, 
               repeats: int = 2) -> VerifyCost:
     """Time forwards of each row count over a cache of `past_len` random tokens (min of repeats;
     shortened where the model's context cannot hold it and the largest row count)."""
-    from transformers import DynamicCache  # local: keep module import light
-
+    from .kvcache import crop_to, new_cache  # local: keep module import light
     from .placement import input_device
     device = input_device(model)           # the embedding's device (a device-mapped model too)
     vocab = model.config.vocab_size
@@ -98,7 +97,7 @@ def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, 
     if context:
         past_len = max(1, min(past_len, context - max(sizes)))
     gen = torch.Generator().manual_seed(0)
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model.config)
     model(input_ids=torch.randint(0, vocab, (1, past_len), generator=gen).to(device),
           past_key_values=cache, use_cache=True)
     best = {m: float("inf") for m in sizes}
@@ -119,7 +118,6 @@ def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, 
                 torch.cuda.synchronize(device)
             if rep > 0:
                 best[m] = min(best[m], time.perf_counter() - start)
-            for layer in cache.layers:                   # drop the rows just added
-                layer.keys, layer.values = layer.keys[:, :, :past_len], layer.values[:, :, :past_len]
+            crop_to(cache, past_len)                     # drop the rows just added
     bar.close()
     return VerifyCost(tuple(sizes), tuple(best[m] for m in sizes))

@@ -1,24 +1,90 @@
-"""KV-cache bookkeeping for tree verification: keep only the accepted path's rows.
+"""The one adapter over transformers' KV cache: every read or edit of a cache's rows goes here.
 
-After a verify forward the cache holds `past_len + N + 1` rows: the committed prefix, the
-root, then every tree node. Committing moves the rows of the accepted nodes right after the
-root (they are in increasing order, so an in-place gather is safe) and drops the rest.
-No token is forwarded twice.
+specviz edits a `transformers.DynamicCache` in ways its public API does not offer (keep the
+accepted nodes' rows of a tree, hand a drafter the committed rows without a copy), so this
+module reads its internals: `cache.layers`, a list of `DynamicLayer` whose `keys` / `values`
+are tensors [B, H_kv, S, D] (None before the first update). Nothing else in specviz touches
+them; the rest of the package calls the functions below and passes the cache to a model as
+`past_key_values`. tests/test_kvcache.py checks each assumption on a real cache of the tiny
+model and fails, naming what to re-check, when transformers is not TRANSFORMERS_CHECKED.
+
+- `new_cache(config)`: an empty cache for a model config.
+- `commit(cache, past_len, accepted)`: after a verify forward the cache holds
+  `past_len + N + 1` rows: the committed prefix, the root, then every tree node. Committing
+  moves the rows of the accepted nodes right after the root (they are in increasing order,
+  so an in-place gather is safe) and drops the rest. No token is forwarded twice.
+- `crop_to(cache, length)`: keep the first `length` rows (a drafter rolling back its cache).
+- `layer_kv(cache, i)`, `length(cache)`, `append(cache, i, keys, values)`: read one layer's
+  keys and values, the rows held, append rows to one layer.
+- `CacheView`: the read-only view of the target's committed rows handed to drafters.
+- `check_supported(cache)`: refuse layers tree verification cannot edit (sliding window, ...).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+# the transformers release this adapter's assumptions were last checked against (requirements.txt
+# pins it; tests/test_kvcache.py fails on another one, listing what to re-check)
+TRANSFORMERS_CHECKED = "5.23.0"
 
 
-def commit(cache: DynamicCache, past_len: int, accepted: Sequence[int]) -> None:
+def _layers(cache: Any) -> list[Any]:
+    """The cache's layer objects: the only read of `cache.layers` in specviz."""
+    if type(cache) is not DynamicCache:
+        raise TypeError(f"unsupported KV cache type {type(cache).__name__}: specviz edits only "
+                        "transformers.DynamicCache (specviz/models/kvcache.py)")
+    return cache.layers
+
+
+def new_cache(config: Any) -> DynamicCache:
+    """An empty cache for a model of this config (its layer types from config.layer_types)."""
+    return DynamicCache(config=config)
+
+
+def check_supported(cache: Any) -> None:
+    """Tree verification needs plain full-attention layers (DynamicLayer with keys/values)."""
+    for layer in _layers(cache):
+        if type(layer) is not DynamicLayer:        # a DynamicSlidingWindowLayer is a subclass: exact type
+            raise NotImplementedError(
+                f"cache layer type {type(layer).__name__} (sliding window / linear attention) "
+                "is not supported by tree verification yet")
+
+
+def layer_kv(cache: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer i's (keys, values), each [B, H_kv, S, D], the cache's own tensors (no copy)."""
+    layer = _layers(cache)[i]
+    if layer.keys is None:
+        raise ValueError(f"layer {i} of the KV cache holds no rows yet: read it after a forward")
+    return layer.keys, layer.values
+
+
+def num_layers(cache: Any) -> int:
+    return len(_layers(cache))
+
+
+def length(cache: Any) -> int:
+    """Rows held (those of the first layer; 0 when empty)."""
+    layers = _layers(cache)
+    keys = layers[0].keys if layers else None
+    return 0 if keys is None or keys.numel() == 0 else int(keys.shape[2])
+
+
+def append(cache: Any, i: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Append rows [B, H_kv, n, D] to layer i (new tensors: the given ones are never written)."""
+    _layers(cache)                                  # the type check
+    cache.update(keys, values, i)
+
+
+def commit(cache: Any, past_len: int, accepted: Sequence[int]) -> None:
     """Keep rows [0, past_len] (prefix + root) and the accepted nodes' rows, in order."""
     new_len = past_len + 1 + len(accepted)
     src = [past_len + 1 + node for node in accepted]        # row of node i is past_len + 1 + i
     dst = list(range(past_len + 1, new_len))
-    for layer in cache.layers:
+    for layer in _layers(cache):
         keys, values = layer.keys, layer.values              # [B, H_kv, S, D]
         if keys is None or keys.numel() == 0:
             continue
@@ -31,13 +97,12 @@ def commit(cache: DynamicCache, past_len: int, accepted: Sequence[int]) -> None:
         layer.values = values[:, :, :new_len]
 
 
-def check_supported(cache: object) -> None:
-    """Tree verification needs plain full-attention layers (DynamicLayer with keys/values)."""
-    for layer in getattr(cache, "layers", ()):
-        if type(layer).__name__ != "DynamicLayer":
-            raise NotImplementedError(
-                f"cache layer type {type(layer).__name__} (sliding window / linear attention) "
-                "is not supported by tree verification yet")
+def crop_to(cache: Any, length: int) -> None:
+    """Keep the first `length` rows of every layer (a drafter rolling back its own cache)."""
+    for layer in _layers(cache):
+        if layer.keys is not None and layer.keys.numel():
+            layer.keys = layer.keys[:, :, :length]
+            layer.values = layer.values[:, :, :length]
 
 
 class CacheView:
@@ -57,25 +122,17 @@ class CacheView:
 
     @property
     def num_layers(self) -> int:
-        return len(self._cache.layers)
+        return num_layers(self._cache)
 
-    def _layer(self, i: int) -> object:
+    def _kv(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if not -self.num_layers <= i < self.num_layers:
             raise IndexError(f"layer {i} out of range for a cache of {self.num_layers} layers")
-        return self._cache.layers[i]
+        return layer_kv(self._cache, i)                            # each [B, H_kv, S, D]
 
     def keys(self, i: int) -> torch.Tensor:
-        k = self._layer(i).keys                                    # [B, H_kv, S, D]
-        return k[:, :, : self.length] if k is not None else k
+        """Layer i's committed keys [B, H_kv, length, D] (check `length` first: an empty view
+        of a cache no forward has filled has no tensors to slice)."""
+        return self._kv(i)[0][:, :, : self.length]
 
     def values(self, i: int) -> torch.Tensor:
-        v = self._layer(i).values                                  # [B, H_kv, S, D]
-        return v[:, :, : self.length] if v is not None else v
-
-
-def crop_to(cache: DynamicCache, length: int) -> None:
-    """Keep the first `length` rows of every layer (a drafter rolling back its own cache)."""
-    for layer in cache.layers:
-        if getattr(layer, "keys", None) is not None and layer.keys.numel():
-            layer.keys = layer.keys[:, :, :length]
-            layer.values = layer.values[:, :, :length]
+        return self._kv(i)[1][:, :, : self.length]

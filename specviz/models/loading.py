@@ -321,7 +321,7 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
             spec = {str(k): placement.device_name(v, f"device_map: module {k!r}") for k, v in spec.items()}
         budget = placement.parse_max_memory(max_memory) if isinstance(max_memory, str) or max_memory is None \
             else {placement.device_name(k, "max_memory"): str(v) for k, v in max_memory.items()}
-        key = (model_id, "map", json.dumps(spec, sort_keys=True), json.dumps(
+        key: tuple = (model_id, "map", json.dumps(spec, sort_keys=True), json.dumps(
             {str(k): v for k, v in (budget or {}).items()}, sort_keys=True), offload_folder or "", dtype)
         with _LOCK:
             if key not in _CACHE:

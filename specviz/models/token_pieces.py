@@ -13,7 +13,7 @@ inside a character gets "" and the next one carries the whole character.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 REPLACEMENT = "\ufffd"          # what a decoder emits for an incomplete UTF-8 sequence
 
@@ -108,7 +108,7 @@ def _anchor(tokenizer: Any) -> list[int]:
     return [int(ids[-1])] if ids else []
 
 
-def token_labels(tokenizer: Any, ids: Sequence[int]) -> dict[int, str]:
+def token_labels(tokenizer: Any, ids: Iterable[int]) -> dict[int, str]:
     """id -> the text the token adds after an ordinary letter: a label for a draft node or a
     target's choice seen out of context (" the" for Metaspace's "▁the", as in running text).
     Committed text never comes from here: it comes from `incremental_pieces`."""

@@ -93,7 +93,7 @@ def build_faiss(vectors: np.ndarray, params: IndexParams, seed: int = 0) -> Any:
     x = np.ascontiguousarray(vectors, dtype=np.float32)    # [N, D]
     dim = x.shape[1]
     if params.kind == "flat":
-        index = faiss.IndexFlatIP(dim)
+        index: Any = faiss.IndexFlatIP(dim)
     else:
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFPQ(quantizer, dim, params.nlist, params.m, params.nbits,

@@ -164,7 +164,7 @@ class DrafterSpec:
         if self.confidence is not None and self.confidence not in CONFIDENCE_KINDS:
             raise ValueError(f"drafter {self.name!r}: confidence {self.confidence!r} is not one of "
                              f"{', '.join(CONFIDENCE_KINDS)} (or None)")
-        for name, preset in self.presets.items():
+        for preset in self.presets.values():
             settings.build(self.config_cls, preset.values)     # a broken preset fails at import
 
     def config(self, values: Mapping[str, Any] | None = None) -> Any:

@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import torch
-from transformers import DynamicCache
 
 from ...core.decoding import DecodingConfig, target_probs
 from ...errors import ConfigError
-from ...models.kvcache import crop_to
+from ...models.kvcache import crop_to, new_cache
 from ...models.placement import input_device
 from ...core.settings import Settings, setting
 from ...core.flat_tree import ancestry
@@ -88,7 +87,7 @@ class HFDraftLM:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.device = input_device(model)              # where its input ids go (placement.py)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = new_cache(model.config)
         self.length = 0
 
     def crop(self, length: int) -> None:

@@ -1,6 +1,6 @@
-"""Token Recycling and SuffixDecoding: their structures (index/suffix_tree.py,
-index/adjacency.py) against brute force, what the drafters propose and learn, the labels
-the explorer reads, and greedy losslessness on the embedded model (slow)."""
+"""SuffixDecoding: its suffix tree (index/suffix_tree.py) against brute force and against the
+authors' arctic-inference where installed, what the drafter proposes and learns across
+generations, the labels the explorer reads, and greedy losslessness on the embedded model (slow)."""
 from __future__ import annotations
 
 import random
@@ -10,38 +10,12 @@ import pytest
 
 from specviz import viz
 from specviz.bench.methods import parse_methods
-from specviz.core.decoding import DecodingConfig
-from specviz.drafters import get
-from specviz.drafters.kit.store import DrafterStore
-from specviz.drafters.kit.base import DraftContext, DraftSetup, StepView
-from specviz.drafters.token_recycling import TEMPLATE
-from specviz.engine import generate, generate_steps
-from specviz.index.adjacency import ORIGIN_PROMPT, ORIGIN_TARGET, CandidateMatrix, Template
-from specviz.index.suffix_tree import SuffixTree
-from specviz.models.prompts import build_prompt
-from specviz.core.timing import PhaseTimer
 from specviz.core.tree import DraftTree
+from specviz.drafters import get
+from specviz.drafters.kit.base import DraftSetup, StepView
+from specviz.index.suffix_tree import SuffixTree
 from specviz.viz.spans import context_sources
-
-
-STORE = DrafterStore()          # one session's store, as the explorer, CLI and bench hold one
-
-
-@pytest.fixture(autouse=True)
-def fresh_store():
-    STORE.clear()
-    yield
-    STORE.clear()
-
-
-def run_ids(lm, prompt, drafter="vanilla", config=None, **decoding):  # noqa: ANN001, ANN201
-    """conftest.run_ids within the session STORE (cross-generation state lives there)."""
-    steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding), STORE))
-    return [t for s in steps for t in s.new_tokens], steps
-
-
-def ctx_for(tokens: list[int], prompt_len: int) -> DraftContext:
-    return DraftContext(list(tokens), prompt_len, 0, 64, lambda n: 1.0 + 0.01 * n, PhaseTimer(None))
+from tests.store_session import STORE, ctx_for, equals_vanilla, first_drafted_step, fresh_store, run_ids  # noqa: F401
 
 
 # ---- SuffixTree ------------------------------------------------------------------------------
@@ -176,68 +150,7 @@ def test_suffix_tree_speculation_tree_and_budget():
     assert ratios[0] == pytest.approx(3 / 4) and ratios[five] == pytest.approx(spec.ratios()[five])
 
 
-# ---- CandidateMatrix -------------------------------------------------------------------------
-
-def test_template_is_the_papers_80_nodes():
-    levels = Counter(len(p) for p in TEMPLATE)
-    assert len(TEMPLATE) == 80 and [levels[d] for d in range(1, 7)] == [8, 21, 25, 15, 8, 3]
-    seen = {()}
-    for p in TEMPLATE:                    # every node's parent comes first
-        assert p[:-1] in seen and p not in seen
-        seen.add(p)
-
-
-def test_candidate_matrix_rows_replace_and_expand():
-    m = CandidateMatrix(50, 3)
-    m.fill_from_bigrams([1, 2, 1, 3, 1, 2])
-    assert m.row(1) == [2, 3] and m.origin[1] == ORIGIN_PROMPT
-    m.update(2, [7, 8, 9, 10])
-    assert m.row(2) == [7, 8, 9] and m.origin[2] == ORIGIN_TARGET
-    m.update(2, [4])                      # a row is replaced whole
-    assert m.row(2) == [4]
-    exp = m.expand(1, Template.of(((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))))
-    # 1 -> [2, 3]; 2 -> [4]; 3 -> [1]; 4 has no row: rank 2, (0, 1) and (0, 0, 0) drop out
-    assert exp.tokens == (2, 3, 4, 1) and exp.parents == (-1, -1, 0, 1) and exp.ranks == (0, 1, 0, 0)
-    assert exp.origins == (ORIGIN_PROMPT, ORIGIN_PROMPT, ORIGIN_TARGET, ORIGIN_PROMPT)
-    assert m.filled == 3
-    m.update_many([5, 6, 5], [(1, 2), (3,), (4, 5, 6, 7)])      # a repeated token keeps its last row
-    assert m.row(5) == [4, 5, 6] and m.row(6) == [3] and m.origin[5] == ORIGIN_TARGET
-    with pytest.raises(ValueError):
-        Template.of(((0, 0), (0,)))                               # a child before its parent
-
-
-# ---- the drafters ----------------------------------------------------------------------------
-
-def test_token_recycling_recycles_every_verified_row():
-    spec = get("token_recycling")
-    d = spec.make(spec.config({"size_by_cost": False}), DraftSetup((1, 2, 3), 64, frozenset(), 16))
-    assert d.target_topk == 8
-    assert len(d.propose(ctx_for([1, 2, 3], 3))) == 0            # empty matrix: no draft
-    tree = DraftTree((4, 5), (-1, 0), ("recycled",) * 2)
-    topk = ((4, 9, 10), (5, 11), (6, 12))                         # rows: root 3, node 4, node 5
-    d.observe(StepView(tree, (0, 1), (4, 5, 6), [1, 2, 3, 4, 5, 6], (4, 5, 6), topk))
-    assert d.matrix.row(3) == [4, 9, 10] and d.matrix.row(4) == [5, 11] and d.matrix.row(5) == [6, 12]
-    c = ctx_for([1, 2, 3], 3)
-    out = d.propose(c)
-    assert out.tokens[:3] == (4, 9, 10) and set(out.sources) == {"recycled"}
-    assert out.tokens[out.parents.index(0)] == 5                  # rank 0 under 4
-    assert c.info["rows_known"] == 3 and c.info["kept"] == len(out)
-
-
-def test_token_recycling_gets_top8_from_the_engine_and_persists(tiny_lm):
-    prompt = [5, 6, 7, 8, 9] * 4
-    out, steps = run_ids(tiny_lm, prompt, "token_recycling", {"persist": True, "size_by_cost": False},
-                         max_new_tokens=12)
-    matrix, _ = next(iter(STORE._items.values()))
-    assert len(matrix.row(prompt[-1])) == 8                       # the engine gave 8, not verify.TOP_K
-    # the matrix is kept: the next generation drafts at its first step
-    _, again = run_ids(tiny_lm, prompt, "token_recycling", {"persist": True, "size_by_cost": False},
-                       max_new_tokens=4)
-    assert len(again[0].tree) > 0 and len(steps[0].tree) == 0
-    # without persist every generation starts empty
-    _, fresh = run_ids(tiny_lm, prompt, "token_recycling", {"size_by_cost": False}, max_new_tokens=4)
-    assert len(fresh[0].tree) == 0
-
+# ---- the drafter ----------------------------------------------------------------------------
 
 def test_suffix_decoding_drafts_from_the_prompt_and_labels_it():
     spec = get("suffix_decoding")
@@ -276,47 +189,22 @@ def test_suffix_decoding_global_tree_carries_outputs_across_generations(tiny_lm)
     assert history.total_tokens <= 10
 
 
-def _first_drafted_step(lm, drafter: str, config: dict):
-    """(trace, index of its first step with a draft) for a prompt that repeats its context."""
-    text = "the red fox jumps over the lazy dog and the red fox runs"
-    prompt = build_prompt(lm.tokenizer, "Once more: the red fox", context=text, chat=False)
-    trace = generate(lm, prompt, drafter, config, DecodingConfig(max_new_tokens=8))
-    k = next(i for i, s in enumerate(trace.steps) if len(s.tree))
-    assert viz.tree_figure(trace, k) is not None
-    return trace, k
-
-
 def test_explorer_shows_where_suffix_drafts_came_from(tiny_lm_tok):
-    trace, k = _first_drafted_step(tiny_lm_tok, "suffix_decoding", {"size_by_cost": False, "global_tree": False})
+    trace, k = first_drafted_step(tiny_lm_tok, "suffix_decoding", {"size_by_cost": False, "global_tree": False})
     assert set(trace.steps[k].tree.sources) <= {"context", "output"}
     src = context_sources(trace, k)
     assert src["accepted"] or src["proposed"]
     assert "highlighted" in viz.context_highlight_html(trace, k)
 
 
-def test_explorer_names_token_recycling_sources(tiny_lm_tok):
-    trace, k = _first_drafted_step(tiny_lm_tok, "token_recycling", {"size_by_cost": False, "init_from_prompt": True})
-    assert set(trace.steps[k].tree.sources) <= {"context", "recycled"}
-    note = viz.context_highlight_html(trace, k)
-    assert "came from: " in note and "<code>context</code>" in note
-
-
-def test_bench_accepts_the_new_drafters():
-    methods, _ = parse_methods("token_recycling,suffix_decoding[max_depth=64;use_tree=false]", "")
-    assert [m.label for m in methods][-2:] == ["token_recycling", "suffix_decoding[max_depth=64;use_tree=false]"]
+def test_bench_accepts_suffix_decoding():
+    methods, _ = parse_methods("suffix_decoding[max_depth=64;use_tree=false]", "")
+    assert [m.label for m in methods][-1:] == ["suffix_decoding[max_depth=64;use_tree=false]"]
 
 
 @pytest.mark.slow
-def test_new_drafters_equal_vanilla_on_the_embedded_model(embedded_lm):
-    from test_lossless import lighthouse_prompt
-    prompt = lighthouse_prompt(embedded_lm.tokenizer)
-    vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=48)
-    for drafter, cfg in [("token_recycling", {}), ("token_recycling", {"size_by_cost": False, "persist": True}),
-                         ("suffix_decoding", {}), ("suffix_decoding", {"size_by_cost": False, "max_depth": 64})]:
-        out, steps = run_ids(embedded_lm, prompt.ids, drafter, cfg, max_new_tokens=48)
-        assert out == vanilla, (drafter, cfg)
-        if not cfg.get("size_by_cost", True) and drafter == "suffix_decoding":
-            assert sum(len(s.accepted) for s in steps) > 0
+def test_suffix_decoding_equals_vanilla_on_the_embedded_model(embedded_lm):
+    equals_vanilla(embedded_lm, [("suffix_decoding", {}), ("suffix_decoding", {"size_by_cost": False, "max_depth": 64})])
 
 
 def test_suffix_tree_agrees_with_arctic_inference():
