@@ -197,7 +197,8 @@ def test_a_model_drafters_trace_is_calibrated_from_its_scores(tiny_lm) -> None:
 
 def test_the_trace_records_confidence_and_vllm_counters(tiny_lm_tok) -> None:
     prompt = build_prompt(tiny_lm_tok.tokenizer, "one two three one two three one two three")
-    trace = generate(tiny_lm_tok, prompt, "ngram_trie", None, DecodingConfig(max_new_tokens=24))
+    trace = generate(tiny_lm_tok, prompt, "ngram_trie", {"size_by_cost": False},   # a timed cost
+                     DecodingConfig(max_new_tokens=24))      # model on a busy machine can drop every draft
     assert trace.confidence == "chance"
     drafted = [s for s in trace.steps if len(s.tree)]
     assert drafted and all(len(s.info["chance"]) == len(s.tree) for s in drafted)
