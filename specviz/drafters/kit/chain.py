@@ -102,13 +102,14 @@ class ChainLoop:
         built = TreeBuilder()
         rows: list[torch.Tensor] = []
         parent = -1
+        sibling = siblings.source if siblings else PROPOSAL
         for i in range(gamma):
             q = self.probs(logits.cpu())                               # [V]
             extra = siblings.count(float(q.max())) if siblings else 0
             drawn, drawn_rows = self._draw(q, 1 + extra)
             if not drawn:
                 break
-            nodes = [built.add(x, parent, PROPOSAL if j == 0 else siblings.source, float(q[x]))  # type: ignore[union-attr]
+            nodes = [built.add(x, parent, PROPOSAL if j == 0 else sibling, float(q[x]))
                      for j, x in enumerate(drawn)]
             rows.extend(drawn_rows)                                    # one per drawn token (sampling) or none
             parent = nodes[0]
