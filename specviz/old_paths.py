@@ -3,6 +3,11 @@
 once with a DeprecationWarning naming the new path, and gives the very module at the new path (one
 module object: state, monkeypatches and isinstance checks are shared).
 
+A module that was split (SPLIT: `specviz.drafters.chain`, whose concerns now live in
+drafters/kit/draft_lm.py, chain.py, gamma.py, model_drafter.py, glide/cape.py and the GLIDE
+drafter) gives a module of its own holding each public name it had, taken from the name's new
+home (the objects are shared; the old module's own globals are not).
+
 Installed by specviz/__init__.py as a finder on sys.meta_path; it answers for the names below only.
 """
 from __future__ import annotations
@@ -35,19 +40,30 @@ MOVED: dict[str, str] = {f"specviz.{old}": f"specviz.{new}" for old, new in {
     "drafters.base": "drafters.kit.base", "drafters.plugins": "drafters.kit.plugins",
     "drafters.choice": "drafters.kit.choice", "drafters.store": "drafters.kit.store",
     "drafters.tree_cutter": "drafters.kit.tree_cutter", "drafters.corpus_index": "drafters.kit.corpus_index",
-    "drafters.chain": "drafters.kit.chain", "drafters.suffix_history": "drafters.kit.suffix_history",
+    "drafters.suffix_history": "drafters.kit.suffix_history",
     "sizing": "drafters.kit.sizing",
     # analysis, and the web policy beside the UI
     "divergence": "analysis.divergence", "doctor": "analysis.doctor", "landing_check": "analysis.landing_check",
     "server_metrics": "analysis.server_metrics", "web_policy": "ui.web_policy",
 }.items()}
 
+# old path -> {public name it had: the module that holds it now}
+SPLIT: dict[str, dict[str, str]] = {"specviz.drafters.chain": {
+    **dict.fromkeys(("DraftLM", "hf_forward", "HFDraftLM"), "specviz.drafters.kit.draft_lm"),
+    **dict.fromkeys(("PROPOSAL", "ChainResult", "ChainLoop"), "specviz.drafters.kit.chain"),
+    **dict.fromkeys(("GAMMA_UP", "GAMMA_DOWN", "adapt_gamma", "GammaSettings"), "specviz.drafters.kit.gamma"),
+    **dict.fromkeys(("step_info", "accepted_proposals", "ModelDrafter"), "specviz.drafters.kit.model_drafter"),
+    **dict.fromkeys(("EXPANSION", "MAX_CAPE_EXTRA", "parse_bins", "expansion_size", "cap_expansions"),
+                    "specviz.glide.cape"),
+    **dict.fromkeys(("BEAM", "TreeDraftLM"), "specviz.drafters.glide"),
+}}
+
 
 class OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old path and loads it as the module at its new path."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED:
+        if fullname not in MOVED and fullname not in SPLIT:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
 
@@ -55,6 +71,13 @@ class OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module: ModuleType) -> None:
+        if module.__name__ in SPLIT:
+            homes = SPLIT[module.__name__]
+            warnings.warn(f"{module.__name__} was split into {', '.join(sorted(set(homes.values())))}; "
+                          f"the old path goes in specviz {REMOVED_IN}", DeprecationWarning, stacklevel=2)
+            for name, home in homes.items():
+                setattr(module, name, getattr(importlib.import_module(home), name))
+            return
         old, new = module.__name__, MOVED[module.__name__]
         warnings.warn(f"{old} moved to {new}; the old path goes in specviz {REMOVED_IN}",
                       DeprecationWarning, stacklevel=2)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.drafters.kit.chain import EXPANSION, PROPOSAL, ChainLoop, parse_bins
 from specviz.drafters.glide import PRESETS
+from specviz.drafters.kit.chain import PROPOSAL, ChainLoop, Siblings
+from specviz.glide.cape import EXPANSION, cap_expansions, expansion_size, parse_bins
 from test_drafters import ctx
 
 V = 64
@@ -33,8 +34,11 @@ class ScriptedLM:
 
 
 def _draft(top1: float, gamma: int, max_verify: int = 0):
+    """The chain with CAPE's siblings, capped as the GLIDE drafter caps it."""
     chain = ChainLoop(ScriptedLM(top1), V, None)
-    return chain.draft(ctx(list(range(1, 9)), 8), gamma, PAPER_BINS, max_verify).tree
+    siblings = Siblings(lambda p: expansion_size(p, PAPER_BINS), EXPANSION)
+    tree = chain.draft(ctx(list(range(1, 9)), 8), gamma, siblings).tree
+    return cap_expansions(tree, max_verify) if max_verify and len(tree) > max_verify else tree
 
 
 @pytest.mark.parametrize("confidence, extra", [(0.2, 7), (0.5, 5), (0.7, 3), (0.9, 1)])

@@ -12,7 +12,7 @@ from specviz.core import draft_metrics as dm
 from specviz.models.cost import calibrate
 from specviz.core.decoding import DecodingConfig
 from specviz.drafters import draft_model as dmod
-from specviz.drafters.kit.chain import expansion_size, parse_bins
+from specviz.glide.cape import expansion_size, parse_bins
 from specviz.drafters.self_draft import truncated_model
 from specviz.engine import generate_steps
 from specviz.errors import ConfigError, SpecvizError
@@ -196,3 +196,53 @@ def test_summarize_from_steps(tiny_lm, tiny_draft):
     out = dm.summarize(steps)
     assert 0 <= out["alpha"] <= 1 and out["c"] > 0 and out["gamma"] == 3
     assert out["expected_speedup"] == pytest.approx(dm.expected_speedup(out["alpha"], 3, out["c"]))
+
+
+# ---- the model drafters' kit: one concern per module, GLIDE's parts with GLIDE ----------------
+
+def test_model_drafter_has_no_glide_attributes():
+    """CAPE and beam search are GLIDE's: the shared base knows neither, GLIDE overrides `search`."""
+    from specviz.drafters.glide import Glide
+    from specviz.drafters.kit.model_drafter import ModelDrafter
+
+    assert not {"bins", "beam", "max_verify"} & set(vars(ModelDrafter))
+    assert "search" in vars(Glide) and "search" in vars(ModelDrafter)
+
+
+def test_the_kit_imports_no_drafter_method():
+    """drafters/kit/ imports its own folder and the rungs below (glide/ included), never a method."""
+    import ast
+    from pathlib import Path
+
+    import specviz.drafters.kit as kit
+
+    for path in Path(kit.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:     # from ..X: specviz.drafters.X
+                raise AssertionError(f"{path.name} imports drafters.{node.module}")
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                assert not (node.module.startswith("specviz.drafters.") and ".kit" not in node.module), path.name
+
+
+def test_the_old_chain_path_gives_every_name_it_had():
+    """specviz.drafters.chain (0.9) was split: each public name it had still imports from it,
+    with a DeprecationWarning, and is the very object at its new home."""
+    import importlib
+    import sys
+    import warnings
+
+    from specviz.old_paths import SPLIT
+
+    old = "specviz.drafters.chain"
+    had = {"PROPOSAL", "EXPANSION", "BEAM", "MAX_CAPE_EXTRA", "DraftLM", "TreeDraftLM", "hf_forward",
+           "HFDraftLM", "parse_bins", "expansion_size", "ChainResult", "ChainLoop", "cap_expansions",
+           "GAMMA_UP", "GAMMA_DOWN", "adapt_gamma", "step_info", "accepted_proposals", "GammaSettings",
+           "ModelDrafter"}
+    assert set(SPLIT[old]) == had
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert any(issubclass(w.category, DeprecationWarning) and old in str(w.message) for w in caught)
+    for name, home in SPLIT[old].items():
+        assert getattr(module, name) is getattr(importlib.import_module(home), name), name

@@ -94,7 +94,7 @@ class Tally:
 
 def tally(steps: Sequence[Any]) -> Tally:
     """The Tally of StepRecords: draft time and forwards from each step's `info` (written by
-    drafters/kit/chain.py), target step time from its verify forward."""
+    drafters/kit/model_drafter.py), target step time from its verify forward."""
     t = Tally()
     for s in steps:
         info = getattr(s, "info", {}) or {}

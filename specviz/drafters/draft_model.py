@@ -15,7 +15,9 @@ from typing import Any
 from ..errors import SpecvizError
 from ..core.settings import setting
 from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
-from .kit.chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter
+from .kit.draft_lm import DraftLM, HFDraftLM
+from .kit.gamma import GammaSettings
+from .kit.model_drafter import ModelDrafter
 
 
 class TokenizerMismatchError(SpecvizError):

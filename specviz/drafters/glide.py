@@ -6,7 +6,7 @@ step) and keep their own self-attention cache, cropped on rejection. gamma propo
 per step (`draft-model`); with CAPE on, each position also gets leaf siblings, as many extra
 tokens as the top-1 confidence bin says (`cape-expansion`), at most `max_verify` nodes in all;
 with `beam` > 0, a beam search of that width drafts a tree instead (`beam-search`; the paper's
-GLIDE + beam search baseline). Exact speculative sampling under sampling. Presets, each as its
+GLIDE + beam search baseline; beam_search below). Exact speculative sampling under sampling. Presets, each as its
 source ran it: `paper` (GLIDE + CAPE as the authors' CAPE code runs it: 4 proposal tokens, the
 paper's 7/5/3/1 extra tokens, at most 32 = 4 x (1 + 7) verified), `paper-glide` (GLIDE alone with
 the paper's gamma 5, section 5.1), `paper-beam` (beam 4).
@@ -17,19 +17,30 @@ train-glide command to make one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import time
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 
+from ..core.flat_tree import ancestry
+from ..core.tree import TreeBuilder
+from ..glide.cape import EXPANSION, cap_expansions, expansion_size, parse_bins
 from ..glide.checkpoint import CheckpointError, default_checkpoint, load
 from ..glide.model import GlideDraft, positions_cross_mask
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..files.user_files import folder_given_for_file
 from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
-from .kit.chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
+from .kit.chain import ChainLoop, ChainResult, Siblings
+from .kit.draft_lm import DraftLM
+from .kit.gamma import GammaSettings
+from .kit.model_drafter import ModelDrafter
+
+BEAM = "beam-search"
 
 
 @dataclass(frozen=True)
@@ -59,8 +70,18 @@ class GlideConfig(GammaSettings):
             raise ConfigError("beam", "an adaptive gamma is for chains; turn adaptive off with a beam")
 
 
+class TreeDraftLM(DraftLM, Protocol):
+    """A draft model that can also forward tree nodes (what a beam search needs)."""
+
+    def forward_nodes(self, ids: Sequence[int], positions: Sequence[int], visible: torch.Tensor,
+                      ctx: DraftContext) -> torch.Tensor:
+        """Append `ids` at the given positions; `visible` [n, length + n] bool says which cache
+        rows (and new rows) each one attends to; logits [n, V_draft]."""
+        ...
+
+
 class GlideDraftLM:
-    """chain.DraftLM over GLIDE: own self-attention cache, cross-attention on the view."""
+    """DraftLM (drafters/kit/draft_lm.py) over GLIDE: own self-attention cache, cross-attention on the view."""
 
     def __init__(self, draft: GlideDraft) -> None:
         self.draft = draft
@@ -129,17 +150,94 @@ def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
     return draft
 
 
+def beam_search(chain: ChainLoop, ctx: DraftContext, gamma: int, width: int) -> ChainResult:
+    """The GLIDE paper's GLIDE + BeamSearch baseline (section 5.1 / Table 3): a beam search of
+    `width` over `gamma` steps with the chain's draft model (a TreeDraftLM); the tree of every
+    node that was in a beam (`width` per depth at most, labelled `beam-search`), scored by the
+    draft probability of its token. The drafts are deterministic functions of the past (top-k of
+    the warped draft distribution), so verification treats them as point masses and stays exact
+    under sampling."""
+    lm: Any = chain.lm
+    start = time.perf_counter()
+    feed = chain.sync(ctx.tokens)
+    fed, forwards = len(feed), 1
+    logits = lm.forward(feed, ctx)[-1:]                               # [1, V_draft]
+    chain.seen.extend(feed)
+    base = lm.length                                                   # rows of committed tokens
+    built = TreeBuilder()
+    logp: list[float] = []
+    depth: list[int] = []
+    row: dict[int, int] = {}                                           # node -> its draft-cache row
+    frontier: list[int] = [-1]
+    try:
+        for d in range(1, gamma + 1):
+            if d > 1:
+                ids = [built.tokens[n] for n in frontier]
+                positions = [base - 1 + depth[n] for n in frontier]
+                length = lm.length
+                visible = torch.zeros(len(ids), length + len(ids), dtype=torch.bool)  # [n, L + n]
+                visible[:, :base] = True
+                for j, n in enumerate(frontier):
+                    for a in ancestry(built.parents, n):
+                        if a in row:
+                            visible[j, row[a]] = True
+                    visible[j, length + j] = True
+                logits = lm.forward_nodes(ids, positions, visible, ctx)       # [n, V_draft]
+                for j, n in enumerate(frontier):
+                    row[n] = length + j
+                forwards += 1
+                fed += len(ids)
+            cands: list[tuple[float, int, int, float]] = []             # (log p of path, parent, token, q)
+            for j, n in enumerate(frontier):
+                q = chain.probs(logits[j].cpu())                        # [V]
+                k = min(width, int((q > 0).sum()))
+                top = torch.topk(q, k)
+                for p, x in zip(top.values.tolist(), top.indices.tolist()):
+                    cands.append(((logp[n] if n >= 0 else 0.0) + math.log(p), n, int(x), p))
+            cands.sort(key=lambda c: -c[0])
+            frontier = []
+            for lp, par, x, p in cands[:width]:
+                frontier.append(built.add(x, par, BEAM, p))
+                logp.append(lp)
+                depth.append(1 if par < 0 else depth[par] + 1)
+            if not frontier:
+                break
+    finally:
+        lm.crop(base)                                                  # the beams' rows are not kept
+    return ChainResult(built.build(), forwards, fed, time.perf_counter() - start)
+
+
 class Glide(ModelDrafter):
+    """GLIDE's draft: a chain, with CAPE's siblings when `cape` is on, or a beam search."""
     name = "glide"
 
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
         super().__init__(config, setup)
-        self.bins = parse_bins(config.cape_bins) if config.cape else None
+        bins = parse_bins(config.cape_bins) if config.cape else None
+        self.siblings = Siblings(partial(expansion_size, bins=bins), EXPANSION) if bins else None
         self.beam = config.beam
         self.max_verify = config.max_verify
 
     def draft_lm(self, config: GlideConfig, setup: DraftSetup) -> DraftLM:
         return GlideDraftLM(load_for(setup.target, setup.target.model_id, config.checkpoint))
+
+    def search(self, ctx: DraftContext, gamma: int) -> ChainResult:
+        if self.beam:
+            result = beam_search(self.chain, ctx, gamma, self.beam)
+            if self.max_verify and len(result.tree) > self.max_verify:   # shallowest, best-first
+                result = replace(result, tree=result.tree.prune(range(self.max_verify)))
+            return result
+        result = self.chain.draft(ctx, gamma, self.siblings)
+        if self.max_verify and len(result.tree) > self.max_verify:
+            result = replace(result, tree=cap_expansions(result.tree, self.max_verify))
+        return result
+
+    def record(self, ctx: DraftContext, result: ChainResult, gamma: int) -> None:
+        if not self.beam:
+            return super().record(ctx, result, gamma)
+        # a beam tree has no proposal chain: no acceptance rate (draft_metrics reads proposal_len)
+        ctx.info.update({"gamma": gamma, "draft_s": result.seconds, "draft_forwards": result.forwards,
+                         "draft_fed_tokens": result.fed, "beam_nodes": len(result.tree)})
 
 
 _PAPER = "GLIDE with a CAPE: A Low-Hassle Method to Accelerate Speculative Decoding"

@@ -33,7 +33,9 @@ from ..errors import ConfigError
 from ..core.settings import setting
 from ..models.kvcache import append, new_cache
 from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
-from .kit.chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter, hf_forward
+from .kit.draft_lm import DraftLM, HFDraftLM, hf_forward
+from .kit.gamma import GammaSettings
+from .kit.model_drafter import ModelDrafter
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def truncated_model(model: Any, k: int) -> Any:
 
 
 class SelfDraftLM(HFDraftLM):
-    """chain.DraftLM over the target's first k layers, reading the committed cache."""
+    """DraftLM (kit/draft_lm.py) over the target's first k layers, reading the committed cache."""
 
     def __init__(self, model: Any, k: int) -> None:
         super().__init__(truncated_model(model, k))

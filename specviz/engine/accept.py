@@ -42,15 +42,18 @@ def accept_greedy(tree: DraftTree, argmax: list[int]) -> Acceptance:
 
 
 def accept_sampling(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
-    """probs: [N+1, V] target distribution per input row (after temperature/top-k/top-p)."""
+    """probs: [N+1, V] target distribution per input row (after temperature/top-k/top-p), on the
+    host, as the tree's draft_probs [N, V] (verify.judge brings both over in its one transfer):
+    the walk reads single entries, which on a device would each be a transfer."""
     path: list[int] = []
     node = -1
+    draft = tree.draft_probs.float() if tree.draft_probs is not None else None     # [N, V]
     while True:
         p = probs[node + 1].clone()                       # [V] target distribution here
         accepted_child = None
         for child in tree.children[node]:
             x = tree.tokens[child]
-            q = tree.draft_probs[child].float().cpu() if tree.draft_probs is not None else None
+            q = draft[child] if draft is not None else None
             q_x = float(q[x]) if q is not None else 1.0   # deterministic draft: q = one-hot(x)
             u = torch.rand((), generator=generator).item()
             if q_x > 0 and u < min(1.0, float(p[x]) / q_x):

@@ -31,7 +31,7 @@ from ..models.loading import LoadedModel
 from ..models.prompts import Prompt
 from ..core.settings import describe, to_dict
 from ..core.timing import PeakMemory, PhaseTimer
-from ..models.token_pieces import incremental_pieces, token_labels
+from ..models.token_pieces import StopText, incremental_pieces, token_labels
 from ..core.trace import StepRecord, Totals, Trace
 from ..core.tree import DraftTree, build_buffers
 from .verify import TOP_K, forward_tree, judge
@@ -62,18 +62,16 @@ def _fit_tree(tree: DraftTree, max_depth: int) -> DraftTree:
     return tree.prune([i for i, d in enumerate(tree.depths) if d <= max_depth])
 
 
-def _apply_stops(new: list[int], tokens: Sequence[int], prompt_len: int, budget: int,
-                 lm: LoadedModel, decoding: DecodingConfig) -> tuple[list[int], str | None]:
+def _apply_stops(new: list[int], budget: int, lm: LoadedModel, stops: StopText | None
+                 ) -> tuple[list[int], str | None]:
     """Cut the step's new tokens at the first EOS or stop string, or at the token budget.
-    Token by token, so a step ends where plain decoding would have stopped."""
-    out = list(tokens[prompt_len:]) if decoding.stop else []
+    Token by token, so a step ends where plain decoding would have stopped. `stops` holds the
+    output's text so far and sees each token once (linear in the output, token_pieces.StopText)."""
     for i, tok in enumerate(new):
         if tok in lm.eos_ids:
             return new[: i + 1], "eos"
-        if decoding.stop:
-            text = lm.tokenizer.decode(out + new[: i + 1], skip_special_tokens=True)
-            if any(s in text for s in decoding.stop):
-                return new[: i + 1], "stop_string"
+        if stops is not None and stops.add(tok):
+            return new[: i + 1], "stop_string"
     if len(new) >= budget:
         return new[:budget], "length"
     return new, None
@@ -131,6 +129,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                     features = capture.rows(list(range(prompt_len - 1)))
     check_supported(cache)
     drafter_ok, step = True, 0
+    stops = StopText(lm.tokenizer, decoding.stop) if decoding.stop else None     # the output's text
     # a drafter that recycles the verifier's candidates may ask for more than verify.TOP_K
     top_k = max(TOP_K, int(getattr(drafter, "target_topk", 0) or 0))
     while True:
@@ -178,8 +177,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                 if feature_layers:                 # the root's row and the accepted nodes' rows
                     features = capture.rows([0, *(a + 1 for a in acc.accepted)])     # [1+k, F]
                     features_at = past_len
-            new, stop = _apply_stops([tree.tokens[i] for i in acc.accepted] + [acc.bonus],
-                                     tokens, prompt_len, budget, lm, decoding)
+            new, stop = _apply_stops([tree.tokens[i] for i in acc.accepted] + [acc.bonus], budget, lm, stops)
             tokens.extend(new)
             # 6. the drafter learns from the outcome
             if drafter_ok:

@@ -1,2 +1,2 @@
 """GLIDE: the draft model that glimpses the target's KV cache (model), its checkpoints, data
-and training (`python -m specviz train-glide`)."""
+and training (`python -m specviz train-glide`), and CAPE, the paper's proposal expansion (cape)."""

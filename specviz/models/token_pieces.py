@@ -9,6 +9,7 @@ inside a character gets "" and the next one carries the whole character.
 
     incremental_pieces(tokenizer, ids)      # "".join(...) == tokenizer.decode(ids, skip_special_tokens=True)
     stream = PieceStream(tokenizer); stream.extend(new_ids)   # the same, as tokens arrive
+    stops = StopText(tokenizer, ["\n\n"]); stops.add(new_id)  # a stop string in the text yet?
     token_labels(tokenizer, ids)            # id -> a short label for a token seen out of context
 """
 from __future__ import annotations
@@ -52,6 +53,13 @@ class PieceStream:
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    def pending(self) -> str:
+        """The text of the ids not emitted yet, as a decode of the whole sequence ends now (an
+        incomplete character as U+FFFD): what "".join(pieces) lacks of that decode."""
+        before = self._decode(self.ids[self._prefix:self._read])
+        after = self._decode(self.ids[self._prefix:])
+        return after[len(before):] if after.startswith(before) else ""
 
 
 def _exact(tokenizer: Any, ids: Sequence[int], skip: bool) -> list[str]:
@@ -119,3 +127,26 @@ def token_labels(tokenizer: Any, ids: Iterable[int]) -> dict[int, str]:
     base = tokenizer.decode(anchor, clean_up_tokenization_spaces=False) if anchor else ""
     texts = tokenizer.batch_decode([anchor + [i] for i in ids], clean_up_tokenization_spaces=False)
     return {i: (t[len(base):] if t.startswith(base) else t) for i, t in zip(ids, texts)}
+
+
+class StopText:
+    """The output's text as tokens arrive, watched for stop strings: `add(id)` says whether a stop
+    string now occurs in the decode of the output so far. Linear in the output: each token
+    decodes a short window (PieceStream), and only the text a new token could complete a stop
+    string in is searched: the last (longest stop string - 1) characters of the emitted text,
+    and what the token added (its piece, or, while a character is incomplete, the pending text)."""
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str]) -> None:
+        self.stream = PieceStream(tokenizer)
+        self.stops = tuple(stops)
+        self.keep = max((len(s) for s in self.stops), default=1) - 1
+        self.tail = ""          # the emitted text's last `keep` characters
+
+    def add(self, token: int) -> bool:
+        piece = self.stream.extend([token])[0]
+        if not piece:           # nothing emitted: a stop string may still end in the pending text
+            window = self.tail + self.stream.pending()
+            return any(s in window for s in self.stops)
+        window = self.tail + piece
+        self.tail = window[len(window) - self.keep:] if self.keep else ""
+        return any(s in window for s in self.stops)
