@@ -33,7 +33,7 @@ from ..glide.checkpoint import CheckpointError, default_checkpoint, load
 from ..glide.model import GlideDraft, positions_cross_mask
 from ..errors import ConfigError
 from ..core.settings import setting
-from ..files.user_files import folder_given_for_file
+from ..files.user_files import checkpoint_file_problem
 from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
 from .kit.chain import ChainLoop, ChainResult, Siblings
 from .kit.draft_lm import DraftLM
@@ -138,14 +138,12 @@ class GlideDraftLM:
 
 def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
     path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(target_id)
-    folder = folder_given_for_file(path, "checkpoint", "*.pt")
-    if folder:
-        raise CheckpointError(folder)
-    if not path.is_file():
-        raise CheckpointError(
-            f"checkpoint: no GLIDE checkpoint for target {target_id!r} (looked for {str(path)!r}); "
-            f"train one with `python -m specviz train-glide --model {target_id} --out {path}` "
-            "or pass --set checkpoint=PATH")
+    problem = checkpoint_file_problem(
+        path, f"checkpoint: no GLIDE checkpoint for target {target_id!r} (looked for {str(path)!r}); "
+              f"train one with `python -m specviz train-glide --model {target_id} --out {path}` "
+              "or pass --set checkpoint=PATH")
+    if problem:
+        raise CheckpointError(problem)
     draft, _ = load(path, target.model, target_id)
     return draft
 

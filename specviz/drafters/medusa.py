@@ -39,7 +39,7 @@ from ..glide.checkpoint import CheckpointError
 from ..heads.checkpoint import default_checkpoint, load, load_any, train_command
 from ..heads.model import DraftHeads
 from ..core.settings import setting
-from ..files.user_files import folder_given_for_file
+from ..files.user_files import checkpoint_file_problem
 from .kit.sizing import best_prefix
 from ..core.flat_tree import ancestry
 from ..core.tree import DraftTree
@@ -95,13 +95,11 @@ def load_heads(target: Any, target_id: str, kind: str, checkpoint: str) -> Draft
     if published is not None:
         return published
     path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(kind, target_id)
-    folder = folder_given_for_file(path, "checkpoint", "*.pt")
-    if folder:
-        raise CheckpointError(folder)
-    if not path.is_file():
-        raise CheckpointError(
-            f"checkpoint: no {kind} heads for target {target_id!r} (looked for {str(path)!r}); train them "
-            f"with `{train_command(kind, target_id)} --out {path}` or pass --set checkpoint=PATH")
+    problem = checkpoint_file_problem(
+        path, f"checkpoint: no {kind} heads for target {target_id!r} (looked for {str(path)!r}); train them "
+              f"with `{train_command(kind, target_id)} --out {path}` or pass --set checkpoint=PATH")
+    if problem:
+        raise CheckpointError(problem)
     heads, _ = load(path, target, target_id, kind)
     return heads
 

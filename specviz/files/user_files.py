@@ -244,3 +244,13 @@ def folder_given_for_file(path: Path, what: str, pattern: str) -> str | None:
         found = []
     hint = f" (it holds {', '.join(repr(f) for f in found)})" if found else f" (it holds no {pattern})"
     return f"{what}: {str(path)!r} is a folder; give the file itself{hint}"
+
+
+def checkpoint_file_problem(path: Path, missing: str) -> str | None:
+    """What is wrong with `path` as a checkpoint file, in one line: a folder named where the file
+    belongs (naming the *.pt files in it), or `missing` (what to train, what to pass) when there
+    is no such file; None when it is a file."""
+    folder = folder_given_for_file(path, "checkpoint", "*.pt")
+    if folder:
+        return folder
+    return None if path.is_file() else missing

@@ -215,6 +215,13 @@ def fp32_bytes(model: Any) -> int:
     return 4 * sum(p.numel() for p in model.parameters())
 
 
+def _not_loaded(model_id: str, err: Exception) -> ModelLoadError:
+    """The one-line error for a model transformers could not load (offline, unknown architecture...)."""
+    first = str(err).splitlines()[0][:300] if str(err) else ""
+    return ModelLoadError(f"model: could not load {model_id!r} ({type(err).__name__}: {first}). Use '{EMBEDDED}' "
+                          "(offline default), a local model directory, or a hub id with the network available.")
+
+
 def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: str = "",
           cpu_linear: bool | None = None) -> LoadedModel:
     """Load `model_id` onto `device` in `dtype` (`requested` "auto": fp32 if it fits the GPU,
@@ -235,10 +242,7 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
             model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else model_id,
                                                          dtype=dtype)
         except Exception as err:  # OSError offline, ValueError for unknown architectures...
-            raise ModelLoadError(
-                f"model: could not load {model_id!r} ({type(err).__name__}: {str(err).splitlines()[0][:300]}). "
-                f"Use '{EMBEDDED}' (offline default), a local model directory, or a hub id "
-                "with the network available.") from None
+            raise _not_loaded(model_id, err) from None
     if requested == "auto":      # the weights are in memory now: pick fp32 if it fits the GPU
         dtype = resolve_dtype("auto", device, fp32_bytes(model), free_gpu_bytes(device))
     try:
@@ -395,10 +399,7 @@ def _load_mapped(model_id: str, spec: str | dict[str, Any], max_memory: dict[Any
             with init_empty_weights():          # the architecture on the meta device, to plan the map
                 empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
         except Exception as err:  # noqa: BLE001 - offline, unknown architecture...
-            raise ModelLoadError(
-                f"model: could not load {model_id!r} ({type(err).__name__}: {str(err).splitlines()[0][:300]}). "
-                f"Use '{EMBEDDED}' (offline default), a local model directory, or a hub id "
-                "with the network available.") from None
+            raise _not_loaded(model_id, err) from None
         dt = _mapped_dtype(dtype, fp32_bytes(empty))
         device_map = placement.resolve(empty, spec, max_memory, dt, offload_folder)
         folder = placement.fresh_offload_folder(offload_folder) if "disk" in device_map.values() else None
