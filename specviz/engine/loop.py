@@ -272,23 +272,3 @@ def generate(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec = "vani
     steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
 
-
-def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
-                     decoding: DecodingConfig | None = None,
-                     on_reference: Callable[[DrafterSpec], None] | None = None,
-                     on_trace: Callable[[Trace], None] | None = None) -> Any:
-    """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
-    (the oracle) and was given no continuation gets the baseline's output on the same prompt
-    and decoding settings, from a baseline run made here first (`on_reference` is told
-    before it starts, `on_trace` gets the baseline's Trace after it)."""
-    spec = get(drafter)
-    values = dict(values or {})
-    if spec.wants_reference(values):
-        base = baseline()
-        if on_reference is not None:
-            on_reference(base)
-        reference = generate(lm, prompt, base.name, None, decoding)
-        if on_trace is not None:
-            on_trace(reference)
-        values = spec.with_reference(values, reference.output_ids)
-    return spec.config(values)
