@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConfigError, SpecvizError
 from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
                      add_runtime_arguments, decoding_values, flag, parse_set, read_context, renamed_flag, runtime_request)
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from ..engine.service import DrafterPlan, Run
 
 
 def add_arguments(gen: argparse.ArgumentParser) -> None:
@@ -60,7 +63,7 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     add_retrieval_arguments(gen)
 
 
-def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> Any:
+def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> DrafterPlan:
     """--drafter NAME[@PRESET][[k=v;...]] and --set k=v -> the run service's DrafterPlan: the
     spec, its setting values (the preset's, the bracketed ones, then --set's) and the config,
     validated once (engine/service.py), with each mistake named by its flag."""
@@ -176,7 +179,7 @@ def write_trace(trace: Any, path: str | None) -> None:
     print(f"trace written to {path}", file=sys.stderr)
 
 
-def finish_interrupted(args: argparse.Namespace, live: Any, streamer: Any) -> int:
+def finish_interrupted(args: argparse.Namespace, live: Run, streamer: Any) -> int:
     """Ctrl-C: keep what was generated. The steps so far (`live`: the run service's Run) become
     a trace marked `stopped` (as the explorer's Stop makes), its text is printed and the trace
     written; exit 130."""
