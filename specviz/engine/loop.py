@@ -16,14 +16,14 @@ hold token ids (kind "token_ids") are checked against the vocabulary before the 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from transformers import DynamicCache
 
 from .. import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from ..core.decoding import DecodingConfig
-from ..drafters.kit.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
+from ..drafters.kit.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, get
 from ..errors import ConfigError, ModelLoadError, PromptError
 from ..models.hidden import HiddenCapture
 from ..models.kvcache import CacheView, check_supported, commit, new_cache
@@ -270,23 +270,3 @@ def generate(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec = "vani
     steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
 
-
-def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
-                     decoding: DecodingConfig | None = None,
-                     on_reference: Callable[[DrafterSpec], None] | None = None,
-                     on_trace: Callable[[Trace], None] | None = None) -> Any:
-    """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
-    (the oracle) and was given no continuation gets the baseline's output on the same prompt
-    and decoding settings, from a baseline run made here first (`on_reference` is told
-    before it starts, `on_trace` gets the baseline's Trace after it)."""
-    spec = get(drafter)
-    values = dict(values or {})
-    if spec.wants_reference(values):
-        base = baseline()
-        if on_reference is not None:
-            on_reference(base)
-        reference = generate(lm, prompt, base.name, None, decoding)
-        if on_trace is not None:
-            on_trace(reference)
-        values = spec.with_reference(values, reference.output_ids)
-    return spec.config(values)
