@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import SpecvizError
 from ..core.settings import setting
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, register
+from .kit.narration import narrate_model_chain
 from .kit.chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter
 
 
@@ -54,6 +55,8 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
 
 
 class DraftModel(ModelDrafter):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     name = "draft_model"
 
     def draft_lm(self, config: DraftModelConfig, setup: DraftSetup) -> DraftLM:
@@ -70,4 +73,5 @@ SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,
                             "A small draft model with the target's tokenizer drafts gamma tokens "
                             "(exact speculative sampling, own KV cache rolled back on rejection).",
                             "Leviathan et al. 2023; Chen et al. 2023",
-                            family="model", order=70, confidence="probability"))
+                            family="model", order=70, confidence="probability",
+                            narrate=narrate_model_chain))

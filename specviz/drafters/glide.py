@@ -29,7 +29,8 @@ from ..files.resources import data_path
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..files.user_files import folder_given_for_file
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, checkpoint_setting, register
+from .kit.narration import narrate_model_chain
 from .kit.chain import DraftLM, GammaSettings, ModelDrafter, parse_bins
 
 CHECKPOINTS = data_path("checkpoints")
@@ -138,6 +139,8 @@ def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
 
 
 class Glide(ModelDrafter):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     name = "glide"
 
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
@@ -180,4 +183,5 @@ SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "
                             "gamma tokens; CAPE adds siblings where the draft is unsure.",
                             "Du et al. 2024, GLIDE with a CAPE",
-                            family="model", order=90, presets=PRESETS, confidence="probability"))
+                            family="model", order=90, presets=PRESETS, confidence="probability",
+                            narrate=narrate_model_chain))

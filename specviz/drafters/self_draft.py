@@ -31,7 +31,8 @@ from transformers import DynamicCache
 
 from ..errors import ConfigError
 from ..core.settings import setting
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, register
+from .kit.narration import narrate_model_chain
 from .kit.chain import DraftLM, GammaSettings, HFDraftLM, ModelDrafter, hf_forward
 
 
@@ -88,6 +89,8 @@ class SelfDraftLM(HFDraftLM):
 
 
 class SelfDraft(ModelDrafter):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     name = "self_draft"
 
     def draft_lm(self, config: SelfDraftConfig, setup: DraftSetup) -> DraftLM:
@@ -109,4 +112,5 @@ SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
                             "Early exit: the target's first k layers + its norm and LM head draft "
                             "gamma tokens (no extra weights; reuses the target's committed KV).",
                             "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)",
-                            family="model", order=80, confidence="probability"))
+                            family="model", order=80, confidence="probability",
+                            narrate=narrate_model_chain))
