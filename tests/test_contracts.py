@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from conftest import run_ids
+
 from specviz.core.narration import Place, Quote, Scene, StepStory
 from specviz.core.settings import Settings
 from specviz.core.trace import StepRecord, Totals, Trace
@@ -71,7 +71,7 @@ def _spied(cls: type) -> tuple[DrafterSpec, list[Any]]:
 
 def _run(tiny_lm: Any, cls: type) -> Any:
     spec, made = _spied(cls)
-    out, steps = run_ids(tiny_lm, PROMPT, spec, max_new_tokens=6)
+    out, _ = run_ids(tiny_lm, PROMPT, spec, max_new_tokens=6)  # type: ignore[arg-type]
     vanilla, _ = run_ids(tiny_lm, PROMPT, max_new_tokens=6)
     assert out == vanilla and len(made) == 1
     return made[0]
@@ -184,7 +184,7 @@ def test_every_built_in_drafter_declares_its_needs(tiny_lm) -> None:
         declared = isinstance(getattr(cls, "needs", None), DrafterNeeds) or any(
             "self.needs = DrafterNeeds(" in inspect.getsource(c) for c in cls.__mro__ if c.__module__.startswith("specviz."))
         assert declared, f"{spec.name}: {cls.__name__} declares no `needs`"
-    assert REGISTRY["medusa"].factory.needs.hidden and REGISTRY["hydra"].factory.needs.hidden
+    assert all(needs_of(REGISTRY[name].factory).hidden for name in ("medusa", "hydra"))
 
 
 # ---- StepRecord: keywords only, the trace format unchanged --------------------------------
@@ -280,9 +280,9 @@ def _drafter_literals(path: Path, names: set[str]) -> list[str]:
     for node in ast.walk(tree):
         if id(node) in labels:
             continue
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value.strip():
-            if set(node.value.strip().split(",")) & names:
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value.strip() \
+                and set(node.value.strip().split(",")) & names:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     return found
 
 
@@ -328,3 +328,18 @@ def test_compare_takes_its_reference_from_the_registry(monkeypatch) -> None:
     monkeypatch.setitem(REGISTRY, base.name, dataclasses.replace(base, is_baseline=False))
     monkeypatch.setitem(REGISTRY, "other", dataclasses.replace(base, name="other", is_baseline=True, order=-1))
     assert compare_figure(rows).data[0].marker.color == ("#1c7ed6", "#868e96")
+
+
+def test_the_bench_peers_declare_their_needs_and_narrator() -> None:
+    """The peers' modules import optional packages, so their declarations are read from source."""
+    for path in sorted((ROOT / "specviz" / "peers").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        specs = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "DrafterSpec"]
+        if not specs:
+            continue
+        assert all(any(k.arg == "narrate" for k in call.keywords) for call in specs), path.name
+        factory = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name.endswith("Drafter")}
+        assert factory, path.name
+        for cls in factory.values():
+            assert any(isinstance(s, ast.Assign) and any(getattr(t, "id", "") == "needs" for t in s.targets)
+                       for s in cls.body), f"{path.name}: {cls.name} declares no `needs`"

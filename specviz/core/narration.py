@@ -14,7 +14,7 @@ explainer and the explainer names no drafter.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping
 
 from .trace import StepRecord
 
@@ -32,7 +32,7 @@ class Place:
     end: int
 
 
-Piece = Union[str, Quote, Place]
+Piece = str | Quote | Place
 Sentence = tuple[Piece, ...]          # pieces told one after another ("" between them)
 
 

@@ -78,7 +78,7 @@ class SelfDraftLM(HFDraftLM):
     def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
         if self._step != ctx.step:                         # a new step: start from the committed rows
             self._step = ctx.step
-            view = ctx.target_cache
+            view = ctx.require_cache("self_draft")
             self.cache = DynamicCache(config=self.model.config)
             if view.length:
                 for i in range(self.k):                    # cat onto an empty layer: new tensors
@@ -94,15 +94,16 @@ class SelfDraft(ModelDrafter):
     name = "self_draft"
 
     def draft_lm(self, config: SelfDraftConfig, setup: DraftSetup) -> DraftLM:
-        inner = getattr(setup.target.model, "model", None)
+        target = setup.require_target("self_draft")
+        inner = getattr(target.model, "model", None)
         if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm"):
             raise ConfigError("drafter", f"self_draft needs a Llama-style model (model.layers, "
-                                         f"model.norm, lm_head); {setup.target.model_id!r} is not one")
-        layers = num_layers(setup.target.model)
+                                         f"model.norm, lm_head); {target.model_id!r} is not one")
+        layers = num_layers(target.model)
         if not 1 <= config.k <= layers - 1:
             raise ConfigError("k", f"k={config.k} must be in 1..L-1 = 1..{layers - 1}: the target "
-                                   f"{setup.target.model_id!r} has L={layers} layers")
-        return SelfDraftLM(setup.target.model, config.k)
+                                   f"{target.model_id!r} has L={layers} layers")
+        return SelfDraftLM(target.model, config.k)
 
     def note(self, ctx: DraftContext) -> None:
         ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up

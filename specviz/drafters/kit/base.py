@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from ...core import settings
 from ...core.narration import Narrator, untold
-from ...errors import UnknownDrafterError
+from ...errors import ConfigError, UnknownDrafterError
 from ...core.timing import PhaseTimer
 from ...core.tree import DraftTree
 
@@ -56,6 +56,12 @@ class DraftSetup:
     # gr.State, the CLI process, a bench run); None: every generation starts fresh
     store: DrafterStore | None = None
 
+    def require_target(self, drafter: str) -> LoadedModel:
+        """The loaded target, for a drafter that runs it; ConfigError when there is none."""
+        if self.target is None:
+            raise ConfigError("target", f"drafter {drafter} needs the target model (DraftSetup.target)")
+        return self.target
+
 
 @dataclass
 class DraftContext:
@@ -80,6 +86,13 @@ class DraftContext:
     # [n, len(layers) x H], in position order from position `features_at`; None otherwise
     features: torch.Tensor | None = None
     features_at: int = 0
+
+    def require_cache(self, drafter: str) -> CacheView:
+        """The target's committed KV cache, for a drafter that reuses it; ConfigError without one."""
+        if self.target_cache is None:
+            raise ConfigError("target_cache", f"drafter {drafter} reads the target's KV cache "
+                                              "(DraftContext.target_cache); this context has none")
+        return self.target_cache
 
 
 @dataclass(frozen=True)
