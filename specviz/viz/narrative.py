@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..core.narration import Place, Quote, Scene, Sentence, StepStory, untold
+from ..core.narration import Place, Quote, Scene, Sentence, StepStory
 from ..core.narration import plural as _plural, were as _were
 from ..core.trace import StepRecord, Trace
 from ..drafters import REGISTRY
+from ..drafters.kit.narration import narrate_size
 from .spans import prompt_char_spans
 from .tree import node_status
 
@@ -75,9 +76,10 @@ def _where(trace: Trace, start: int, end: int) -> str:
 
 def _story(trace: Trace, s: StepRecord) -> StepStory:
     """The drafter's own part, from the narrator its spec declares; a drafter this specviz
-    does not register (a plugin not installed here, a bench peer) gets the shorter account."""
+    does not register (a plugin not installed here, a bench peer) gets the kit's default, which
+    tells only the tree's sizing (what TreeCutter records)."""
     spec = REGISTRY.get(trace.drafter)
-    narrate = spec.narrate if spec is not None else untold
+    narrate = spec.narrate if spec is not None else narrate_size
     return narrate(Scene(s, _committed(trace), trace.drafter, trace.drafter_config))
 
 

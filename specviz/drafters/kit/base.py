@@ -16,7 +16,7 @@ that reads it: a plugin that declares nothing gets `NO_NEEDS`, and one written b
 `DrafterNeeds` existed, with the old `wants_hidden` / `target_topk` / `feature_layers`
 attributes, still gets what those asked for.
 
-How a drafter's step is told in words is declared on its spec too (`DrafterSpec.narrate`, a
+How a drafter's step is told in words is declared on its spec (`DrafterSpec.narrate`, a
 `core.narration.Narrator`), so the explainer never guesses the drafter from its notes.
 """
 from __future__ import annotations
@@ -26,10 +26,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from ...core import settings
-from ...core.narration import Narrator, untold
+from ...core.narration import Narrator
 from ...errors import ConfigError, UnknownDrafterError
 from ...core.timing import PhaseTimer
 from ...core.tree import DraftTree
+from .narration import narrate_size
 
 if TYPE_CHECKING:
     import torch
@@ -236,8 +237,8 @@ class DrafterSpec:
     confidence: str | None = None
     # how a step of this drafter is told in words (core/narration.py; the kit's narrators:
     # kit/narration.py): where its draft came from and why its tree has its size, from what it
-    # recorded in StepRecord.info; `untold` (the default) leaves the explainer's shorter account
-    narrate: Narrator = untold
+    # recorded in StepRecord.info; the default tells only what the kit's TreeCutter records
+    narrate: Narrator = narrate_size
 
     def __post_init__(self) -> None:
         if self.confidence is not None and self.confidence not in CONFIDENCE_KINDS:
