@@ -343,3 +343,10 @@ def test_the_bench_peers_declare_their_needs_and_narrator() -> None:
         for cls in factory.values():
             assert any(isinstance(s, ast.Assign) and any(getattr(t, "id", "") == "needs" for t in s.targets)
                        for s in cls.body), f"{path.name}: {cls.name} declares no `needs`"
+
+
+def test_notes_a_narrator_cannot_read_leave_the_shorter_account() -> None:
+    """A trace file is untrusted: a hierarchy step whose db_hits is not a mapping still tells."""
+    text = step_narrative(_hand_trace("hierarchy", {"db_hits": 5, "candidates": "x"}), 0)
+    assert "**Where the draft came from.** Draft nodes by source: context 2." in text
+    assert "The bonus token “!”" in text

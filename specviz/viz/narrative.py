@@ -77,10 +77,14 @@ def _where(trace: Trace, start: int, end: int) -> str:
 def _story(trace: Trace, s: StepRecord) -> StepStory:
     """The drafter's own part, from the narrator its spec declares; a drafter this specviz
     does not register (a plugin not installed here, a bench peer) gets the kit's default, which
-    tells only the tree's sizing (what TreeCutter records)."""
+    tells only the tree's sizing (what TreeCutter records). A step's info comes from a trace
+    file (untrusted): notes a narrator cannot read leave the shorter account, not an error."""
     spec = REGISTRY.get(trace.drafter)
     narrate = spec.narrate if spec is not None else narrate_size
-    return narrate(Scene(s, _committed(trace), trace.drafter, trace.drafter_config))
+    try:
+        return narrate(Scene(s, _committed(trace), trace.drafter, trace.drafter_config))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return StepStory()
 
 
 def _render(trace: Trace, sentence: Sentence) -> str:
