@@ -33,7 +33,8 @@ def step(index: int, tree: DraftTree, accepted: tuple[int, ...], new: tuple[int,
     """A hand-built step: bonus token 1, committed = accepted tokens + bonus unless `new` is given."""
     new = new if new is not None else tuple(tree.tokens[i] for i in accepted) + (1,)
     n = len(tree)
-    return StepRecord(index, 10, tree, accepted, 1, new, (1,) * (n + 1), (0.5,) * n, {}, 0.01, info or {})
+    return StepRecord(index=index, committed_len=10, tree=tree, accepted=accepted, bonus=1, new_tokens=new,
+                      target_top=(1,) * (n + 1), target_prob=(0.5,) * n, timings={}, wall=0.01, info=info or {})
 
 
 def chain(tokens, scores=None) -> DraftTree:

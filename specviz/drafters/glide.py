@@ -34,11 +34,12 @@ from ..glide.model import GlideDraft, positions_cross_mask
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..files.user_files import checkpoint_file_problem
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
+from .kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
 from .kit.chain import ChainLoop, ChainResult, Siblings
 from .kit.draft_lm import DraftLM
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
+from .kit.narration import narrate_model_chain
 
 BEAM = "beam-search"
 
@@ -207,6 +208,7 @@ def beam_search(chain: ChainLoop, ctx: DraftContext, gamma: int, width: int) -> 
 
 class Glide(ModelDrafter):
     """GLIDE's draft: a chain, with CAPE's siblings when `cape` is on, or a beam search."""
+    needs = NO_NEEDS                     # the engine gives it the tokens only
     name = "glide"
 
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
@@ -268,4 +270,5 @@ SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "
                             "gamma tokens; CAPE adds siblings where the draft is unsure.",
                             "Du et al. 2024, GLIDE with a CAPE",
-                            family="model", order=90, presets=PRESETS, confidence="probability"))
+                            family="model", order=90, presets=PRESETS, confidence="probability",
+                            narrate=narrate_model_chain))
