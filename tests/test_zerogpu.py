@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import specviz.models
 import specviz.models.loading as models
 import specviz.ui.gpu as gpu_module
 
@@ -37,7 +38,7 @@ def fake_spaces(monkeypatch: pytest.MonkeyPatch):
 
 def _import_app(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     calls: list[tuple] = []
-    monkeypatch.setattr(models, "load_model", lambda *a, **kw: calls.append((a, kw)) or "model")
+    monkeypatch.setattr(specviz.models, "load_model", lambda *a, **kw: calls.append((a, kw)) or "model")
     importlib.reload(gpu_module)
     runpy.run_path(str(ROOT / "app.py"), run_name="app")       # builds the page; does not launch
     return calls
