@@ -102,8 +102,9 @@ class GlideDraftLM:
         out = []
         for m in range(self.draft.spec.n_layers):
             layer = self.draft.spec.cross_layer(m)
-            k, v = (view.keys(layer), view.values(layer)) if view.length else (None, None)
-            if k is None:
+            if view.length:
+                k, v = view.keys(layer), view.values(layer)
+            else:
                 shape = (1, self.draft.spec.kv_heads, 0, self.draft.spec.head_dim)
                 k = v = torch.zeros(shape, device=self.device)
             out.append((k.to(self.device), v.to(self.device)))   # that layer's device -> ours
