@@ -33,7 +33,8 @@ def test_mean_accepted_counts_the_bonus_token():
 
 
 def _step(tree: DraftTree, accepted: tuple[int, ...]) -> StepRecord:
-    return StepRecord(0, 5, tree, accepted, 0, (0,) * (len(accepted) + 1), (), (), {}, 0.0)
+    return StepRecord(index=0, committed_len=5, tree=tree, accepted=accepted, bonus=0,
+                      new_tokens=(0,) * (len(accepted) + 1), target_top=(), target_prob=(), timings={}, wall=0.0)
 
 
 # root -> a(0), b(1); a -> c(2); c -> d(3)

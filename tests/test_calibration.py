@@ -33,7 +33,8 @@ def step(index: int, tree: DraftTree, accepted: tuple[int, ...], new: tuple[int,
     """A hand-built step: bonus token 1, committed = accepted tokens + bonus unless `new` is given."""
     new = new if new is not None else tuple(tree.tokens[i] for i in accepted) + (1,)
     n = len(tree)
-    return StepRecord(index, 10, tree, accepted, 1, new, (1,) * (n + 1), (0.5,) * n, {}, 0.01, info or {})
+    return StepRecord(index=index, committed_len=10, tree=tree, accepted=accepted, bonus=1, new_tokens=new,
+                      target_top=(1,) * (n + 1), target_prob=(0.5,) * n, timings={}, wall=0.01, info=info or {})
 
 
 def chain(tokens, scores=None) -> DraftTree:
@@ -248,7 +249,7 @@ def test_positions_figure_carries_both_rates_and_the_convention() -> None:
 def test_run_summary_shows_the_counters_and_the_calibration(tiny_lm_tok) -> None:
     from specviz.ui.summary_tab import about_markdown, render_summary
     prompt = build_prompt(tiny_lm_tok.tokenizer, "one two three one two three one two three")
-    trace = generate(tiny_lm_tok, prompt, "ngram_trie", None, DecodingConfig(max_new_tokens=24))
+    trace = generate(tiny_lm_tok, prompt, "ngram_trie", {"size_by_cost": False}, DecodingConfig(max_new_tokens=24))
     text = about_markdown(trace)
     c, cal = trace.position_metrics(), trace.calibration()
     assert f"num_drafts {c.num_drafts}, num_draft_tokens {c.num_draft_tokens}" in text

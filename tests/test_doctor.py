@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specviz import cli, viz
-from specviz.analysis.doctor import DEFAULT_DRAFTERS, ROWS, DoctorReport, format_report, run_doctor
+from specviz.analysis.doctor import ROWS, DoctorReport, default_drafters, format_report, run_doctor
 from specviz.errors import SpecvizError
 
 
@@ -55,5 +55,5 @@ def test_doctor_cli_json_and_bad_input(capsys) -> None:
 @pytest.mark.slow
 def test_doctor_on_the_embedded_model() -> None:
     report = run_doctor("embedded", "cpu", "auto")
-    _check(report, ROWS, DEFAULT_DRAFTERS, 3)
+    _check(report, ROWS, default_drafters(), 3)
     print(format_report(report))

@@ -127,7 +127,7 @@ def test_drafter_cache_equals_the_head_over_the_whole_sequence(tiny_lm, tmp_path
     done = drafter.done
     assert len(PROMPT) + len(steps) - 2 <= done < len(tokens)   # the last step's rows come at a next step
     ids = torch.tensor([tokens])
-    capture = HiddenCapture(tiny_lm.model, drafter.feature_layers)
+    capture = HiddenCapture(tiny_lm.model, drafter.needs.feature_layers)
     with torch.no_grad(), capture:
         tiny_lm.model(input_ids=ids)
     feats = capture.rows(list(range(done)))[None]                                        # [1, done, F]

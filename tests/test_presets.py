@@ -176,15 +176,15 @@ def test_bench_sweeps_from_a_preset():
 
 
 def test_bench_runs_a_preset_with_its_store(tiny_lm_tok, monkeypatch):
-    from specviz.bench import runner as bench_runner
+    from specviz.engine import service
     stores = []
-    original = bench_runner.generate
+    original = service.run
 
-    def spy(lm, prompt, name, config, decoding, store=None):
-        stores.append(store)
-        return original(lm, prompt, name, config, decoding, store)
+    def spy(request, **options):
+        stores.append(options.get("store"))
+        return original(request, **options)
 
-    monkeypatch.setattr(bench_runner, "generate", spy)
+    monkeypatch.setattr(service, "run", spy)
     bench, runs = bench_one_question(tiny_lm_tok, "ngram_trie@paper", "", 6, "hello there, general")
     assert [r.method for r in runs] == ["vanilla", "ngram_trie@paper"]
     assert runs[0].output_ids == runs[1].output_ids

@@ -52,7 +52,7 @@ def test_candidate_matrix_rows_replace_and_expand():
 def test_token_recycling_recycles_every_verified_row():
     spec = get("token_recycling")
     d = spec.make(spec.config({"size_by_cost": False}), DraftSetup((1, 2, 3), 64, frozenset(), 16))
-    assert d.target_topk == 8
+    assert d.needs.target_topk == 8
     assert len(d.propose(ctx_for([1, 2, 3], 3))) == 0            # empty matrix: no draft
     tree = DraftTree((4, 5), (-1, 0), ("recycled",) * 2)
     topk = ((4, 9, 10), (5, 11), (6, 12))                         # rows: root 3, node 4, node 5

@@ -145,7 +145,8 @@ def test_output_spans_cover_the_output_and_say_how_each_token_came(oracle_trace,
 
 def test_output_html_escapes_token_text() -> None:
     tree = DraftTree.chain([5], "context")
-    step = StepRecord(0, 3, tree, (0,), 6, (5, 6), (5, 6), (0.9,), {}, 0.01)
+    step = StepRecord(index=0, committed_len=3, tree=tree, accepted=(0,), bonus=6, new_tokens=(5, 6),
+                      target_top=(5, 6), target_prob=(0.9,), timings={}, wall=0.01)
     spans = viz.output_spans([step], ["<b>", "&x"])
     html = viz.output_html(spans)
     assert "&lt;b&gt;" in html and "&amp;x" in html and "<b>" not in html.split("</div>", 1)[1]
@@ -178,7 +179,8 @@ def test_context_highlight_marks_accepted_sources() -> None:
     """A hand-made trace: prompt 'A B C D', context 'B C D'; the draft copied 'C' (accepted) and 'D'."""
     token_text = {1: "A", 2: " B", 3: " C", 4: " D", 9: "!"}
     tree = DraftTree.chain([3, 4], "context")
-    step = StepRecord(0, 4, tree, (0,), 9, (3, 9), (3, 3, 9), (0.9, 0.1), {}, 0.01,
+    step = StepRecord(index=0, committed_len=4, tree=tree, accepted=(0,), bonus=9, new_tokens=(3, 9),
+                      target_top=(3, 3, 9), target_prob=(0.9, 0.1), timings={}, wall=0.01,
                       info={"positions": [2, 3]})
     trace = Trace("m", "ngram_trie", {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
                   token_text, Totals.of([step]), "length", context_char_span=(2, 7),
@@ -210,8 +212,9 @@ def test_run_figures(oracle_trace, spied) -> None:
 def test_acceptance_by_depth_counts_only_tested_depths() -> None:
     tree = DraftTree((5, 6, 7), (-1, 0, -1), ("context",) * 3)     # 5 -> 6, and 7 beside 5
     def step(i: int, acc: tuple[int, ...]) -> StepRecord:
-        return StepRecord(i, 3, tree, acc, 1, tuple(tree.tokens[a] for a in acc) + (1,), (0,) * 4,
-                          (0.5,) * 3, {}, 0.01)
+        return StepRecord(index=i, committed_len=3, tree=tree, accepted=acc, bonus=1,
+                          new_tokens=tuple(tree.tokens[a] for a in acc) + (1,), target_top=(0,) * 4,
+                          target_prob=(0.5,) * 3, timings={}, wall=0.01)
     trace = Trace("m", "x", {}, {}, "", (1, 2, 3), (step(0, ()), step(1, (0,)), step(2, (0, 1))),
                   (), "", {}, Totals.of([]), "length")
     assert viz.acceptance_by_depth(trace) == {1: (3, 2), 2: (2, 1)}

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_DRAFTERS = ("prompt_lookup", "ngram_trie")   # the drafters the UI compare tab preselects
 CHECK_PROMPTS = 3
 MAX_NEW_TOKENS = 32
 
@@ -118,6 +117,15 @@ def cost_curve(lm: Any, context_len: int, rows: Sequence[int] = ROWS) -> tuple[C
     return tuple(CostPoint(m, s, lm.cost_model().calibrated(m)) for m, s in zip(now.sizes, now.seconds))
 
 
+def default_drafters() -> tuple[str, ...]:
+    """The drafters checked when none are named: those the registry preselects for comparisons
+    (DrafterSpec.preselected, as the UI's compare tab), in list order, the baseline left out
+    (every check runs it as the reference)."""
+    from ..drafters import ordered
+
+    return tuple(s.name for s in ordered() if s.preselected and not s.is_baseline)
+
+
 def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
                    max_new_tokens: int) -> tuple[DrafterCheck, ...]:
     """Each drafter against vanilla on each prompt, interleaved, greedy."""
@@ -158,13 +166,13 @@ def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
 
 
 def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "auto",
-               drafters: Sequence[str] = DEFAULT_DRAFTERS, max_new_tokens: int = MAX_NEW_TOKENS,
+               drafters: Sequence[str] | None = None, max_new_tokens: int = MAX_NEW_TOKENS,
                n_prompts: int = CHECK_PROMPTS, context_len: int | None = None,
                rows: Sequence[int] = ROWS, cpu_linear: bool | None = None,
                device_map: str | None = None, max_memory: str | None = None,
                offload_folder: str | None = None) -> DoctorReport:
     """Load the model (cached) and measure; raises SpecvizError for a bad model, device,
-    dtype or drafter name before measuring anything."""
+    dtype or drafter name before measuring anything. `drafters`: None checks default_drafters()."""
     import torch
     import transformers
 
@@ -175,6 +183,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
     from ..core.timing import PeakMemory
 
     start = time.perf_counter()
+    drafters = default_drafters() if drafters is None else tuple(drafters)
     for name in drafters:
         get(name)                                   # an unknown drafter fails now
     if max_new_tokens < 1 or n_prompts < 1:

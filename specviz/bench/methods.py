@@ -21,10 +21,12 @@ refuses (e.g. prefix_len >= n) are left out and listed.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..drafters import baseline, ordered
-from ..drafters.kit.choice import DrafterChoice, DrafterChoiceError, parse_choice
+from ..drafters import baseline, get, ordered
+from ..drafters.kit.choice import DrafterChoice, DrafterChoiceError
+from ..engine import service
 from ..errors import ConfigError, SpecvizError
 from ..peers import ENGINE_PEERS
 
@@ -54,7 +56,9 @@ class Method:
     kind: str                                  # "drafter", "peer" (transformers) or "engine_peer"
     name: str                                  # drafter name or peer name
     settings: tuple[tuple[str, str], ...] = ()  # drafter settings: the preset's, then those given
-
+    # a drafter's config, validated once when the method is parsed (the run service's plan);
+    # the runs take it as it is. None for a peer.
+    config: Any = field(default=None, compare=False, repr=False)
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -74,14 +78,16 @@ def split_top(text: str, sep: str = ",") -> list[str]:
 def drafter_method(spec_text: str) -> Method:
     """'name', 'name@preset', 'name[key=value;...]' or 'name@preset[key=value;...]' -> a validated Method."""
     try:
-        choice = parse_choice(spec_text)        # UnknownDrafterError names the known ones
+        choice = service.parse(spec_text)       # UnknownDrafterError names the known ones
+        return _method(service.plan(choice))
     except DrafterChoiceError as err:
         raise MethodError(f"drafters: {err}") from None
-    return _method(choice)
+    except ConfigError as err:
+        raise MethodError(f"drafters: {spec_text.strip()}: {err}") from None
 
 
-def _method(choice: DrafterChoice) -> Method:
-    return Method(choice.label, "drafter", choice.name, tuple(choice.values().items()))
+def _method(drafter: service.DrafterPlan) -> Method:
+    return Method(drafter.label, "drafter", drafter.spec.name, drafter.values, drafter.config)
 
 
 def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
@@ -91,9 +97,12 @@ def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
         raise MethodError(f"sweep: {text!r}: expected drafter:key=v1,v2;key2=w1,w2")
     axes = _sweep_axes(text, grid)
     try:
-        base = parse_choice(name)               # a preset may be swept from: ngram_trie@paper:n=8,13
+        base = service.parse(name)              # a preset may be swept from: ngram_trie@paper:n=8,13
+        service.plan(base)                      # the fixed part alone must be valid
     except DrafterChoiceError as err:
         raise MethodError(f"sweep: {err}") from None
+    except ConfigError as err:
+        raise MethodError(f"sweep: {name.strip()}: {err}") from None
     fixed = dict(base.overrides)
     clash = next((k for k, _ in axes if k in fixed), None)
     if clash is not None:
@@ -104,11 +113,9 @@ def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
         settings = tuple((k, v) for (k, _), v in zip(axes, combo))
         choice = DrafterChoice(base.name, base.preset, base.overrides + settings)
         try:
-            choice.config()
+            methods.append(_method(service.plan(choice)))
         except ConfigError as err:
             refused.append(f"{choice.label}: {err}")
-            continue
-        methods.append(_method(choice))
     if not methods:
         raise MethodError(f"sweep: {text!r}: no valid combination ({'; '.join(refused)})")
     return methods, refused
@@ -145,7 +152,7 @@ def parse_methods(drafters: str, peers: str, sweeps: list[str] | None = None,
                   draft_model: str | None = None) -> tuple[list[Method], list[str]]:
     """Vanilla first (every speedup is against it), then drafters, sweep points, peers.
     Returns the methods and notes (sweep combinations left out)."""
-    methods = [Method(BASELINE, "drafter", BASELINE)]
+    methods = [_method(service.plan(get(BASELINE)))]
     notes: list[str] = []
     for text in split_top(drafters):
         m = drafter_method(text)

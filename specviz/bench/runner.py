@@ -24,11 +24,10 @@ from ..analysis.divergence import explain, explain_ids
 from ..core.draft_metrics import tally
 from ..drafters import get
 from ..drafters.kit.store import DrafterStore
-from ..engine import generate
+from ..engine import service
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..peers import ENGINE_PEERS
-from ..models.prompts import build_prompt
 from ..core.trace import Trace
 from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance
@@ -110,6 +109,23 @@ class Bench:
     # where the runs are measured (cluster.worker_info: host, device, CPU/GPU model), stamped
     # on every run when set
     worker: dict[str, Any] | None = None
+    # each method's drafter as the run service runs it (drafter_plan), by label
+    _plans: dict[str, service.DrafterPlan] = field(default_factory=dict, init=False, repr=False)
+
+    def drafter_plan(self, method: Method) -> service.DrafterPlan:
+        """The method's drafter as the run service runs it: its config as validated when the
+        method was parsed, or (an engine peer, a method made by hand) validated here, once per
+        bench run."""
+        plan = self._plans.get(method.label)
+        if plan is None:
+            if method.kind == "engine_peer":
+                plan = service.plan(ENGINE_PEERS[method.name].spec(), dict(method.settings))
+            elif method.config is not None:
+                plan = service.DrafterPlan(get(method.name), method.label, method.settings, method.config)
+            else:
+                plan = service.plan(get(method.name), dict(method.settings))
+            self._plans[method.label] = plan
+        return plan
 
     def run_question(self, q: Question, repeat: int) -> list[Run]:
         """Every method on every turn of `q`; raises PromptError if it does not fit."""
@@ -120,9 +136,11 @@ class Bench:
         for method in self.methods:
             history: list[tuple[str, str]] = []
             for turn, message in enumerate(q.turns):
-                prompt = build_prompt(self.lm.tokenizer, message, history=history)
+                request = service.RunRequest(self.lm.model_id, method.label, decoding=decoding, message=message,
+                                             history=tuple(history))
                 with peak_memory(self.lm.device) as peak:
                     if method.kind == "peer":
+                        prompt = service.prompt_of(request, self.lm)
                         ids, seconds = run_peer(self.lm, method, prompt.ids, self.max_new_tokens,
                                                 self.assistant)
                         run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
@@ -131,12 +149,11 @@ class Bench:
                             run = replace(run, divergence=explain_ids(
                                 baseline_traces[turn], ids, seconds).to_dict())
                     else:                       # a drafter, or the authors' code in the same loop
-                        spec = ENGINE_PEERS[method.name].spec() if method.kind == "engine_peer" \
-                            else get(method.name)
-                        config: dict[str, Any] = dict(method.settings)
-                        if spec.needs_reference:
-                            config = spec.with_reference(config, baseline_out[turn])
-                        trace = generate(self.lm, prompt, spec, config, decoding, self.store)
+                        drafter = self.drafter_plan(method)
+                        # a drafter that replays the baseline's output gets this turn's (run first)
+                        reference = baseline_out[turn] if drafter.wants_reference else None
+                        trace = service.run(request, drafter=drafter, lm=self.lm, store=self.store,
+                                            reference=reference)
                         tested, accepted = depth_acceptance(trace.steps)
                         run = Run(q.question_id, q.category, turn, method.label, repeat,
                                   trace.totals.new_tokens, trace.totals.seconds, trace.totals.steps,

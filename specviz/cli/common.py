@@ -79,22 +79,6 @@ def parse_set(items: Sequence[str] | None) -> dict[str, str]:
     return values
 
 
-def tuple_settings(spec: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """Settings whose default is a tuple (oracle's `tokens`) are given comma-separated ints."""
-    from ..core.settings import describe
-
-    out = dict(values)
-    for info in describe(spec.config_cls):
-        if info.name in out and isinstance(info.default, tuple) and isinstance(out[info.name], str):
-            parts = [p.strip() for p in out[info.name].split(",") if p.strip()]
-            try:
-                out[info.name] = tuple(int(p) for p in parts)
-            except ValueError:
-                raise UsageError(f"--set {info.name}: expected comma-separated integers "
-                                 f"(token ids), got {values[info.name]!r}") from None
-    return out
-
-
 def read_context(path: str | None) -> str:
     """The text of --context-file (a regular UTF-8 file under the size limit), checked before reading."""
     from ..files.user_files import read_text_file
@@ -140,21 +124,28 @@ def add_cpu_linear_argument(parser: Any) -> None:
                              "Recorded in the trace's and the bench's runtime")
 
 
-def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:
-    """load_model with the command's --model (or `model_id`), --device, --dtype, --cpu-linear;
-    the target (no `model_id`) with --device-map / --max-memory / --offload-folder too. A second
-    model (`model_id`: the bench's --draft-model) goes on one device, --device's."""
-    from ..models import cpu_linear_option, load_model
+def runtime_request(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:
+    """The run service's request (engine/service.py) for how the target runs: the command's
+    --model (or `model_id`), --device, --dtype, --cpu-linear; the target (no `model_id`) with
+    --device-map / --max-memory / --offload-folder too. A second model (`model_id`: the bench's
+    --draft-model) goes on one device, --device's."""
+    from ..engine.service import RunRequest
 
     device_map = getattr(args, "device_map", None)
-    if device_map is not None and model_id is None:
-        return load_model(args.model, args.device, dtype or args.dtype, cpu_linear=cpu_linear_option(args.cpu_linear),
-                          device_map=device_map, max_memory=args.max_memory, offload_folder=args.offload_folder)
-    if device_map is None and model_id is None and (getattr(args, "max_memory", None)
-                                                    or getattr(args, "offload_folder", None)):
+    if model_id is not None:
+        return RunRequest(model_id, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear)
+    if device_map is None and (getattr(args, "max_memory", None) or getattr(args, "offload_folder", None)):
         raise UsageError("--max-memory / --offload-folder budget a device map; add --device-map auto")
-    return load_model(model_id or args.model, args.device, dtype or args.dtype,
-                      cpu_linear=cpu_linear_option(args.cpu_linear))
+    return RunRequest(args.model, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear,
+                      device_map=device_map, max_memory=getattr(args, "max_memory", None),
+                      offload_folder=getattr(args, "offload_folder", None))
+
+
+def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:
+    """The model of runtime_request(args, model_id, dtype), loaded by the run service."""
+    from ..engine import service
+
+    return service.load(runtime_request(args, model_id, dtype))
 
 
 # --- decoding flags (generate's; listed by `drafters`) ----------------------------------------

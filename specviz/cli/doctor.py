@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis.doctor import CHECK_PROMPTS, DEFAULT_DRAFTERS, MAX_NEW_TOKENS
+from ..analysis.doctor import CHECK_PROMPTS, MAX_NEW_TOKENS, default_drafters
 from .common import add_runtime_arguments
 from .errors import UsageError
 
@@ -14,7 +14,7 @@ EXIT_MISMATCH = 1
 def add_arguments(doc: argparse.ArgumentParser) -> None:
     doc.add_argument("--model", default="embedded", help="'embedded', 'tiny-random', a hub id or a path")
     add_runtime_arguments(doc)
-    doc.add_argument("--drafters", default=",".join(DEFAULT_DRAFTERS), help="comma-separated drafters to check")
+    doc.add_argument("--drafters", default=",".join(default_drafters()), help="comma-separated drafters to check")
     doc.add_argument("--prompts", type=int, default=CHECK_PROMPTS, metavar="N", help="check prompts (worked examples)")
     doc.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, metavar="N")
     doc.add_argument("--context-len", type=int, default=None, metavar="N",

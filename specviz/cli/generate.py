@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConfigError, SpecvizError
 from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
-                     add_runtime_arguments, decoding_values, flag, load_target, parse_set, read_context, renamed_flag, tuple_settings)
+                     add_runtime_arguments, decoding_values, flag, parse_set, read_context, renamed_flag, runtime_request)
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from ..engine.service import DrafterPlan, Run
 
 
 def add_arguments(gen: argparse.ArgumentParser) -> None:
@@ -60,17 +63,21 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     add_retrieval_arguments(gen)
 
 
-def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> tuple[Any, dict[str, Any]]:
-    """--drafter NAME[@PRESET][[k=v;...]] and --set k=v -> (the DrafterSpec, its setting values:
-    the preset's, the bracketed ones, then --set's)."""
-    from ..drafters.kit.choice import parse_choice
+def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> DrafterPlan:
+    """--drafter NAME[@PRESET][[k=v;...]] and --set k=v -> the run service's DrafterPlan: the
+    spec, its setting values (the preset's, the bracketed ones, then --set's) and the config,
+    validated once (engine/service.py), with each mistake named by its flag."""
+    from ..engine import service
 
     try:
-        choice = parse_choice(text, validate=False)
+        choice = service.parse(text)
     except SpecvizError as err:
         raise UsageError(f"--drafter: {err}") from None
-    spec = choice.spec
-    return spec, tuple_settings(spec, choice.values(parse_set(set_items)))
+    try:
+        return service.plan(choice, parse_set(set_items))
+    except ConfigError as err:
+        raise UsageError(f"--set {err.field}: {config_message(err)} (drafter {choice.name}; "
+                         "see `python -m specviz drafters`)") from None
 
 
 _PROCESS_STORE: Any = None
@@ -87,17 +94,15 @@ def process_store() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from ..core import settings
     from ..core.decoding import DecodingConfig
     from ..drafters import REFERENCE_SETTING
+    from ..engine import service
 
     # everything that needs no model is checked first, so a mistake fails in a second
-    spec, drafter_values = drafter_choice_values(args.drafter, args.set)
-    try:
-        drafter_config = spec.config(drafter_values)
-    except ConfigError as err:
-        raise UsageError(f"--set {err.field}: {config_message(err)} (drafter {spec.name}; "
-                         "see `python -m specviz drafters`)") from None
+    drafter = drafter_choice_values(args.drafter, args.set)       # parsed, merged, validated: once
     try:
         decoding = settings.build(DecodingConfig, decoding_values(args))
     except ConfigError as err:
@@ -108,43 +113,36 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--prompt: the prompt is empty; give a question or instruction "
                          "(or a non-empty --context-file)")
     check_trace_path(args.trace)
-
-    from ..engine import build_trace, generate_steps, reference_config
-    from ..models.prompts import build_prompt
+    target = runtime_request(args)
 
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()      # "Loading weights" bars would clutter the output
     message = args.prompt or ""
     if args.passage_index:               # retrieved chunks become the context the trie drafts from
         context, message = retrieved_context(args)
-    lm = load_target(args)
-    prompt = build_prompt(lm.tokenizer, message, context=context, chat=args.chat)
-    runs: list[Any] = []                 # the baseline's run, when one is made (oracle), for --check
-    drafter_config = reference_config(lm, prompt, spec.name, drafter_values, decoding, on_reference=(
-        lambda base: print(f"{spec.name}: no --set {REFERENCE_SETTING}=...; running {base.name} first "
-                           "to get the continuation to replay", file=sys.stderr)), on_trace=runs.append)
-    reference = runs[0] if runs else None
+    request = replace(target, drafter=args.drafter, settings=tuple(parse_set(args.set).items()),
+                      decoding=decoding, message=message, context=context, chat=args.chat)
+    name = drafter.spec.name
+    live = service.start(request, drafter=drafter, store=process_store(), on_reference=(
+        lambda base: print(f"{name}: no --set {REFERENCE_SETTING}=...; running {base.name} first "
+                           "to get the continuation to replay", file=sys.stderr)))
 
     stream = args.stream if args.stream is not None else sys.stdout.isatty()
-    streamer = Streamer(lm.tokenizer, sys.stdout) if stream else None
-    steps_iter = generate_steps(lm, prompt, spec.name, drafter_config, decoding,   # validates first
-                                process_store())
+    streamer = Streamer(live.lm.tokenizer, sys.stdout) if stream else None
     if not stream:
         print("specviz: generating (the text comes at the end; Ctrl-C stops and keeps what was generated)",
               file=sys.stderr, flush=True)
-    steps = []
     try:
-        for record in steps_iter:
-            steps.append(record)
+        for record in live:              # each step is kept in live.steps before it comes here
             if streamer:
                 streamer.feed(record.new_tokens)
     except KeyboardInterrupt:
-        return finish_interrupted(args, lm, prompt, spec.name, drafter_config, decoding, steps, streamer)
-    trace = build_trace(lm, prompt, spec.name, drafter_config, decoding, steps)
+        return finish_interrupted(args, live, streamer)
+    trace = live.trace()
     print_output(trace, streamer)
     status = 0
     if args.check:
-        trace, status = check_with_vanilla(lm, prompt, decoding, trace, reference)
+        trace, status = check_with_vanilla(live.lm, live.prompt, decoding, trace, live.reference)
     for message in trace.errors:
         print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
     write_trace(trace, args.trace)
@@ -181,17 +179,15 @@ def write_trace(trace: Any, path: str | None) -> None:
     print(f"trace written to {path}", file=sys.stderr)
 
 
-def finish_interrupted(args: argparse.Namespace, lm: Any, prompt: Any, drafter: str, drafter_config: Any,
-                       decoding: Any, steps: list, streamer: Any) -> int:
-    """Ctrl-C: keep what was generated. The steps so far become a trace marked `stopped` (as
-    the explorer's Stop makes), its text is printed and the trace written; exit 130."""
+def finish_interrupted(args: argparse.Namespace, live: Run, streamer: Any) -> int:
+    """Ctrl-C: keep what was generated. The steps so far (`live`: the run service's Run) become
+    a trace marked `stopped` (as the explorer's Stop makes), its text is printed and the trace
+    written; exit 130."""
     import signal
-
-    from ..engine import build_trace
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not lose it again
     try:
-        trace = build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
+        trace = live.trace()
         print_output(trace, streamer)
         print(f"specviz: interrupted after {trace.totals.new_tokens} new tokens (stop: {trace.stop_reason})",
               file=sys.stderr)

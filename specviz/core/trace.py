@@ -29,8 +29,10 @@ READABLE_VERSIONS = (1, 2)     # 1: no per-position pieces (they are rebuilt fro
 SCHEMA_FILE = "trace.schema.json"       # in specviz/data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepRecord:
+    """One speculative step, built with keywords (15 fields: a positional call would be
+    unreadable and break when a field is added); its JSON form is `asdict`, read back by name."""
     index: int                         # 0-based step number
     committed_len: int                 # committed tokens before the step (prompt included)
     tree: DraftTree

@@ -31,7 +31,8 @@ from ..index.mcts import cut_to_budget, mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams, TrigramTable
 from ..core.settings import setting
 from ..core.tree import DraftTree, merge_chains
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, register
+from .kit.narration import narrate_lookup
 from .kit.corpus_index import corpus_index_setting, resolve_part
 from .kit.store import settings_key
 from .kit.tree_cutter import TreeSizingSettings
@@ -69,6 +70,8 @@ class AdedConfig(TreeSizingSettings):
 
 
 class AdedDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: AdedConfig, setup: DraftSetup) -> None:
         self.config = config
         table, self.note = resolve_part(config.corpus_index, setup, "trigram")
@@ -163,4 +166,5 @@ PACKAGED = Preset(
 SPEC = register(DrafterSpec("aded", AdedConfig, AdedDrafter,
                             "MCTS over an adaptive corpus tri-gram table (ADED).",
                             "Liu et al. 2024, Adaptive Draft-Verification for Efficient LLM Decoding",
-                            family="corpus", order=50, presets={"paper": PAPER, "draftretriever": PACKAGED}, confidence="chance"))
+                            family="corpus", order=50, presets={"paper": PAPER, "draftretriever": PACKAGED}, confidence="chance",
+                            narrate=narrate_lookup))

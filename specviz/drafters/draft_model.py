@@ -14,10 +14,11 @@ from typing import Any
 
 from ..errors import SpecvizError
 from ..core.settings import setting
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
+from .kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, register
 from .kit.draft_lm import DraftLM, HFDraftLM
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
+from .kit.narration import narrate_model_chain
 
 
 class TokenizerMismatchError(SpecvizError):
@@ -56,6 +57,8 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
 
 
 class DraftModel(ModelDrafter):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     name = "draft_model"
 
     def draft_lm(self, config: DraftModelConfig, setup: DraftSetup) -> DraftLM:
@@ -72,4 +75,5 @@ SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,
                             "A small draft model with the target's tokenizer drafts gamma tokens "
                             "(exact speculative sampling, own KV cache rolled back on rejection).",
                             "Leviathan et al. 2023; Chen et al. 2023",
-                            family="model", order=70, confidence="probability"))
+                            family="model", order=70, confidence="probability",
+                            narrate=narrate_model_chain))

@@ -4,7 +4,7 @@ of Language Models with Dynamic Draft Trees"; the authors' code: github.com/Safe
 and `EagleDrafter`, the drafting it shares with eagle3.py (EAGLE-3).
 
 The head (specviz/eagle/model.py) reads the target's hidden states of every committed row:
-the engine hands them over through the shared capture (`feature_layers`, specviz/models/hidden.py:
+the engine hands them over through the shared capture (`needs.feature_layers`, specviz/models/hidden.py:
 EAGLE the final, post-norm hidden state, EAGLE-3 the inputs to its low/mid/high layers) and
 the drafter advances its own key/value cache over them, one row per committed position, as
 the authors' `stable_kv`. Draft rows are run on top of that cache and dropped after the step.
@@ -42,7 +42,8 @@ from ..errors import ConfigError
 from ..models.hidden import FINAL
 from ..core.settings import setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterNeeds, DrafterSpec, Preset, StepView, register
+from .kit.narration import narrate_size
 from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 # the authors' settings: EaModel.from_pretrained's defaults (eagle/model/ea_model.py:
@@ -86,7 +87,7 @@ class EagleDrafter:
             raise ConfigError("target", f"drafter {self.kind} needs the target model (DraftSetup.target)")
         self.config = config
         self.draft: EagleDraft = ckpt.load(config.checkpoint, setup.target.model, setup.target.model_id, self.kind)
-        self.feature_layers = (FINAL,) if self.kind == "eagle" else self.draft.spec.aux_layers
+        self.needs = DrafterNeeds(feature_layers=(FINAL,) if self.kind == "eagle" else self.draft.spec.aux_layers)
         self.cutter = config.cutter()
         self.kv: tuple[torch.Tensor, torch.Tensor] | None = None     # committed rows' (k, v) [1, KV, P, D]
         self.done = 0                        # committed positions the head has run
@@ -214,4 +215,5 @@ SPEC = register(DrafterSpec("eagle", EagleConfig, EagleDrafter,
                             "dynamic tree.",
                             "Li et al. 2024, EAGLE: Speculative Sampling Requires Rethinking Feature "
                             "Uncertainty; EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees",
-                            family="model", order=96, presets=PRESETS, confidence="probability"))
+                            family="model", order=96, presets=PRESETS, confidence="probability",
+                            narrate=narrate_size))

@@ -15,6 +15,7 @@ Published heads load as their authors ship them: `--set checkpoint=yuhuili/EAGLE
 from __future__ import annotations
 
 from .kit.base import DrafterSpec, Preset, register
+from .kit.narration import narrate_size
 from .eagle import PAPER_TREE, EagleConfig, EagleDrafter
 
 
@@ -35,4 +36,5 @@ SPEC = register(DrafterSpec("eagle3", EagleConfig, Eagle3Drafter,
                             "drafting EAGLE-2's dynamic tree.",
                             "Li et al. 2025, EAGLE-3: Scaling up Inference Acceleration of Large Language "
                             "Models via Training-Time Test",
-                            family="model", order=97, presets=PRESETS, confidence="probability"))
+                            family="model", order=97, presets=PRESETS, confidence="probability",
+                            narrate=narrate_size))

@@ -34,11 +34,12 @@ from ..glide.model import GlideDraft, positions_cross_mask
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..files.user_files import checkpoint_file_problem
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
+from .kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
 from .kit.chain import ChainLoop, ChainResult, Siblings
 from .kit.draft_lm import DraftLM
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
+from .kit.narration import narrate_model_chain
 
 BEAM = "beam-search"
 
@@ -98,7 +99,7 @@ class GlideDraftLM:
         """The target's committed (k, v) [1, H_kv, S, D] of the layer each draft layer reads."""
         if not self.draft.spec.cross_attention:
             return None
-        view = ctx.target_cache
+        view = ctx.require_cache("glide")
         out = []
         for m in range(self.draft.spec.n_layers):
             layer = self.draft.spec.cross_layer(m)
@@ -208,6 +209,7 @@ def beam_search(chain: ChainLoop, ctx: DraftContext, gamma: int, width: int) -> 
 
 class Glide(ModelDrafter):
     """GLIDE's draft: a chain, with CAPE's siblings when `cape` is on, or a beam search."""
+    needs = NO_NEEDS                     # the engine gives it the tokens only
     name = "glide"
 
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:
@@ -218,7 +220,8 @@ class Glide(ModelDrafter):
         self.max_verify = config.max_verify
 
     def draft_lm(self, config: GlideConfig, setup: DraftSetup) -> DraftLM:
-        return GlideDraftLM(load_for(setup.target, setup.target.model_id, config.checkpoint))
+        target = setup.require_target("glide")
+        return GlideDraftLM(load_for(target, target.model_id, config.checkpoint))
 
     def search(self, ctx: DraftContext, gamma: int) -> ChainResult:
         if self.beam:
@@ -269,4 +272,5 @@ SPEC = register(DrafterSpec("glide", GlideConfig, Glide,
                             "GLIDE draft layers attending to the target's top-layer KV cache draft "
                             "gamma tokens; CAPE adds siblings where the draft is unsure.",
                             "Du et al. 2024, GLIDE with a CAPE",
-                            family="model", order=90, presets=PRESETS, confidence="probability"))
+                            family="model", order=90, presets=PRESETS, confidence="probability",
+                            narrate=narrate_model_chain))

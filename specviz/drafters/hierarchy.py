@@ -41,9 +41,11 @@ import numpy as np
 
 from ..index.candidates import rank_continuations
 from ..index.mcts import cut_to_budget
+from ..core.narration import Quote, Scene, Sentence, StepStory, plural
 from ..core.settings import mirror_setting, setting
 from ..core.tree import DraftTree, graft_chains, merge_chains
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, register
+from .kit.narration import lookup_source, sizing
 from .kit.corpus_index import corpus_index_setting, resolve_index, span_setting
 from .lookahead import JacobiWindow, LookaheadConfig
 from .kit.tree_cutter import TreeSizingSettings
@@ -91,6 +93,8 @@ class HierarchyConfig(TreeSizingSettings):
 
 
 class HierarchyDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: HierarchyConfig, setup: DraftSetup) -> None:
         self.config = config
         self.pool = NgramPool(1, config.level - 1, config.draft_set)     # the context-dependent DB
@@ -246,8 +250,22 @@ PAPER = Preset(
     "lines 105-125; REST's retriever: up to 5000 matches, DraftRetriever/src/lib.rs search); no recycling (the "
     "authors' code fills the context DB by parallel decoding), no cost cutting")
 
+def narrate(scene: Scene) -> StepStory:
+    """What each database gave, read in order of locality."""
+    info, s = scene.step.info, scene.step
+    lines: list[Sentence] = []
+    if "db_hits" in info:
+        hits = info["db_hits"]
+        lines.append(("The databases were read in order of locality, keyed by the last token ",
+                      Quote(scene.committed[s.committed_len - 1: s.committed_len]),
+                      f": the context DB gave {plural(hits.get('context', 0), 'candidate')}, the model DB "
+                      f"{hits.get('model-db', 0)}, the corpus {hits.get('corpus', 0)}."))
+    return StepStory(source=lookup_source(scene, lines), size=sizing(scene))
+
+
 SPEC = register(DrafterSpec("hierarchy", HierarchyConfig, HierarchyDrafter,
                             "Context, model and corpus n-gram DBs read in order of locality (Hierarchy Drafting).",
                             "Cho et al. 2025, Lossless Acceleration of LLMs with Hierarchical Drafting "
                             "based on Temporal Locality in Speculative Decoding",
-                            family="corpus", order=40, presets={"paper": PAPER}, confidence="chance"))
+                            family="corpus", order=40, presets={"paper": PAPER}, confidence="chance",
+                            narrate=narrate))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from .kit.base import DrafterSpec, Preset, register
+from .kit.narration import narrate_size
 from .medusa import PAPER_TREE, HeadsConfig, HeadsDrafter
 
 
@@ -45,4 +46,5 @@ SPEC = register(DrafterSpec("hydra", HeadsConfig, HydraDrafter,
                             "Hydra heads: Medusa heads that also read the branch's earlier tokens, "
                             "drafting a sparse tree level by level (no draft model forward).",
                             "Ankner et al. 2024, Hydra: Sequentially-Dependent Draft Heads for Medusa Decoding",
-                            family="model", order=94, presets=PRESETS, confidence="probability"))
+                            family="model", order=94, presets=PRESETS, confidence="probability",
+                            narrate=narrate_size))

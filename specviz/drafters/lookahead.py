@@ -31,7 +31,8 @@ from typing import Sequence
 from ..index.ngram_pool import NgramPool
 from ..core.settings import Settings, setting
 from ..core.tree import DraftTree, merge_chains
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, register
+from .kit.narration import narrate_lookup
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class JacobiWindow:
 
 
 class LookaheadDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: LookaheadConfig, setup: DraftSetup) -> None:
         self.config = config
         self.pool = NgramPool(1, config.level - 1, max(1, config.guess_set))
@@ -126,4 +129,5 @@ SPEC = register(DrafterSpec("lookahead", LookaheadConfig, LookaheadDrafter,
                             "Jacobi lookahead window and an n-gram pool verified in one forward (Lookahead).",
                             "Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using "
                             "Lookahead Decoding",
-                            family="context", order=60, presets=PRESETS))
+                            family="context", order=60, presets=PRESETS,
+                            narrate=narrate_lookup))

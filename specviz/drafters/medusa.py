@@ -3,7 +3,7 @@ Framework with Multiple Decoding Heads"; the authors' code: github.com/FasterDec
 and `HeadsDrafter`, the tree drafting it shares with hydra.py.
 
 No draft model runs: the engine hands the drafter the target's final hidden state of the row
-that chose the root (`wants_hidden`, specviz/models/hidden.py), and head k (specviz/heads/model.py:
+that chose the root (`needs.hidden`, specviz/models/hidden.py), and head k (specviz/heads/model.py:
 a residual block, then the target's LM head over a shortlist) guesses the token k places
 below the root. Drafting costs a few [H, H] and one [K, H] matmul per head.
 
@@ -43,7 +43,8 @@ from ..files.user_files import checkpoint_file_problem
 from .kit.sizing import best_prefix
 from ..core.flat_tree import ancestry
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, checkpoint_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterNeeds, DrafterSpec, Preset, StepView, checkpoint_setting, register
+from .kit.narration import narrate_size
 from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 # Medusa's sparse tree "mc_sim_7b_63" (medusa/model/medusa_choices.py; also Hydra's
@@ -109,7 +110,7 @@ class HeadsDrafter:
     overrides `_level`, its heads reading the branch's tokens)."""
     kind = "medusa"
     source = "medusa-head"
-    wants_hidden = True                  # the engine fills DraftContext.hidden (hidden.py)
+    needs = DrafterNeeds(hidden=True)    # the engine fills DraftContext.hidden (hidden.py)
 
     def __init__(self, config: HeadsConfig, setup: DraftSetup) -> None:
         if setup.target is None:
@@ -232,4 +233,5 @@ SPEC = register(DrafterSpec("medusa", HeadsConfig, MedusaDrafter,
                             "(no draft model forward).",
                             "Cai et al. 2024, Medusa: Simple LLM Inference Acceleration Framework with "
                             "Multiple Decoding Heads",
-                            family="model", order=92, presets=PRESETS, confidence="probability"))
+                            family="model", order=92, presets=PRESETS, confidence="probability",
+                            narrate=narrate_size))

@@ -33,9 +33,11 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.ngram_trie import NgramTrie
+from ..core.narration import Scene, Sentence, StepStory
 from ..core.settings import setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, draft_size_setting, register
+from .kit.narration import lookup_source, matched_text, sizing
 from .kit.tree_cutter import TreeSizingSettings
 
 
@@ -55,6 +57,8 @@ class NgramTrieConfig(TreeSizingSettings):
 
 
 class NgramTrieDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: NgramTrieConfig, setup: DraftSetup) -> None:
         self.config = config
         self.trie = NgramTrie(config.n, config.prefix_len)
@@ -99,9 +103,20 @@ PAPER = Preset(
     "num_draft = 8 (section 4.7, Table 3: 'the speedup achieve the best when num_draft is 8'); "
     "the trie is built before inference and not modified during it (Appendix B); no extensions")
 
+def narrate(scene: Scene) -> StepStory:
+    """The matched suffix and where it sits, then the sizing with the trie's learned trust."""
+    info = scene.step.info
+    trust: list[Sentence] = []
+    if "trust_first" in info:
+        trust.append((f"Its learned trust in the trie's counts: {float(info['trust_first']):.2f} for the "
+                      f"first draft token, {float(info.get('trust_later', 0)):.2f} for later ones.",))
+    return StepStory(source=lookup_source(scene, matched_text(scene)), size=sizing(scene, also=trust))
+
+
 SPEC = register(DrafterSpec("ngram_trie", NgramTrieConfig, NgramTrieDrafter,
                             "Draft trees from an n-gram trie over the context.",
                             "Chen et al., Faster In-Context Learning for LLMs via N-Gram Trie "
                             "Speculative Decoding",
                             family="context", order=20, is_default=True, preselected=True,
-                            presets={"paper": PAPER}, confidence="chance"))
+                            presets={"paper": PAPER}, confidence="chance",
+                            narrate=narrate))

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..core.settings import Settings, setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Unlearning, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Unlearning, draft_size_setting, register
+from .kit.narration import narrate_size
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class OracleConfig(Settings):
 
 
 class Oracle(Unlearning):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: OracleConfig, setup: DraftSetup) -> None:
         self.config = config
         self.on_track = True
@@ -38,4 +41,5 @@ class Oracle(Unlearning):
 
 SPEC = register(DrafterSpec("oracle", OracleConfig, Oracle,
                             "Replays a known continuation: the upper bound of speculative decoding here.",
-                            family="oracle", order=100, needs_reference=True))
+                            family="oracle", order=100, needs_reference=True,
+                            narrate=narrate_size))

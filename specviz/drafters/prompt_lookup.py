@@ -11,7 +11,8 @@ import numpy as np
 
 from ..core.settings import Settings, setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Unlearning, register
+from .kit.narration import narrate_lookup
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ def lookup(tokens: np.ndarray, max_ngram: int, num_tokens: int) -> tuple[int, in
 
 
 class PromptLookup(Unlearning):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: PromptLookupConfig, setup: DraftSetup) -> None:
         self.config = config
 
@@ -52,4 +55,5 @@ class PromptLookup(Unlearning):
 SPEC = register(DrafterSpec("prompt_lookup", PromptLookupConfig, PromptLookup,
                             "Copy what followed the last n-gram's earliest earlier occurrence (a chain).",
                             "Saxena 2023, Prompt Lookup Decoding",
-                            family="context", order=10, preselected=True))
+                            family="context", order=10, preselected=True,
+                            narrate=narrate_lookup))

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..index.candidates import rank_continuations
+from ..core.narration import Scene, Sentence, StepStory, plural
 from ..core.settings import setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, StepView, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, StepView, draft_size_setting, register
+from .kit.narration import last_tokens, lookup_source, sizing
 from .kit.corpus_index import corpus_index_setting, resolve_part, span_setting
 from .kit.tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
@@ -42,6 +44,8 @@ class RestConfig(TreeSizingSettings):
 
 
 class RestDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: RestConfig, setup: DraftSetup) -> None:
         self.config = config
         self.sa, self.note = resolve_part(config.corpus_index, setup, "suffix")
@@ -74,7 +78,24 @@ class RestDrafter:
         self.cutter.observe(step)
 
 
+def narrate(scene: Scene) -> StepStory:
+    """The suffix found in the corpus index and how many continuations were counted."""
+    info = scene.step.info
+    lines: list[Sentence] = []
+    if "matches" in info:
+        m = int(info.get("match_len", 0))
+        if m:
+            lines.append((*last_tokens(scene, m),
+                          f" occur {plural(int(info['matches']), 'time')} in the corpus index; the "
+                          f"continuations after {info.get('counted', info['matches'])} of them were counted, "
+                          "and the most frequent ones form the tree."))
+        else:
+            lines.append(("No suffix of the text was found in the corpus index, so there was nothing to draft.",))
+    return StepStory(source=lookup_source(scene, lines), size=sizing(scene))
+
+
 SPEC = register(DrafterSpec("rest", RestConfig, RestDrafter,
                             "Drafts from a suffix-array datastore over a chat corpus (REST).",
                             "He et al. 2024, REST: Retrieval-Based Speculative Decoding",
-                            family="corpus", order=30, confidence="chance"))
+                            family="corpus", order=30, confidence="chance",
+                            narrate=narrate))

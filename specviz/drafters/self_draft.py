@@ -32,10 +32,11 @@ import torch
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..models.kvcache import append, new_cache
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
+from .kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, register
 from .kit.draft_lm import DraftLM, HFDraftLM, hf_forward
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
+from .kit.narration import narrate_model_chain
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class SelfDraftLM(HFDraftLM):
     def forward(self, ids: Sequence[int], ctx: DraftContext) -> torch.Tensor:
         if self._step != ctx.step:                         # a new step: start from the committed rows
             self._step = ctx.step
-            view = ctx.target_cache
+            view = ctx.require_cache("self_draft")
             self.cache = new_cache(self.model.config)
             if view.length:
                 for i in range(self.k):                    # cat onto an empty layer: new tensors
@@ -91,18 +92,21 @@ class SelfDraftLM(HFDraftLM):
 
 
 class SelfDraft(ModelDrafter):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     name = "self_draft"
 
     def draft_lm(self, config: SelfDraftConfig, setup: DraftSetup) -> DraftLM:
-        inner = getattr(setup.target.model, "model", None)
+        target = setup.require_target("self_draft")
+        inner = getattr(target.model, "model", None)
         if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm"):
             raise ConfigError("drafter", f"self_draft needs a Llama-style model (model.layers, "
-                                         f"model.norm, lm_head); {setup.target.model_id!r} is not one")
-        layers = num_layers(setup.target.model)
+                                         f"model.norm, lm_head); {target.model_id!r} is not one")
+        layers = num_layers(target.model)
         if not 1 <= config.k <= layers - 1:
             raise ConfigError("k", f"k={config.k} must be in 1..L-1 = 1..{layers - 1}: the target "
-                                   f"{setup.target.model_id!r} has L={layers} layers")
-        return SelfDraftLM(setup.target.model, config.k)
+                                   f"{target.model_id!r} has L={layers} layers")
+        return SelfDraftLM(target.model, config.k)
 
     def note(self, ctx: DraftContext) -> None:
         ctx.info["draft_fed_tokens"] = ctx.info["draft_forwards"]   # root + chain: no catch-up
@@ -112,4 +116,5 @@ SPEC = register(DrafterSpec("self_draft", SelfDraftConfig, SelfDraft,
                             "Early exit: the target's first k layers + its norm and LM head draft "
                             "gamma tokens (no extra weights; reuses the target's committed KV).",
                             "Schuster et al. 2022; Zhang et al. 2023 (self-speculative)",
-                            family="model", order=80, confidence="probability"))
+                            family="model", order=80, confidence="probability",
+                            narrate=narrate_model_chain))

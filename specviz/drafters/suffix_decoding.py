@@ -51,7 +51,8 @@ from ..core.settings import setting
 from ..core.tree import DraftTree
 from .kit.store import settings_key, shared_entry, tokenizer_key
 from .kit.suffix_history import OutputHistory
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, draft_size_setting, register
+from .kit.narration import narrate_lookup
 from .kit.tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
 _GENERATION = itertools.count()      # sequence ids in the global tree
@@ -95,6 +96,8 @@ class SuffixDecodingConfig(TreeSizingSettings):
 
 
 class SuffixDecodingDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: SuffixDecodingConfig, setup: DraftSetup) -> None:
         self.config = config
         self.prompt_len = len(setup.prompt_ids)
@@ -203,4 +206,5 @@ SPEC = register(DrafterSpec("suffix_decoding", SuffixDecodingConfig, SuffixDecod
                             "adaptive draft length (SuffixDecoding).",
                             "Oliaro et al. 2024, SuffixDecoding: Extreme Speculative Decoding for "
                             "Emerging AI Applications",
-                            family="context", order=65, presets={"paper": PAPER}, confidence="chance"))
+                            family="context", order=65, presets={"paper": PAPER}, confidence="chance",
+                            narrate=narrate_lookup))

@@ -7,7 +7,7 @@ Each step a static tree template is filled breadth first from the last committed
 node at rank r under a parent takes the parent token's r-th candidate. After the verify
 forward, the row of every token the target saw (the root and every draft node, accepted or
 not) is replaced by the target's k most likely next tokens at that row: the candidates the
-verifier computed anyway (StepView.target_topk, asked for with `target_topk = k`; no extra
+verifier computed anyway (StepView.target_topk, asked for with `needs = DrafterNeeds(target_topk=k)`; no extra
 forward). Nodes are labelled "recycled" (a row filled from the target) or "context" (a row
 filled from the prompt's bigrams, with `init_from_prompt`).
 
@@ -38,7 +38,8 @@ from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix, Template
 from ..core.settings import setting
 from ..core.tree import DraftTree
 from .kit.store import settings_key, shared_entry, tokenizer_key
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterNeeds, DrafterSpec, Preset, StepView, register
+from .kit.narration import narrate_size
 from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting
 
 # The authors' tree template "2.2.2" (model/recycling/tree_template_.py): each node is the
@@ -76,7 +77,7 @@ class TokenRecyclingConfig(TreeSizingSettings):
 class TokenRecyclingDrafter:
     def __init__(self, config: TokenRecyclingConfig, setup: DraftSetup) -> None:
         self.config = config
-        self.target_topk = config.k          # the engine gives StepView.target_topk this wide
+        self.needs = DrafterNeeds(target_topk=config.k)   # the engine gives StepView.target_topk this wide
         self.lock: threading.Lock | None = None
         if config.persist:
             key = ("token_recycling", tokenizer_key(setup), setup.vocab_size,
@@ -127,4 +128,5 @@ SPEC = register(DrafterSpec("token_recycling", TokenRecyclingConfig, TokenRecycl
                             "A static tree filled from each token's recycled top-k candidates (Token Recycling).",
                             "Luo et al. 2024, Turning Trash into Treasure: Accelerating Inference of Large "
                             "Language Models with Token Recycling",
-                            family="context", order=62, presets={"paper": PAPER}))
+                            family="context", order=62, presets={"paper": PAPER},
+                            narrate=narrate_size))

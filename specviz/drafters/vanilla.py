@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 from ..core.settings import Settings
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DrafterSpec, DraftSetup, Unlearning, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Unlearning, register
+from ..core.narration import untold
 
 
 @dataclass(frozen=True)
@@ -14,6 +15,8 @@ class VanillaConfig(Settings):
 
 
 class Vanilla(Unlearning):
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: VanillaConfig, setup: DraftSetup) -> None:
         pass
 
@@ -23,4 +26,5 @@ class Vanilla(Unlearning):
 
 SPEC = register(DrafterSpec("vanilla", VanillaConfig, Vanilla,
                             "Plain autoregressive decoding, the baseline for every speedup.",
-                            family="baseline", order=0, is_baseline=True))
+                            family="baseline", order=0, is_baseline=True,
+                            narrate=untold))

@@ -16,14 +16,14 @@ hold token ids (kind "token_ids") are checked against the vocabulary before the 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from transformers import DynamicCache
 
 from .. import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from ..core.decoding import DecodingConfig
-from ..drafters.kit.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, baseline, get
+from ..drafters.kit.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, get, needs_of
 from ..errors import ConfigError, ModelLoadError, PromptError
 from ..models.hidden import HiddenCapture
 from ..models.kvcache import CacheView, check_supported, commit, new_cache
@@ -110,11 +110,11 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
     prompt_len = len(tokens)
     cache = new_cache(model.config)
     memory = PeakMemory(lm.device)                # reset here: the peak is this generation's
-    # the target's final hidden state of the row that chose the root, for a drafter that
-    # drafts from it (hidden.py); None for every other drafter, which pays nothing
-    feature_layers = tuple(getattr(drafter, "feature_layers", None) or ())
-    capture = HiddenCapture(model, feature_layers) \
-        if getattr(drafter, "wants_hidden", False) or feature_layers else None
+    # what the drafter declared it needs (DrafterNeeds): the target's final hidden state of the
+    # row that chose the root, or feature rows (hidden.py); a drafter that needs neither pays nothing
+    needs = needs_of(drafter)
+    feature_layers = needs.feature_layers
+    capture = HiddenCapture(model, feature_layers) if needs.capture else None
     hidden = features = None                       # features: the committed rows' (hidden.py)
     features_at = 0
     clock = timer.now()
@@ -124,14 +124,14 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
                 with capture or _NO_CAPTURE:
                     model(input_ids=torch.tensor([tokens[:-1]], device=lm.device),
                           past_key_values=cache, use_cache=True)
-                hidden = capture.row(-1) if capture else None          # [H]: chose the root
+                hidden = capture.row(-1) if capture and needs.hidden else None     # [H]: chose the root
                 if feature_layers and capture is not None:             # [prompt_len-1, F]
                     features = capture.rows(list(range(prompt_len - 1)))
     check_supported(cache)
     drafter_ok, step = True, 0
     stops = StopText(lm.tokenizer, decoding.stop) if decoding.stop else None     # the output's text
     # a drafter that recycles the verifier's candidates may ask for more than verify.TOP_K
-    top_k = max(TOP_K, int(getattr(drafter, "target_topk", 0) or 0))
+    top_k = max(TOP_K, needs.target_topk)
     while True:
         # inference mode per step, never across the yield: it is per thread, and a consumer
         # (a web server) may resume this generator on another thread
@@ -173,7 +173,7 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             with timer("cache.commit"):
                 commit(cache, past_len, acc.accepted)
             if capture is not None:               # the row whose logits chose the bonus token
-                hidden = capture.row(acc.accepted[-1] + 1 if acc.accepted else 0)      # [H]
+                hidden = capture.row(acc.accepted[-1] + 1 if acc.accepted else 0) if needs.hidden else None  # [H]
                 if feature_layers:                 # the root's row and the accepted nodes' rows
                     features = capture.rows([0, *(a + 1 for a in acc.accepted)])     # [1+k, F]
                     features_at = past_len
@@ -194,10 +194,12 @@ def _run(lm: LoadedModel, prompt_ids: tuple[int, ...], drafter: Drafter, name: s
             # 7. record
             now = timer.now()
             rows = [0, *(a + 1 for a in acc.accepted)]  # the logits row that chose each new token
-            record = StepRecord(step, past_len + 1, tree, acc.accepted, acc.bonus, tuple(new),
-                                verdict.target_top, verdict.target_prob, timer.take(), now - clock,
-                                ctx.info, stop, tuple(verdict.target_top_logits[r] for r in rows[:len(new)]),
-                                memory.peak_mb(), verdict.target_top_prob)
+            record = StepRecord(
+                index=step, committed_len=past_len + 1, tree=tree, accepted=acc.accepted, bonus=acc.bonus,
+                new_tokens=tuple(new), target_top=verdict.target_top, target_prob=verdict.target_prob,
+                timings=timer.take(), wall=now - clock, info=ctx.info, stop=stop,
+                top_logits=tuple(verdict.target_top_logits[r] for r in rows[:len(new)]),
+                peak_memory_mb=memory.peak_mb(), target_top_prob=verdict.target_top_prob)
         yield record
         clock = timer.now()                       # time spent by the consumer is not ours
         if stop:
@@ -270,23 +272,3 @@ def generate(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec = "vani
     steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
 
-
-def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
-                     decoding: DecodingConfig | None = None,
-                     on_reference: Callable[[DrafterSpec], None] | None = None,
-                     on_trace: Callable[[Trace], None] | None = None) -> Any:
-    """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
-    (the oracle) and was given no continuation gets the baseline's output on the same prompt
-    and decoding settings, from a baseline run made here first (`on_reference` is told
-    before it starts, `on_trace` gets the baseline's Trace after it)."""
-    spec = get(drafter)
-    values = dict(values or {})
-    if spec.wants_reference(values):
-        base = baseline()
-        if on_reference is not None:
-            on_reference(base)
-        reference = generate(lm, prompt, base.name, None, decoding)
-        if on_trace is not None:
-            on_trace(reference)
-        values = spec.with_reference(values, reference.output_ids)
-    return spec.config(values)

@@ -1,6 +1,7 @@
 """The target's final hidden state, for drafters that draft from it (Medusa / Hydra heads).
 
-A drafter that sets the attribute `wants_hidden = True` gets, in `DraftContext.hidden`, the
+A drafter whose needs ask for it (`needs = DrafterNeeds(hidden=True)`, drafters/kit/base.py) gets, in
+`DraftContext.hidden`, the
 target's final (post-final-norm) hidden state [H] of the row whose logits chose the root
 token: after a verify step the last accepted node's row (the root's row when nothing was
 accepted), at step 0 the prefill's last row (the prompt's last token is the root; a
@@ -13,7 +14,7 @@ and keeps outputs made on the registering thread only: a model shared by several
 generations (a web server's threads) never hands one generation another's hidden state.
 Drafters that never ask pay nothing: the engine makes no capture for them.
 
-Feature rows (EAGLE, EAGLE-3): a drafter that sets `feature_layers` (a tuple of layer ids,
+Feature rows (EAGLE, EAGLE-3): a drafter whose needs name `feature_layers` (a tuple of layer ids,
 `FINAL` for the final norm's output, i in 0..L-1 for the input to decoder layer i, L for the
 last layer's output before the final norm) gets in `DraftContext.features` those layers'
 hidden states, concatenated in that order, [n, len(layers) x H], of every row committed since

@@ -25,7 +25,8 @@ from typing import Any
 
 from arctic_inference.suffix_decoding import SuffixDecodingCache
 
-from ..drafters.kit.base import DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.narration import narrate_lookup
 from ..drafters.kit.store import settings_key, shared_entry, tokenizer_key
 from ..drafters.suffix_decoding import SuffixDecodingConfig
 from ..core.settings import Settings, mirror_setting, setting
@@ -60,6 +61,8 @@ def _stop(cache: SuffixDecodingCache, lock: threading.Lock, req_id: int) -> None
 
 
 class ArcticSuffixDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: ArcticSuffixConfig, setup: DraftSetup) -> None:
         self.config = config
         key = ("arctic_suffix", tokenizer_key(setup), setup.vocab_size, settings_key(config))
@@ -103,4 +106,4 @@ SPEC = DrafterSpec("arctic_suffix", ArcticSuffixConfig, _make,
                    "method configures it (a bench peer).",
                    "Oliaro et al. 2024, SuffixDecoding: Extreme Speculative Decoding for Emerging AI "
                    "Applications (the authors' implementation, arctic-inference)",
-                   family="context")
+                   family="context", narrate=narrate_lookup)

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..files.cachedir import cache_dir
 from ..drafters.aded import AdedConfig
-from ..drafters.kit.base import DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.narration import narrate_lookup
 from ..drafters.kit.corpus_index import corpus_index_setting, resolve_index
 from ..drafters.kit.store import shared_entry
 from ..index.store import CorpusIndex
@@ -88,6 +89,8 @@ def _reader(index: CorpusIndex, vocab_size: int) -> Any:
 
 
 class DraftRetrieverDrafter:
+    needs = NO_NEEDS                     # the engine gives it the tokens only
+
     def __init__(self, config: DraftRetrieverConfig, setup: DraftSetup) -> None:
         self.config = config
         index, self.note = resolve_index(config.corpus_index, setup)
@@ -121,4 +124,4 @@ SPEC = DrafterSpec("draftretriever_aded", DraftRetrieverConfig, _make,
                    "ADED's drafts by the authors' DraftRetriever (tri-gram table + MCTS, Rust), a bench peer.",
                    "Adaptive Draft-Verification for Efficient LLM Decoding (the authors' DraftRetriever, "
                    "draftretriever 0.1.1)",
-                   family="corpus")
+                   family="corpus", narrate=narrate_lookup)

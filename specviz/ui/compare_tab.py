@@ -2,7 +2,7 @@
 after another (rounds interleaved, after one untimed warm-up), then a table and bar charts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import gradio as gr
@@ -10,12 +10,12 @@ import gradio as gr
 from .. import viz
 from ..core.decoding import DecodingConfig
 from ..analysis.divergence import with_divergence
-from ..drafters import REGISTRY, baseline, ordered
+from ..drafters import baseline, ordered
 from ..core.trace import Trace
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu
-from .session import RunSpec, Session
+from .session import Session
 from .setup_panel import SetupPanel
 
 WARMUP_TOKENS = 4
@@ -67,9 +67,10 @@ def make_compare_handler(panel: SetupPanel):
             base = panel.spec(values)
             specs = {n: base.with_drafter(n, panel.drafter_form.values(n, values[4 + len(panel.decoding_form.components):]))
                      for n in names}
+            prepared = {n: runner.prepare(specs[n]) for n in names}   # each checked once, before any load
             yield f"… loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
-            runner.run_to_end(RunSpec(base.model_id, base_name, (), DecodingConfig(max_new_tokens=WARMUP_TOKENS),
-                                      base.context, base.message, base.dtype))      # untimed warm-up
+            runner.run_to_end(replace(base.with_drafter(base_name, {}),             # untimed warm-up
+                                      decoding=DecodingConfig(max_new_tokens=WARMUP_TOKENS)))
             runs: dict[str, list[Trace]] = {n: [] for n in names}
             total = int(rounds) * len(names)
             for r in range(int(rounds)):
@@ -78,12 +79,9 @@ def make_compare_handler(panel: SetupPanel):
                         break
                     done = sum(map(len, runs.values()))
                     yield f"… round {r + 1}: running `{n}` ({done + 1}/{total})...", gr.skip(), gr.skip(), gr.skip(), session
-                    spec = specs[n]
-                    if n in REGISTRY and REGISTRY[n].wants_reference(dict(spec.drafter_values)):
-                        # replays the baseline's output of this round (run first: names[0])
-                        spec = spec.with_drafter(n, REGISTRY[n].with_reference(
-                            dict(spec.drafter_values), runs[base_name][-1].output_ids))
-                    runs[n].append(runner.run_to_end(spec, session.drafter_store))
+                    # a drafter that replays the baseline's output gets this round's (run first: names[0])
+                    reference = runs[base_name][-1].output_ids if prepared[n].drafter.wants_reference else None
+                    runs[n].append(runner.run_to_end(prepared[n], session.drafter_store, reference))
         done_runs = [runs[n] for n in names if runs[n]]
         if not done_runs or not runs[base_name]:
             yield f"■ stopped before {base_name} finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session

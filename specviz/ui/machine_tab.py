@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from .. import viz
-from ..analysis.doctor import DEFAULT_DRAFTERS, run_doctor
+from ..analysis.doctor import default_drafters, run_doctor
 from ..drafters import baseline
 from .web_policy import check_model
 from .errors import shown_to_user
@@ -28,7 +28,7 @@ def build_machine_tab() -> MachineTab:
     gr.Markdown("What this machine runs and how fast: the device, dtype and attention kernel, the cost "
                 "of one target forward for 1 to 64 rows (what a draft tree costs to verify) against the "
                 "cost model calibrated once per model, and each of "
-                + " and ".join(f"`{d}`" for d in DEFAULT_DRAFTERS)
+                + " and ".join(f"`{d}`" for d in default_drafters())
                 + f" against {baseline().name} on three worked examples: identical, **near-tie** "
                 "(rounding in a low-precision dtype, not a bug) or **mismatch** (a bug to report). "
                 "About a minute on a CPU; `specviz doctor` prints the same.")

@@ -74,17 +74,17 @@ def make_stream_handler(panel: SetupPanel):
         session.stop_requested = False
         with shown_to_user():
             spec = panel.spec(values)
+            prepared = runner.prepare(spec)          # bad settings fail here, before the loading note
             yield gr.skip(), f"… loading `{spec.model_id}` and preparing `{spec.drafter}`...", session
-            run = runner.start(spec, session.drafter_store)
+            run = runner.start(prepared, session.drafter_store)
         pieces = PieceStream(run.lm.tokenizer)         # the output's text, token by token, in place
         vanilla = _vanilla_tps(session, run)
         last = 0.0
         while not session.stop_requested:
             with shown_to_user():            # a model that rejects the tree mask fails here, at step 0
-                step = runner.advance(run.steps_iter)
+                step = runner.advance(run)             # kept in run.steps
             if step is None:
                 break
-            run.steps.append(step)
             pieces.extend(step.new_tokens)
             if time.perf_counter() - last > STREAM_EVERY_S:
                 last = time.perf_counter()
@@ -117,11 +117,9 @@ def make_teach_handler(panel: SetupPanel):
                 session.live = runner.start(spec, session.drafter_store)
         run = session.live
         with shown_to_user():
-            step = runner.advance(run.steps_iter)
+            step = runner.advance(run)                 # kept in run.steps
         if step is None or step.stop:
             run.done = True
-        if step is not None:
-            run.steps.append(step)
         trace = runner.finish(run)
         _remember(session, trace)
         status = (f"Teaching mode: step {len(run.steps) - 1} done"

@@ -1,79 +1,95 @@
-"""Starting and advancing runs through the engine's public API (no gradio here).
+"""The explorer's runs through the run service (engine/service.py; no gradio here): a RunSpec
+becomes a service request, checked against the web policy, resolved once, then stepped.
 
 gradio resumes a handler on whichever worker thread is free; the engine enters inference
 mode per step (it is per thread), so a run may be advanced from any thread.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from ..core.decoding import DecodingConfig
-from ..engine import build_trace, generate_steps, reference_config
-from ..models import LoadedModel, load_model
-from ..models.prompts import build_prompt
 from ..core.trace import StepRecord, Trace
+from ..drafters.kit.base import DrafterSpec
+from ..engine import service
 from ..files.user_files import check_text_size
-from .web_policy import check_request
-from ..drafters.kit.base import get
-from ..drafters.kit.choice import parse_choice
 from .session import LiveRun, RunSpec
+from .web_policy import check_request
+
+SETTINGS_SOURCE = "settings"          # how a contradiction with the brackets names the form's values
 
 
-def drafter_config(spec: RunSpec, lm: LoadedModel, prompt: Any) -> Any:
-    """The validated drafter config; a drafter that replays the baseline's output (the oracle)
-    gets it from a baseline run on this input."""
-    return reference_config(lm, prompt, spec.drafter, dict(spec.drafter_values), spec.decoding)
+@dataclass(frozen=True)
+class Prepared:
+    """A RunSpec checked and its drafter resolved (everything that needs no model)."""
+    spec: RunSpec                     # with the drafter's name and its merged values
+    request: service.RunRequest
+    drafter: service.DrafterPlan
+
+
+def request_of(spec: RunSpec) -> service.RunRequest:
+    return service.RunRequest(
+        model_id=spec.model_id or "embedded", drafter=spec.drafter, settings=tuple(spec.drafter_values),
+        settings_source=SETTINGS_SOURCE, decoding=spec.decoding, message=spec.message, context=spec.context,
+        dtype=spec.dtype, device_map=spec.device_map or None, max_memory=spec.max_memory or None)
 
 
 def resolve(spec: RunSpec) -> RunSpec:
     """A drafter given as text with a preset (`ngram_trie@paper`, from the API) -> its name and
-    values (the preset's, then the spec's own settings on top)."""
+    values (the preset's, then the spec's own settings on top); not validated yet."""
     if "@" not in spec.drafter and "[" not in spec.drafter:
         return spec
-    choice = parse_choice(spec.drafter, validate=False)
-    return spec.with_drafter(choice.name, choice.values(dict(spec.drafter_values), source="settings"))
+    choice = service.parse(spec.drafter)
+    return spec.with_drafter(choice.name, service.merged_values(choice, dict(spec.drafter_values),
+                                                                SETTINGS_SOURCE))
 
 
-def start(spec: RunSpec, store: Any = None) -> LiveRun:
+def prepare(spec: RunSpec) -> Prepared:
+    """Every check that needs no model, in the order a visitor meets them: the drafter choice,
+    the web policy on the model and the path / model settings (web_policy: before anything is
+    read), the text sizes, then the drafter's settings, validated once (SpecvizError)."""
+    request = request_of(spec)
+
+    def web_checks(drafter: DrafterSpec, values: Mapping[str, Any]) -> None:
+        check_request(spec.model_id, drafter.name, values)
+        check_text_size(spec.context, "context")
+        check_text_size(spec.message, "message")
+
+    drafter = service.resolve(request, vet=web_checks)
+    resolved = spec if "@" not in spec.drafter and "[" not in spec.drafter \
+        else spec.with_drafter(drafter.spec.name, dict(drafter.values))
+    return Prepared(resolved, request, drafter)
+
+
+def start(spec: RunSpec | Prepared, store: Any = None, reference: Sequence[int] | None = None) -> LiveRun:
     """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError.
-    `store`: the session's drafters.store.DrafterStore (what drafters keep across its runs).
-
-    Every web request comes through here: its model and path settings are checked against
-    the server's allow-lists (web_policy) before anything is read."""
-    spec = resolve(spec)
-    values = dict(spec.drafter_values)
-    check_request(spec.model_id, spec.drafter, values)
-    check_text_size(spec.context, "context")
-    check_text_size(spec.message, "message")
-    get(spec.drafter).config(values)                        # bad settings fail before loading
-    lm = load_model(spec.model_id or "embedded", dtype=spec.dtype, device_map=spec.device_map or None,
-                    max_memory=spec.max_memory or None)
-    prompt = build_prompt(lm.tokenizer, spec.message, context=spec.context)
-    config = drafter_config(spec, lm, prompt)
-    return LiveRun(spec, lm, prompt, config,
-                   generate_steps(lm, prompt, spec.drafter, config, spec.decoding, store))
+    `store`: the session's drafters.kit.store.DrafterStore (what drafters keep across its runs);
+    `reference`: the baseline's output ids for a drafter that replays them (the compare tab's
+    own baseline run; without it such a drafter's baseline runs first)."""
+    prepared = spec if isinstance(spec, Prepared) else prepare(spec)
+    run = service.start(prepared.request, drafter=prepared.drafter, store=store, reference=reference)
+    return LiveRun(prepared.spec, run)
 
 
-def advance(steps_iter: Iterator[StepRecord]) -> StepRecord | None:
-    """The next step, or None when the run is over."""
-    return next(steps_iter, None)
+def advance(run: LiveRun) -> StepRecord | None:
+    """The next step (kept in the run's steps), or None when the run is over."""
+    return run.run.advance()
 
 
 def stop(run: LiveRun) -> None:
-    close = getattr(run.steps_iter, "close", None)
-    if close:
-        close()
+    run.run.close()
     run.done = True
 
 
 def finish(run: LiveRun) -> Trace:
-    return build_trace(run.lm, run.prompt, run.spec.drafter, run.config, run.spec.decoding, run.steps)
+    return run.run.trace()
 
 
-def run_to_end(spec: RunSpec, store: Any = None) -> Trace:
-    run = start(spec, store)
-    while (step := advance(run.steps_iter)) is not None:
-        run.steps.append(step)
+def run_to_end(spec: RunSpec | Prepared, store: Any = None, reference: Sequence[int] | None = None) -> Trace:
+    run = start(spec, store, reference)
+    while advance(run) is not None:
+        pass
     return finish(run)
 
 

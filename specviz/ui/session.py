@@ -7,6 +7,7 @@ from typing import Any, Iterator
 
 from ..core.decoding import DecodingConfig
 from ..drafters.kit.store import DrafterStore
+from ..engine.service import Run
 from ..core.trace import StepRecord, Trace
 
 
@@ -31,14 +32,31 @@ class RunSpec:
 
 @dataclass
 class LiveRun:
-    """A generation in progress: the step iterator and what it produced so far."""
+    """A generation in progress: the run service's Run (engine/service.py: the step iterator and
+    the steps pulled so far) and the RunSpec it was started from."""
     spec: RunSpec
-    lm: Any                      # models.LoadedModel (shared, read-only)
-    prompt: Any                  # prompts.Prompt
-    config: Any                  # the drafter's validated config
-    steps_iter: Iterator[StepRecord]
-    steps: list[StepRecord] = field(default_factory=list)
+    run: Run
     done: bool = False
+
+    @property
+    def lm(self) -> Any:                 # models.LoadedModel (shared, read-only)
+        return self.run.lm
+
+    @property
+    def prompt(self) -> Any:             # prompts.Prompt
+        return self.run.prompt
+
+    @property
+    def config(self) -> Any:             # the drafter's validated config
+        return self.run.config
+
+    @property
+    def steps_iter(self) -> Iterator[StepRecord]:
+        return self.run.steps_iter
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        return self.run.steps
 
 
 @dataclass
@@ -55,9 +73,7 @@ class Session:
     def close(self) -> None:
         """Drop the live iterator (frees its KV cache)."""
         if self.live is not None:
-            close = getattr(self.live.steps_iter, "close", None)
-            if close:
-                close()
+            self.live.run.close()
             self.live = None
 
 

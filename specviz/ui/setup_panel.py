@@ -75,14 +75,14 @@ class SetupPanel:
                 *([self.device_map, self.max_memory] if self.device_map is not None else [])]
 
     def spec(self, values: Sequence[Any]) -> RunSpec:
-        """A RunSpec from the values of `inputs`; raises ConfigError for a bad value."""
+        """A RunSpec from the values of `inputs`; raises ConfigError for a bad decoding, dtype or
+        device-map value. The drafter's settings are validated once, by the run service, when
+        the run is prepared (runner.prepare)."""
         model, drafter, context, message = values[:4]
         n_dec = len(self.decoding_form.components)
         decoding = build(DecodingConfig, self.decoding_form.values("decoding", values[4:4 + n_dec]))
         n_drafter = len(self.drafter_form.components)
         settings = self.drafter_form.values(drafter, values[4 + n_dec:4 + n_dec + n_drafter])
-        if drafter in REGISTRY:
-            REGISTRY[drafter].config(settings)              # validate now: ConfigError names the field
         rest = values[4 + n_dec + n_drafter:]
         dtype = (rest[0] if rest and rest[0] else "auto") if self.dtype is not None else "auto"
         if dtype not in DTYPE_CHOICES:

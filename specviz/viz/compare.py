@@ -1,7 +1,7 @@
 """Compare drafters on the same input: a table row per run and bar charts.
 
-The vanilla run (plain decoding) of the same input, measured in the same session, is the
-reference for speedup and for the "identical output" check, which is only a claim under
+The baseline's run (plain decoding, the registry's `drafters.baseline()`: vanilla) of the same
+input, measured in the same session, is the reference for speedup and for the "identical output" check, which is only a claim under
 greedy decoding (under sampling, outputs differ run to run by design). Where a run differs,
 the divergence column says whether at a near-tie (rounding, e.g. in bfloat16) or at a
 mismatch (a bug), with the target's top-2 logits there (divergence.py), and the speedup is
@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from ..analysis.divergence import IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, explain, of_trace
 from ..core.draft_metrics import priced_speedup
 from ..core.trace import Trace
+from ..drafters import baseline
 from .palette import FIGURE_TEMPLATE, show_token
 
 
@@ -43,8 +44,9 @@ class CompareRow:
 
     @staticmethod
     def columns() -> list[str]:
-        return ["drafter", "tokens/s", "speedup vs vanilla", "mean accepted", "steps",
-                "new tokens", "identical to vanilla", "divergence", "speedup, shared text",
+        base = baseline().name
+        return ["drafter", "tokens/s", f"speedup vs {base}", "mean accepted", "steps",
+                "new tokens", f"identical to {base}", "divergence", "speedup, shared text",
                 "first differing token", "alpha",
                 "expected speedup", "expected, verify priced"]
 
@@ -61,7 +63,7 @@ def first_difference(ref: Trace, other: Trace) -> str:
     a, b = ref.output_ids, other.output_ids
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
-            return (f"#{i}: vanilla {show_token(ref.token_text.get(x, '?'))!r} vs "
+            return (f"#{i}: {ref.drafter} {show_token(ref.token_text.get(x, '?'))!r} vs "
                     f"{show_token(other.token_text.get(y, '?'))!r}")
     if len(a) != len(b):
         return f"#{min(len(a), len(b))}: one output is longer ({len(a)} vs {len(b)} tokens)"
@@ -122,8 +124,9 @@ def divergence_notes(runs: Sequence[Sequence[Trace]]) -> str:
 
 def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
     names = [r.drafter for r in rows]
-    colours = ["#868e96" if n == "vanilla" else "#1c7ed6" for n in names]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", "speedup vs vanilla",
+    base = baseline().name
+    colours = ["#868e96" if n == base else "#1c7ed6" for n in names]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", f"speedup vs {base}",
                                                         "mean tokens per step"))
     for col, vals, fmt in ((1, [r.tokens_per_s for r in rows], "{:.1f}"),
                            (2, [r.speedup for r in rows], "{:.2f}x"),

@@ -9,15 +9,21 @@ the step's info, in words), what the target accepted, the first draft token it r
 its own choice there and that choice's probability, the bonus token, and how many target
 forward passes the step saved against plain decoding (one pass per token).
 
-It reads only what drafters record in `StepRecord.info` (keys such as match_len, positions,
-candidates, kept, expected_tokens, predicted_ms, plain_ms, db_hits, gamma, draft_forwards),
-so an unknown drafter still gets a sensible, shorter account.
+The drafter's part (where its draft came from, why its tree has its size, its own forward
+passes) is told by the narrator its DrafterSpec declares (`narrate`, specviz/core/narration.py),
+which reads what that drafter recorded in `StepRecord.info`; this module renders it and tells
+what every step has, naming no drafter and reading no drafter's notes. A trace of a drafter
+this specviz does not register still gets a sensible, shorter account.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..core.narration import Place, Quote, Scene, Sentence, StepStory
+from ..core.narration import plural as _plural, were as _were
 from ..core.trace import StepRecord, Trace
+from ..drafters import REGISTRY
+from ..drafters.kit.narration import narrate_size
 from .spans import prompt_char_spans
 from .tree import node_status
 
@@ -37,20 +43,6 @@ def _tokens_text(trace: Trace, ids: Sequence[int]) -> str:
 def _q(trace: Trace, ids: Sequence[int]) -> str:
     """Tokens quoted for Markdown."""
     return f"“{_clip(_tokens_text(trace, ids))}”"
-
-
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (plural or word + 's')}"
-
-
-def _last(trace: Trace, m: int, cl: int) -> str:
-    """"the last m tokens of the text, “...”" for the m tokens before position cl."""
-    what = "The last token" if m == 1 else f"The last {m} tokens"
-    return f"{what} of the text, {_q(trace, _committed(trace)[cl - m: cl])},"
-
-
-def _were(n: int) -> str:
-    return "was" if n == 1 else "were"
 
 
 def _committed(trace: Trace) -> tuple[int, ...]:
@@ -82,98 +74,52 @@ def _where(trace: Trace, start: int, end: int) -> str:
 
 # ---- the parts of the story ---------------------------------------------------------------
 
-def _source(trace: Trace, s: StepRecord) -> list[str]:
-    """Where the draft came from."""
-    info, tree = s.info, s.tree
-    committed = _committed(trace)
-    cl = s.committed_len
-    lines: list[str] = []
-    if "db_hits" in info:                                   # hierarchy: DBs keyed by the last token
-        hits = info["db_hits"]
-        lines.append(f"The databases were read in order of locality, keyed by the last token "
-                     f"{_q(trace, committed[cl - 1: cl])}: the context DB gave "
-                     f"{_plural(hits.get('context', 0), 'candidate')}, the model DB {hits.get('model-db', 0)}, "
-                     f"the corpus {hits.get('corpus', 0)}.")
-    elif "matches" in info:                                 # rest: a suffix array over a corpus
-        m = int(info.get("match_len", 0))
-        if m:
-            lines.append(f"{_last(trace, m, cl)} "
-                         f"occur {_plural(int(info['matches']), 'time')} in the corpus index; the "
-                         f"continuations after {info.get('counted', info['matches'])} of them were counted, "
-                         "and the most frequent ones form the tree.")
+def _story(trace: Trace, s: StepRecord) -> StepStory:
+    """The drafter's own part, from the narrator its spec declares; a drafter this specviz
+    does not register (a plugin not installed here, a bench peer) gets the kit's default, which
+    tells only the tree's sizing (what TreeCutter records). A step's info comes from a trace
+    file (untrusted): notes a narrator cannot read leave the shorter account, not an error."""
+    spec = REGISTRY.get(trace.drafter)
+    narrate = spec.narrate if spec is not None else narrate_size
+    try:
+        return narrate(Scene(s, _committed(trace), trace.drafter, trace.drafter_config))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return StepStory()
+
+
+def _render(trace: Trace, sentence: Sentence) -> str:
+    """A narrator's sentence in Markdown: text as is, tokens quoted, places told."""
+    out = []
+    for piece in sentence:
+        if isinstance(piece, Quote):
+            out.append(_q(trace, piece.ids))
+        elif isinstance(piece, Place):
+            out.append(_where(trace, piece.start, piece.end))
         else:
-            lines.append("No suffix of the text was found in the corpus index, so there was nothing to draft.")
-    elif "match_len" in info:                               # ngram_trie, prompt_lookup: the text itself
-        m = int(info["match_len"])
-        found = ""
-        positions = info.get("positions") or []
-        firsts = [i for i in tree.children.get(-1, []) if i < len(positions)]
-        if firsts and m:
-            p = int(positions[firsts[0]])
-            if 0 <= p - m and committed[p - m: p] == committed[cl - m: cl]:
-                found = " It was found " + _where(trace, p - m, p) + "; the draft copies what followed it."
-        lines.append(f"{_last(trace, m, cl)} matched earlier text.{found}")
-    elif "draft_forwards" in info or "gamma" in info:        # model drafters: no lookup
-        who = f"The draft model `{info['draft_model']}`" if "draft_model" in info else \
-            f"The `{trace.drafter}` drafter's model"
-        lines.append(f"{who} predicted the draft from the text so far (nothing is looked up): it ran "
-                     f"{_plural(int(info.get('draft_forwards', 0)), 'forward pass', 'forward passes')} of its own "
-                     f"for a chain of {_plural(int(info.get('proposal_len', len(tree))), 'token')}"
-                     + (f", plus {info['expansion_tokens']} alternatives from CAPE's expansion"
-                        if info.get("expansion_tokens") else "") + ".")
-    if "corpus" in info:
-        lines.append(f"Corpus: {info['corpus']}.")
+            out.append(piece)
+    return "".join(out)
+
+
+def _source(trace: Trace, s: StepRecord, story: StepStory) -> list[str]:
+    """Where the draft came from."""
+    lines = [_render(trace, line) for line in story.source]
+    tree = s.tree
     if len(tree):
         counts: dict[str, int] = {}
         for src in tree.sources:
             counts[src] = counts.get(src, 0) + 1
         lines.append("Draft nodes by source: " + ", ".join(f"{src} {n}" for src, n in counts.items()) + ".")
     elif not lines:
-        lines.append(f"The `{trace.drafter}` drafter proposed nothing at this step"
-                     + (": the end of the text matched nothing it holds." if trace.drafter in
-                        ("ngram_trie", "prompt_lookup", "rest", "hierarchy", "aded", "lookahead") else "."))
+        lines.append(f"The `{trace.drafter}` drafter proposed nothing at this step.")
     return lines
 
 
-def _size(trace: Trace, s: StepRecord) -> list[str]:
-    """Why the tree has the size it has."""
-    info, n = s.info, len(s.tree)
-    cfg = trace.drafter_config
-    lines: list[str] = []
-    cands = info.get("candidates")
-    kept = int(info.get("kept", n))
-    if cands is not None:
-        lines.append(f"The drafter found {_plural(int(cands), 'candidate')} and kept {_plural(kept, 'node')}.")
-    if kept > n:
-        lines.append(f"The engine dropped {kept - n} of them: deeper than the tokens left to generate.")
-    if "expected_tokens" in info and "predicted_ms" in info and "plain_ms" in info:
-        e, p, q = float(info["expected_tokens"]), float(info["predicted_ms"]), float(info["plain_ms"])
-        if n:
-            lines.append(f"The cost model priced a verify pass over these {_plural(n, 'node')} at {p:.0f} ms, "
-                         f"against {q:.0f} ms for a plain step, and expected {e:.2f} tokens from it: "
-                         f"{1000 * e / p:.1f} tokens/s against {1000 / q:.1f}. It keeps the size with the best "
-                         "expected tokens per second: another node would add less in expected tokens than it "
-                         "costs in time.")
-        else:
-            lines.append(f"The cost model cut the tree to nothing: no candidate was likely enough to pay "
-                         f"for the extra rows of the forward pass (a plain step costs {q:.0f} ms), so this "
-                         "step is plain decoding.")
-        if "trust_first" in info:
-            lines.append(f"Its learned trust in the trie's counts: {float(info['trust_first']):.2f} for the "
-                         f"first draft token, {float(info.get('trust_later', 0)):.2f} for later ones.")
-        if info.get("explore"):
-            lines.append("This tree was kept to explore: the drafter had tested too few drafts of this kind "
-                         "to trust its estimate, so it verified as many nodes as cost what one does.")
-    elif cfg.get("size_by_cost") is False and n:
-        cap = cfg.get("num_draft")
-        lines.append("Sizing by cost is off in this run: the drafter kept its most frequent candidates"
-                     + (f", up to num_draft = {cap}" if cap is not None else "") + ", whatever they cost.")
-    elif "gamma" in info and n:
-        lines.append(f"The chain length is gamma = {info['gamma']}"
-                     + (" (adapted after each step)" if cfg.get("adaptive") else "") + ".")
-    if info.get("pad_rows"):
-        rows = n + 1 + int(info["pad_rows"])
-        pads = int(info["pad_rows"])
+def _size(trace: Trace, s: StepRecord, story: StepStory) -> list[str]:
+    """Why the tree has the size it has: the drafter's reasons, then the engine's pad rows."""
+    lines = [_render(trace, line) for line in story.size]
+    if s.info.get("pad_rows"):                  # recorded by the engine (engine/loop.py)
+        rows = len(s.tree) + 1 + int(s.info["pad_rows"])
+        pads = int(s.info["pad_rows"])
         lines.append(f"The forward pass ran {rows} rows: {_plural(pads, 'inert pad row')} {_were(pads)} "
                      "added because that size runs faster on this machine.")
     return lines
@@ -237,27 +183,26 @@ def _bonus(trace: Trace, s: StepRecord) -> list[str]:
             "same forward pass, so every step commits at least one token."]
 
 
-def _saved(trace: Trace, s: StepRecord) -> list[str]:
+def _saved(trace: Trace, s: StepRecord, story: StepStory) -> list[str]:
     n = len(s.new_tokens)
     so_far = sum(len(t.new_tokens) - 1 for t in trace.steps[: s.index + 1])
     text = (f"This step committed {_plural(n, 'token')} for one target forward pass; plain decoding needs "
             f"one pass per token, so it saved **{_plural(n - 1, 'pass', 'passes')}** "
             f"({so_far} saved up to here, over {_plural(s.index + 1, 'step')}).")
-    if s.info.get("draft_forwards"):
-        text += f" The draft model ran {s.info['draft_forwards']} smaller passes of its own."
-    return [text]
+    return [" ".join([text, *(_render(trace, line) for line in story.passes)])]
 
 
 def step_narrative(trace: Trace, step_index: int) -> str:
     """Markdown: what happened at step `step_index`, in plain words."""
     s = trace.steps[step_index]
+    story = _story(trace, s)
     parts: list[tuple[str, list[str]]] = [
-        ("Where the draft came from", _source(trace, s)),
-        ("Why the tree has this size", _size(trace, s)),
+        ("Where the draft came from", _source(trace, s, story)),
+        ("Why the tree has this size", _size(trace, s, story)),
         ("What the target accepted", _verdict(trace, s) or ["There was no draft: the target computed one "
                                                             "token, as plain decoding does."]),
         ("The bonus token", _bonus(trace, s)),
-        ("Forward passes saved", _saved(trace, s)),
+        ("Forward passes saved", _saved(trace, s, story)),
     ]
     out = [f"### What happened at step {s.index}"]
     for title, lines in parts:

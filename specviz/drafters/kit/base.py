@@ -4,17 +4,41 @@ A drafter is made fresh for every generation (`DrafterSpec.make`), so per-prompt
 (a trie over the context, an n-gram pool) lives on the instance and nothing leaks between
 users. Each step the engine calls `propose(ctx)` and, after verification, `observe(step)`.
 A drafter that finds nothing returns `DraftTree.empty()` and the step is plain decoding.
+
+What the engine reads from a drafter besides `propose`/`observe` is one typed value,
+`Drafter.needs` (a frozen `DrafterNeeds`: the target's hidden state, its top-k width, feature
+layers), not loose optional attributes. It is declared on the drafter *instance*, not on its
+DrafterSpec, because it can depend on the config and on a loaded checkpoint (Token Recycling's
+`k` sets the top-k width; EAGLE-3's feature layers are read from its checkpoint), which the
+spec does not know before `make`. Every built-in drafter declares it (`needs = NO_NEEDS` where
+it wants nothing), so a reader sees the whole contract in the class. `needs_of` is the one place
+that reads it: a plugin that declares nothing gets `NO_NEEDS`, and one written before
+`DrafterNeeds` existed, with the old `wants_hidden` / `target_topk` / `feature_layers`
+attributes, still gets what those asked for.
+
+How a drafter's step is told in words is declared on its spec (`DrafterSpec.narrate`, a
+`core.narration.Narrator`), so the explainer never guesses the drafter from its notes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from ...core import settings
-from ...errors import UnknownDrafterError
+from ...core.narration import Narrator
+from ...errors import ConfigError, UnknownDrafterError
 from ...core.timing import PhaseTimer
 from ...core.tree import DraftTree
+from .narration import narrate_size
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...core.decoding import DecodingConfig
+    from ...models.kvcache import CacheView
+    from ...models.loading import LoadedModel
+    from .store import DrafterStore
 
 
 @dataclass(frozen=True)
@@ -24,14 +48,20 @@ class DraftSetup:
     vocab_size: int
     eos_ids: frozenset[int]
     max_new_tokens: int
-    # the loaded target (models.LoadedModel), for drafters that run a model; None in unit tests
-    target: Any = None
-    # the generation's decoding.DecodingConfig, so a model drafter can draft from the same
+    # the loaded target, for drafters that run a model; None in unit tests
+    target: LoadedModel | None = None
+    # the generation's decoding settings, so a model drafter can draft from the same
     # (temperature / top-k / top-p warped) distribution it will be verified against
-    decoding: Any = None
-    # state kept across generations (store.DrafterStore), owned by the front end's session (the
-    # explorer's gr.State, the CLI process, a bench run); None: every generation starts fresh
-    store: Any = None
+    decoding: DecodingConfig | None = None
+    # state kept across generations, owned by the front end's session (the explorer's
+    # gr.State, the CLI process, a bench run); None: every generation starts fresh
+    store: DrafterStore | None = None
+
+    def require_target(self, drafter: str) -> LoadedModel:
+        """The loaded target, for a drafter that runs it; ConfigError when there is none."""
+        if self.target is None:
+            raise ConfigError("target", f"drafter {drafter} needs the target model (DraftSetup.target)")
+        return self.target
 
 
 @dataclass
@@ -44,29 +74,80 @@ class DraftContext:
     verify_cost: Callable[[int], float]      # predicted seconds of a verify step with n nodes
     timer: PhaseTimer                        # drafters charge "draft.search" / "draft.tree"
     info: dict[str, Any] = field(default_factory=dict)  # JSON-able notes for the StepRecord
-    # READ-ONLY view of the target's committed KV cache (kvcache.CacheView: rows for
-    # tokens[:-1], i.e. as verified up to the last step); for drafters that reuse the target's
-    # keys and values (self_draft, glide). Never modify its tensors in place. None in unit tests.
-    target_cache: Any = None
+    # READ-ONLY view of the target's committed KV cache (rows for tokens[:-1], i.e. as
+    # verified up to the last step); for drafters that reuse the target's keys and values
+    # (self_draft, glide). Never modify its tensors in place. None in unit tests.
+    target_cache: CacheView | None = None
     # the target's final (post-norm) hidden state [H] of the row whose logits chose the root
     # tokens[-1] (at step 0 the prefill's last row; None for a one-token prompt), given only to
-    # a drafter with `wants_hidden = True` (specviz/models/hidden.py); None otherwise and in unit tests
-    hidden: Any = None
-    # a drafter with `feature_layers` (EAGLE, EAGLE-3; specviz/models/hidden.py): the target's hidden
-    # states at those layers of every row committed since its last step, [n, len(layers) x H],
-    # in position order from position `features_at`; None otherwise and in unit tests
-    features: Any = None
+    # a drafter whose needs say `hidden` (specviz/models/hidden.py); None otherwise and in unit tests
+    hidden: torch.Tensor | None = None
+    # a drafter whose needs name `feature_layers` (EAGLE, EAGLE-3; specviz/models/hidden.py): the
+    # target's hidden states at those layers of every row committed since its last step,
+    # [n, len(layers) x H], in position order from position `features_at`; None otherwise
+    features: torch.Tensor | None = None
     features_at: int = 0
+
+    def require_cache(self, drafter: str) -> CacheView:
+        """The target's committed KV cache, for a drafter that reuses it; ConfigError without one."""
+        if self.target_cache is None:
+            raise ConfigError("target_cache", f"drafter {drafter} reads the target's KV cache "
+                                              "(DraftContext.target_cache); this context has none")
+        return self.target_cache
+
+
+@dataclass(frozen=True)
+class DrafterNeeds:
+    """What a drafter asks the engine for beyond the committed tokens (all off by default:
+    a drafter that asks for nothing costs the engine nothing)."""
+    # DraftContext.hidden is filled: the target's final hidden state of the root's row
+    hidden: bool = False
+    # StepView.target_topk holds this many of the target's best tokens per row (the engine's
+    # verify.TOP_K when smaller): a drafter that recycles the verifier's candidates asks for more
+    target_topk: int = 0
+    # DraftContext.features holds the target's hidden states at these layers (models/hidden.py:
+    # FINAL, or i for the input to decoder layer i) for every row committed since the last step
+    feature_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+        if type(self.hidden) is not bool:
+            raise TypeError(f"DrafterNeeds.hidden must be True or False, not {self.hidden!r}")
+        if type(self.target_topk) is not int or self.target_topk < 0:
+            raise TypeError(f"DrafterNeeds.target_topk must be an int >= 0, not {self.target_topk!r}")
+
+    @property
+    def capture(self) -> bool:
+        """True if the engine must read the target's hidden states (models/hidden.py)."""
+        return self.hidden or bool(self.feature_layers)
+
+
+NO_NEEDS = DrafterNeeds()
 
 
 class Drafter(Protocol):
-    # optional attribute: `target_topk: int`, how many of the target's best tokens per row
-    # StepView.target_topk should hold (verify.TOP_K when absent or smaller)
-    # optional attribute: `wants_hidden: bool`, DraftContext.hidden is filled when True
-    # optional attribute: `feature_layers: tuple[int, ...]`, DraftContext.features is filled
+    # what the engine gives this drafter beyond the tokens (NO_NEEDS: nothing); read through needs_of
+    needs: DrafterNeeds
+
     def propose(self, ctx: DraftContext) -> DraftTree: ...
 
     def observe(self, step: "StepView") -> None: ...
+
+
+def needs_of(drafter: object) -> DrafterNeeds:
+    """What `drafter` declared it needs: its `needs`; NO_NEEDS for a plugin that declares
+    nothing; for a plugin written before DrafterNeeds, what its old optional attributes
+    (`wants_hidden`, `target_topk`, `feature_layers`) asked for. TypeError for a `needs` that
+    is not a DrafterNeeds."""
+    declared = getattr(drafter, "needs", None)
+    if isinstance(declared, DrafterNeeds):
+        return declared
+    if declared is not None:
+        raise TypeError(f"drafter {type(drafter).__name__}: `needs` must be a DrafterNeeds, "
+                        f"not {type(declared).__name__}")
+    return DrafterNeeds(hidden=bool(getattr(drafter, "wants_hidden", False)),
+                        target_topk=int(getattr(drafter, "target_topk", 0) or 0),
+                        feature_layers=tuple(getattr(drafter, "feature_layers", None) or ()))
 
 
 class Unlearning:
@@ -84,7 +165,7 @@ class StepView:
     new_tokens: tuple[int, ...]
     tokens: Sequence[int]                    # the committed sequence after the step
     target_top: tuple[int, ...]              # target argmax per input row (root first)
-    # per input row, the target's verify.TOP_K (or the drafter's `target_topk`) best tokens, best first (on exact ties its order
+    # per input row, the target's verify.TOP_K (or the drafter's needs.target_topk) best tokens, best first (on exact ties its order
     # may differ from target_top's); empty where the caller has no logits (unit tests)
     target_topk: tuple[tuple[int, ...], ...] = ()
 
@@ -159,6 +240,10 @@ class DrafterSpec:
     # what the drafter's per-node confidence is (CONFIDENCE_KINDS; None: it has none), recorded
     # in the trace (Trace.confidence) for the calibration view (specviz/core/calibration.py)
     confidence: str | None = None
+    # how a step of this drafter is told in words (core/narration.py; the kit's narrators:
+    # kit/narration.py): where its draft came from and why its tree has its size, from what it
+    # recorded in StepRecord.info; the default tells only what the kit's TreeCutter records
+    narrate: Narrator = narrate_size
 
     def __post_init__(self) -> None:
         if self.confidence is not None and self.confidence not in CONFIDENCE_KINDS:
