@@ -249,7 +249,7 @@ def test_positions_figure_carries_both_rates_and_the_convention() -> None:
 def test_run_summary_shows_the_counters_and_the_calibration(tiny_lm_tok) -> None:
     from specviz.ui.summary_tab import about_markdown, render_summary
     prompt = build_prompt(tiny_lm_tok.tokenizer, "one two three one two three one two three")
-    trace = generate(tiny_lm_tok, prompt, "ngram_trie", None, DecodingConfig(max_new_tokens=24))
+    trace = generate(tiny_lm_tok, prompt, "ngram_trie", {"size_by_cost": False}, DecodingConfig(max_new_tokens=24))
     text = about_markdown(trace)
     c, cal = trace.position_metrics(), trace.calibration()
     assert f"num_drafts {c.num_drafts}, num_draft_tokens {c.num_draft_tokens}" in text

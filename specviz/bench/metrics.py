@@ -54,7 +54,7 @@ class Run:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     peak_memory_mb: float | None = None      # peak memory during the run (None: not measured)
     output_ids: tuple[int, ...] = ()
-    model_tally: dict[str, float] | None = None   # draft_metrics.Tally as a dict (model drafters)
+    model_tally: dict[str, Any] | None = None     # draft_metrics.Tally as a dict (model drafters)
     # the comparison with vanilla's output of the same turn (divergence.Divergence.to_dict());
     # None for vanilla itself and in results written before it was kept
     divergence: dict[str, Any] | None = None
@@ -104,10 +104,10 @@ def disabled_summary(runs: Sequence[Run]) -> dict[str, Any]:
     """The turns whose drafter raised and was turned off (decoding went on without drafts, so
     the speed of those turns is partly plain decoding's): how many, and each one's place and
     error ("question/turn step S (phase): error")."""
-    off = [r for r in runs if r.drafter_disabled]
+    off = [(r, r.drafter_disabled) for r in runs if r.drafter_disabled]
     return {"drafter_disabled": len(off),
             "drafter_errors": sorted(f"{r.question_id}/t{r.turn + 1} step {d['step']} ({d['phase']}): {d['error']}"
-                                     for r in off for d in [r.drafter_disabled])}
+                                     for r, d in off)}
 
 
 def depth_acceptance(steps: Sequence[StepRecord]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -229,7 +229,7 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
             plain_step = verify_per_step(r for q in mine for r in vanilla[(q.question_id, q.repeat)].runs)
             if model and plain_step:
                 model["verify_ratio"] = pooled.verify_seconds / pooled.steps / plain_step
-                model["priced"] = priced_speedup(model["alpha"], model["gamma"], model["c"],
+                model["priced"] = priced_speedup(model["alpha"], int(model["gamma"]), model["c"],
                                                  model["verify_ratio"])
             positions, cal = pooled_positions(mine_runs), pooled_calibration(mine_runs)
             cat_rows.append({

@@ -101,6 +101,7 @@ def run(args: Any) -> int:
     elif args.cache_only:
         raise ConfigError("cache_only", "needs --target-cache DIR to fill")
     if args.cache_only:
+        assert cache is not None                    # --cache-only without --target-cache was refused above
         count = fill_cache(lm.model, source, cfg, cache)
         print(f"target cache {args.target_cache}: {count} batches of {cfg.batch} x {cfg.seq_len} tokens")
         return 0

@@ -178,13 +178,15 @@ def node_confidences(step: Any, kind: str) -> tuple[list[float | None], list[flo
                 above = 1.0 if p < 0 else float(scores[p])
                 cond.append(float(scores[i]) / above if above > 0 else None)
     cond = [None if c is None else min(1.0, max(0.0, c)) for c in cond]
+    path: list[float | None]
     if kind == "path_probability":
         path = [min(1.0, max(0.0, float(s))) for s in tree.scores]
     else:
         path = []
         for i, p in enumerate(tree.parents):
             above = 1.0 if p < 0 else path[p]
-            path.append(None if cond[i] is None or above is None else cond[i] * above)
+            c = cond[i]
+            path.append(None if c is None or above is None else c * above)
     return cond, path
 
 
@@ -234,10 +236,11 @@ def calibration(steps: Sequence[Any], kind: str, n_bins: int = N_BINS) -> Calibr
         accepted = set(s.accepted)
         reached = {-1, *s.accepted}
         for i, p in enumerate(s.tree.parents):
-            if cond[i] is not None and p in reached:
-                node_pairs.append((cond[i], i in accepted))
-            if path[i] is not None:
-                path_pairs.append((path[i], i in accepted))
+            c, r = cond[i], path[i]
+            if c is not None and p in reached:
+                node_pairs.append((c, i in accepted))
+            if r is not None:
+                path_pairs.append((r, i in accepted))
     return Calibration(kind, reliability(node_pairs, n_bins), reliability(path_pairs, n_bins), counted, skipped)
 
 

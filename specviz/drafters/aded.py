@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 from ..index.mcts import cut_to_budget, mcts, ranked_drafts
-from ..index.trigram import AdaptiveTrigrams
+from ..index.trigram import AdaptiveTrigrams, TrigramTable
 from ..core.settings import setting
 from ..core.tree import DraftTree, merge_chains
 from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, register
@@ -81,7 +81,7 @@ class AdedDrafter:
         self.cutter = config.cutter()
 
     @staticmethod
-    def _table(config: AdedConfig, setup: DraftSetup, table: object) -> AdaptiveTrigrams:
+    def _table(config: AdedConfig, setup: DraftSetup, table: TrigramTable | None) -> AdaptiveTrigrams:
         """The adapted table: this session's (setup.store) unless `reset` or no store."""
         def make() -> AdaptiveTrigrams:
             return AdaptiveTrigrams(table, config.increment, config.cap)

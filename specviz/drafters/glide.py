@@ -99,12 +99,13 @@ class GlideDraftLM:
         """The target's committed (k, v) [1, H_kv, S, D] of the layer each draft layer reads."""
         if not self.draft.spec.cross_attention:
             return None
-        view = ctx.target_cache
+        view = ctx.require_cache("glide")
         out = []
         for m in range(self.draft.spec.n_layers):
             layer = self.draft.spec.cross_layer(m)
-            k, v = (view.keys(layer), view.values(layer)) if view.length else (None, None)
-            if k is None:
+            if view.length:
+                k, v = view.keys(layer), view.values(layer)
+            else:
                 shape = (1, self.draft.spec.kv_heads, 0, self.draft.spec.head_dim)
                 k = v = torch.zeros(shape, device=self.device)
             out.append((k.to(self.device), v.to(self.device)))   # that layer's device -> ours
@@ -219,7 +220,8 @@ class Glide(ModelDrafter):
         self.max_verify = config.max_verify
 
     def draft_lm(self, config: GlideConfig, setup: DraftSetup) -> DraftLM:
-        return GlideDraftLM(load_for(setup.target, setup.target.model_id, config.checkpoint))
+        target = setup.require_target("glide")
+        return GlideDraftLM(load_for(target, target.model_id, config.checkpoint))
 
     def search(self, ctx: DraftContext, gamma: int) -> ChainResult:
         if self.beam:

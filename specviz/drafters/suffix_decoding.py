@@ -128,17 +128,18 @@ class SuffixDecodingDrafter:
             # the request's tree holds exactly ctx.tokens: its suffix nodes are the matches
             spec, name = self._speculate(self.local, context, self.local.suffix_nodes(0)), "request"
             if self.history is not None:
+                assert self.lock is not None         # set with the history
                 with self.lock:
-                    tree = self.history.tree
+                    shared = self.history.tree
                     # the current output's suffix nodes match its last tokens, while all of it is in
                     self.complete = self.complete and self.seq_id in self.history
-                    known = tree.suffix_nodes(self.seq_id) if self.complete else []
-                    other = self._speculate(tree, context, known)
+                    known = shared.suffix_nodes(self.seq_id) if self.complete else []
+                    other = self._speculate(shared, context, known)
                     if other.score > spec.score:
                         spec, name = other, "global"
                     # labels, positions and chances while the tree cannot change under us
                     labels = self._labels(spec, name)
-                    chances = (tree if name == "global" else self.local).continued_ratios(spec)
+                    chances = (shared if name == "global" else self.local).continued_ratios(spec)
             else:
                 labels = self._labels(spec, name)
                 chances = self.local.continued_ratios(spec)
@@ -181,6 +182,7 @@ class SuffixDecodingDrafter:
             return
         self.local.extend(0, step.new_tokens)
         if self.history is not None:
+            assert self.lock is not None
             with self.lock:
                 if self.complete and not self.history.add(self.seq_id, list(step.new_tokens)):
                     self.complete = False        # evicted, or alone too long: it stops growing there

@@ -31,6 +31,7 @@ GPU it costs about the same as one.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from ..index.adjacency import ORIGIN_PROMPT, CandidateMatrix, Template
@@ -77,12 +78,13 @@ class TokenRecyclingDrafter:
     def __init__(self, config: TokenRecyclingConfig, setup: DraftSetup) -> None:
         self.config = config
         self.needs = DrafterNeeds(target_topk=config.k)   # the engine gives StepView.target_topk this wide
+        self.lock: threading.Lock | None = None
         if config.persist:
             key = ("token_recycling", tokenizer_key(setup), setup.vocab_size,
                    settings_key(config))
             self.matrix, self.lock = shared_entry(setup, key, lambda: CandidateMatrix(setup.vocab_size, config.k))
         else:
-            self.matrix, self.lock = CandidateMatrix(setup.vocab_size, config.k), None
+            self.matrix = CandidateMatrix(setup.vocab_size, config.k)
         if config.init_from_prompt:
             self._locked(lambda: self.matrix.fill_from_bigrams(setup.prompt_ids))
         self.cutter = config.cutter()

@@ -142,9 +142,10 @@ def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tup
         if on:
             raise CheckpointError(f"checkpoint: {where}: speculators option {on[0]!r} is on; that variant "
                                   "adds norms EAGLE-3 does not have and is not supported")
-        layer = cfg.get("transformer_layer_config")
-        if not isinstance(layer, dict):
+        nested = cfg.get("transformer_layer_config")
+        if not isinstance(nested, dict):
             raise CheckpointError(f"checkpoint: {where}: config field 'transformer_layer_config' is missing")
+        layer = nested
     kind = "eagle3" if "draft_vocab_size" in cfg or layout == "speculators" else "eagle"
     hidden = _need(layer, "hidden_size", where)
     heads = _need(layer, "num_attention_heads", where)
@@ -214,7 +215,9 @@ def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: s
     tc = target.config
     t_hidden, t_layers = int(tc.hidden_size), int(tc.num_hidden_layers)
     t_vocab = int(target.get_input_embeddings().weight.shape[0])
-    own = cfg.get("specviz") if isinstance(cfg.get("specviz"), dict) else {}
+    own = cfg.get("specviz")
+    if not isinstance(own, dict):
+        own = {}
     fix = f"use a head made for this target or train one with `{train_command(spec.kind, target_id)}`"
     if spec.target_hidden != t_hidden:
         raise CheckpointError(f"checkpoint: {where} was made for a target of hidden size {spec.target_hidden}, "

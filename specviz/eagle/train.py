@@ -39,6 +39,7 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Iterator
 
@@ -139,10 +140,17 @@ def eagle_pass(target: Any, ids: torch.Tensor, layers: tuple[int, ...],
     with torch.no_grad():
         with capture, torch.autocast(ids.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
             target.model(input_ids=ids)
+        assert capture.last is not None             # the forward ran the final norm's hook
         final = capture.last.float()                                                    # [B, T, H]
         labels = torch.nn.functional.linear(final, target.lm_head.weight.float()).argmax(-1)   # [B, T]
         parts = [(capture.last if i == FINAL else capture.inputs[i]).float() for i in layers]
     return TargetPass(kv=[], labels=labels, hidden=torch.cat(parts, -1).to(next(target.parameters()).dtype))
+
+
+def _with_pass(target: Any, ids: torch.Tensor, device: torch.device, layers: tuple[int, ...],
+               autocast: torch.dtype | None) -> tuple[torch.Tensor, TargetPass]:
+    """(ids, the target's eagle_pass over them on `device`): a batch as _claimed_put stores it."""
+    return ids, eagle_pass(target, ids.to(device), layers, autocast)
 
 
 def unroll(draft: EagleDraft, feat: torch.Tensor, ids: torch.Tensor, steps: int,
@@ -258,7 +266,7 @@ def _replay(cache: TargetCache, target: Any, source: Iterator[torch.Tensor], cfg
                 break
             read += 1
             if read not in cache:
-                _claimed_put(cache, read, lambda b=nxt: (b, eagle_pass(target, b.to(param.device), layers, autocast)))
+                _claimed_put(cache, read, partial(_with_pass, target, nxt, param.device, layers, autocast))
         if n not in cache:
             if not read:
                 raise DataError("data: no training batches (the data is empty or shorter than one "
@@ -345,7 +353,7 @@ def _labels_shortlist(cache: TargetCache, target: Any, head: list[torch.Tensor],
     labels = []
     for n, ids in enumerate(head, 1):
         if n not in cache:
-            _claimed_put(cache, n, lambda b=ids: (b, eagle_pass(target, b.to(param.device), layers, autocast)))
+            _claimed_put(cache, n, partial(_with_pass, target, ids, param.device, layers, autocast))
         labels.append(cache.get(n)[1].labels)
     if not labels:
         raise DataError(f"data: no training batches (the data is shorter than one batch of {cfg.batch} x "

@@ -221,7 +221,11 @@ def loss_fn(draft: GlideDraft, ids: torch.Tensor, tp: TargetPass, cfg: TrainConf
     """The objective on one batch: ids [B, T] and the target's pass over them."""
     hidden = draft.train_forward(ids, tp.kv or None, cfg.block)[:, :-1]     # [B, T-1, H]
     logits = draft.head_logits(hidden).float()                              # [B, T-1, K]
-    labels = tp.labels[:, :-1] if cfg.labels == "target" else ids[:, 1:]    # [B, T-1]
+    if cfg.labels == "target":
+        assert tp.labels is not None                # cfg.needs() asks the target's pass for them
+        labels = tp.labels[:, :-1]                  # [B, T-1]
+    else:
+        labels = ids[:, 1:]                         # [B, T-1]
     labels = draft.vocab_index(labels)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                              ignore_index=-100) if bool((labels >= 0).any()) \
@@ -271,6 +275,7 @@ def evaluate(draft: GlideDraft, held: Iterable[torch.Tensor], block: int) -> Hel
         for ids in held:
             ids = ids.to(device)
             tp = target_pass(target, ids, layers, labels=True)
+            assert tp.labels is not None
             hidden = draft.train_forward(ids, tp.kv or None, block)[:, :-1]
             logits = draft.head_logits(hidden).float()                      # [B, T-1, K]
             index = draft.vocab_index(ids[:, 1:])

@@ -117,6 +117,7 @@ def evaluate(heads: DraftHeads, held: Iterable[tuple[torch.Tensor, TargetPass]])
     heads.eval()
     with torch.no_grad():
         for ids, tp in held:
+            assert tp.labels is not None            # heads_pass keeps them, and the cache with them
             for k, logits in enumerate(heads.train_logits(tp.hidden, ids)):
                 want = head_labels(heads, tp.labels, k, logits.shape[1])        # [B, n]
                 top = logits.topk(min(RANKS, logits.shape[-1]), -1).indices     # [B, n, R]

@@ -76,8 +76,8 @@ def mcts(model: AdaptiveTrigrams, t1: int, t2: int, iterations: int = 150, depth
         node = 0
         reward = 1.0
         # selection
-        while kids[node] is not None and dep[node] < last:
-            lo, hi = kids[node]
+        while (span := kids[node]) is not None and dep[node] < last:
+            lo, hi = span
             if lo == hi:
                 break
             big_n = visits[node]

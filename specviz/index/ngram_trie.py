@@ -73,13 +73,15 @@ class NgramTrie:
         """The node reached by the longest suffix of `tokens` (Lp down to 1 tokens) that has
         continuations, and that suffix's length; (None, 0) if none matches."""
         for m in range(min(self.prefix_len, len(tokens)), 0, -1):
-            node: TrieNode | None = self.root
+            node = self.root
             for tok in tokens[len(tokens) - m:]:
-                node = node.children.get(tok)
-                if node is None:
+                child = node.children.get(tok)
+                if child is None:
                     break
-            if node is not None and node.children:
-                return node, m
+                node = child
+            else:                                   # every token of the suffix matched
+                if node.children:
+                    return node, m
         return None, 0
 
     @staticmethod

@@ -105,9 +105,9 @@ class SuffixArray:
     def __init__(self, tokens: np.ndarray, order: np.ndarray, first: np.ndarray, max_span: int) -> None:
         self.tokens, self.order, self.first, self.max_span = tokens, order, first, max_span
         # memoryviews index ~5x faster than numpy scalars in the binary searches
-        self._tok = memoryview(np.ascontiguousarray(tokens, dtype=np.int32)).cast("B").cast("i")
+        self._tok = np.ascontiguousarray(tokens, dtype=np.int32).data.cast("B").cast("i")
         ordc = np.ascontiguousarray(order)
-        self._ord = memoryview(ordc).cast("B").cast("i" if ordc.dtype == np.int32 else "q")
+        self._ord = ordc.data.cast("B").cast("i" if ordc.dtype == np.int32 else "q")
 
     @staticmethod
     def build(tokens: np.ndarray, vocab_size: int, max_span: int = 16,

@@ -115,12 +115,12 @@ def build_demo() -> gr.Blocks:
                                 label="Worked examples")
                 run = build_run_panel()
         with gr.Tabs():                                       # one tab per view: its title, its builder
-            views = [_tab(title, build) for title, build in (
+            tabs = [_tab(title, build) for title, build in (
                 ("Inspect a step", build_inspector), ("Run summary", build_summary),
                 ("Compare drafters", build_compare_tab), ("Export / replay", build_replay_tab),
                 ("Benchmark results", build_results_tab), ("Machine", build_machine_tab))]
             server_metrics = _tab("Server metrics", build_server_metrics_tab)    # a vLLM / SGLang server's
-        inspector, summary, compare, replay, results, machine = views
+        inspector, summary, compare, replay, results, machine = tabs
 
         # ---- views: everything below the run reads session.trace ------------------------------
         # the server renders the step a run opens on and sends every step's views with it

@@ -27,6 +27,7 @@ from ..retrieval.chunks import ChunkingConfig
 from ..retrieval.documents import (MAX_FILE_MB, Document, load_documents, load_file, require_documents,
                                    split_pasted)
 from ..retrieval.embed import canonical_id, load_embedder
+from ..retrieval.errors import QuestionError
 from ..retrieval.faiss_index import PassageIndex
 from ..retrieval.passages import MAX_K, build_passage_index, retrieve
 from ..retrieval.prompt import RetrievedContext, build_context
@@ -102,7 +103,9 @@ def retrieve_handler(session: SessionIndex | None, embedder_id: str, question: s
             raise SpecvizError(f"passage index: built with the embedding model {session.embedder_id!r}, but "
                                f"the embedder box now says {wanted!r}; put it back or rebuild the index")
         embedder = load_embedder(session.embedder_id)
-        hits = retrieve(session.index, embedder, question, int(k) if float(k).is_integer() else k)
+        if not float(k).is_integer():
+            raise QuestionError("k", f"expected a whole number of chunks, got {k!r}")
+        hits = retrieve(session.index, embedder, question, int(k))
         context = build_context(question, hits)
     except SpecvizError as err:
         raise _error(err) from None
