@@ -79,6 +79,19 @@ def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
     return [t for s in steps for t in s.new_tokens], steps
 
 
+def self_data(lm: LoadedModel, n: int, length: int) -> list[torch.Tensor]:
+    """n rows of the model's own greedy text (4 random start ids < 64, then its continuation to
+    `length` tokens), as batches [4, length]: what draft heads can learn to predict."""
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(n):
+        start = torch.randint(3, 64, (4,), generator=g).tolist()
+        out, _ = run_ids(lm, start, max_new_tokens=length - 4)
+        rows.append(start + out)
+    data = torch.tensor(rows)
+    return [data[i:i + 4] for i in range(0, n, 4)]
+
+
 def model_documents(lm: LoadedModel, rng: Any, n: int = 12) -> list[list[int]]:
     """n token documents for a corpus the model agrees with: 6 random ids (< 64, from `rng`)
     and the model's greedy 40-token continuation of them."""

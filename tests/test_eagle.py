@@ -18,7 +18,7 @@ from specviz.eagle.train import EagleTrainConfig, eagle_pass, evaluate, kind_vie
 from specviz.glide.target_pass import TargetCache
 from specviz.models.hidden import FINAL, HiddenCapture
 
-from conftest import run_ids
+from conftest import self_data as make_self_data, run_ids
 
 PROMPT = [1, 5, 9, 13, 2, 7, 30, 31]
 KINDS = ("eagle", "eagle3")
@@ -42,21 +42,9 @@ def save_random(lm, kind: str, folder, seed: int = 0) -> str:
     return str(folder)
 
 
-def _self_data(lm, n: int = 24, length: int = 40) -> list[torch.Tensor]:
-    """Batches [4, length] of the tiny model's own greedy text from random starts."""
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for _ in range(n):
-        start = torch.randint(3, 64, (4,), generator=g).tolist()
-        out, _ = run_ids(lm, start, max_new_tokens=length - 4)
-        rows.append(start + out)
-    data = torch.tensor(rows)
-    return [data[i:i + 4] for i in range(0, n, 4)]
-
-
 @pytest.fixture(scope="module")
 def self_data(tiny_lm):
-    return _self_data(tiny_lm)
+    return make_self_data(tiny_lm, 24, 40)
 
 
 def _held(lm, batch, kind):

@@ -22,27 +22,14 @@ from specviz.heads.train import HeadsTrainConfig, heads_pass, train
 from specviz.models.hidden import HiddenCapture, final_norm
 from specviz.core.settings import Settings
 from specviz.core.tree import DraftTree
-from conftest import assert_checkpoint_files_refused, assert_export_loads, run_ids
+from conftest import self_data as make_self_data, assert_checkpoint_files_refused, assert_export_loads, run_ids
 
 PROMPT = [23, 33, 55, 9, 35, 19, 31, 19, 10, 20, 21, 35, 50, 38, 42, 16, 17, 35]
 
 
-def _self_data(lm, n: int = 16, length: int = 32) -> list[torch.Tensor]:
-    """Batches [4, length] of the tiny model's own greedy text from random starts: what the
-    heads can learn to predict (self-distillation)."""
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for _ in range(n):
-        start = torch.randint(3, 64, (4,), generator=g).tolist()
-        out, _ = run_ids(lm, start, max_new_tokens=length - 4)
-        rows.append(start + out)
-    data = torch.tensor(rows)
-    return [data[i:i + 4] for i in range(0, n, 4)]
-
-
 @pytest.fixture(scope="module")
 def self_data(tiny_lm):
-    return _self_data(tiny_lm)
+    return make_self_data(tiny_lm, 16, 32)
 
 
 def _trained(tiny_lm, self_data, tmp_path_factory, kind: str):

@@ -73,10 +73,9 @@ class EagleTrainConfig(TrainSchedule):
     seq_len: int = 256
     lr: float = 1e-3
     least_seq_len: ClassVar[int] = 3
+    kinds: ClassVar[tuple[str, ...]] = KINDS
 
     def check(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError("kind", f"must be one of {', '.join(KINDS)}, got {self.kind!r}")
         super().check()
         check_least(self, (("vocab", 1), ("intermediate", 0), ("ttt", 1), ("positions", 1)))
         if max(self.ttt, self.positions) > self.seq_len - 2:

@@ -60,8 +60,12 @@ class TrainSchedule:
     save_every: int = 100
     seed: int = 0
     least_seq_len: ClassVar[int] = 2         # a window's least tokens (an input and a next token)
+    kinds: ClassVar[tuple[str, ...]] = ()    # a trainer of several kinds: its `kind` must be one
 
     def check(self) -> None:
+        kind = getattr(self, "kind", None)
+        if self.kinds and kind not in self.kinds:
+            raise ConfigError("kind", f"must be one of {', '.join(self.kinds)}, got {kind!r}")
         check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", self.least_seq_len),
                            ("warmup", 0), ("save_every", 1)))
         check_lr(self.lr)

@@ -55,10 +55,9 @@ class HeadsTrainConfig(TrainSchedule):
     batch: int = 4
     lr: float = 1e-3
     least_seq_len: ClassVar[int] = 3
+    kinds: ClassVar[tuple[str, ...]] = KINDS
 
     def check(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError("kind", f"must be one of {', '.join(KINDS)}, got {self.kind!r}")
         super().check()
         check_least(self, (("heads", 1), ("layers", 1), ("vocab", 1)))
         if self.heads > self.seq_len - 2:
