@@ -26,7 +26,8 @@ from specviz.models.cpu_linear import use_few_row_linear
 from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate_steps
 from specviz.models import LoadedModel, load_model, tiny_random_model
-from specviz.core.trace import StepRecord
+from specviz.core.trace import StepRecord, Totals, Trace
+from specviz.core.tree import DraftTree
 
 # The test models are tiny: one thread is ~10x faster than two when the other core is busy
 # (OpenMP threads spin waiting for each other). SPECVIZ_TEST_THREADS overrides.
@@ -56,6 +57,15 @@ def tiny_lm_tok() -> LoadedModel:
 @pytest.fixture(scope="session")
 def embedded_lm() -> LoadedModel:
     return load_model("embedded", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def served() -> Any:
+    """The whole explorer served for a module's /trace API cases: (URL, gradio Client)."""
+    from tests.serving import served_explorer
+
+    with served_explorer() as served:
+        yield served
 
 
 @pytest.fixture()
@@ -163,3 +173,15 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def hand_trace(drafter: str, info: dict[str, Any] | None = None) -> Trace:
+    """Prompt 'A B C D', context 'B C D'; the draft copied 'C' (accepted) and 'D'."""
+    token_text = {1: "A", 2: " B", 3: " C", 4: " D", 9: "!"}
+    tree = DraftTree.chain([3, 4], "context")
+    step = StepRecord(index=0, committed_len=4, tree=tree, accepted=(0,), bonus=9, new_tokens=(3, 9),
+                      target_top=(3, 3, 9), target_prob=(0.9, 0.1), timings={}, wall=0.01,
+                      info=info if info is not None else {"match_len": 1, "positions": [2, 3]})
+    return Trace("m", drafter, {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
+                 token_text, Totals.of([step]), "length", context_char_span=(2, 7),
+                 output_pieces=(" C", "!"), prompt_pieces=("A", " B", " C", " D"))

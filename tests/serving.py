@@ -1,5 +1,5 @@
 """Launching the explorer on a free local port for tests (shared by test_app, test_bad_input,
-test_browser and test_plugins).
+test_hardening, test_browser and test_plugins), and reading the served /trace API's refusals.
 
 gradio's launch() checks that the page answers within 3 s and raises otherwise; on a busy
 machine the first answer can be late, so the launch is retried on a fresh port.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 import gradio as gr
 
@@ -41,3 +41,23 @@ def launched(demo: gr.Blocks, **options) -> Iterator[str]:
         yield url
     finally:
         demo.close()
+
+
+@contextmanager
+def served_explorer() -> Iterator[tuple[str, Any]]:
+    """The whole explorer (app.build_demo) served for the `with` block: (URL, gradio Client)."""
+    from gradio_client import Client
+
+    import app
+
+    with launched(app.build_demo()) as url:
+        yield url, Client(url, verbose=False)
+
+
+def api_error(client: Any, *args: Any) -> str:
+    """The message the served /trace API refuses `args` with (it must refuse)."""
+    import pytest
+
+    with pytest.raises(Exception) as info:
+        client.predict(*args, api_name="/trace")
+    return str(info.value)

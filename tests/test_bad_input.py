@@ -25,6 +25,7 @@ import torch
 
 from specviz.errors import TraceFormatError
 from specviz.core.trace import Trace
+from tests.serving import api_error
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -286,24 +287,6 @@ def test_schema_file_describes_what_to_json_writes(good_trace: dict[str, Any]) -
 
 
 # ---- the /trace API -------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def served() -> Any:
-    """One explorer served for every API case (and the concurrency test)."""
-    from gradio_client import Client
-
-    import app
-    from tests.serving import launched
-
-    with launched(app.build_demo()) as url:
-        yield url, Client(url, verbose=False)
-
-
-def api_error(client: Any, *args: Any) -> str:
-    with pytest.raises(Exception) as info:
-        client.predict(*args, api_name="/trace")
-    return str(info.value)
-
 
 def raw_call(url: str, data: list[Any]) -> tuple[str, str]:
     """POST /gradio_api/call/trace, then read its event stream: (last event, its data)."""

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import run_ids
+from conftest import hand_trace, run_ids
 
 from specviz.core.narration import Place, Quote, Scene, StepStory
 from specviz.core.settings import Settings
-from specviz.core.trace import StepRecord, Totals, Trace
+from specviz.core.trace import StepRecord, Trace
 from specviz.core.tree import DraftTree
 from specviz.drafters import REGISTRY, DrafterSpec, ordered
 from specviz.drafters.kit.base import NO_NEEDS, DrafterNeeds, needs_of
@@ -204,18 +204,6 @@ def test_the_shipped_trace_round_trips_unchanged() -> None:
 
 # ---- narration comes from the spec ---------------------------------------------------------
 
-def _hand_trace(drafter: str, info: dict[str, Any] | None = None) -> Trace:
-    """Prompt 'A B C D', context 'B C D'; the draft copied 'C' (accepted) and 'D'."""
-    token_text = {1: "A", 2: " B", 3: " C", 4: " D", 9: "!"}
-    tree = DraftTree.chain([3, 4], "context")
-    step = StepRecord(index=0, committed_len=4, tree=tree, accepted=(0,), bonus=9, new_tokens=(3, 9),
-                      target_top=(3, 3, 9), target_prob=(0.9, 0.1), timings={}, wall=0.01,
-                      info=info if info is not None else {"match_len": 1, "positions": [2, 3]})
-    return Trace("m", drafter, {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
-                 token_text, Totals.of([step]), "length", context_char_span=(2, 7),
-                 output_pieces=(" C", "!"), prompt_pieces=("A", " B", " C", " D"))
-
-
 def test_the_narrative_tells_what_the_spec_narrates(monkeypatch) -> None:
     seen: list[Scene] = []
 
@@ -225,7 +213,7 @@ def test_the_narrative_tells_what_the_spec_narrates(monkeypatch) -> None:
                          size=(("Sized by the spec.",),), passes=(("Its own passes: none.",),))
 
     monkeypatch.setitem(REGISTRY, "ngram_trie", dataclasses.replace(REGISTRY["ngram_trie"], narrate=narrate))
-    text = step_narrative(_hand_trace("ngram_trie"), 0)
+    text = step_narrative(hand_trace("ngram_trie"), 0)
     assert "**Where the draft came from.** The spec says “ C D” came from in your context, at characters 0–3: “…**B C** D…”." in text
     assert "**Why the tree has this size.** Sized by the spec." in text
     assert "saved **1 pass** (1 saved up to here, over 1 step). Its own passes: none." in text
@@ -237,10 +225,10 @@ def test_the_narrative_tells_what_the_spec_narrates(monkeypatch) -> None:
 def test_the_same_notes_are_told_only_by_the_drafter_that_declares_them() -> None:
     """The explainer does not guess the drafter from its notes: the same `match_len` told by a
     lookup drafter's narrator, not by one that declares none, nor for an unknown drafter."""
-    told = step_narrative(_hand_trace("ngram_trie"), 0)
+    told = step_narrative(hand_trace("ngram_trie"), 0)
     assert "**Where the draft came from.** The last token of the text, “ D”, matched earlier text." in told
     for name in ("vanilla", "not_installed_here"):
-        plain = step_narrative(_hand_trace(name), 0)
+        plain = step_narrative(hand_trace(name), 0)
         assert "matched earlier text" not in plain
         assert "**Where the draft came from.** Draft nodes by source: context 2." in plain
         assert "accepted **1**" in plain and "The bonus token “!”" in plain
@@ -347,6 +335,6 @@ def test_the_bench_peers_declare_their_needs_and_narrator() -> None:
 
 def test_notes_a_narrator_cannot_read_leave_the_shorter_account() -> None:
     """A trace file is untrusted: a hierarchy step whose db_hits is not a mapping still tells."""
-    text = step_narrative(_hand_trace("hierarchy", {"db_hits": 5, "candidates": "x"}), 0)
+    text = step_narrative(hand_trace("hierarchy", {"db_hits": 5, "candidates": "x"}), 0)
     assert "**Where the draft came from.** Draft nodes by source: context 2." in text
     assert "The bonus token “!”" in text

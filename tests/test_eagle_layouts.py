@@ -134,11 +134,13 @@ def _same_drafts(lm, kind, a, b, n=16):
 
 # ---- they load, draft as specviz's own layout and are lossless -------------------------------------------
 
-@pytest.mark.parametrize("layout", ["authors-eagle", "authors-eagle3", "speculators-eagle3"])
+MAKERS = {"authors-eagle": authors_eagle, "authors-eagle3": authors_eagle3, "speculators-eagle3": speculators_eagle3}
+
+
+@pytest.mark.parametrize("layout", list(MAKERS))
 def test_published_eagle_layouts_load_and_are_lossless(tiny_lm, tmp_path, layout):
     kind = layout.split("-")[1]
-    make = {"authors-eagle": authors_eagle, "authors-eagle3": authors_eagle3,
-            "speculators-eagle3": speculators_eagle3}[layout]
+    make = MAKERS[layout]
     make(tiny_lm, tmp_path / "pub")
     draft = ckpt.load(str(tmp_path / "pub"), tiny_lm.model, tiny_lm.model_id, kind)
     ours = random_head(tiny_lm, kind)
@@ -199,11 +201,10 @@ def _refused(lm, kind, folder, *words):
     return message
 
 
-@pytest.mark.parametrize("layout", ["authors-eagle", "authors-eagle3", "speculators-eagle3"])
+@pytest.mark.parametrize("layout", list(MAKERS))
 def test_foreign_eagle_heads_are_refused(tiny_lm, tiny_lm_tok, tmp_path, layout):
     kind = layout.split("-")[1]
-    make = {"authors-eagle": authors_eagle, "authors-eagle3": authors_eagle3,
-            "speculators-eagle3": speculators_eagle3}[layout]
+    make = MAKERS[layout]
     folder = tmp_path / "pub"
     make(tiny_lm, folder)
     # another vocabulary: the tiny model with the embedded tokenizer has 49152 tokens, not 64
@@ -230,11 +231,10 @@ def test_specviz_layout_is_refused_for_another_target(tiny_lm, tmp_path):
     _refused(tiny_lm, "eagle3", folder, "fingerprints differ", "train-eagle --kind eagle3")
 
 
-@pytest.mark.parametrize("layout", ["authors-eagle", "authors-eagle3", "speculators-eagle3"])
+@pytest.mark.parametrize("layout", list(MAKERS))
 def test_truncated_eagle_heads_are_refused(tiny_lm, tmp_path, layout):
     kind = layout.split("-")[1]
-    make = {"authors-eagle": authors_eagle, "authors-eagle3": authors_eagle3,
-            "speculators-eagle3": speculators_eagle3}[layout]
+    make = MAKERS[layout]
     folder = tmp_path / "pub"
     make(tiny_lm, folder)
     weights = next(folder / f for f in ckpt.WEIGHT_FILES if (folder / f).is_file())

@@ -30,13 +30,15 @@ def brute_counts(seqs: list[list[int]], depth: int) -> Counter:
 
 
 def all_strings(tree: SuffixTree) -> dict[tuple[int, ...], int]:
-    out, stack = {}, [(0, ())]
+    """Every token string the tree holds, with its count (walked from the root; no empty node)."""
+    out: dict[tuple[int, ...], int] = {}
+    stack: list[tuple[int, tuple[int, ...]]] = [(0, ())]
     while stack:
-        node, spelled = stack.pop()
-        for c in tree.children(node):
-            s = spelled + (tree.token[c],)
-            out[s] = tree.count[c]
-            stack.append((c, s))
+        node, path = stack.pop()
+        for child in tree.children(node):
+            assert tree.count[child] > 0
+            out[path + (tree.token[child],)] = tree.count[child]
+            stack.append((child, path + (tree.token[child],)))
     return out
 
 

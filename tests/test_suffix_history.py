@@ -14,20 +14,7 @@ from specviz.drafters.kit.suffix_history import OutputHistory
 from specviz.index.suffix_tree import SuffixTree
 from specviz.core.timing import PhaseTimer
 from specviz.core.tree import DraftTree
-
-
-def _strings(tree: SuffixTree) -> dict[tuple[int, ...], int]:
-    """Every token string the tree holds, with its count (walked from the root)."""
-    out: dict[tuple[int, ...], int] = {}
-    stack = [(0, ())]
-    while stack:
-        node, path = stack.pop()
-        for child in tree.children(node):
-            assert tree.count[child] > 0
-            s = path + (tree.token[child],)
-            out[s] = tree.count[child]
-            stack.append((child, s))
-    return out
+from tests.test_suffix_decoding import all_strings
 
 
 def _built(depth: int, seqs: dict[int, list[int]]) -> SuffixTree:
@@ -51,7 +38,7 @@ def test_removing_a_sequence_leaves_the_tree_of_the_others(seed):
     tree.remove(gone, seqs[gone])
     rest = {i: t for i, t in seqs.items() if i != gone}
     fresh = _built(depth, rest)
-    assert _strings(tree) == _strings(fresh) and tree.total_tokens == fresh.total_tokens
+    assert all_strings(tree) == all_strings(fresh) and tree.total_tokens == fresh.total_tokens
     for node in range(len(tree)):                       # a live node's best child is a most frequent one
         if tree.count[node] > 0 and tree.best[node] >= 0:
             assert tree.count[tree.best[node]] == max(tree.count[c] for c in tree.children(node))
@@ -74,7 +61,7 @@ def test_past_max_outputs_the_oldest_whole_output_goes_first():
     history.start(4)                                     # 4 outputs > 3: output 1 goes, whole
     assert list(history.outputs) == [2, 3, 4] and history.evicted == 1
     assert history.add(4, outs[4])
-    assert _strings(history.tree) == _strings(_built(6, {k: outs[k] for k in (2, 3, 4)}))
+    assert all_strings(history.tree) == all_strings(_built(6, {k: outs[k] for k in (2, 3, 4)}))
     history.start(5)
     assert list(history.outputs) == [3, 4, 5]            # then output 2: oldest first
 
@@ -89,7 +76,7 @@ def test_past_max_tokens_whole_earlier_outputs_make_room_and_the_current_one_sta
     assert history.add(3, [1, 1, 2])                     # 10 tokens: all fit
     assert history.add(3, [9])                           # 11: output 1 (4 tokens) goes whole
     assert list(history.outputs) == [2, 3] and history.total_tokens == 7
-    assert _strings(history.tree) == _strings(_built(4, {2: [5, 6, 7], 3: [1, 1, 2, 9]}))
+    assert all_strings(history.tree) == all_strings(_built(4, {2: [5, 6, 7], 3: [1, 1, 2, 9]}))
     assert not history.add(3, list(range(20)))           # alone too long: not added, nothing lost
     assert list(history.outputs) == [3] and history.total_tokens == 4
 

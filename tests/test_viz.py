@@ -21,6 +21,8 @@ from specviz import viz
 from specviz.viz.palette import SOURCE_COLOURS, source_colour
 from specviz.viz.spans import context_sources
 
+from conftest import hand_trace
+
 # repeated n-grams with different continuations: the trie branches
 CONTEXT = ("the red fox jumps over the lazy dog. the red fox runs past the old barn. "
            "the red hen sits on the lazy dog. the old barn is red. ") * 2
@@ -177,14 +179,8 @@ def test_draft_positions_point_at_the_drafted_token_in_the_context(spied) -> Non
 
 def test_context_highlight_marks_accepted_sources() -> None:
     """A hand-made trace: prompt 'A B C D', context 'B C D'; the draft copied 'C' (accepted) and 'D'."""
-    token_text = {1: "A", 2: " B", 3: " C", 4: " D", 9: "!"}
-    tree = DraftTree.chain([3, 4], "context")
-    step = StepRecord(index=0, committed_len=4, tree=tree, accepted=(0,), bonus=9, new_tokens=(3, 9),
-                      target_top=(3, 3, 9), target_prob=(0.9, 0.1), timings={}, wall=0.01,
-                      info={"positions": [2, 3]})
-    trace = Trace("m", "ngram_trie", {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
-                  token_text, Totals.of([step]), "length", context_char_span=(2, 7),
-                  output_pieces=(" C", "!"), prompt_pieces=("A", " B", " C", " D"))
+    trace = hand_trace("ngram_trie", {"positions": [2, 3]})
+    step = trace.steps[0]
     src = context_sources(trace, 0)
     assert src["accepted"] == [(1, 3)] and src["proposed"] == [(3, 5)]   # ' C' and ' D' within 'B C D'
     html = viz.context_highlight_html(trace, 0)

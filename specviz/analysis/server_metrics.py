@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecvizError
+from ..files.user_files import read_text_file
 
 URL_TIMEOUT_S = 10.0
 MAX_BYTES = 32 * 2**20            # a /metrics page is kilobytes; refuse anything absurd
@@ -278,13 +279,15 @@ def _field(record: Mapping[str, Any], name: str, i: int) -> float:
     return float(value)
 
 
+def _sums(records: Sequence[Mapping[str, Any]], *names: str) -> tuple[float, ...]:
+    """Each named field summed over the records (each must be a non-negative number)."""
+    return tuple(sum(_field(r, name, i) for i, r in enumerate(records)) for name in names)
+
+
 def _v1_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
-    drafts = tokens = accepted = 0.0
+    drafts, tokens, accepted = _sums(records, "num_drafts", "num_draft_tokens", "num_accepted_tokens")
     per_pos: list[float] = []
     for i, r in enumerate(records):
-        drafts += _field(r, "num_drafts", i)
-        tokens += _field(r, "num_draft_tokens", i)
-        accepted += _field(r, "num_accepted_tokens", i)
         pos = r.get("num_accepted_tokens_per_pos", [])
         if not isinstance(pos, list):
             raise MetricsImportError(f"metrics: record {i}: num_accepted_tokens_per_pos must be a list")
@@ -297,12 +300,9 @@ def _v1_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
 
 
 def _v0_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
-    tokens = accepted = emitted = 0.0
+    tokens, accepted, emitted = _sums(records, "draft_tokens", "accepted_tokens", "emitted_tokens")
     ks = set()
     for i, r in enumerate(records):
-        tokens += _field(r, "draft_tokens", i)
-        accepted += _field(r, "accepted_tokens", i)
-        emitted += _field(r, "emitted_tokens", i)
         if "num_spec_tokens" in r:
             ks.add(int(_field(r, "num_spec_tokens", i)))
     if len(ks) > 1:
@@ -350,13 +350,7 @@ def read_source(source: str, spec_tokens: int | None = None, timeout: float = UR
     if not path.is_file():
         raise MetricsImportError(f"metrics: no such file {source!r} (give a Prometheus dump, vLLM stats JSON "
                                  "or an http(s) /metrics URL)")
-    if path.stat().st_size > MAX_BYTES:
-        raise MetricsImportError(f"metrics: {source!r} is over {MAX_BYTES // 2**20} MiB; not a metrics dump")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MetricsImportError(f"metrics: cannot read {source!r} as UTF-8 text ({type(err).__name__})") from None
-    return parse_text(text, source, spec_tokens)
+    return parse_text(read_text_file(source, "metrics", MAX_BYTES, MetricsImportError), source, spec_tokens)
 
 
 # --- the same figures from a specviz run ----------------------------------------------------------

@@ -21,8 +21,9 @@ refuses (e.g. prefix_len >= n) are left out and listed.
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from ..drafters import baseline, get, ordered
 from ..drafters.kit.choice import DrafterChoice, DrafterChoiceError
@@ -75,15 +76,22 @@ def split_top(text: str, sep: str = ",") -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
+@contextmanager
+def _refused(flag: str, text: str) -> Iterator[None]:
+    """A drafter choice or config refused inside the block, as MethodError `flag: ...`."""
+    try:
+        yield
+    except DrafterChoiceError as err:
+        raise MethodError(f"{flag}: {err}") from None
+    except ConfigError as err:
+        raise MethodError(f"{flag}: {text.strip()}: {err}") from None
+
+
 def drafter_method(spec_text: str) -> Method:
     """'name', 'name@preset', 'name[key=value;...]' or 'name@preset[key=value;...]' -> a validated Method."""
-    try:
+    with _refused("drafters", spec_text):
         choice = service.parse(spec_text)       # UnknownDrafterError names the known ones
         return _method(service.plan(choice))
-    except DrafterChoiceError as err:
-        raise MethodError(f"drafters: {err}") from None
-    except ConfigError as err:
-        raise MethodError(f"drafters: {spec_text.strip()}: {err}") from None
 
 
 def _method(drafter: service.DrafterPlan) -> Method:
@@ -96,13 +104,9 @@ def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
     if not sep or not grid.strip():
         raise MethodError(f"sweep: {text!r}: expected drafter:key=v1,v2;key2=w1,w2")
     axes = _sweep_axes(text, grid)
-    try:
+    with _refused("sweep", name):
         base = service.parse(name)              # a preset may be swept from: ngram_trie@paper:n=8,13
         service.plan(base)                      # the fixed part alone must be valid
-    except DrafterChoiceError as err:
-        raise MethodError(f"sweep: {err}") from None
-    except ConfigError as err:
-        raise MethodError(f"sweep: {name.strip()}: {err}") from None
     fixed = dict(base.overrides)
     clash = next((k for k, _ in axes if k in fixed), None)
     if clash is not None:

@@ -16,9 +16,11 @@ from pathlib import Path
 
 from ..errors import SpecvizError
 from ..files.resources import data_path
+from ..files.user_files import read_text_file
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 DEFAULT_QUESTIONS = data_path("specbench", "question.jsonl")
+QUESTIONS_LIMIT_BYTES = 50_000_000     # Spec-Bench's question.jsonl is 0.7 MB
 
 
 class QuestionsError(SpecvizError):
@@ -48,10 +50,7 @@ def read_questions(path: Path) -> tuple[list[Question], list[str]]:
     if not path.is_file():
         raise QuestionsError(f"questions: no such file {str(path)!r} (give --questions PATH to a "
                              "Spec-Bench question.jsonl)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise QuestionsError(f"questions: cannot read {str(path)!r} as UTF-8 text ({err})") from None
+    text = read_text_file(str(path), "questions", QUESTIONS_LIMIT_BYTES, QuestionsError)
     lines = [(i, line) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
     out: list[Question] = []
     warnings: list[str] = []

@@ -45,10 +45,15 @@ def _fmt(v: Any, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
 
 
+def _header(*cells: str) -> list[str]:
+    """A markdown table's first two lines: the cells, then the rule under them."""
+    return ["| " + " | ".join(cells) + " |", "|" + "---|" * len(cells)]
+
+
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = ["| category | method | tokens/s | speedup | per question min / median / max | "
-             "of oracle | mean accepted | drafting | identical | near-tie / mismatch | "
-             "speedup, shared text |", "|" + "---|" * 11]
+    lines = _header("category", "method", "tokens/s", "speedup", "per question min / median / max",
+                    "of oracle", "mean accepted", "drafting", "identical", "near-tie / mismatch",
+                    "speedup, shared text")
     for r in rows:
         lo, med, hi = r["speedup_question_spread"]
         lines.append(
@@ -72,9 +77,8 @@ def model_table(rows: Sequence[dict[str, Any]]) -> str:
     rows = [r for r in rows if r.get("alpha") is not None]
     if not rows:
         return ""
-    lines = ["| category | method | alpha | c | gamma | expected speedup | verify / plain step "
-             "| expected, verify priced | measured speedup | mean accepted |",
-             "|" + "---|" * 10]
+    lines = _header("category", "method", "alpha", "c", "gamma", "expected speedup", "verify / plain step",
+                    "expected, verify priced", "measured speedup", "mean accepted")
     for r in rows:
         lines.append(f"| {r['category']} | {r['method']} | {r['alpha']:.2f} | {r['cost_c']:.3f} | {r['gamma']} | "
                      f"{r['expected_speedup']:.2f}x | {_fmt(r.get('verify_ratio'), '.2f')} | "
@@ -90,9 +94,9 @@ def position_table(rows: Sequence[dict[str, Any]]) -> str:
     rows = [r for r in rows if r.get("spec_decode") and r["spec_decode"]["num_drafts"]]
     if not rows:
         return ""
-    lines = ["| category | method | num_drafts | num_draft_tokens | num_accepted_tokens | "
-             "num_accepted_tokens_per_pos | per position (/ num_drafts) | given earlier accepted | "
-             "mean acceptance length (bonus counted) | draft acceptance rate | ECE |", "|" + "---|" * 11]
+    lines = _header("category", "method", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                    "num_accepted_tokens_per_pos", "per position (/ num_drafts)", "given earlier accepted",
+                    "mean acceptance length (bonus counted)", "draft acceptance rate", "ECE")
     for r in rows:
         sd = r["spec_decode"]
         rates = " ".join(f"{x:.2f}" for x in sd["acceptance_rate_per_pos"])

@@ -52,10 +52,16 @@ def check_fresh_out(out: Path, resume: bool, overwrite: bool) -> None:
     if (out / "results.json").is_file():
         raise ResumeError(f"--out: {str(out)!r} already holds results (results.json); add --resume to "
                           "continue that run, --overwrite to replace it, or choose another --out")
+    _refuse_other_outputs(out, "--out")
+
+
+def _refuse_other_outputs(out: Path, flag: str) -> None:
+    """ResumeError when `out` holds output files (a summary.md of the user's own, or of a run
+    whose results.json is gone) but no results.json: neither `flag` may replace them unsaid."""
     present = [name for name in OUTPUT_FILES if (out / name).exists()]
     if present:
-        raise ResumeError(f"--out: {str(out)!r} already holds {', '.join(present)} (and no results.json to "
-                          "resume); add --overwrite to replace them, or choose another --out")
+        raise ResumeError(f"{flag}: {str(out)!r} already holds {', '.join(present)} but no results.json to "
+                          "continue; add --overwrite to replace them, or choose another --out")
 
 
 def load_previous(out: Path) -> tuple[dict[str, Any], list[Run]]:
@@ -64,10 +70,7 @@ def load_previous(out: Path) -> tuple[dict[str, Any], list[Run]]:
     of a `--resume` command starts it, so every sitting runs the same command."""
     file = out / "results.json"
     if not file.is_file():
-        present = [name for name in OUTPUT_FILES if (out / name).exists()]
-        if present:
-            raise ResumeError(f"--resume: {str(out)!r} holds {', '.join(present)} but no results.json to "
-                              "continue; add --overwrite to replace them, or choose another --out")
+        _refuse_other_outputs(out, "--resume")
         return {}, []
     try:
         data = read_json_file(file, "--resume")

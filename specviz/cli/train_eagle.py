@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .training import add_replay_arguments, add_source_arguments, held_out_pairs, load_target_and_data, target_caches
+from .training import (add_replay_arguments, add_source_arguments, config_from, held_out_pairs, load_target_and_data,
+                       target_caches)
 
 
 def add_arguments(p: Any) -> None:
@@ -44,10 +45,7 @@ def run(args: Any) -> int:
     from ..eagle import checkpoint as ckpt
     from ..eagle.train import EagleTrainConfig, eagle_pass, kind_view, pass_layers, train
 
-    cfg = EagleTrainConfig(kind=args.kind, vocab=args.vocab, intermediate=args.intermediate, ttt=args.ttt,
-                           positions=args.positions, steps=args.steps, epochs=args.epochs, batch=args.batch,
-                           seq_len=args.seq_len, lr=args.lr, warmup=args.warmup, save_every=args.save_every,
-                           seed=args.seed)
+    cfg = config_from(EagleTrainConfig, args)
     lm, source, held_ids = load_target_and_data(args, cfg, folders=True)
     out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)
     layers = pass_layers(lm.model)

@@ -14,6 +14,7 @@ from ..errors import ConfigError
 from ..core.precision import DTYPE_CHOICES
 from .common import add_cpu_linear_argument
 from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
+                       config_from,
                        check_held_out, check_outputs, needs_tokenizer, report_saved, set_threads, training_texts)
 
 
@@ -74,11 +75,7 @@ def run(args: Any) -> int:
     from ..glide.train import TrainConfig, attended_layers, autocast_dtype, fill_cache, train
     from ..models import cpu_linear_option, load_model
 
-    cfg = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
-                      warmup=args.warmup, layers=args.layers, cross_attention=not args.no_cross_attention,
-                      distill=args.distill, labels=args.labels, feature=args.feature, vocab=args.vocab,
-                      init_layer=args.init_layer, epochs=args.epochs,
-                      save_every=args.save_every, seed=args.seed, stop_after=args.stop_after)
+    cfg = config_from(TrainConfig, args, cross_attention=not args.no_cross_attention)
     cfg.check()
     set_threads(args.threads)
     check_outputs(args)                                  # before the target loads

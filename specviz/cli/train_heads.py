@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .training import (add_replay_arguments, add_source_arguments, held_out_pairs, load_target_and_data, report_saved,
-                       target_caches)
+from .training import (add_replay_arguments, add_source_arguments, config_from, held_out_pairs, load_target_and_data,
+                       report_saved, target_caches)
 
 
 def add_arguments(p: Any) -> None:
@@ -39,9 +39,7 @@ def run(args: Any) -> int:
     from ..heads import checkpoint as ckpt
     from ..heads.train import HeadsTrainConfig, heads_pass, train
 
-    cfg = HeadsTrainConfig(kind=args.kind, heads=args.heads, layers=args.layers, vocab=args.vocab,
-                           steps=args.steps, epochs=args.epochs, batch=args.batch, seq_len=args.seq_len,
-                           lr=args.lr, warmup=args.warmup, save_every=args.save_every, seed=args.seed)
+    cfg = config_from(HeadsTrainConfig, args)
     lm, source, held_ids = load_target_and_data(args, cfg)
     out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)
     cache, held_cache, autocast = target_caches(args, lm, cfg, "heads-target-pass", [])

@@ -5,11 +5,22 @@ target's pass: the flags, the target and data set up with every output checked f
 and the held-out batches."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ..errors import ConfigError, SpecvizError
+
+C = TypeVar("C")
+
+
+def config_from(config_cls: type[C], args: Any, **given: Any) -> C:
+    """The training config with every field that has a flag of the same name (its dest) read
+    from `args`, `given` on top; a field without a flag keeps its default."""
+    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)  # type: ignore[arg-type]
+             if f.init and hasattr(args, f.name)}
+    return config_cls(**{**flags, **given})
 
 
 def add_source_arguments(p: Any, out_help: str) -> None:

@@ -3,10 +3,10 @@ that installed packages register through the `specviz.drafters` entry points (pl
 from . import (aded, draft_model, eagle, eagle3, glide, hierarchy, hydra, lookahead, medusa, ngram_trie,  # noqa: F401
                oracle, prompt_lookup, rest, self_draft, suffix_decoding, token_recycling, vanilla)
 from .kit.base import (NO_NEEDS, REFERENCE_SETTING, REGISTRY, DraftContext, Drafter, DrafterNeeds, DrafterSpec, DraftSetup,
-                       StepView, baseline, default, get, names, ordered, register)
+                       StepView, TokensOnly, Unlearning, baseline, default, get, names, ordered, register)
 
 __all__ = ["NO_NEEDS", "REFERENCE_SETTING", "REGISTRY", "DraftContext", "Drafter", "DrafterNeeds", "DrafterSpec", "DraftSetup",
-           "StepView", "baseline", "default", "get", "names", "ordered", "register"]
+           "StepView", "TokensOnly", "Unlearning", "baseline", "default", "get", "names", "ordered", "register"]
 
 from .kit.plugins import load_plugins  # noqa: E402  (after the built-ins: a plugin may not take their names)
 

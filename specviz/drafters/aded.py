@@ -31,7 +31,7 @@ from ..index.mcts import cut_to_budget, mcts, ranked_drafts
 from ..index.trigram import AdaptiveTrigrams, TrigramTable
 from ..core.settings import setting
 from ..core.tree import DraftTree, merge_chains
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Preset, StepView, register
 from .kit.narration import narrate_lookup
 from .kit.corpus_index import corpus_index_setting, resolve_part
 from .kit.store import settings_key
@@ -69,9 +69,7 @@ class AdedConfig(TreeSizingSettings):
                         low=0, ui=False)
 
 
-class AdedDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class AdedDrafter(TokensOnly):
     def __init__(self, config: AdedConfig, setup: DraftSetup) -> None:
         self.config = config
         table, self.note = resolve_part(config.corpus_index, setup, "trigram")

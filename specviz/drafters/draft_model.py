@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import SpecvizError
 from ..core.settings import setting
-from .kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, register
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
 from .kit.draft_lm import DraftLM, HFDraftLM
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
@@ -57,8 +57,6 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
 
 
 class DraftModel(ModelDrafter):
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
     name = "draft_model"
 
     def draft_lm(self, config: DraftModelConfig, setup: DraftSetup) -> DraftLM:

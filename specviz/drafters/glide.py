@@ -34,7 +34,7 @@ from ..glide.model import GlideDraft, positions_cross_mask
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..files.user_files import checkpoint_file_problem
-from .kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, Preset, checkpoint_setting, register
 from .kit.chain import ChainLoop, ChainResult, Siblings
 from .kit.draft_lm import DraftLM
 from .kit.gamma import GammaSettings
@@ -209,7 +209,6 @@ def beam_search(chain: ChainLoop, ctx: DraftContext, gamma: int, width: int) -> 
 
 class Glide(ModelDrafter):
     """GLIDE's draft: a chain, with CAPE's siblings when `cape` is on, or a beam search."""
-    needs = NO_NEEDS                     # the engine gives it the tokens only
     name = "glide"
 
     def __init__(self, config: GlideConfig, setup: DraftSetup) -> None:

@@ -44,7 +44,7 @@ from ..index.mcts import cut_to_budget
 from ..core.narration import Quote, Scene, Sentence, StepStory, plural
 from ..core.settings import mirror_setting, setting
 from ..core.tree import DraftTree, graft_chains, merge_chains
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Preset, StepView, register
 from .kit.narration import lookup_source, sizing
 from .kit.corpus_index import corpus_index_setting, resolve_index, span_setting
 from .lookahead import JacobiWindow, LookaheadConfig
@@ -92,9 +92,7 @@ class HierarchyConfig(TreeSizingSettings):
                                         "through its parent times the learned trust (off: the trust alone).")
 
 
-class HierarchyDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class HierarchyDrafter(TokensOnly):
     def __init__(self, config: HierarchyConfig, setup: DraftSetup) -> None:
         self.config = config
         self.pool = NgramPool(1, config.level - 1, config.draft_set)     # the context-dependent DB

@@ -31,7 +31,7 @@ from typing import Sequence
 from ..index.ngram_pool import NgramPool
 from ..core.settings import Settings, setting
 from ..core.tree import DraftTree, merge_chains
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Preset, StepView, register
 from .kit.narration import narrate_lookup
 
 
@@ -85,9 +85,7 @@ class JacobiWindow:
         return grams
 
 
-class LookaheadDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class LookaheadDrafter(TokensOnly):
     def __init__(self, config: LookaheadConfig, setup: DraftSetup) -> None:
         self.config = config
         self.pool = NgramPool(1, config.level - 1, max(1, config.guess_set))

@@ -36,7 +36,7 @@ from ..index.ngram_trie import NgramTrie
 from ..core.narration import Scene, Sentence, StepStory
 from ..core.settings import setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Preset, StepView, draft_size_setting, register
 from .kit.narration import lookup_source, matched_text, sizing
 from .kit.tree_cutter import TreeSizingSettings
 
@@ -56,9 +56,7 @@ class NgramTrieConfig(TreeSizingSettings):
             raise ConfigError("prefix_len", f"Lp must be smaller than n ({self.n}), got {self.prefix_len}")
 
 
-class NgramTrieDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class NgramTrieDrafter(TokensOnly):
     def __init__(self, config: NgramTrieConfig, setup: DraftSetup) -> None:
         self.config = config
         self.trie = NgramTrie(config.n, config.prefix_len)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..core.settings import Settings, setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Unlearning, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Unlearning, draft_size_setting, register
 from .kit.narration import narrate_size
 
 
@@ -21,9 +21,7 @@ class OracleConfig(Settings):
     max_tokens: int = draft_size_setting(32, "Longest chain proposed per step.")
 
 
-class Oracle(Unlearning):
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class Oracle(TokensOnly, Unlearning):
     def __init__(self, config: OracleConfig, setup: DraftSetup) -> None:
         self.config = config
         self.on_track = True

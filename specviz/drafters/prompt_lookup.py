@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core.settings import Settings, setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Unlearning, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Unlearning, register
 from .kit.narration import narrate_lookup
 
 
@@ -32,9 +32,7 @@ def lookup(tokens: np.ndarray, max_ngram: int, num_tokens: int) -> tuple[int, in
     return -1, 0
 
 
-class PromptLookup(Unlearning):
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class PromptLookup(TokensOnly, Unlearning):
     def __init__(self, config: PromptLookupConfig, setup: DraftSetup) -> None:
         self.config = config
 

@@ -20,7 +20,7 @@ from ..index.candidates import rank_continuations
 from ..core.narration import Scene, Sentence, StepStory, plural
 from ..core.settings import setting
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, StepView, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, StepView, draft_size_setting, register
 from .kit.narration import last_tokens, lookup_source, sizing
 from .kit.corpus_index import corpus_index_setting, resolve_part, span_setting
 from .kit.tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
@@ -43,9 +43,7 @@ class RestConfig(TreeSizingSettings):
             raise ConfigError("min_span", f"must be <= max_span ({self.max_span}), got {self.min_span}")
 
 
-class RestDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class RestDrafter(TokensOnly):
     def __init__(self, config: RestConfig, setup: DraftSetup) -> None:
         self.config = config
         self.sa, self.note = resolve_part(config.corpus_index, setup, "suffix")

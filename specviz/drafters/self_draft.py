@@ -32,7 +32,7 @@ import torch
 from ..errors import ConfigError
 from ..core.settings import setting
 from ..models.kvcache import append, new_cache
-from .kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, register
+from .kit.base import DraftContext, DrafterSpec, DraftSetup, register
 from .kit.draft_lm import DraftLM, HFDraftLM, hf_forward
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
@@ -92,8 +92,6 @@ class SelfDraftLM(HFDraftLM):
 
 
 class SelfDraft(ModelDrafter):
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
     name = "self_draft"
 
     def draft_lm(self, config: SelfDraftConfig, setup: DraftSetup) -> DraftLM:

@@ -51,7 +51,7 @@ from ..core.settings import setting
 from ..core.tree import DraftTree
 from .kit.store import settings_key, shared_entry, tokenizer_key
 from .kit.suffix_history import OutputHistory
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Preset, StepView, draft_size_setting, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Preset, StepView, draft_size_setting, register
 from .kit.narration import narrate_lookup
 from .kit.tree_cutter import MATCH_BUCKETS, TreeSizingSettings, continue_prior_setting, first_prior_setting
 
@@ -95,9 +95,7 @@ class SuffixDecodingConfig(TreeSizingSettings):
                                                  f"({SPEC_TOKENS_PER_LEVEL * self.max_depth})")
 
 
-class SuffixDecodingDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class SuffixDecodingDrafter(TokensOnly):
     def __init__(self, config: SuffixDecodingConfig, setup: DraftSetup) -> None:
         self.config = config
         self.prompt_len = len(setup.prompt_ids)

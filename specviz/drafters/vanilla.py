@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..core.settings import Settings
 from ..core.tree import DraftTree
-from .kit.base import DraftContext, DraftSetup, DrafterSpec, NO_NEEDS, Unlearning, register
+from .kit.base import DraftContext, DraftSetup, DrafterSpec, TokensOnly, Unlearning, register
 from ..core.narration import untold
 
 
@@ -14,9 +14,7 @@ class VanillaConfig(Settings):
     pass
 
 
-class Vanilla(Unlearning):
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class Vanilla(TokensOnly, Unlearning):
     def __init__(self, config: VanillaConfig, setup: DraftSetup) -> None:
         pass
 

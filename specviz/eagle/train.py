@@ -49,7 +49,7 @@ from ..errors import ConfigError
 from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
 from ..glide.train import (after_step, check_least, freeze_target, frequent_tokens, lr_at, optimise, progress_bar,
-                           saving_on_interrupt, StepLoss, TrainSchedule)
+                           saving_on_interrupt, TimedStep as StepStats, TrainSchedule)
 from ..models.hidden import FINAL, HiddenCapture
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
@@ -80,15 +80,6 @@ class EagleTrainConfig(TrainSchedule):
         check_least(self, (("vocab", 1), ("intermediate", 0), ("ttt", 1), ("positions", 1)))
         if max(self.ttt, self.positions) > self.seq_len - 2:
             raise ConfigError("ttt", f"ttt and positions must be below seq_len - 1 ({self.seq_len - 1})")
-
-    def needs(self) -> dict[str, bool]:
-        """What the target's pass keeps (as the heads' training: the same cache for eagle)."""
-        return {"labels": True, "hidden": True, "logits": False}
-
-
-@dataclass
-class StepStats(StepLoss):
-    seconds: float
 
 
 def feature_layers(kind: str, target: Any) -> tuple[int, ...]:

@@ -43,36 +43,38 @@ def check_text_size(text: str, what: str, limit: int = CONTEXT_LIMIT_BYTES) -> N
         raise FileCheckError(f"{what}: the text is over {_mb(limit)}, the limit; give a shorter text")
 
 
-def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most `limit` bytes, or FileCheckError saying why not."""
+def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES,
+                   error: type[SpecvizError] = FileCheckError) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes, or `error` (FileCheckError by
+    default; a reader's own error class) saying why not."""
     file = Path(path).expanduser()
     try:
         info = file.stat()
     except FileNotFoundError:
-        raise FileCheckError(f"{what}: no such file {path!r}") from None
+        raise error(f"{what}: no such file {path!r}") from None
     except OSError as err:
-        raise FileCheckError(f"{what}: cannot read {path!r} ({err.strerror or err})") from None
+        raise error(f"{what}: cannot read {path!r} ({err.strerror or err})") from None
     if stat.S_ISDIR(info.st_mode):
-        raise FileCheckError(f"{what}: {path!r} is a directory; give a UTF-8 text file")
+        raise error(f"{what}: {path!r} is a directory; give a UTF-8 text file")
     if not stat.S_ISREG(info.st_mode):
-        raise FileCheckError(f"{what}: {path!r} is not a regular file (a device, FIFO or socket); "
+        raise error(f"{what}: {path!r} is not a regular file (a device, FIFO or socket); "
                              "give a UTF-8 text file")
     if info.st_size > limit:
-        raise FileCheckError(f"{what}: {path!r} is {_mb(info.st_size)}; the limit is {_mb(limit)}")
+        raise error(f"{what}: {path!r} is {_mb(info.st_size)}; the limit is {_mb(limit)}")
     try:
         with open(file, "rb") as fh:
             data = fh.read(limit + 1)       # the file may have grown since stat()
     except OSError as err:
-        raise FileCheckError(f"{what}: cannot read {path!r} ({err.strerror or err})") from None
+        raise error(f"{what}: cannot read {path!r} ({err.strerror or err})") from None
     if len(data) > limit:
-        raise FileCheckError(f"{what}: {path!r} is over {_mb(limit)}, the limit")
+        raise error(f"{what}: {path!r} is over {_mb(limit)}, the limit")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise FileCheckError(f"{what}: {path!r} is not UTF-8 text (undecodable byte at "
+        raise error(f"{what}: {path!r} is not UTF-8 text (undecodable byte at "
                              f"offset {err.start}); give a UTF-8 text file") from None
     if "\x00" in text:
-        raise FileCheckError(f"{what}: {path!r} looks binary (it contains NUL bytes); give a UTF-8 text file")
+        raise error(f"{what}: {path!r} looks binary (it contains NUL bytes); give a UTF-8 text file")
     return text
 
 

@@ -75,6 +75,12 @@ class TrainSchedule:
         """Distinct batches one run reads (later epochs replay them)."""
         return math.ceil(self.steps / self.epochs)
 
+    def needs(self) -> dict[str, bool]:
+        """What the target's pass must keep (target_pass keywords): by default its hidden states
+        and argmax, what the draft heads (Medusa / Hydra, EAGLE) learn from; GLIDE's TrainConfig
+        asks for what its objective uses."""
+        return {"labels": True, "hidden": True, "logits": False}
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(TrainSchedule):
@@ -117,6 +123,12 @@ class StepLoss:
     """One optimiser step (1-based) and its loss; each trainer's StepStats adds its own fields."""
     step: int
     loss: float
+
+
+@dataclass
+class TimedStep(StepLoss):
+    """A step's loss and how long it took: the draft heads' trainers' StepStats."""
+    seconds: float
 
 
 @dataclass

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
 from ..glide.train import (after_step, check_least, freeze_target, lr_at, optimise, progress_bar, resume_state,
-                           saving_on_interrupt, shortlist_from, StepLoss, TrainSchedule)
+                           saving_on_interrupt, shortlist_from, TimedStep as StepStats, TrainSchedule)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -62,15 +62,6 @@ class HeadsTrainConfig(TrainSchedule):
         check_least(self, (("heads", 1), ("layers", 1), ("vocab", 1)))
         if self.heads > self.seq_len - 2:
             raise ConfigError("heads", f"must be below seq_len - 1 ({self.seq_len - 1}), got {self.heads}")
-
-    def needs(self) -> dict[str, bool]:
-        """What the target's pass must keep (target_pass keywords): argmax and hidden states."""
-        return {"labels": True, "hidden": True, "logits": False}
-
-
-@dataclass
-class StepStats(StepLoss):
-    seconds: float
 
 
 def heads_pass(target: Any, ids: torch.Tensor, autocast: torch.dtype | None = None) -> TargetPass:

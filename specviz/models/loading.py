@@ -28,7 +28,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -327,31 +327,31 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
             else {placement.device_name(k, "max_memory"): str(v) for k, v in max_memory.items()}
         key: tuple = (model_id, "map", json.dumps(spec, sort_keys=True), json.dumps(
             {str(k): v for k, v in (budget or {}).items()}, sort_keys=True), offload_folder or "", dtype)
-        with _LOCK:
-            if key not in _CACHE:
-                if len(_CACHE) >= MODEL_CACHE_SIZE:
-                    _CACHE.pop(next(iter(_CACHE)))
-                _CACHE[key] = _load_mapped(model_id, spec, budget, offload_folder, dtype, cpu_linear)
-            lm = _CACHE[key]
-        if calibrate_cost:
-            lm.cost_model()
-        return lm
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)         # auto on a GPU is settled once the size is known
-    if cpu_linear and dev.type != "cpu":
-        raise ModelLoadError(f"cpu_linear: on is for a CPU device, but the model goes to {dev}; "
-                             "use auto or off there")
-    linear = uses_cpu_linear(dev) if cpu_linear is None else bool(cpu_linear)
-    key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt), linear)
-    with _LOCK:  # one load at a time; concurrent callers wait and then share
-        if key not in _CACHE:
-            if len(_CACHE) >= MODEL_CACHE_SIZE:  # keep memory bounded: drop the oldest model
-                _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key] = _load(model_id, dev, dt, dtype, linear)
-        lm = _CACHE[key]
+        lm = _cached(key, lambda: _load_mapped(model_id, spec, budget, offload_folder, dtype, cpu_linear))
+    else:
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, dev)         # auto on a GPU is settled once the size is known
+        if cpu_linear and dev.type != "cpu":
+            raise ModelLoadError(f"cpu_linear: on is for a CPU device, but the model goes to {dev}; "
+                                 "use auto or off there")
+        linear = uses_cpu_linear(dev) if cpu_linear is None else bool(cpu_linear)
+        key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt), linear)
+        lm = _cached(key, lambda: _load(model_id, dev, dt, dtype, linear))
     if calibrate_cost:
         lm.cost_model()
     return lm
+
+
+def _cached(key: tuple, load: Callable[[], LoadedModel]) -> LoadedModel:
+    """The model loaded under `key`, loading it with `load` the first time. One load at a time:
+    concurrent callers wait and then share; past MODEL_CACHE_SIZE the oldest model is dropped,
+    so memory stays bounded."""
+    with _LOCK:
+        if key not in _CACHE:
+            if len(_CACHE) >= MODEL_CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = load()
+        return _CACHE[key]
 
 
 # --- a target split across devices (placement.py) -------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Union
 import torch
 
 from ..errors import ModelLoadError
+from ..files.user_files import read_text_file
 
 DeviceName = Union[int, str]                # accelerate's: a GPU index, "cpu", "disk", "mps", "cuda:N"
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -58,10 +59,7 @@ def read_device_map(text: str) -> str | dict[str, DeviceName]:
             raise DeviceMapError(f"device_map: {text!r} is neither a strategy ({', '.join(STRATEGIES)}) "
                                  "nor a JSON file")
         source = f"device_map {text!r}"
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise DeviceMapError(f"{source}: cannot read it ({type(err).__name__}: {err})") from None
+        raw = read_text_file(text, source, error=DeviceMapError)
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as err:

@@ -25,7 +25,7 @@ from typing import Any
 
 from arctic_inference.suffix_decoding import SuffixDecodingCache
 
-from ..drafters.kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.base import TokensOnly, DraftContext, DrafterSpec, DraftSetup, StepView
 from ..drafters.kit.narration import narrate_lookup
 from ..drafters.kit.store import settings_key, shared_entry, tokenizer_key
 from ..drafters.suffix_decoding import SuffixDecodingConfig
@@ -60,9 +60,7 @@ def _stop(cache: SuffixDecodingCache, lock: threading.Lock, req_id: int) -> None
             cache.stop_request(req_id)
 
 
-class ArcticSuffixDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class ArcticSuffixDrafter(TokensOnly):
     def __init__(self, config: ArcticSuffixConfig, setup: DraftSetup) -> None:
         self.config = config
         key = ("arctic_suffix", tokenizer_key(setup), setup.vocab_size, settings_key(config))

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..files.cachedir import cache_dir
 from ..drafters.aded import AdedConfig
-from ..drafters.kit.base import NO_NEEDS, DraftContext, DrafterSpec, DraftSetup, StepView
+from ..drafters.kit.base import TokensOnly, DraftContext, DrafterSpec, DraftSetup, StepView
 from ..drafters.kit.narration import narrate_lookup
 from ..drafters.kit.corpus_index import corpus_index_setting, resolve_index
 from ..drafters.kit.store import shared_entry
@@ -88,9 +88,7 @@ def _reader(index: CorpusIndex, vocab_size: int) -> Any:
     return draftretriever.Reader(index_file_path=str(path))
 
 
-class DraftRetrieverDrafter:
-    needs = NO_NEEDS                     # the engine gives it the tokens only
-
+class DraftRetrieverDrafter(TokensOnly):
     def __init__(self, config: DraftRetrieverConfig, setup: DraftSetup) -> None:
         self.config = config
         index, self.note = resolve_index(config.corpus_index, setup)

@@ -10,8 +10,9 @@ What the engine reads from a drafter besides `propose`/`observe` is one typed va
 layers), not loose optional attributes. It is declared on the drafter *instance*, not on its
 DrafterSpec, because it can depend on the config and on a loaded checkpoint (Token Recycling's
 `k` sets the top-k width; EAGLE-3's feature layers are read from its checkpoint), which the
-spec does not know before `make`. Every built-in drafter declares it (`needs = NO_NEEDS` where
-it wants nothing), so a reader sees the whole contract in the class. `needs_of` is the one place
+spec does not know before `make`. Every built-in drafter declares it in its class line or
+body: one that wants nothing derives from `TokensOnly` (needs = NO_NEEDS), so a reader sees the
+whole contract in the class. `needs_of` is the one place
 that reads it: a plugin that declares nothing gets `NO_NEEDS`, and one written before
 `DrafterNeeds` existed, with the old `wants_hidden` / `target_topk` / `feature_layers`
 attributes, still gets what those asked for.
@@ -148,6 +149,12 @@ def needs_of(drafter: object) -> DrafterNeeds:
     return DrafterNeeds(hidden=bool(getattr(drafter, "wants_hidden", False)),
                         target_topk=int(getattr(drafter, "target_topk", 0) or 0),
                         feature_layers=tuple(getattr(drafter, "feature_layers", None) or ()))
+
+
+class TokensOnly:
+    """Base of a drafter that the engine gives the tokens only: its `needs` is NO_NEEDS."""
+
+    needs: DrafterNeeds = NO_NEEDS
 
 
 class Unlearning:

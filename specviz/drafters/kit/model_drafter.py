@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from ...core.tree import DraftTree
 from ...errors import ConfigError
-from .base import DraftContext, DraftSetup
+from .base import DraftContext, DraftSetup, TokensOnly
 from .chain import PROPOSAL, ChainLoop, ChainResult
 from .draft_lm import DraftLM
 from .gamma import GammaSettings, adapt_gamma
@@ -36,7 +36,7 @@ def accepted_proposals(tree: DraftTree, accepted: Sequence[int]) -> int:
     return sum(1 for i in accepted if tree.sources[i] == PROPOSAL)
 
 
-class ModelDrafter:
+class ModelDrafter(TokensOnly):
     """The base of the model drafters: refuses a setup without a target, keeps the config
     (a GammaSettings), makes the ChainLoop around the subclass's `draft_lm` (seeded by the
     decoding seed), and shares propose / observe: gamma capped by the token budget, the
