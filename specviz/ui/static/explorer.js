@@ -24,6 +24,22 @@
   }
   S.plot = plot;
 
+  var KEEP = {__type__: "update"};               // gradio: leave this output as it is
+
+  /* step k's figure drawn straight into the graph the Plot component keeps (one Plotly.react:
+     no JSON round trip, no resize, no component update), with the layout gradio's Plot sets;
+     KEEP then, or the figure as the Plot's value when there is no graph yet (its first draw) */
+  function draw(id, fig, template) {
+    var gd = document.querySelector("#" + id + " .js-plotly-plot");
+    if (!fig || !gd || !window.Plotly) return plot(fig, template);
+    var margin = Object.assign({}, fig.layout.margin, {autoexpand: true});
+    if (fig.layout.title) margin.t = Math.max(100, margin.t || 0);
+    var layout = Object.assign({}, fig.layout, {template: template, autosize: true, margin: margin});
+    window.Plotly.react(gd, fig.data.map(function (t) { return Object.assign({}, t); }), layout,
+                        {responsive: true});
+    return KEEP;
+  }
+
   /* outline step k's tokens in the coloured output (as viz.output_html(highlight_step=k)) */
   function outline(k) {
     var spans = document.querySelectorAll("#output-html span.sv-token");
@@ -40,8 +56,8 @@
     var v = b.steps[k];
     outline(k);
     S.shown = k;
-    return [k, v.md, plot(v.tree, b.template), plot(v.mask, b.template), plot(v.timing, b.template),
-            v.context, v.narrative];
+    return [k, v.md, draw("tree-plot", v.tree, b.template), draw("mask-plot", v.mask, b.template),
+            draw("step-timing-plot", v.timing, b.template), v.context, v.narrative];
   };
 
   /* the step a jump button goes to from step k (k itself when there is none) */
