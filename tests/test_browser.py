@@ -384,4 +384,11 @@ def test_stepping_runs_in_the_browser_and_draws_pythons_figures(app_url: str) ->
         page.locator("#play-btn").click()
         assert page.locator("#play-btn").inner_text().strip().endswith("Play")
         assert requests == [], requests           # not one request reached the server
+        # a window resized after stepping: every figure keeps its height (a graph redrawn with a
+        # config of its own once collapsed to 0 px here)
+        page.set_viewport_size({"width": 1000, "height": 900})
+        page.wait_for_timeout(1000)
+        heights = page.evaluate("() => ['#tree-plot', '#mask-plot', '#step-timing-plot'].map(s => "
+                                "document.querySelector(s + ' .js-plotly-plot').getBoundingClientRect().height)")
+        assert min(heights) >= 250, heights
         browser.close()

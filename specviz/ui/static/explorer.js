@@ -27,16 +27,16 @@
   var KEEP = {__type__: "update"};               // gradio: leave this output as it is
 
   /* step k's figure drawn straight into the graph the Plot component keeps (one Plotly.react:
-     no JSON round trip, no resize, no component update), with the layout gradio's Plot sets;
-     KEEP then, or the figure as the Plot's value when there is no graph yet (its first draw) */
+     no JSON round trip, no resize, no component update), with the layout gradio's Plot sets and
+     the config it gave the graph (no config here: a new one drops the graph's height when the
+     window is resized); KEEP then, or the figure as the Plot's value when there is no graph yet */
   function draw(id, fig, template) {
     var gd = document.querySelector("#" + id + " .js-plotly-plot");
     if (!fig || !gd || !window.Plotly) return plot(fig, template);
     var margin = Object.assign({}, fig.layout.margin, {autoexpand: true});
     if (fig.layout.title) margin.t = Math.max(100, margin.t || 0);
     var layout = Object.assign({}, fig.layout, {template: template, autosize: true, margin: margin});
-    window.Plotly.react(gd, fig.data.map(function (t) { return Object.assign({}, t); }), layout,
-                        {responsive: true});
+    window.Plotly.react(gd, fig.data.map(function (t) { return Object.assign({}, t); }), layout);
     return KEEP;
   }
 
