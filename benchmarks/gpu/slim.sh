@@ -9,11 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 EXCLUDE=.git/info/exclude
-PATHS=(benchmarks/*/results.json assets specviz/data/checkpoints)
+PATHS=(benchmarks/*/results.json benchmarks/*/report.html assets specviz/data/checkpoints)
 case ${1:?on or off} in
   on)  mkdir -p .git/info && touch "$EXCLUDE"
        git rm -r --cached -q "${PATHS[@]}"
-       { echo "# specviz-gpu-slim"; echo "/benchmarks/*/results.json"; echo "/assets/"; echo "/specviz/data/checkpoints/";
+       { echo "# specviz-gpu-slim"; echo "/benchmarks/*/results.json"; echo "/benchmarks/*/report.html"; echo "/assets/"; echo "/specviz/data/checkpoints/";
          echo "# specviz-gpu-slim end"; } >> "$EXCLUDE"
        echo "the tree that travels: $(( $( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | awk '/total$/ {s += $1} END {print s}') >> 20 )) MiB" ;;
   off) git reset -q -- "${PATHS[@]}"
