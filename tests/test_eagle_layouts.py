@@ -228,7 +228,7 @@ def test_specviz_layout_is_refused_for_another_target(tiny_lm, tmp_path):
     ckpt.save(folder, draft, {**ckpt.specviz_entry(draft, tiny_lm.model, "tiny-64"), "target_layers": 30})
     _refused(tiny_lm, "eagle3", folder, "target of 30 layers", "has 2")
     ckpt.save(folder, draft, {**ckpt.specviz_entry(draft, tiny_lm.model, "tiny-64"), "target_fingerprint": "0" * 16})
-    _refused(tiny_lm, "eagle3", folder, "fingerprints differ", "train-eagle --kind eagle3")
+    _refused(tiny_lm, "eagle3", folder, "recorded weight sample, is not this target", "train-eagle --kind eagle3")
 
 
 @pytest.mark.parametrize("layout", list(MAKERS))

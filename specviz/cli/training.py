@@ -85,7 +85,7 @@ def training_texts(args: Any, tokenizer: Any) -> Iterable[str]:
 def cache_meta(lm: Any, args: Any, cfg: Any, layers: list[int]) -> dict[str, Any]:
     """What a target cache records of the run filling it (glide/target_pass.TargetCache): the
     target, the data, the batches and what the target's pass keeps."""
-    from ..glide.model import target_fingerprint
+    from ..models.fingerprint import target_fingerprint
 
     return {"target": lm.model_id, "target_fingerprint": target_fingerprint(lm.model), "data": args.data,
             "max_texts": args.max_texts, "held_out": args.held_out, "seq_len": cfg.seq_len,

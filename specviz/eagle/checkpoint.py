@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from ..glide.checkpoint import CheckpointError
-from ..glide.model import target_fingerprint
+from ..models.fingerprint import identity_mismatch, target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
 from ..files.resources import data_path
@@ -235,10 +235,10 @@ def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: s
     if spec.kind == "eagle3" and not all(0 <= i <= t_layers for i in spec.aux_layers):
         raise CheckpointError(f"checkpoint: {where} reads target layers {list(spec.aux_layers)}, the target "
                               f"{target_id!r} has {t_layers} layers; {fix}")
-    want = own.get("target_fingerprint")
-    if want and want != target_fingerprint(target):
+    why = identity_mismatch(own, target) if own.get("target_fingerprint") else None
+    if why is not None:
         raise CheckpointError(f"checkpoint: {where} was trained for target {own.get('target')!r}, not "
-                              f"{target_id!r} (the fingerprints differ); {fix}")
+                              f"{target_id!r} ({why}); {fix}")
 
 
 def load(source: str | Path, target: Any, target_id: str, kind: str) -> EagleDraft:
@@ -301,7 +301,7 @@ def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],
 
 
 def specviz_entry(draft: EagleDraft, target: Any, target_id: str, **more: Any) -> dict[str, Any]:
-    return {"format": FORMAT, "target": target_id, "target_fingerprint": target_fingerprint(target),
+    return {"format": FORMAT, "target": target_id, **target_identity(target),
             "target_layers": int(target.config.num_hidden_layers), "kind": draft.spec.kind,
             **({"aux_layers": list(draft.spec.aux_layers)} if draft.spec.kind == "eagle3" else {}), **more}
 

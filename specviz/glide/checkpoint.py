@@ -22,7 +22,8 @@ import torch
 from ..errors import SpecvizError
 from ..files.resources import data_path
 from ..models.placement import check_resident, execution_device
-from .model import GlideDraft, GlideSpec, target_fingerprint
+from ..models.fingerprint import identity_mismatch, target_identity
+from .model import GlideDraft, GlideSpec
 
 FORMAT = "specviz-glide/1"
 CHECKPOINTS = data_path("checkpoints")
@@ -39,7 +40,7 @@ class CheckpointError(SpecvizError):
 
 
 def manifest_for(draft: GlideDraft, target_id: str, **extra: Any) -> dict[str, Any]:
-    return {"format": FORMAT, "target": target_id, "target_fingerprint": target_fingerprint(draft.target),
+    return {"format": FORMAT, "target": target_id, **target_identity(draft.target),
             "glide": draft.spec.to_dict(), **extra}
 
 
@@ -77,12 +78,11 @@ def load_blob(path: str | Path, what: str) -> Any:
 def check_fingerprint(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path, advice: str) -> None:
     """CheckpointError when the checkpoint was trained for another target; `advice`: how to
     train one for this target."""
-    want = target_fingerprint(target)
-    if manifest["target_fingerprint"] != want:
+    why = identity_mismatch(manifest, target)
+    if why is not None:
         raise CheckpointError(
-            f"checkpoint: {str(path)!r} was trained for target {manifest['target']!r} "
-            f"(fingerprint {manifest['target_fingerprint']}), not for {target_id!r} (fingerprint {want}); "
-            f"{advice}")
+            f"checkpoint: {str(path)!r} was trained for target {manifest['target']!r}, not for {target_id!r} "
+            f"({why}); {advice}")
 
 
 def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:

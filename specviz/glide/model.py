@@ -23,8 +23,6 @@ other token gets -inf (probability 0), and the target's verify decides as before
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,21 +65,6 @@ class GlideSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def target_fingerprint(model: Any) -> str:
-    """A hash of the target's architecture and a sample of its weights: a checkpoint trained
-    for one target is refused by another (even one with the same config)."""
-    cfg = model.config.to_dict()
-    keep = {k: cfg.get(k) for k in ("model_type", "vocab_size", "hidden_size", "intermediate_size",
-                                   "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                   "head_dim", "rope_theta", "rope_parameters", "rms_norm_eps",
-                                   "tie_word_embeddings", "hidden_act")}
-    with torch.no_grad():
-        emb = model.get_input_embeddings().weight
-        sample = emb[:: max(1, emb.shape[0] // 64), :8].float().cpu().numpy().round(4).tolist()
-    blob = json.dumps({"config": keep, "weights": sample}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:

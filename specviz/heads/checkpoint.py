@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..glide.checkpoint import CheckpointError, check_fingerprint, load_blob, load_weights, slim, write_blob
-from ..glide.model import target_fingerprint
+from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
 from ..files.resources import data_path
@@ -40,7 +40,7 @@ def train_command(kind: str, target_id: str) -> str:
 
 
 def manifest_for(heads: DraftHeads, target_id: str, **extra: Any) -> dict[str, Any]:
-    return {"format": FORMAT, "target": target_id, "target_fingerprint": target_fingerprint(heads.target),
+    return {"format": FORMAT, "target": target_id, **target_identity(heads.target),
             "heads": heads.spec.to_dict(), **extra}
 
 
