@@ -91,6 +91,34 @@ def test_explain_and_the_speedup_over_the_shared_text() -> None:
     assert explain(vanilla, _trace((4, 5), (1.0,), 2, run_top[:2])).verdict == MISMATCH   # stops early
 
 
+def test_a_run_without_logits_is_judged_from_vanillas_side() -> None:
+    """transformers' own generate in the bench records only ids: the verdict uses vanilla's
+    top logits (on the first GPU run 16 of 22 of its bf16 turns were left "unknown")."""
+    ref_top = [((4, 5.0), (0, 1.0)), ((5, 5.0), (0, 1.0)), ((6, 5.01), (8, 5.0), (3, 2.0)), ((7, 5.0), (0, 1.0))]
+    vanilla = _trace((4, 5, 6, 7), (1.0, 1.0, 1.0, 1.0), 1, ref_top)
+    near = divergence.explain_ids(vanilla, [4, 5, 8, 9], 2.0)
+    assert (near.verdict, near.position, near.reference_top[:2]) == (NEAR_TIE, 2, ((6, 5.01), (8, 5.0)))
+    assert "only vanilla's side" in near.reason and near.run_top is None
+    assert near.shared_speedup == pytest.approx(2.0 / (2.0 * 2 / 4))
+    far = divergence.explain_ids(vanilla, [4, 5, 3, 9], 2.0)
+    assert far.verdict == MISMATCH and "above the bfloat16 rounding tolerance" in far.reason
+    outside = divergence.explain_ids(vanilla, [4, 5, 11], 2.0)
+    assert outside.verdict == MISMATCH and "outside vanilla's top 3" in outside.reason
+    assert divergence.explain_ids(vanilla, [4, 5, 8, 9], 2.0, dtype="float32").verdict == NEAR_TIE   # coarser dtype
+    fp32 = dataclasses.replace(vanilla, dtype="float32")
+    assert divergence.explain_ids(fp32, [4, 5, 8, 9], 2.0).verdict == MISMATCH   # 0.01 is no fp32 rounding
+    assert divergence.explain_ids(vanilla, [4, 5, 6, 7], 2.0).verdict == IDENTICAL
+    assert divergence.explain_ids(_trace((4, 5, 6), (1.0,) * 3, 1), [4, 9, 6], 1.0).verdict == UNKNOWN
+
+
+def test_the_bench_table_counts_turns_it_could_not_judge() -> None:
+    from specviz.bench.report import _differs
+
+    row = {"method": "hf_prompt_lookup", "near_ties": 2, "mismatch_bugs": ["81/t1"], "unclassified": 3}
+    assert _differs(row) == "2 / 1 (3 unclassified)"
+    assert _differs({**row, "unclassified": 0}) == "2 / 1"
+
+
 def test_old_traces_load_and_explain_as_unknown() -> None:
     vanilla = _trace((4, 5, 6), (1.0, 1.0, 1.0), 1)
     other = _trace((4, 9, 6), (1.0, 1.0, 1.0), 1)

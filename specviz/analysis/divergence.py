@@ -34,7 +34,9 @@ token a and the run token b. The verdict is
 
 Other verdicts: "identical"; "n/a (sampling)" (outputs differ by design under sampling; the
 position is still given); "unknown" where a trace has no top-2 logits (traces written before
-they were recorded, transformers' own generate in the bench).
+they were recorded). A run that records no logits (transformers' own generate in the bench) is
+judged from vanilla's side alone (`classify_one_sided`): its token within the tolerance of
+vanilla's, or not.
 
 Speed under low precision compares like with like: `prefix_seconds` is the time a run took to
 commit its first n tokens, and the speedup over the shared prefix is vanilla's time for the
@@ -244,16 +246,51 @@ def of_trace(trace: Trace) -> Divergence | None:
     return Divergence.from_dict(trace.divergence) if trace.divergence else None
 
 
-def explain_ids(reference: Trace, ids: Sequence[int], seconds: float) -> Divergence:
+def classify_one_sided(a: int, b: int, ref: TopLogits | None, dtype: str) -> tuple[str, str, float | None]:
+    """Greedy verdict from vanilla's recorded top logits alone, for a run that records none
+    (transformers' own generate): near-tie when vanilla's margin of its token a over the run's
+    token b is within the rounding tolerance; mismatch when b is outside vanilla's top logits or
+    further behind. Weaker than `classify` (the run's side is unseen), and its reason says so."""
+    if not ref:
+        return UNKNOWN, "no logits recorded at this position", None
+    in_ref = dict(ref)
+    tol = tolerance(dtype, [v for _, v in ref])
+    if in_ref.get(a) != ref[0][1]:
+        return MISMATCH, f"vanilla committed token {a}, but its argmax was {ref[0][0]}", tol
+    side = "the run records no logits, so only vanilla's side is checked"
+    if b not in in_ref:
+        return MISMATCH, (f"the run's token {b} is outside vanilla's top {len(ref)} logits, further behind than "
+                          f"{dtype} rounding can explain ({side})"), tol
+    margin = in_ref[a] - in_ref[b]
+    if margin <= tol:
+        return NEAR_TIE, (f"vanilla's margin {margin:.3g} ({a} over {b}) is within the {dtype} rounding "
+                          f"tolerance {tol:.3g} ({side})"), tol
+    return MISMATCH, (f"vanilla's margin {margin:.3g} ({a} over {b}) is above the {dtype} rounding tolerance "
+                      f"{tol:.3g} ({side})"), tol
+
+
+def explain_ids(reference: Trace, ids: Sequence[int], seconds: float, dtype: str | None = None) -> Divergence:
     """A run known only by its output ids and total seconds (transformers' own generate in
-    the bench): the position, but no logits, so a difference is "unknown"; the run's time for
-    the shared tokens is its total pro rata of its tokens."""
-    pos = first_difference(reference.output_ids, ids)
-    shared = min(len(reference.output_ids), len(ids)) if pos is None else pos
+    the bench): the position, and a verdict from vanilla's side alone (`classify_one_sided`);
+    the run's time for the shared tokens is its total pro rata of its tokens. `dtype`: the
+    run's (default: vanilla's)."""
+    a = reference.output_ids
+    pos = first_difference(a, ids)
+    shared = min(len(a), len(ids)) if pos is None else pos
+    dt = coarser(reference.dtype, dtype or reference.dtype)
     times: dict[str, Any] = {"reference_seconds": prefix_seconds(reference, shared),
              "run_seconds": seconds * shared / len(ids) if ids else 0.0}
     if pos is None:
-        return Divergence(IDENTICAL, None, shared, reference.dtype, **times)
-    return Divergence(UNKNOWN, pos, shared, reference.dtype, "this run records no logits",
-                      reference_token=reference.output_ids[pos] if pos < len(reference.output_ids) else None,
-                      run_token=ids[pos] if pos < len(ids) else None, **times)
+        return Divergence(IDENTICAL, None, shared, dt, **times)
+    tok_a = a[pos] if pos < len(a) else None
+    tok_b = ids[pos] if pos < len(ids) else None
+    top_a = token_top_logits(reference.steps)
+    ref2 = top_a[pos] if pos < len(top_a) else None
+    common: dict[str, Any] = dict(reference_token=tok_a, run_token=tok_b, reference_top=ref2, **times)
+    if float(reference.decoding.get("temperature", 0.0)) != 0.0:
+        return Divergence(SAMPLING, pos, shared, dt, "outputs differ by design under sampling", **common)
+    if tok_a is None or tok_b is None:
+        return Divergence(MISMATCH, pos, shared, dt, f"one output stops earlier ({len(a)} vs {len(ids)} tokens)",
+                          **common)
+    verdict, reason, tol = classify_one_sided(tok_a, tok_b, ref2, dt)
+    return Divergence(verdict, pos, shared, dt, reason, tolerance=tol, **common)

@@ -65,11 +65,13 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _differs(r: dict[str, Any]) -> str:
-    """'2 / 0': turns that left vanilla's text at a near-tie / at a mismatch (a bug);
-    'n/a' for rows without comparisons (vanilla itself, results from older versions)."""
+    """'2 / 0': turns that left vanilla's text at a near-tie / at a mismatch (a bug), and
+    '(3 unclassified)' after it for turns that differ with no logits to judge by; 'n/a' for
+    rows without comparisons (vanilla itself, results from older versions)."""
     if "near_ties" not in r or r["method"] == BASELINE:
         return "n/a"
-    return f"{r['near_ties']} / {len(r.get('mismatch_bugs') or ())}"
+    unclassified = f" ({r['unclassified']} unclassified)" if r.get("unclassified") else ""
+    return f"{r['near_ties']} / {len(r.get('mismatch_bugs') or ())}{unclassified}"
 
 
 def model_table(rows: Sequence[dict[str, Any]]) -> str:
