@@ -91,6 +91,25 @@ def test_explain_and_the_speedup_over_the_shared_text() -> None:
     assert explain(vanilla, _trace((4, 5), (1.0,), 2, run_top[:2])).verdict == MISMATCH   # stops early
 
 
+def test_the_drift_before_the_divergence_is_measured_and_said() -> None:
+    """How far the two runs' logits of the same chosen token had already moved apart over the
+    shared text: rounding that accumulates shows here (the first GPU run's bf16 mismatch)."""
+    ref_top = [((4, 5.0), (0, 1.0)), ((5, 5.0), (0, 1.0)), ((6, 5.01), (8, 5.0)), ((7, 5.0), (0, 1.0))]
+    run_top = [((4, 5.1), (0, 1.0)), ((5, 4.7), (0, 1.0)), ((8, 5.01), (6, 5.0)), ((9, 5.0), (0, 1.0))]
+    assert divergence.prefix_drift(ref_top, run_top, 2) == (pytest.approx(0.3), 1)
+    assert divergence.prefix_drift(ref_top, run_top, 1) == (pytest.approx(0.1), 0)
+    assert divergence.prefix_drift([], run_top, 2) is None
+    vanilla = _trace((4, 5, 6, 7), (1.0,) * 4, 1, ref_top)
+    d = explain(vanilla, _trace((4, 5, 8, 9), (1.0,) * 4, 1, run_top))
+    assert (d.verdict, d.drift_at) == (NEAR_TIE, 1) and d.drift == pytest.approx(0.3)
+    assert "differed by up to 0.3 (at #1)" in d.line()
+    assert Divergence.from_dict(d.to_dict()) == d
+    same = explain(vanilla, _trace((4, 5, 6, 7), (1.0,) * 4, 1, [ref_top[0], run_top[1], ref_top[2], ref_top[3]]))
+    assert same.verdict == IDENTICAL and same.drift == pytest.approx(0.3) and "differed" not in same.line()
+    old = {k: v for k, v in d.to_dict().items() if k not in ("drift", "drift_at")}   # results from before
+    assert Divergence.from_dict(old).drift is None
+
+
 def test_a_run_without_logits_is_judged_from_vanillas_side() -> None:
     """transformers' own generate in the bench records only ids: the verdict uses vanilla's
     top logits (on the first GPU run 16 of 22 of its bf16 turns were left "unknown")."""

@@ -106,6 +106,21 @@ def prefix_seconds(trace: Trace, n: int) -> float:
     return total
 
 
+def prefix_drift(ref: Sequence[TopLogits], run: Sequence[TopLogits], shared: int) -> tuple[float, int] | None:
+    """Over the first `shared` tokens (both runs chose the same one), the largest difference
+    between the two runs' logits of that token, and its position; None without logits. A
+    drift that grows along the text is rounding that accumulates in the KV cache (bf16); in
+    float32 anything above the tolerance is itself a sign of a bug."""
+    best: tuple[float, int] | None = None
+    for i in range(min(shared, len(ref), len(run))):
+        if not ref[i] or not run[i] or ref[i][0][0] != run[i][0][0]:
+            continue
+        d = abs(ref[i][0][1] - run[i][0][1])
+        if best is None or d > best[0]:
+            best = (d, i)
+    return best
+
+
 def classify(a: int, b: int, ref: TopLogits | None, run: TopLogits | None,
              dtype: str) -> tuple[str, str, float | None]:
     """Greedy verdict at a differing position: vanilla committed a, the run b, with these
@@ -146,6 +161,8 @@ class Divergence:
     tolerance: float | None = None
     reference_seconds: float = 0.0      # time each run took for the shared tokens
     run_seconds: float = 0.0
+    drift: float | None = None          # over the shared tokens, the largest difference between the two
+    drift_at: int | None = None         # runs' logits of the token both chose, and its position
 
     @property
     def shared_speedup(self) -> float | None:
@@ -185,7 +202,11 @@ class Divergence:
             logits = ("top-2 logits vanilla " + ", ".join(f"{_show(i, token_text)}={v:.4g}" for i, v in self.reference_top[:2])
                       + "; run " + ", ".join(f"{_show(i, token_text)}={v:.4g}" for i, v in self.run_top[:2]) + " -> ")
         tail = " (a bug: please report it)" if self.is_bug else ""
-        return f"{logits}{self.verdict}{tail}: {self.reason}"
+        drift = ""
+        if self.drift is not None and self.drift_at is not None and self.verdict in (NEAR_TIE, MISMATCH):
+            drift = (f"; before it, the logit of the token both runs chose differed by up to {self.drift:.3g} "
+                     f"(at #{self.drift_at})")
+        return f"{logits}{self.verdict}{tail}: {self.reason}{drift}"
 
     def short(self) -> str:
         """A table cell: 'identical', 'near-tie at #37', 'mismatch at #5'."""
@@ -206,11 +227,14 @@ def explain(reference: Trace, run: Trace) -> Divergence:
     shared = min(len(a), len(b)) if pos is None else pos
     dtype = coarser(reference.dtype, run.dtype)
     times: dict[str, Any] = {"reference_seconds": prefix_seconds(reference, shared), "run_seconds": prefix_seconds(run, shared)}
+    top_a, top_b = token_top_logits(reference.steps), token_top_logits(run.steps)
+    drift = prefix_drift(top_a, top_b, shared)
+    if drift is not None:
+        times = {**times, "drift": drift[0], "drift_at": drift[1]}
     if pos is None:
         return Divergence(IDENTICAL, None, shared, dtype, **times)
     tok_a = a[pos] if pos < len(a) else None
     tok_b = b[pos] if pos < len(b) else None
-    top_a, top_b = token_top_logits(reference.steps), token_top_logits(run.steps)
     ref2 = top_a[pos] if pos < len(top_a) else None
     run2 = top_b[pos] if pos < len(top_b) else None
     common: dict[str, Any] = dict(reference_token=tok_a, run_token=tok_b, reference_top=ref2, run_top=run2, **times)
