@@ -445,3 +445,30 @@ def test_results_tab_renders_a_results_file_and_refuses_a_bad_one(tmp_path):
     (tmp_path / "bad.json").write_text("[1, 2]")
     with pytest.raises(gr.Error, match="not a specviz results file"):
         render_results(str(tmp_path / "bad.json"))
+
+
+def test_a_later_turn_after_a_differing_answer_is_not_judged_against_vanilla(tmp_path, monkeypatch):
+    """A question's second turn holds the run's own first answer in its prompt: once that
+    differed from vanilla's, the two runs answer different prompts, and the second turn's
+    difference is "after an earlier turn", not a bug. (The first GPU run reported such a
+    turn as a mismatch.) Here every comparison is made to report a mismatch."""
+    from specviz.analysis.divergence import MISMATCH, Divergence
+    from specviz.bench import runner
+
+    def always_differs(reference, run):
+        return Divergence(MISMATCH, 3, 3, "float32", "staged", reference_token=1, run_token=2)
+
+    monkeypatch.setattr(runner, "explain", always_differs)
+    out = tmp_path / "out"
+    assert main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_write(tmp_path, Q)),
+                 "--categories", "writing", "--limit", "1", "--max-new-tokens", "6", "--warmup", "0",
+                 "--drafters", "vanilla,ngram_trie", "--peers", "", "--out", str(out)]) == 0
+    runs = [r for r in json.loads((out / "results.json").read_text())["runs"] if r["method"] == "ngram_trie"]
+    verdicts = {r["turn"]: r["divergence"] for r in runs}
+    assert verdicts[0]["verdict"] == "mismatch"
+    assert verdicts[1]["verdict"] == "after an earlier turn" and "turn 1" in verdicts[1]["reason"]
+    assert "mismatch at #3" in verdicts[1]["reason"]
+    _, rows = load_results(out / "results.json")
+    row = next(r for r in rows if (r["category"], r["method"]) == ("all", "ngram_trie"))
+    assert row["mismatch_bugs"] == ["2/t1"] and row["follow_on"] == 1
+    assert "| 0 / 1 (1 after an earlier turn) |" in (out / "summary.md").read_text()

@@ -110,6 +110,16 @@ def test_the_drift_before_the_divergence_is_measured_and_said() -> None:
     assert Divergence.from_dict(old).drift is None
 
 
+def test_a_later_turn_after_a_difference_is_no_verdict_of_its_own() -> None:
+    earlier = Divergence(NEAR_TIE, 98, 98, "bfloat16", "close")
+    later = Divergence(MISMATCH, 27, 27, "bfloat16", "margin 3 above 1.05", tolerance=1.05)
+    d = divergence.after_earlier_turn(later, 1, earlier)
+    assert d.verdict == divergence.FOLLOW_ON and not d.is_bug and d.tolerance is None and d.position == 27
+    assert "answer to turn 1" in d.reason and "near-tie at #98" in d.reason
+    same = Divergence(IDENTICAL, None, 40, "bfloat16")
+    assert divergence.after_earlier_turn(same, 1, earlier) is same
+
+
 def test_a_run_without_logits_is_judged_from_vanillas_side() -> None:
     """transformers' own generate in the bench records only ids: the verdict uses vanilla's
     top logits (on the first GPU run 16 of 22 of its bf16 turns were left "unknown")."""

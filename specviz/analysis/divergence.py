@@ -33,7 +33,8 @@ token a and the run token b. The verdict is
   decoding that is a bug in a drafter, the tree mask, the KV cache or the acceptance: report it.
 
 Other verdicts: "identical"; "n/a (sampling)" (outputs differ by design under sampling; the
-position is still given); "unknown" where a trace has no top-2 logits (traces written before
+position is still given); "after an earlier turn" (the bench's later turns of a question, when
+the run's earlier answer, part of this turn's prompt, already differed); "unknown" where a trace has no top-2 logits (traces written before
 they were recorded). A run that records no logits (transformers' own generate in the bench) is
 judged from vanilla's side alone (`classify_one_sided`): its token within the tolerance of
 vanilla's, or not.
@@ -53,6 +54,7 @@ K = 8.0
 EPS = {"float32": 2.0 ** -23, "bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
 
 IDENTICAL, NEAR_TIE, MISMATCH, SAMPLING, UNKNOWN = "identical", "near-tie", "mismatch", "n/a (sampling)", "unknown"
+FOLLOW_ON = "after an earlier turn"
 
 TopLogits = tuple[tuple[int, float], ...]   # (id, logit) pairs, best first (verify.TOP_K of them)
 
@@ -149,7 +151,7 @@ def classify(a: int, b: int, ref: TopLogits | None, run: TopLogits | None,
 
 @dataclass(frozen=True)
 class Divergence:
-    verdict: str                        # identical / near-tie / mismatch / n/a (sampling) / unknown
+    verdict: str                        # identical / near-tie / mismatch / n/a (sampling) / unknown / after an earlier turn
     position: int | None                # first differing output token (None: identical)
     shared_tokens: int                  # tokens both outputs share from the start
     dtype: str                          # the coarser of the two runs' dtypes
@@ -245,6 +247,19 @@ def explain(reference: Trace, run: Trace) -> Divergence:
                           f"one output stops earlier ({len(a)} vs {len(b)} tokens)", **common)
     verdict, reason, tol = classify(tok_a, tok_b, ref2, run2, dtype)
     return Divergence(verdict, pos, shared, dtype, reason, tolerance=tol, **common)
+
+
+def after_earlier_turn(d: Divergence, turn: int, earlier: Divergence) -> Divergence:
+    """A later turn of a multi-turn question (the bench) whose prompt holds the run's own answer
+    to `turn` (1-based), which already differed from vanilla's (`earlier`): the two runs
+    answered different prompts, so a difference here is neither a near-tie nor a bug."""
+    if d.verdict == IDENTICAL:
+        return d
+    from dataclasses import replace
+
+    return replace(d, verdict=FOLLOW_ON, tolerance=None,
+                   reason=(f"its prompt holds the run's answer to turn {turn}, which already left vanilla's "
+                           f"text ({earlier.short()}): the two runs answered different prompts"))
 
 
 def speed_note(d: Divergence) -> str:

@@ -85,7 +85,8 @@ class Run:
 def divergence_summary(runs: Sequence[Run]) -> dict[str, Any]:
     """The turns' comparisons with vanilla (divergence.py): how many differ by a near-tie
     (rounding, e.g. in bf16), which differ by a mismatch (a bug: "question/turn"), how many
-    could not be judged (no logits recorded: "unclassified"), each
+    could not be judged (no logits recorded: "unclassified"), how many answered another prompt
+    than vanilla's (a later turn after an earlier turn differed: "follow_on"), each
     differing turn's first differing token ("question/turn@position"), and the speedup over
     the tokens each turn shares with vanilla: vanilla's seconds for those tokens over the
     method's, pooled over the turns (None without comparisons or shared tokens)."""
@@ -96,6 +97,7 @@ def divergence_summary(runs: Sequence[Run]) -> dict[str, Any]:
         "near_ties": sum(d["verdict"] == "near-tie" for _, d in divs),
         "mismatch_bugs": sorted(f"{r.question_id}/t{r.turn + 1}" for r, d in divs if d["verdict"] == "mismatch"),
         "unclassified": sum(d["verdict"] == "unknown" for _, d in divs),
+        "follow_on": sum(d["verdict"] == "after an earlier turn" for _, d in divs),
         "divergence_points": sorted(f"{r.question_id}/t{r.turn + 1}@{d['position']}" for r, d in divs
                                     if d.get("position") is not None),
         "speedup_shared_prefix": ref / mine if divs and mine > 0 else None,

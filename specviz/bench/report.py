@@ -65,13 +65,15 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _differs(r: dict[str, Any]) -> str:
-    """'2 / 0': turns that left vanilla's text at a near-tie / at a mismatch (a bug), and
-    '(3 unclassified)' after it for turns that differ with no logits to judge by; 'n/a' for
-    rows without comparisons (vanilla itself, results from older versions)."""
+    """'2 / 0': turns that left vanilla's text at a near-tie / at a mismatch (a bug), then in
+    brackets the turns that differ with no logits to judge by ('3 unclassified') and the later
+    turns whose prompt held an earlier answer that already differed ('1 after an earlier
+    turn'); 'n/a' for rows without comparisons (vanilla itself, results from older versions)."""
     if "near_ties" not in r or r["method"] == BASELINE:
         return "n/a"
-    unclassified = f" ({r['unclassified']} unclassified)" if r.get("unclassified") else ""
-    return f"{r['near_ties']} / {len(r.get('mismatch_bugs') or ())}{unclassified}"
+    notes = [f"{r[key]} {words}" for key, words in (("unclassified", "unclassified"),
+                                                    ("follow_on", "after an earlier turn")) if r.get(key)]
+    return f"{r['near_ties']} / {len(r.get('mismatch_bugs') or ())}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def model_table(rows: Sequence[dict[str, Any]]) -> str:

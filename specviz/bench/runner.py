@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..core.decoding import DecodingConfig
-from ..analysis.divergence import explain, explain_ids
+from ..analysis.divergence import Divergence, after_earlier_turn, explain, explain_ids
 from ..core.draft_metrics import tally
 from ..drafters import get
 from ..drafters.kit.store import DrafterStore
@@ -135,6 +135,7 @@ class Bench:
         out: list[Run] = []
         for method in self.methods:
             history: list[tuple[str, str]] = []
+            earlier: tuple[int, Divergence] | None = None   # the first turn that left vanilla's text
             for turn, message in enumerate(q.turns):
                 request = service.RunRequest(self.lm.model_id, method.label, decoding=decoding, message=message,
                                              history=tuple(history))
@@ -168,6 +169,12 @@ class Bench:
                         elif baseline_traces:
                             run = replace(run, divergence=explain(baseline_traces[turn], trace).to_dict())
                     run = replace(run, peak_memory_mb=peak())
+                if run.divergence:
+                    mine = Divergence.from_dict(run.divergence)
+                    if earlier is not None:             # this turn's prompt holds a differing answer
+                        run = replace(run, divergence=after_earlier_turn(mine, earlier[0] + 1, earlier[1]).to_dict())
+                    elif mine.position is not None:
+                        earlier = (turn, mine)
                 out.append(run)
                 if method.label == BASELINE:
                     baseline_out.append(run.output_ids)
