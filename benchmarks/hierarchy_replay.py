@@ -126,7 +126,7 @@ def evaluate(path: Path) -> None:
     data = pickle.loads(path.read_bytes())
     n = sum(len(r["steps"]) for r in data["records"])
     print(f"{len(data['records'])} questions, {n} steps")
-    print(f"| chance model | tokens / step | verify / plain step | expected speedup |\n|---|---|---|---|")
+    print("| chance model | tokens / step | verify / plain step | expected speedup |\n|---|---|---|---|")
     rows = [("best cut knowing the answer", replay(data, None)),
             ("no cut", replay(data, MODELS["ratio 1, trust per DB and rank (old)"], enabled=False))]
     rows += [(name, replay(data, m)) for name, m in MODELS.items()]

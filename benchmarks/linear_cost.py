@@ -32,8 +32,8 @@ def main() -> None:
     for name, weight in (("lm_head 49152x576", torch.randn(49152, 576)), ("mlp 1536x576", torch.randn(1536, 576))):
         for rows in (1, 4, 8, 16, 32):
             x = torch.randn(rows, 576)                                          # [M, H]
-            plain = mean_ms(lambda: F.linear(x, weight))                        # [M, V]
-            swapped = mean_ms(lambda: (weight @ x.T).T)                         # [M, V]
+            plain = mean_ms(lambda x=x, weight=weight: F.linear(x, weight))                        # [M, V]
+            swapped = mean_ms(lambda x=x, weight=weight: (weight @ x.T).T)                         # [M, V]
             print(f"| {name} | {rows} | {plain:.2f} | {swapped:.2f} |")
 
 

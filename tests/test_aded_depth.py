@@ -29,7 +29,7 @@ def _branching() -> AdaptiveTrigrams:
     return _table({(a, b): {(b + 1) % V: 0.6, (b + 7) % V: 0.3} for a in range(V) for b in range(V)})
 
 
-def _algorithm1_depths(model: AdaptiveTrigrams, t1: int, t2: int, iterations: int, l: int) -> set[int]:
+def _algorithm1_depths(model: AdaptiveTrigrams, t1: int, t2: int, iterations: int, l: int) -> set[int]:  # noqa: E741 - the paper's l
     """The paper's Algorithm 1 (selection by visits only: the stopping rule is what is checked
     here): the depths below the root of the nodes its tree holds."""
     rng = random.Random(0)
@@ -67,7 +67,7 @@ def _depths(parents: tuple[int, ...]) -> list[int]:
 
 
 @pytest.mark.parametrize("l", [2, 3, 4, 5])
-def test_the_search_stops_where_algorithm_1_stops(l):
+def test_the_search_stops_where_algorithm_1_stops(l):  # noqa: E741 - the paper's l
     model = _branching()
     tree = mcts(model, 0, 1, iterations=150, depth=l, rng=random.Random(1))
     assert max(_depths(tree.parents)) == l - 1 == max(_algorithm1_depths(model, 0, 1, 150, l))

@@ -384,7 +384,6 @@ def test_finished_questions_need_every_method_and_repeat():
 
 
 def test_bench_skips_questions_longer_than_the_context(tmp_path, monkeypatch, capsys):
-    from specviz.models import loading as models
     long_q = json.dumps({"question_id": 9, "category": "qa", "turns": ["word " * 5000]})
     code = main(["bench", "--model", "tiny-random", "--device", "cpu",
                  "--questions", str(_write(tmp_path, [Q[0], long_q])), "--categories", "qa",

@@ -149,7 +149,8 @@ def test_hardware_warning_names_the_workers_that_differ():
 
 
 def test_worker_shape_one_per_gpu_or_per_node():
-    node = lambda cpus, gpus=0: {"Alive": True, "Resources": {"CPU": cpus, "GPU": gpus}}
+    def node(cpus: float, gpus: float = 0) -> dict:
+        return {"Alive": True, "Resources": {"CPU": cpus, "GPU": gpus}}
     assert worker_shape({"CPU": 32, "GPU": 4}, [node(16, 2), node(16, 2)], None, True) == (4, 1, 1)
     assert worker_shape({"CPU": 24}, [node(16), node(8)], None, False) == (2, 8, 0)   # the smaller node's CPUs
     assert worker_shape({"CPU": 2}, [node(2)], 2, False) == (2, 1, 0)

@@ -127,7 +127,6 @@ def test_hierarchy_reads_the_dbs_in_order(tiny_lm, ids_index):
 def test_hierarchy_recycles_the_targets_top_k(ids_index, k):
     """A rejected node puts the n-grams ending in each of the target's k best next tokens into
     the context DB, the best one leading its LRU list."""
-    from test_drafters import ctx
     spec = get("hierarchy")
     prompt = (10, 11, 12, 13, 14)
     d = spec.make(spec.config({"use_model_db": False, "use_corpus": False, "size_by_cost": False,
@@ -209,13 +208,13 @@ def test_lookahead_comb_is_the_lookahead_mask():
     from test_drafters import ctx
     c = ctx(list(range(10, 30)), 20)
     tree = d.propose(c)
-    for l in range(3):
+    for level in range(3):
         for j in range(3):
-            node = w.cells[l][j]
-            assert tree.tokens[node] == w.levels[l][j]
+            node = w.cells[level][j]
+            assert tree.tokens[node] == w.levels[level][j]
             seen = [tree.tokens[i] for i in tree.path_to(node)]
-            assert seen == [1, 2, 3][: j + 1] + [w.levels[k][j] for k in range(1, l + 1)]
-            assert tree.depths[node] == j + 1 + l
+            assert seen == [1, 2, 3][: j + 1] + [w.levels[k][j] for k in range(1, level + 1)]
+            assert tree.depths[node] == j + 1 + level
     assert set(tree.sources) == {"lookahead"} and c.info["lookahead"] == w.levels
 
 

@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from specviz.bench.export_specbench import answer_records, export_specbench, model_id_of
+from specviz.bench.export_specbench import answer_records, model_id_of
 from specviz.bench.metrics import Run
 from specviz.cli import main
 

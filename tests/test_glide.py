@@ -15,7 +15,7 @@ from specviz.drafters import glide as gmod
 from specviz.engine import generate_steps
 from specviz.errors import ConfigError, SpecvizError
 from specviz.glide import checkpoint as ckpt
-from specviz.glide.model import GlideDraft, GlideSpec, block_cross_mask, inference_cross_mask
+from specviz.glide.model import block_cross_mask, inference_cross_mask
 from specviz.glide.train import TrainConfig, train
 from tests.conftest import assert_checkpoint_files_refused, assert_export_loads, run_ids
 from tests.test_sampling import COST, SAMPLES, assert_lossless_sampling

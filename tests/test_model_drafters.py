@@ -9,14 +9,12 @@ import pytest
 import torch
 
 from specviz.core import draft_metrics as dm
-from specviz.models.cost import calibrate
-from specviz.core.decoding import DecodingConfig
 from specviz.drafters import draft_model as dmod
 from specviz.glide.cape import expansion_size, parse_bins
 from specviz.drafters.self_draft import truncated_model
 from specviz.engine import generate_steps
 from specviz.errors import ConfigError, SpecvizError
-from specviz.models import LoadedModel, tiny_random_model
+from specviz.models import tiny_random_model
 from tests.conftest import run_ids
 from tests.test_sampling import SAMPLES, assert_lossless_sampling
 

@@ -171,7 +171,7 @@ def brute_top(trie: NgramTrie, matched: TrieNode, limit: int, first_weight: floa
 def test_top_nodes_equal_brute_force_top_k(by_recency, first_weight, weight):
     # weights are powers of two: scores compare exactly in floating point either way
     tested = 0
-    for rng, n, lp, stream in random_cases(150, seed=3):
+    for _rng, n, lp, stream in random_cases(150, seed=3):
         trie = built(n, lp, stream)
         matched, m = trie.match(stream)
         if matched is None:

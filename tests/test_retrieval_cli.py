@@ -108,7 +108,7 @@ def test_generate_index_bad_input(tmp_path: Path, hashing_index: Path, capsys: p
     code = cli.main(["generate", "--model", "tiny-random", "--max-new-tokens", "2", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err, err
-    assert len([l for l in err.splitlines() if l.startswith("specviz: error")]) == 1
+    assert len([line for line in err.splitlines() if line.startswith("specviz: error")]) == 1
 
 
 def test_old_index_flag_is_an_alias_that_warns(hashing_index: Path, capsys: pytest.CaptureFixture) -> None:
@@ -120,7 +120,7 @@ def test_old_index_flag_is_an_alias_that_warns(hashing_index: Path, capsys: pyte
                          "--k", "2", "--max-new-tokens", "4", "--no-stream"])
         out, err = capsys.readouterr()
         assert code == 0, err
-        runs[name] = (out.splitlines()[0], [l for l in err.splitlines() if l.startswith("retrieved [")], err)
+        runs[name] = (out.splitlines()[0], [line for line in err.splitlines() if line.startswith("retrieved [")], err)
     assert "--index is renamed --passage-index" in runs["--index"][2]
     assert "renamed" not in runs["--passage-index"][2]
     assert runs["--index"][:2] == runs["--passage-index"][:2] and len(runs["--index"][1]) == 2

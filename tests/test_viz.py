@@ -347,7 +347,7 @@ def test_acceptance_strip_has_a_cell_per_output_token(spied) -> None:
     cells = re.findall(r'<span data-step="(\d+)" title="token (\d+) [^"]*?· (\d+ accepted|no draft)"', html)
     assert len(cells) == trace.totals.new_tokens
     pairs = viz.token_acceptance(trace)
-    for (step, i, what), (s, n) in zip(cells, pairs):
+    for (step, _i, what), (s, n) in zip(cells, pairs):
         assert int(step) == s and what == ("no draft" if n is None else f"{n} accepted")
     assert viz.acceptance_strip_html(None) == ""
 
@@ -394,7 +394,7 @@ def test_tree_labels_never_overlap_on_the_landing_runs_widest_steps() -> None:
         if bonus is not None:                     # the star has a place of its own on its row
             assert all(not (x == bonus[0] and y == bonus[1]) for x, y in zip(xs, ys)), k
         boxes = sorted(_label_boxes(viz.tree_figure(trace, k)))
-        for (ya, a0, a1, la), (yb, b0, b1, lb) in zip(boxes, boxes[1:]):
+        for (ya, _a0, a1, la), (yb, b0, _b1, lb) in zip(boxes, boxes[1:]):
             if ya == yb:
                 assert a1 <= b0 + MARKER_SLACK_PX, (k, la, lb)
 
