@@ -62,6 +62,19 @@ def test_another_architecture_or_a_forged_sample_is_refused(fp32):
     assert identity_mismatch(forged, _as(fp32, torch.bfloat16)) is not None
 
 
+def test_a_hostile_sample_whose_fingerprint_matches_is_refused_without_a_traceback(fp32):
+    """The fingerprint sits in the same file, so a file can forge one for any sample: a ragged
+    or NaN sample then reaches the comparison, which must refuse it in words."""
+    from specviz.models import fingerprint as fp
+
+    key = fp._config_key(fp32)
+    low = _as(fp32, torch.bfloat16)
+    for sample in ([[0.1], [0.1, 0.2]], [[float("nan")] * 8] * 64, [[0.0] * 8] * 64):
+        forged = {"target_fingerprint": fp._hash(key, sample), "target_sample": sample, "target_dtype": "float32"}
+        why = identity_mismatch(forged, low)
+        assert isinstance(why, str) and ("shape" in why or "weights differ" in why), why
+
+
 def test_a_checkpoint_without_a_sample_says_which_dtype_to_use(fp32):
     old = {"target_fingerprint": target_fingerprint(fp32)}
     why = identity_mismatch(old, _as(fp32, torch.bfloat16))

@@ -46,7 +46,7 @@ tokens both runs share over the run's time for the same tokens.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..core.trace import StepRecord, Trace
 
@@ -224,13 +224,22 @@ def _show(tok: int | None, token_text: Any) -> str:
 
 def explain(reference: Trace, run: Trace) -> Divergence:
     """Compare `run` with `reference` (vanilla on the same input and decoding settings)."""
-    a, b = reference.output_ids, run.output_ids
+    return _compare(reference, run.output_ids, token_top_logits(run.steps), run.dtype,
+                    lambda n: prefix_seconds(run, n))
+
+
+def _compare(reference: Trace, b: Sequence[int], top_b: Sequence[TopLogits] | None, run_dtype: str,
+             run_seconds: Callable[[int], float]) -> Divergence:
+    """`explain` for a run known by its output ids `b`, its recorded top logits per token
+    (None: it records none, judged by `classify_one_sided`), its dtype and the seconds it
+    took for its first n tokens."""
+    a = reference.output_ids
     pos = first_difference(a, b)
     shared = min(len(a), len(b)) if pos is None else pos
-    dtype = coarser(reference.dtype, run.dtype)
-    times: dict[str, Any] = {"reference_seconds": prefix_seconds(reference, shared), "run_seconds": prefix_seconds(run, shared)}
-    top_a, top_b = token_top_logits(reference.steps), token_top_logits(run.steps)
-    drift = prefix_drift(top_a, top_b, shared)
+    dtype = coarser(reference.dtype, run_dtype)
+    times: dict[str, Any] = {"reference_seconds": prefix_seconds(reference, shared), "run_seconds": run_seconds(shared)}
+    top_a = token_top_logits(reference.steps)
+    drift = prefix_drift(top_a, top_b, shared) if top_b is not None else None
     if drift is not None:
         times = {**times, "drift": drift[0], "drift_at": drift[1]}
     if pos is None:
@@ -238,14 +247,15 @@ def explain(reference: Trace, run: Trace) -> Divergence:
     tok_a = a[pos] if pos < len(a) else None
     tok_b = b[pos] if pos < len(b) else None
     ref2 = top_a[pos] if pos < len(top_a) else None
-    run2 = top_b[pos] if pos < len(top_b) else None
+    run2 = top_b[pos] if top_b is not None and pos < len(top_b) else None
     common: dict[str, Any] = dict(reference_token=tok_a, run_token=tok_b, reference_top=ref2, run_top=run2, **times)
     if float(reference.decoding.get("temperature", 0.0)) != 0.0:
         return Divergence(SAMPLING, pos, shared, dtype, "outputs differ by design under sampling", **common)
     if tok_a is None or tok_b is None:
         return Divergence(MISMATCH, pos, shared, dtype,
                           f"one output stops earlier ({len(a)} vs {len(b)} tokens)", **common)
-    verdict, reason, tol = classify(tok_a, tok_b, ref2, run2, dtype)
+    verdict, reason, tol = (classify(tok_a, tok_b, ref2, run2, dtype) if top_b is not None
+                            else classify_one_sided(tok_a, tok_b, ref2, dtype))
     return Divergence(verdict, pos, shared, dtype, reason, tolerance=tol, **common)
 
 
@@ -253,7 +263,7 @@ def after_earlier_turn(d: Divergence, turn: int, earlier: Divergence) -> Diverge
     """A later turn of a multi-turn question (the bench) whose prompt holds the run's own answer
     to `turn` (1-based), which already differed from vanilla's (`earlier`): the two runs
     answered different prompts, so a difference here is neither a near-tie nor a bug."""
-    if d.verdict == IDENTICAL:
+    if d.verdict in (IDENTICAL, SAMPLING):
         return d
     from dataclasses import replace
 
@@ -308,28 +318,8 @@ def classify_one_sided(a: int, b: int, ref: TopLogits | None, dtype: str) -> tup
                       f"{tol:.3g} ({side})"), tol
 
 
-def explain_ids(reference: Trace, ids: Sequence[int], seconds: float, dtype: str | None = None) -> Divergence:
+def explain_ids(reference: Trace, ids: Sequence[int], seconds: float) -> Divergence:
     """A run known only by its output ids and total seconds (transformers' own generate in
     the bench): the position, and a verdict from vanilla's side alone (`classify_one_sided`);
-    the run's time for the shared tokens is its total pro rata of its tokens. `dtype`: the
-    run's (default: vanilla's)."""
-    a = reference.output_ids
-    pos = first_difference(a, ids)
-    shared = min(len(a), len(ids)) if pos is None else pos
-    dt = coarser(reference.dtype, dtype or reference.dtype)
-    times: dict[str, Any] = {"reference_seconds": prefix_seconds(reference, shared),
-             "run_seconds": seconds * shared / len(ids) if ids else 0.0}
-    if pos is None:
-        return Divergence(IDENTICAL, None, shared, dt, **times)
-    tok_a = a[pos] if pos < len(a) else None
-    tok_b = ids[pos] if pos < len(ids) else None
-    top_a = token_top_logits(reference.steps)
-    ref2 = top_a[pos] if pos < len(top_a) else None
-    common: dict[str, Any] = dict(reference_token=tok_a, run_token=tok_b, reference_top=ref2, **times)
-    if float(reference.decoding.get("temperature", 0.0)) != 0.0:
-        return Divergence(SAMPLING, pos, shared, dt, "outputs differ by design under sampling", **common)
-    if tok_a is None or tok_b is None:
-        return Divergence(MISMATCH, pos, shared, dt, f"one output stops earlier ({len(a)} vs {len(ids)} tokens)",
-                          **common)
-    verdict, reason, tol = classify_one_sided(tok_a, tok_b, ref2, dt)
-    return Divergence(verdict, pos, shared, dt, reason, tolerance=tol, **common)
+    the run's time for the shared tokens is its total pro rata of its tokens."""
+    return _compare(reference, ids, None, reference.dtype, lambda n: seconds * n / len(ids) if ids else 0.0)

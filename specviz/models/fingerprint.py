@@ -80,11 +80,13 @@ def identity_mismatch(manifest: Mapping[str, Any], model: Any) -> str | None:
         return "the fingerprints differ"
     if want != _hash(key, recorded):
         return "its architecture, or its recorded weight sample, is not this target's"
+    if len(recorded) != len(sample) or any(len(r) != len(m) for r, m in zip(recorded, sample)):
+        return "its recorded weight sample has another shape than this target's"
     rtol = max(_RTOL.get(dtype, 2.0 ** -8), _RTOL.get(recorded_dtype, 2.0 ** -8))
     atol = 10.0 ** -DECIMALS
     a = torch.tensor(sample, dtype=torch.float64)
     b = torch.tensor(recorded, dtype=torch.float64)
-    if a.shape == b.shape and bool(((a - b).abs() <= atol + rtol * b.abs()).all()):
+    if bool(((a - b).abs() <= atol + rtol * b.abs()).all()):
         return None
     return f"its weights differ from this target's beyond the rounding of {dtype} and {recorded_dtype}"
 
