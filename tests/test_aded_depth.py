@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from specviz.core.flat_tree import depths
 from specviz.drafters import get
 from specviz.index.mcts import mcts, ranked_drafts
 from specviz.index.trigram import AdaptiveTrigrams
@@ -59,18 +60,11 @@ def _algorithm1_depths(model: AdaptiveTrigrams, t1: int, t2: int, iterations: in
     return depths
 
 
-def _depths(parents: tuple[int, ...]) -> list[int]:
-    d: list[int] = []
-    for p in parents:
-        d.append(1 if p < 0 else d[p] + 1)
-    return d
-
-
 @pytest.mark.parametrize("l", [2, 3, 4, 5])
 def test_the_search_stops_where_algorithm_1_stops(l):  # noqa: E741 - the paper's l
     model = _branching()
     tree = mcts(model, 0, 1, iterations=150, depth=l, rng=random.Random(1))
-    assert max(_depths(tree.parents)) == l - 1 == max(_algorithm1_depths(model, 0, 1, 150, l))
+    assert max(depths(tree.parents)) == l - 1 == max(_algorithm1_depths(model, 0, 1, 150, l))
     drafts = ranked_drafts(tree, model, 0, 1, 24)
     lengths = [len(toks) + (ext >= 0) for toks, _, ext in drafts]
     assert max(lengths) == l                              # l - 1 searched, plus the extension

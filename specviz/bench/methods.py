@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from ..core.settings import first_repeat
 from ..drafters import baseline, get, ordered
 from ..drafters.kit.choice import DrafterChoice, DrafterChoiceError
 from ..engine import service
@@ -145,7 +146,7 @@ def _sweep_axes(text: str, grid: str) -> list[tuple[str, list[str]]]:
             raise MethodError(f"sweep: {part!r}: an empty value between ','; expected key=v1,v2,...")
         if any(k == key for k, _ in axes):
             raise MethodError(f"sweep: {text!r}: {key} is swept twice; give all its values in one key=v1,v2,...")
-        twice = next((v for i, v in enumerate(vals) if v in vals[:i]), None)
+        twice = first_repeat(vals)
         if twice is not None:
             raise MethodError(f"sweep: {part!r}: the value {twice} is given twice; give each value once")
         axes.append((key, vals))

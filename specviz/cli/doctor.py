@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis.doctor import CHECK_PROMPTS, MAX_NEW_TOKENS, default_drafters
+from ..core.settings import first_repeat
 from .common import add_runtime_arguments
 from .errors import UsageError
 
@@ -30,7 +31,7 @@ def checked_drafters(text: str) -> tuple[str, ...]:
         raise UsageError("--drafters: empty; give drafter names, e.g. --drafters ngram_trie,prompt_lookup")
     if "" in items:
         raise UsageError(f"--drafters: {text!r} has an empty item between ','; give names separated by one ','")
-    twice = next((d for i, d in enumerate(items) if d in items[:i]), None)
+    twice = first_repeat(items)
     if twice is not None:
         raise UsageError(f"--drafters: {twice} is given twice; give each drafter once")
     odd = next((d for d in items if any(c in d for c in "@[]=")), None)

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from .flat_tree import depths
+
 N_BINS = 10
 KINDS = ("probability", "path_probability", "chance")      # drafters.base.CONFIDENCE_KINDS
 
@@ -129,13 +131,6 @@ def expected_calibration_error(rel: Reliability) -> float:
 
 # ---- confidence per node, from a step ----------------------------------------------------------
 
-def _depths(parents: Sequence[int]) -> list[int]:
-    out: list[int] = []
-    for p in parents:
-        out.append(1 if p < 0 else out[p] + 1)
-    return out
-
-
 def step_chances(step: Any) -> list[float | None] | None:
     """The recorded chance of each node of the step's tree (None where the node has none, as
     the lookahead columns hierarchy grafts after the cut); None when the record does not line
@@ -145,7 +140,7 @@ def step_chances(step: Any) -> list[float | None] | None:
     n = len(step.tree)
     if chance is None or depth is None or len(chance) != len(depth):
         return [None] * n if chance is None else None
-    tree_depths = _depths(step.tree.parents)
+    tree_depths = depths(step.tree.parents)
     # the engine may have dropped nodes deeper than the budget allows (engine._fit_tree): it keeps,
     # in order, every node no deeper than the verified tree's deepest one
     limit = max(tree_depths, default=0)

@@ -24,6 +24,15 @@ def ancestry(parents: Sequence[int], node: int) -> list[int]:
     return path[::-1]
 
 
+def depths(parents: Sequence[int]) -> list[int]:
+    """In a parent array in topological order (-1 = the root), each node's depth: 1 for the
+    root's children."""
+    out: list[int] = []
+    for p in parents:
+        out.append(1 if p < 0 else out[p] + 1)
+    return out
+
+
 @dataclass(frozen=True)
 class FlatTree:
     tokens: tuple[int, ...]
@@ -35,10 +44,7 @@ class FlatTree:
     @cached_property
     def depths(self) -> tuple[int, ...]:
         """Depth of each node: 1 for children of the root."""
-        d: list[int] = []
-        for p in self.parents:
-            d.append(1 if p < 0 else d[p] + 1)
-        return tuple(d)
+        return tuple(depths(self.parents))
 
     @cached_property
     def children(self) -> dict[int, list[int]]:

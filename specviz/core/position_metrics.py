@@ -40,6 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .flat_tree import depths
+
 # vLLM's names, in its order (the Prometheus metric is "vllm:spec_decode_" + name)
 VLLM_NAMES = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 ACCEPTANCE_LENGTH_NOTE = ("mean acceptance length = 1 + num_accepted_tokens / num_drafts: the bonus token "
@@ -118,13 +120,6 @@ class PositionCounts:
                               int(d.get("num_steps", 0)), int(d.get("cut_at_stop", 0)))
 
 
-def _depths(parents: Sequence[int]) -> list[int]:
-    out: list[int] = []
-    for p in parents:
-        out.append(1 if p < 0 else out[p] + 1)
-    return out
-
-
 def position_counts(steps: Sequence[Any]) -> PositionCounts:
     """The counts of StepRecords (anything with .tree, .accepted and .new_tokens)."""
     drafts = draft_tokens = accepted = cut = 0
@@ -139,7 +134,7 @@ def position_counts(steps: Sequence[Any]) -> PositionCounts:
         drafts += 1
         draft_tokens += n
         accepted += n_acc
-        depth = max(_depths(s.tree.parents))
+        depth = max(depths(s.tree.parents))
         if len(per_pos) < depth:
             per_pos += [0] * (depth - len(per_pos))
             tested += [0] * (depth - len(tested))

@@ -8,12 +8,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from ..errors import ConfigError, warn_renamed
 
 T = TypeVar("T")
 KINDS = ("", "token_ids", "file", "folder", "model", "checkpoint")
+
+
+def first_repeat(items: Sequence[T]) -> T | None:
+    """The first item of a user's list that stands earlier in it too (None: each is given once);
+    a list of settings, sweep values or names refuses it rather than silently drop a copy."""
+    return next((x for i, x in enumerate(items) if x in items[:i]), None)
 
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,

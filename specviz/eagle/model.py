@@ -22,6 +22,7 @@ Rows pair a feature with the NEXT token: row j holds (f_j, t_{j+1}) at position 
 output predicts f_{j+1} (EAGLE) / the token t_{j+2}. `forward` runs rows with an explicit
 key/value cache and a boolean visibility mask, for drafting and for training alike.
 The embeddings are the target's (frozen, not stored), as in the authors' code.
+Its linear layers take the few-row product on a CPU (models/cpu_linear.py) when drafting.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from ..models.cpu_linear import FewRowLinear, few_row_linear
 
 KINDS = ("eagle", "eagle3")
 
@@ -115,10 +118,10 @@ class Attention(nn.Module):
         super().__init__()
         self.spec = spec
         s = spec
-        self.q_proj = nn.Linear(inputs, s.heads * s.head_dim, bias=False)
-        self.k_proj = nn.Linear(inputs, s.kv_heads * s.head_dim, bias=False)
-        self.v_proj = nn.Linear(inputs, s.kv_heads * s.head_dim, bias=False)
-        self.o_proj = nn.Linear(s.heads * s.head_dim, s.hidden, bias=False)
+        self.q_proj = FewRowLinear(inputs, s.heads * s.head_dim, bias=False)
+        self.k_proj = FewRowLinear(inputs, s.kv_heads * s.head_dim, bias=False)
+        self.v_proj = FewRowLinear(inputs, s.kv_heads * s.head_dim, bias=False)
+        self.o_proj = FewRowLinear(s.heads * s.head_dim, s.hidden, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 past: tuple[torch.Tensor, torch.Tensor] | None, visible: torch.Tensor
@@ -144,9 +147,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, spec: EagleSpec) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
-        self.up_proj = nn.Linear(spec.hidden, spec.intermediate, bias=False)
-        self.down_proj = nn.Linear(spec.intermediate, spec.hidden, bias=False)
+        self.gate_proj = FewRowLinear(spec.hidden, spec.intermediate, bias=False)
+        self.up_proj = FewRowLinear(spec.hidden, spec.intermediate, bias=False)
+        self.down_proj = FewRowLinear(spec.intermediate, spec.hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -187,13 +190,13 @@ class EagleDraft(nn.Module):
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
         self.spec = spec
         if spec.kind == "eagle":
-            self.fc = nn.Linear(2 * spec.hidden, spec.hidden, bias=spec.fc_bias)
+            self.fc = FewRowLinear(2 * spec.hidden, spec.hidden, bias=spec.fc_bias)
             self.layers = nn.ModuleList([Layer(spec)])
         else:
-            self.fc = nn.Linear(spec.feature_width, spec.hidden, bias=False)
+            self.fc = FewRowLinear(spec.feature_width, spec.hidden, bias=False)
             self.midlayer = Layer(spec)
             self.norm = RMSNorm(spec.hidden, spec.rms_eps)
-            self.lm_head = nn.Linear(spec.hidden, spec.draft_vocab, bias=False)
+            self.lm_head = FewRowLinear(spec.hidden, spec.draft_vocab, bias=False)
             self.register_buffer("d2t", torch.zeros(spec.draft_vocab, dtype=torch.long))
             self.register_buffer("t2d", torch.zeros(spec.vocab, dtype=torch.bool))
         self.rope = Rope(spec)
@@ -232,7 +235,7 @@ class EagleDraft(nn.Module):
         """Output [.., H] -> logits over the draft's vocabulary [.., V] (eagle: the target's LM
         head, the whole vocabulary; eagle3: norm then its own lm_head over the draft vocabulary)."""
         if self.spec.kind == "eagle":
-            return nn.functional.linear(out, self.target.lm_head.weight.to(out.dtype))
+            return few_row_linear(out, self.target.lm_head.weight.to(out.dtype))
         return self.lm_head(self.norm(out))
 
     def to_target(self, idx: torch.Tensor) -> torch.Tensor:

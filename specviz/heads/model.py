@@ -29,21 +29,9 @@ import torch
 from torch import nn
 
 from ..glide.model import Shortlisted
+from ..models.cpu_linear import few_row_linear
 
 KINDS = ("medusa", "hydra")
-FEW_ROWS = 64                  # drafting: up to this many rows take the few-row product on a CPU
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear; when drafting (no grad) a few rows on a CPU as (W @ x.T).T, several times faster
-    there for one to a few dozen rows (cpu_linear.py has the measurements)."""
-    rows = x.numel() // x.shape[-1]
-    if torch.is_grad_enabled() or x.device.type != "cpu" or rows > FEW_ROWS:
-        return nn.functional.linear(x, weight, bias)
-    out = torch.matmul(weight, x.reshape(rows, x.shape[-1]).T).T                  # [rows, out]
-    if bias is not None:
-        out = out + bias
-    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 @dataclass(frozen=True)
@@ -69,7 +57,7 @@ class ResBlock(nn.Module):
         nn.init.zeros_(self.linear.bias)             # b too here, so an untrained head is the LM head)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[..., : self.hidden] + nn.functional.silu(linear(x, self.linear.weight, self.linear.bias))
+        return x[..., : self.hidden] + nn.functional.silu(few_row_linear(x, self.linear.weight, self.linear.bias))
 
 
 class DraftHeads(Shortlisted, nn.Module):
@@ -98,7 +86,7 @@ class DraftHeads(Shortlisted, nn.Module):
         if self._head is None or self._head.device != z.device or self._head.dtype != z.dtype:
             weight = self.target.lm_head.weight
             self._head = weight[self.vocab_ids.to(weight.device)].detach().to(z.device, z.dtype)   # [K, H]
-        return linear(z, self._head)
+        return few_row_linear(z, self._head)
 
     def head_input(self, k: int, hidden: torch.Tensor, before: torch.Tensor | None) -> torch.Tensor:
         """Head k's (0-based) input: hidden [N, H]; Hydra: with the embeddings of the k+1 tokens

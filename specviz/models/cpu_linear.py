@@ -20,15 +20,31 @@ from torch import nn
 MAX_ROWS = 64
 
 
-def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def few_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                   max_rows: int = MAX_ROWS) -> torch.Tensor:
+    """F.linear(x, weight, bias) for x [.., in], weight [out, in]: computed as (W @ x.T).T when
+    x is at most `max_rows` rows on a CPU in the weight's dtype and no gradient is recorded
+    (training keeps F.linear)."""
     rows = x.numel() // x.shape[-1]
-    if rows > self.few_rows_limit or x.device.type != "cpu" or x.dtype != self.weight.dtype:
-        return F.linear(x, self.weight, self.bias)
+    if rows > max_rows or x.device.type != "cpu" or x.dtype != weight.dtype or torch.is_grad_enabled():
+        return F.linear(x, weight, bias)
     flat = x.reshape(rows, x.shape[-1])                                    # [M, in]
-    out = torch.matmul(self.weight, flat.T).T.contiguous()                 # [M, out]
-    if self.bias is not None:
-        out = out + self.bias
+    out = torch.matmul(weight, flat.T).T.contiguous()                      # [M, out]
+    if bias is not None:
+        out = out + bias
     return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class FewRowLinear(nn.Linear):
+    """nn.Linear (the same parameters and state dict) whose forward is few_row_linear: for a
+    draft head's own layers, which run a few rows a step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return few_row_linear(x, self.weight, self.bias)
+
+
+def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return few_row_linear(x, self.weight, self.bias, self.few_rows_limit)
 
 
 def use_few_row_linear(model: Any, max_rows: int = MAX_ROWS) -> int:
