@@ -79,3 +79,26 @@ def test_shipped_drafters_equal_vanilla_on_cuda_in_float32():
             trace = generate(lm, prompt, name, cfg or None, decoding)
             assert not trace.errors, (name, trace.errors)
             assert trace.output_ids == vanilla.output_ids, (name, cfg)
+
+
+def test_a_bf16_target_on_cuda_runs_no_cudnn_attention():
+    """models/attention.py: loading in bf16 on CUDA turns PyTorch's cuDNN SDPA backend off (a graph
+    build per key length made a bf16 step twice as slow as fp32 on an H200), the runtime says so,
+    and a tree-verifying generation's profile holds no cuDNN attention call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)      # PyTorch's default; a load (cached or not) turns it off
+        lm = load_model("tiny-random", device="cuda", dtype="bfloat16")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert lm.runtime["attention"] == "sdpa, cuDNN off"
+        prompt = build_prompt(lm.tokenizer, TEXT)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            trace = generate(lm, prompt, "ngram_trie", None, DecodingConfig(max_new_tokens=16))
+        assert not trace.errors and trace.runtime["attention"] == "sdpa, cuDNN off"
+        ops = {e.key for e in prof.key_averages()}
+        assert any("attention" in op for op in ops), sorted(ops)[:40]     # the profile did see attention
+        assert not any("cudnn_attention" in op for op in ops)
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

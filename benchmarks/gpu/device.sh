@@ -3,8 +3,9 @@
 # pieces, set up, and run one stage, writing its outputs to $OUT. See README.md.
 #   bash benchmarks/gpu/device.sh receive                 # copy the carried .gpu/cK into /tmp/specviz-gpu
 #   bash benchmarks/gpu/device.sh doctor|tests|bench-bf16|bench-fp32|profile [extra args]
+#   bash benchmarks/gpu/device.sh pack                    # $OUT's files into one gpu-out.tgz (a call returns 8 files at most)
 set -uo pipefail
-STAGE=${1:?stage: receive, doctor, tests, bench-bf16, bench-fp32, profile}; shift
+STAGE=${1:?stage: receive, doctor, tests, bench-bf16, bench-fp32, profile, pack}; shift
 HOLD=/tmp/specviz-gpu; OUT=${OUT:-$HOLD/out}; mkdir -p "$HOLD/pieces" "$OUT"
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu: a dry run of this script without a GPU
 export SPECVIZ_CACHE=$HOLD/cache PYTHONPATH=$HOLD/site:$PWD PYTHONUNBUFFERED=1 SPECVIZ_NO_FETCH=1 HF_HUB_OFFLINE=1
@@ -48,6 +49,7 @@ case $STAGE in
             -rs "${@:-tests}" 2>&1 | tee "$OUT/tests.txt" ;;
   bench-bf16) setup && bench bfloat16 "$@" ;;
   bench-fp32) setup && bench float32 "$@" ;;
+  pack)   (cd "$OUT" && find . -maxdepth 1 -type f ! -name gpu-out.tgz -printf '%P\n' | tar -czf gpu-out.tgz --remove-files -T - && ls -l) ;;
   profile) setup && python3 benchmarks/gpu/profile_step.py --device $DEVICE --out "$OUT" "$@" 2>&1 | grep -v '^USDT' ;;
   *) echo "unknown stage $STAGE"; exit 2 ;;
 esac

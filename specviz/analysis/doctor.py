@@ -178,7 +178,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
 
     from ..drafters.kit.base import get
     from ..errors import ConfigError
-    from ..models import attention_implementation, load_model
+    from ..models import attention_label, load_model
     from ..models.prompts import build_prompt
     from ..core.timing import PeakMemory
 
@@ -206,7 +206,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
     return DoctorReport(
         model_id=lm.model_id, device=str(lm.device),
         gpu_name=torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else None,
-        dtype=str(lm.dtype).replace("torch.", ""), attention=attention_implementation(lm.model),
+        dtype=str(lm.dtype).replace("torch.", ""), attention=attention_label(lm.model, lm.device),
         torch_version=torch.__version__, transformers_version=transformers.__version__,
         torch_threads=torch.get_num_threads(), cpu_linear=lm.cpu_linear,
         context_len=ctx, cost_curve=curve, max_new_tokens=max_new_tokens, checks=checks,

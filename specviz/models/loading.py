@@ -33,6 +33,7 @@ from typing import Any, Callable
 import torch
 
 from . import embedded, placement
+from .attention import attention_label, avoid_cudnn_attention
 from ..files.cachedir import cache_dir
 from .cost import VerifyCost, calibrate
 from .cpu_linear import use_few_row_linear
@@ -79,7 +80,7 @@ class LoadedModel:
     def runtime(self) -> dict[str, Any]:
         """How the model runs (JSON-able): device, dtype, cpu_linear, attention implementation."""
         out: dict[str, Any] = {"device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-                               "cpu_linear": self.cpu_linear, "attention": attention_implementation(self.model)}
+                               "cpu_linear": self.cpu_linear, "attention": attention_label(self.model, self.device)}
         if self.device_map:
             out["device_map"] = dict(self.device_map)
         return out
@@ -163,11 +164,6 @@ def uses_cpu_linear(device: torch.device) -> bool:
 def cpu_linear_active(model: Any) -> bool:
     """Whether any linear layer of `model` runs the few-row form (cpu_linear.py)."""
     return any(hasattr(m, "few_rows_limit") for m in model.modules())
-
-
-def attention_implementation(model: Any) -> str:
-    """The attention kernel transformers picked for `model` (sdpa, eager, flash_attention_2...)."""
-    return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "unknown")
 
 
 def _load_embedded() -> tuple[Any, Any]:
@@ -337,6 +333,10 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
         linear = uses_cpu_linear(dev) if cpu_linear is None else bool(cpu_linear)
         key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt), linear)
         lm = _cached(key, lambda: _load(model_id, dev, dt, dtype, linear))
+    # bf16/fp16 on a GPU: no cuDNN attention, which builds a graph per key length (attention.py);
+    # on every load, a cached one too, so that the flag holds for whatever target runs next
+    on_gpu = lm.device.type == "cuda" or any(d not in ("cpu", "disk") for _, d in lm.device_map)
+    avoid_cudnn_attention(torch.device("cuda") if on_gpu else lm.device, lm.dtype)
     if calibrate_cost:
         lm.cost_model()
     return lm
