@@ -185,7 +185,7 @@ def test_epochs_replay_the_first_batches(tiny_lm):
 
 
 def test_stop_after_keeps_the_schedule_and_stops(tiny_lm):
-    from specviz.glide.train import lr_at
+    from specviz.glide.train_kit import lr_at
     cfg = TrainConfig(steps=10, warmup=1, stop_after=4)
     _, hist = train(tiny_lm.model, tiny_lm.model_id, _random_batches(10), cfg, None, progress=False)
     assert [h.step for h in hist] == [1, 2, 3, 4]
@@ -243,7 +243,7 @@ def test_target_labels_feature_and_shortlist_objective_by_hand(tiny_lm):
 
 
 def test_shortlist_is_the_most_frequent_tokens():
-    from specviz.glide.train import frequent_tokens
+    from specviz.glide.train_kit import frequent_tokens
 
     batches = [torch.tensor([[5, 5, 5, 2, 2, 9]]), torch.tensor([[9, 9, 9, 9, 1, 5]])]
     assert frequent_tokens(batches, 3, 12).tolist() == [2, 5, 9]   # 9 x5, 5 x4, 2 x2

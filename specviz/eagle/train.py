@@ -24,7 +24,7 @@ Objectives, as the authors' code trains them, with the target's own choices as l
   the target's choice at row j+1 (outside the draft vocabulary: ignored), weighted 0.8^s.
   The authors unroll 7 steps and distil the target's distribution; here `ttt` (default 3)
   and the argmax.
-AdamW, linear warm-up then cosine decay (glide/train.lr_at); checkpoints carry the optimiser
+AdamW, linear warm-up then cosine decay (glide/train_kit.lr_at); checkpoints carry the optimiser
 state and the step (`resume`; Ctrl-C saves first).
 
 Held-out (`evaluate`): the head unrolled `positions` steps on held-out batches, top-1 per
@@ -39,7 +39,6 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Iterator
 
@@ -48,8 +47,8 @@ import torch
 from ..errors import ConfigError
 from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train import (after_step, check_least, freeze_target, frequent_tokens, lr_at, optimise, progress_bar,
-                           saving_on_interrupt, TimedStep as StepStats, TrainSchedule)
+from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, freeze_target, frequent_tokens,
+                               replay, run_steps)
 from ..models.hidden import FINAL, HiddenCapture
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
@@ -137,10 +136,15 @@ def eagle_pass(target: Any, ids: torch.Tensor, layers: tuple[int, ...],
     return TargetPass(kv=[], labels=labels, hidden=torch.cat(parts, -1).to(next(target.parameters()).dtype))
 
 
-def _with_pass(target: Any, ids: torch.Tensor, device: torch.device, layers: tuple[int, ...],
-               autocast: torch.dtype | None) -> tuple[torch.Tensor, TargetPass]:
-    """(ids, the target's eagle_pass over them on `device`): a batch as _claimed_put stores it."""
-    return ids, eagle_pass(target, ids.to(device), layers, autocast)
+def _pass_into(cache: TargetCache, target: Any, layers: tuple[int, ...], autocast: torch.dtype | None
+               ) -> Callable[[int, torch.Tensor], None]:
+    """put(n, ids): batch n and the target's eagle_pass over it into `cache`, unless another run
+    claimed it (_claimed_put)."""
+    device = next(target.parameters()).device
+
+    def put(n: int, ids: torch.Tensor) -> None:
+        _claimed_put(cache, n, lambda: (ids, eagle_pass(target, ids.to(device), layers, autocast)))
+    return put
 
 
 def unroll(draft: EagleDraft, feat: torch.Tensor, ids: torch.Tensor, steps: int,
@@ -241,31 +245,6 @@ def evaluate(draft: EagleDraft, held: Iterable[tuple[torch.Tensor, TargetPass]],
     return result
 
 
-def _replay(cache: TargetCache, target: Any, source: Iterator[torch.Tensor], cfg: EagleTrainConfig, start: int,
-            layers: tuple[int, ...], autocast: torch.dtype | None) -> Iterator[tuple[torch.Tensor, TargetPass]]:
-    """Batch (step % batches) + 1 for every step from `start`, its target pass made (eagle_pass)
-    into the cache the first time it is wanted."""
-    param = next(target.parameters())
-    hidden = int(target.config.hidden_size)
-    read = 0
-    for step in itertools.count(start):
-        n = step % cfg.batches + 1
-        while n not in cache and read < n:
-            nxt = next(source, None)
-            if nxt is None:
-                break
-            read += 1
-            if read not in cache:
-                _claimed_put(cache, read, partial(_with_pass, target, nxt, param.device, layers, autocast))
-        if n not in cache:
-            if not read:
-                raise DataError("data: no training batches (the data is empty or shorter than one "
-                                f"batch of {cfg.batch} x {cfg.seq_len} tokens)")
-            n = (n - 1) % read + 1
-        ids, tp = cache.get(n)
-        yield ids.to(param.device), kind_view(tp, cfg.kind, hidden).to(param.dtype, param.device)
-
-
 def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: EagleTrainConfig,
           cache: TargetCache, out: str | Path, resume: bool = False,
           held: Iterable[tuple[torch.Tensor, TargetPass]] = (), data_name: str = "",
@@ -279,7 +258,7 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Eagl
     device = next(target.parameters()).device
     draft.to(device).train()
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.0)
-    layers = pass_layers(target)
+    put = _pass_into(cache, target, pass_layers(target), autocast)
     source_iter: Iterator[torch.Tensor] = iter(source)
     step, history = 0, []
     out = Path(out)
@@ -296,7 +275,7 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Eagl
         shortlist = training["shortlist"].to(device)
     else:
         head = list(itertools.islice(source_iter, min(cfg.batches, SHORTLIST_FIRST)))
-        shortlist = _labels_shortlist(cache, target, head, cfg, layers, autocast, vocab_size).to(device)
+        shortlist = _labels_shortlist(cache, put, head, cfg, vocab_size).to(device)
         source_iter = itertools.chain(head, source_iter)
         if cfg.kind == "eagle3":
             draft.set_draft_vocab(shortlist)
@@ -305,7 +284,7 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Eagl
     rows = target.lm_head.weight[shortlist].detach() if cfg.kind == "eagle" else None     # [K, H]
     held_out: dict[str, Any] = {}
 
-    def save() -> None:
+    def save(step: int) -> None:
         extra = ckpt.specviz_entry(draft, target, target_id, steps=step, data=data_name,
                                    train_config={k: v for k, v in cfg.__dict__.items()},
                                    loss=history[-1].loss if history else None,
@@ -315,35 +294,26 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Eagl
         ckpt.save(out, draft, extra, {"optimizer": opt.state_dict(), "step": step, "shortlist": shortlist.cpu(),
                                       "history": [h.__dict__ for h in history]})
 
-    bar = progress_bar(progress, cfg.steps, step)
-    with saving_on_interrupt(save, bar):
-        batches = _replay(cache, target, source_iter, cfg, step, layers, autocast)
-        while step < cfg.steps:
-            t0 = time.perf_counter()
-            ids, tp = next(batches)
-            loss = loss_fn(draft, ids, tp, cfg, index, rows)
-            optimise(loss, opt, lr_at(step, cfg))
-            step += 1
-            history.append(StepStats(step, float(loss.detach()), time.perf_counter() - t0))
-            after_step(step, cfg.save_every, save, bar, loss=f"{history[-1].loss:.3f}")
-    result = evaluate(draft, held, cfg.positions)
-    if result is not None:
-        held_out.update(result)
-    save()
+    width, dtype = int(target.config.hidden_size), next(target.parameters()).dtype
+    batches = ((ids.to(device), kind_view(tp, cfg.kind, width).to(dtype, device))
+               for ids, tp in replay(cache, source_iter, cfg, step, put))
+    step = run_steps(cfg, step, batches, lambda ids, tp: loss_fn(draft, ids, tp, cfg, index, rows), opt, history,
+                     save, progress)
+    held_out.update(evaluate(draft, held, cfg.positions) or {})
+    save(step)
     draft.eval()
     return draft, history
 
 
-def _labels_shortlist(cache: TargetCache, target: Any, head: list[torch.Tensor], cfg: EagleTrainConfig,
-                      layers: tuple[int, ...], autocast: torch.dtype | None, vocab_size: int) -> torch.Tensor:
+def _labels_shortlist(cache: TargetCache, put: Callable[[int, torch.Tensor], None], head: list[torch.Tensor],
+                      cfg: EagleTrainConfig, vocab_size: int) -> torch.Tensor:
     """The `cfg.vocab` most frequent target choices over the first batches (the authors count
     the training data's tokens for EAGLE-3's draft vocabulary; here the target's choices, which
-    are the labels), their target passes made into the cache on the way."""
-    param = next(target.parameters())
+    are the labels), their target passes made into the cache on the way (`put`: _pass_into)."""
     labels = []
     for n, ids in enumerate(head, 1):
         if n not in cache:
-            _claimed_put(cache, n, partial(_with_pass, target, ids, param.device, layers, autocast))
+            put(n, ids)
         labels.append(cache.get(n)[1].labels)
     if not labels:
         raise DataError(f"data: no training batches (the data is shorter than one batch of {cfg.batch} x "

@@ -20,66 +20,27 @@ With `epochs > 1` the first ceil(steps / epochs) batches are used again, the tar
 each computed once: kept in memory (fp16), or on disk with `target_cache`, which several runs
 share (`--cache-only` fills it without training). Checkpoints (checkpoint.py) carry the
 optimiser state and the data position: `--resume` continues a run where it stopped (Ctrl-C
-saves first).
+saves first). The schedule, the optimiser step and the checkpoint frame are the training kit
+(train_kit.py) that heads/ and eagle/ share.
 """
 from __future__ import annotations
 
 import itertools
-import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
 from ..errors import ConfigError
 from . import checkpoint as ckpt
-from .data import DataError
 from .model import GlideDraft, GlideSpec
 from .target_pass import TargetCache, TargetPass, target_pass
+from .train_kit import (StepLoss, TrainSchedule, after_step, check_least, freeze_target, lr_at, no_training_batches,
+                        optimise, progress_bar, resume_state, saving_on_interrupt, shortlist_from)
 
 LABELS = ("data", "target")
-SHORTLIST_BATCHES = 1000           # the shortlist counts tokens of at most this many first batches
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainSchedule:
-    """What the trainers (TrainConfig here, heads/train.HeadsTrainConfig) share: the run's
-    length and data (steps optimiser steps over `batches` distinct batches of batch x seq_len
-    tokens, replayed for `epochs`), AdamW's schedule (lr_at), checkpoints and the seed. Each
-    trainer's config adds its own fields and may give these other defaults; keyword-only, so
-    that a positional call cannot mistake one field for another."""
-    steps: int = 1000
-    epochs: int = 1
-    batch: int = 8
-    seq_len: int = 256
-    lr: float = 5e-4
-    warmup: int = 20
-    save_every: int = 100
-    seed: int = 0
-    least_seq_len: ClassVar[int] = 2         # a window's least tokens (an input and a next token)
-    kinds: ClassVar[tuple[str, ...]] = ()    # a trainer of several kinds: its `kind` must be one
-
-    def check(self) -> None:
-        kind = getattr(self, "kind", None)
-        if self.kinds and kind not in self.kinds:
-            raise ConfigError("kind", f"must be one of {', '.join(self.kinds)}, got {kind!r}")
-        check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", self.least_seq_len),
-                           ("warmup", 0), ("save_every", 1)))
-        check_lr(self.lr)
-
-    @property
-    def batches(self) -> int:
-        """Distinct batches one run reads (later epochs replay them)."""
-        return math.ceil(self.steps / self.epochs)
-
-    def needs(self) -> dict[str, bool]:
-        """What the target's pass must keep (target_pass keywords): by default its hidden states
-        and argmax, what the draft heads (Medusa / Hydra, EAGLE) learn from; GLIDE's TrainConfig
-        asks for what its objective uses."""
-        return {"labels": True, "hidden": True, "logits": False}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,118 +80,10 @@ class TrainConfig(TrainSchedule):
 
 
 @dataclass
-class StepLoss:
-    """One optimiser step (1-based) and its loss; each trainer's StepStats adds its own fields."""
-    step: int
-    loss: float
-
-
-@dataclass
-class TimedStep(StepLoss):
-    """A step's loss and how long it took: the draft heads' trainers' StepStats."""
-    seconds: float
-
-
-@dataclass
 class StepStats(StepLoss):
+    """A GLIDE step: its loss, the tokens it trained on and how long it took."""
     tokens: int
     seconds: float
-
-
-def check_least(cfg: Any, lows: Iterable[tuple[str, int]]) -> None:
-    """ConfigError for the first of cfg's fields below its least value: lows = ((name, least), ...)."""
-    for name, low in lows:
-        if getattr(cfg, name) < low:
-            raise ConfigError(name, f"must be >= {low}, got {getattr(cfg, name)}")
-
-
-def check_lr(lr: float) -> None:
-    if not 0 < lr < 1:
-        raise ConfigError("lr", f"must be in (0, 1), got {lr}")
-
-
-def freeze_target(target: Any, vocab: int) -> int:
-    """Freeze the target (no gradients, eval mode) and return its vocabulary size; ConfigError
-    when a shortlist of `vocab` tokens is larger than it."""
-    for p in target.parameters():
-        p.requires_grad_(False)
-    target.eval()
-    vocab_size = int(target.lm_head.weight.shape[0])
-    if vocab > vocab_size:
-        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {vocab}")
-    return vocab_size
-
-
-def shortlist_from(source: Iterator[torch.Tensor], batches: int, model: Any, vocab_size: int
-                   ) -> Iterator[torch.Tensor]:
-    """Set `model`'s shortlist (set_vocab) to the `model.spec.vocab` most frequent tokens of the
-    first `batches` batches [B, T] of `source` (at most SHORTLIST_BATCHES); returns the source
-    with those batches put back in front."""
-    head = list(itertools.islice(source, min(batches, SHORTLIST_BATCHES)))
-    model.set_vocab(frequent_tokens(head, model.spec.vocab, vocab_size))
-    return itertools.chain(head, source)
-
-
-def resume_state(blob: dict[str, Any], model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
-    """Load a checkpoint blob's weights into `model` and its optimiser state into `opt`;
-    returns its `training` record (step, history, ...; empty when it has none)."""
-    model.load_state_dict(blob["state"])
-    training = blob.get("training") or {}
-    if training.get("optimizer"):
-        opt.load_state_dict(training["optimizer"])
-    return training
-
-
-def progress_bar(on: bool, total: int, initial: int = 0, unit: str = "step") -> Any:
-    """A tqdm bar when `on`, else None."""
-    if not on:
-        return None
-    from tqdm import tqdm
-    return tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True)
-
-
-@contextmanager
-def saving_on_interrupt(save: Callable[[], None], bar: Any) -> Iterator[None]:
-    """The training loop's frame: Ctrl-C saves a checkpoint first (save()), and the progress
-    bar (or None) is closed however the loop ends."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        save()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def after_step(step: int, save_every: int, save: Callable[[], None], bar: Any, **postfix: str) -> None:
-    """After optimiser step `step` (1-based): the progress bar (or None) moves on, showing
-    `postfix`, and every `save_every` steps a checkpoint is saved."""
-    if bar is not None:
-        bar.update(1)
-        bar.set_postfix(**postfix)
-    if step % save_every == 0:
-        save()
-
-
-def optimise(loss: torch.Tensor, opt: torch.optim.Optimizer, lr: float, scaler: torch.amp.GradScaler | None = None
-             ) -> None:
-    """One optimiser step on `loss` at learning rate `lr`, gradients clipped to norm 1.0. `scaler`:
-    fp16 loss scaling (torch.amp.GradScaler; None or disabled: plain backward and step)."""
-    for group in opt.param_groups:
-        group["lr"] = lr
-    params = [p for group in opt.param_groups for p in group["params"]]
-    opt.zero_grad(set_to_none=True)
-    if scaler is None:
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        return
-    scaler.scale(loss).backward()          # fp16: loss scaling keeps small gradients alive
-    scaler.unscale_(opt)
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    scaler.step(opt)
-    scaler.update()
 
 
 def loss_fn(draft: GlideDraft, ids: torch.Tensor, tp: TargetPass, cfg: TrainConfig) -> torch.Tensor:
@@ -256,14 +109,6 @@ def loss_fn(draft: GlideDraft, ids: torch.Tensor, tp: TargetPass, cfg: TrainConf
     if cfg.feature > 0 and tp.hidden is not None:
         loss = loss + cfg.feature * torch.nn.functional.smooth_l1_loss(hidden.float(), tp.hidden[:, :-1].float())
     return loss
-
-
-def frequent_tokens(batches: Iterable[torch.Tensor], k: int, vocab_size: int) -> torch.Tensor:
-    """The k most frequent token ids of `batches` [B, T] (ties and unseen ids by id), sorted."""
-    counts = torch.zeros(vocab_size, dtype=torch.long)
-    for ids in batches:
-        counts += torch.bincount(ids.flatten().cpu(), minlength=vocab_size)[:vocab_size]
-    return counts.argsort(descending=True, stable=True)[:k].sort().values
 
 
 @dataclass(frozen=True)
@@ -308,13 +153,6 @@ def evaluate(draft: GlideDraft, held: Iterable[torch.Tensor], block: int) -> Hel
     if not n:
         return None
     return HeldOut(n, ce / max(covered, 1), agree / n, covered / n, label_in / n)
-
-
-def lr_at(step: int, cfg: TrainSchedule) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
 def attended_layers(target: Any, cfg: TrainConfig) -> list[int]:
@@ -447,8 +285,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
                     ids, tp = next(source)
             except StopIteration:
                 if step == start_step:
-                    raise DataError("data: no training batches (the data is empty or shorter than "
-                                    f"one batch of {cfg.batch} x {cfg.seq_len} tokens)") from None
+                    raise no_training_batches(cfg) from None
                 break
             with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
                 loss = loss_fn(draft, ids, tp, cfg)

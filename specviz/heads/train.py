@@ -14,7 +14,7 @@ labels outside the shortlist are ignored. Self-distillation on the target's own 
 what a greedy draft needs (a draft token is accepted exactly when it is the target's choice);
 the rows before it are the data's tokens (teacher forcing), so Hydra's inputs are data
 tokens and the labels the target's choices after them. AdamW, linear warm-up then cosine
-decay (glide/train.lr_at). Checkpoints carry the optimiser state and the step: `resume`
+decay (glide/train_kit.lr_at). Checkpoints carry the optimiser state and the step: `resume`
 continues where a run stopped (Ctrl-C saves first).
 
 Held-out accuracy per head (`evaluate`): the share of held-out rows where the head's r-th
@@ -23,8 +23,6 @@ acceptance, and the ranks are what the sparse tree of the drafters is made of.
 """
 from __future__ import annotations
 
-import itertools
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator
@@ -32,10 +30,9 @@ from typing import Any, ClassVar, Iterable, Iterator
 import torch
 
 from ..errors import ConfigError
-from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train import (after_step, check_least, freeze_target, lr_at, optimise, progress_bar, resume_state,
-                           saving_on_interrupt, shortlist_from, TimedStep as StepStats, TrainSchedule)
+from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, freeze_target, replay, resume_state,
+                               run_steps, shortlist_from)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -124,30 +121,6 @@ def evaluate(heads: DraftHeads, held: Iterable[tuple[torch.Tensor, TargetPass]])
             "label_coverage": round(covered / count, 4), "teacher_forced": heads.spec.kind == "hydra"}
 
 
-def _replay(cache: TargetCache, target: Any, source: Iterator[torch.Tensor], cfg: HeadsTrainConfig,
-            start: int, autocast: torch.dtype | None) -> Iterator[tuple[torch.Tensor, TargetPass]]:
-    """Batch (step % batches) + 1 for every step from `start`: read from the cache, where the
-    target's pass over it is made (heads_pass) the first time it is wanted."""
-    param = next(target.parameters())
-    read: list[torch.Tensor] = []              # the data's batches read so far
-    for step in itertools.count(start):
-        n = step % cfg.batches + 1
-        while n not in cache and len(read) < n:
-            nxt = next(source, None)
-            if nxt is None:
-                break
-            read.append(nxt)
-            if len(read) not in cache:
-                cache.put(len(read), nxt, heads_pass(target, nxt.to(param.device), autocast))
-        if n not in cache:                     # the data ran out: replay the batches there are
-            if not read:
-                raise DataError("data: no training batches (the data is empty or shorter than one "
-                                f"batch of {cfg.batch} x {cfg.seq_len} tokens)")
-            n = (n - 1) % len(read) + 1
-        ids, tp = cache.get(n)
-        yield ids.to(param.device), tp.to(param.dtype, param.device)
-
-
 def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: HeadsTrainConfig,
           cache: TargetCache, out: str | Path | None = None, resume: bool = False,
           held: Iterable[tuple[torch.Tensor, TargetPass]] = (), data_name: str = "",
@@ -178,7 +151,7 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
         source_iter = shortlist_from(source_iter, cfg.batches, heads, vocab_size)
     held_out: dict[str, Any] = {}
 
-    def save() -> None:
+    def save(step: int) -> None:
         if out is None:
             return
         manifest = ckpt.manifest_for(heads, target_id, steps=step, data=data_name, train_config=cfg.__dict__,
@@ -187,20 +160,13 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
         ckpt.save(out, heads, manifest, {"optimizer": opt.state_dict(), "step": step,
                                          "history": [h.__dict__ for h in history]})
 
-    bar = progress_bar(progress, cfg.steps, step)
-    with saving_on_interrupt(save, bar):
-        batches = _replay(cache, target, source_iter, cfg, step, autocast)
-        while step < cfg.steps:
-            t0 = time.perf_counter()
-            ids, tp = next(batches)
-            loss = loss_fn(heads, ids, tp)
-            optimise(loss, opt, lr_at(step, cfg))
-            step += 1
-            history.append(StepStats(step, float(loss.detach()), time.perf_counter() - t0))
-            after_step(step, cfg.save_every, save, bar, loss=f"{history[-1].loss:.3f}")
-    result = evaluate(heads, held)
-    if result is not None:
-        held_out.update(result)
-    save()
+    def put(n: int, ids: torch.Tensor) -> None:
+        cache.put(n, ids, heads_pass(target, ids.to(device), autocast))
+
+    dtype = next(target.parameters()).dtype
+    batches = ((ids.to(device), tp.to(dtype, device)) for ids, tp in replay(cache, source_iter, cfg, step, put))
+    step = run_steps(cfg, step, batches, lambda ids, tp: loss_fn(heads, ids, tp), opt, history, save, progress)
+    held_out.update(evaluate(heads, held) or {})
+    save(step)
     heads.eval()
     return heads, history

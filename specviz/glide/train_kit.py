@@ -1,0 +1,242 @@
+"""The training kit the three trainers share (glide/train.py for GLIDE, heads/train.py for
+Medusa-1 / Hydra, eagle/train.py for EAGLE / EAGLE-3): the schedule's config fields and checks
+(TrainSchedule), AdamW's learning rate (lr_at) and step (optimise), the frozen target, the
+shortlist of frequent tokens, resuming from a checkpoint, the progress bar and the save on Ctrl-C;
+and, for the draft heads' trainers that train on a target cache, the replay of its batches
+(replay) and the loop of optimiser steps (run_steps). GLIDE's own loop (train.py) streams its
+data, mixes precision and counts tokens, so it uses the pieces, not run_steps.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterable, Iterator
+
+import torch
+
+from ..errors import ConfigError
+from .data import DataError
+from .target_pass import TargetCache, TargetPass
+
+SHORTLIST_BATCHES = 1000           # the shortlist counts tokens of at most this many first batches
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSchedule:
+    """What the trainers' configs (glide/train.TrainConfig, heads/train.HeadsTrainConfig,
+    eagle/train.EagleTrainConfig) share: the run's length and data (steps optimiser steps over
+    `batches` distinct batches of batch x seq_len tokens, replayed for `epochs`), AdamW's schedule
+    (lr_at), checkpoints and the seed. Each trainer's config adds its own fields and may give these
+    other defaults; keyword-only, so that a positional call cannot mistake one field for another."""
+    steps: int = 1000
+    epochs: int = 1
+    batch: int = 8
+    seq_len: int = 256
+    lr: float = 5e-4
+    warmup: int = 20
+    save_every: int = 100
+    seed: int = 0
+    least_seq_len: ClassVar[int] = 2         # a window's least tokens (an input and a next token)
+    kinds: ClassVar[tuple[str, ...]] = ()    # a trainer of several kinds: its `kind` must be one
+
+    def check(self) -> None:
+        kind = getattr(self, "kind", None)
+        if self.kinds and kind not in self.kinds:
+            raise ConfigError("kind", f"must be one of {', '.join(self.kinds)}, got {kind!r}")
+        check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", self.least_seq_len),
+                           ("warmup", 0), ("save_every", 1)))
+        check_lr(self.lr)
+
+    @property
+    def batches(self) -> int:
+        """Distinct batches one run reads (later epochs replay them)."""
+        return math.ceil(self.steps / self.epochs)
+
+    def needs(self) -> dict[str, bool]:
+        """What the target's pass must keep (target_pass keywords): by default its hidden states
+        and argmax, what the draft heads (Medusa / Hydra, EAGLE) learn from; GLIDE's TrainConfig
+        asks for what its objective uses."""
+        return {"labels": True, "hidden": True, "logits": False}
+
+
+@dataclass
+class StepLoss:
+    """One optimiser step (1-based) and its loss; each trainer's StepStats adds its own fields."""
+    step: int
+    loss: float
+
+
+@dataclass
+class TimedStep(StepLoss):
+    """A step's loss and how long it took: the draft heads' trainers' StepStats."""
+    seconds: float
+
+
+def check_least(cfg: Any, lows: Iterable[tuple[str, int]]) -> None:
+    """ConfigError for the first of cfg's fields below its least value: lows = ((name, least), ...)."""
+    for name, low in lows:
+        if getattr(cfg, name) < low:
+            raise ConfigError(name, f"must be >= {low}, got {getattr(cfg, name)}")
+
+
+def check_lr(lr: float) -> None:
+    if not 0 < lr < 1:
+        raise ConfigError("lr", f"must be in (0, 1), got {lr}")
+
+
+def freeze_target(target: Any, vocab: int) -> int:
+    """Freeze the target (no gradients, eval mode) and return its vocabulary size; ConfigError
+    when a shortlist of `vocab` tokens is larger than it."""
+    for p in target.parameters():
+        p.requires_grad_(False)
+    target.eval()
+    vocab_size = int(target.lm_head.weight.shape[0])
+    if vocab > vocab_size:
+        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {vocab}")
+    return vocab_size
+
+
+def shortlist_from(source: Iterator[torch.Tensor], batches: int, model: Any, vocab_size: int
+                   ) -> Iterator[torch.Tensor]:
+    """Set `model`'s shortlist (set_vocab) to the `model.spec.vocab` most frequent tokens of the
+    first `batches` batches [B, T] of `source` (at most SHORTLIST_BATCHES); returns the source
+    with those batches put back in front."""
+    head = list(itertools.islice(source, min(batches, SHORTLIST_BATCHES)))
+    model.set_vocab(frequent_tokens(head, model.spec.vocab, vocab_size))
+    return itertools.chain(head, source)
+
+
+def resume_state(blob: dict[str, Any], model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """Load a checkpoint blob's weights into `model` and its optimiser state into `opt`;
+    returns its `training` record (step, history, ...; empty when it has none)."""
+    model.load_state_dict(blob["state"])
+    training = blob.get("training") or {}
+    if training.get("optimizer"):
+        opt.load_state_dict(training["optimizer"])
+    return training
+
+
+def progress_bar(on: bool, total: int, initial: int = 0, unit: str = "step") -> Any:
+    """A tqdm bar when `on`, else None."""
+    if not on:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True)
+
+
+@contextmanager
+def saving_on_interrupt(save: Callable[[], None], bar: Any) -> Iterator[None]:
+    """The training loop's frame: Ctrl-C saves a checkpoint first (save()), and the progress
+    bar (or None) is closed however the loop ends."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        save()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def after_step(step: int, save_every: int, save: Callable[[], None], bar: Any, **postfix: str) -> None:
+    """After optimiser step `step` (1-based): the progress bar (or None) moves on, showing
+    `postfix`, and every `save_every` steps a checkpoint is saved."""
+    if bar is not None:
+        bar.update(1)
+        bar.set_postfix(**postfix)
+    if step % save_every == 0:
+        save()
+
+
+def optimise(loss: torch.Tensor, opt: torch.optim.Optimizer, lr: float, scaler: torch.amp.GradScaler | None = None
+             ) -> None:
+    """One optimiser step on `loss` at learning rate `lr`, gradients clipped to norm 1.0. `scaler`:
+    fp16 loss scaling (torch.amp.GradScaler; None or disabled: plain backward and step)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    params = [p for group in opt.param_groups for p in group["params"]]
+    opt.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return
+    scaler.scale(loss).backward()          # fp16: loss scaling keeps small gradients alive
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    scaler.step(opt)
+    scaler.update()
+
+
+def frequent_tokens(batches: Iterable[torch.Tensor], k: int, vocab_size: int) -> torch.Tensor:
+    """The k most frequent token ids of `batches` [B, T] (ties and unseen ids by id), sorted."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for ids in batches:
+        counts += torch.bincount(ids.flatten().cpu(), minlength=vocab_size)[:vocab_size]
+    return counts.argsort(descending=True, stable=True)[:k].sort().values
+
+
+def lr_at(step: int, cfg: TrainSchedule) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def no_training_batches(cfg: TrainSchedule) -> DataError:
+    """The error of a run whose data gives not one batch of cfg.batch x cfg.seq_len tokens."""
+    return DataError("data: no training batches (the data is empty or shorter than one batch of "
+                     f"{cfg.batch} x {cfg.seq_len} tokens)")
+
+
+def replay(cache: TargetCache, source: Iterator[torch.Tensor], cfg: TrainSchedule, start: int,
+           put: Callable[[int, torch.Tensor], None]) -> Iterator[tuple[torch.Tensor, TargetPass]]:
+    """The draft heads' batches (ids, the target's pass) as `cache` holds them (on the CPU, fp16),
+    batch (step % cfg.batches) + 1 for every step from `start`. A batch not yet in the cache is
+    read from `source` (which yields batch 1, 2, ... in order) and `put(n, ids)` stores batch n's
+    pass into the cache; when the source runs out first, the batches it gave are replayed.
+    DataError when it gives none."""
+    read = 0                                   # the source's batches read so far
+    for step in itertools.count(start):
+        n = step % cfg.batches + 1
+        while n not in cache and read < n:
+            ids = next(source, None)
+            if ids is None:
+                break
+            read += 1
+            if read not in cache:
+                put(read, ids)
+        if n not in cache:                     # the data ran out: replay the batches there are
+            if not read:
+                raise no_training_batches(cfg)
+            n = (n - 1) % read + 1
+        yield cache.get(n)
+
+
+def run_steps(cfg: TrainSchedule, start: int, batches: Iterator[tuple[torch.Tensor, TargetPass]],
+              loss_of: Callable[[torch.Tensor, TargetPass], torch.Tensor], opt: torch.optim.Optimizer,
+              history: list[TimedStep], save: Callable[[int], None], progress: bool = True) -> int:
+    """The draft heads' training loop: optimiser steps start+1 .. cfg.steps, step s on the next of
+    `batches` with the loss `loss_of(ids, tp)` at lr_at(s - 1, cfg), each appended to `history`
+    (TimedStep); a progress bar when `progress`, and `save(step)` every cfg.save_every steps and
+    on Ctrl-C. Returns the last step (cfg.steps). The held-out evaluation and the final save are
+    the caller's."""
+    step = start
+
+    def save_now() -> None:
+        save(step)
+
+    bar = progress_bar(progress, cfg.steps, step)
+    with saving_on_interrupt(save_now, bar):
+        while step < cfg.steps:
+            t0 = time.perf_counter()
+            ids, tp = next(batches)
+            loss = loss_of(ids, tp)
+            optimise(loss, opt, lr_at(step, cfg))
+            step += 1
+            history.append(TimedStep(step, float(loss.detach()), time.perf_counter() - t0))
+            after_step(step, cfg.save_every, save_now, bar, loss=f"{history[-1].loss:.3f}")
+    return step
