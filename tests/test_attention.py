@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from specviz.models import attention_label, load_model
+from specviz.errors import ModelLoadError
 from specviz.models.attention import ENV, avoid_cudnn_attention
 
 CUDA = torch.device("cuda")
@@ -42,6 +43,23 @@ def test_the_opt_out_leaves_pytorchs_choice(monkeypatch):
     monkeypatch.setenv(ENV, "1")
     assert avoid_cudnn_attention(CUDA, torch.bfloat16) is False
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2"])
+def test_a_wrong_opt_out_value_is_refused_in_words(value, monkeypatch):
+    monkeypatch.setenv(ENV, value)
+    with pytest.raises(ModelLoadError, match=f"{ENV}: '{value}' is not 0 or 1"):
+        avoid_cudnn_attention(CUDA, torch.bfloat16)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_the_cli_says_what_was_wrong_with_the_variable(monkeypatch, capsys):
+    from specviz.cli import main
+
+    monkeypatch.setenv(ENV, "yes")
+    code = main(["generate", "--model", "tiny-random", "--prompt", "hi", "--max-new-tokens", "2"])
+    err = capsys.readouterr().err
+    assert code != 0 and f"{ENV}: 'yes' is not 0 or 1" in err and "Traceback" not in err
 
 
 def test_the_runtime_says_when_cudnn_is_off(tiny_lm_tok):

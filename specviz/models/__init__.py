@@ -12,5 +12,5 @@ from .loading import (CPU_LINEAR_CHOICES, EMBEDDED, TINY, LoadedModel, cpu_linea
                       resolve_dtype, tiny_random_model, uses_cpu_linear)
 
 __all__ = ["CPU_LINEAR_CHOICES", "EMBEDDED", "TINY", "LoadedModel", "attention_implementation", "attention_label",
-           "cpu_linear_active", "cpu_linear_option", "fp32_bytes", "free_gpu_bytes", "load_model", "low_precision_dtype", "resolve_device",
-           "resolve_dtype", "tiny_random_model", "uses_cpu_linear"]
+           "cpu_linear_active", "cpu_linear_option", "fp32_bytes", "free_gpu_bytes", "load_model",
+           "low_precision_dtype", "resolve_device", "resolve_dtype", "tiny_random_model", "uses_cpu_linear"]

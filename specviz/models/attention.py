@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from ..errors import ModelLoadError
+
 ENV = "SPECVIZ_CUDNN_ATTENTION"        # "1": keep PyTorch's cuDNN SDPA backend in play
 HALF = (torch.bfloat16, torch.float16)
 
@@ -33,8 +35,13 @@ def attention_implementation(model: Any) -> str:
 
 def avoid_cudnn_attention(device: torch.device, dtype: torch.dtype) -> bool:
     """Turn PyTorch's cuDNN SDPA backend off for this process when a model runs on CUDA in half
-    precision, unless SPECVIZ_CUDNN_ATTENTION=1. Returns whether this call turned it off."""
-    if device.type != "cuda" or dtype not in HALF or os.environ.get(ENV, "").strip() == "1":
+    precision, unless SPECVIZ_CUDNN_ATTENTION=1. Returns whether this call turned it off.
+    Another value of the variable than 0 or 1 is a ModelLoadError (never silently ignored)."""
+    keep = os.environ.get(ENV, "").strip()
+    if keep not in ("", "0", "1"):
+        raise ModelLoadError(f"{ENV}: {keep!r} is not 0 or 1; set it to 1 to keep PyTorch's cuDNN attention "
+                             "on a GPU in bf16/fp16, or unset it")
+    if device.type != "cuda" or dtype not in HALF or keep == "1":
         return False
     torch.backends.cuda.enable_cudnn_sdp(False)
     return True
