@@ -45,10 +45,9 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import torch
 
 from ..errors import ConfigError
-from ..glide.data import DataError
 from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, freeze_target, frequent_tokens,
-                               replay, run_steps)
+from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, frequent_tokens, no_training_batches,
+                               optimiser_for, replay, run_steps, start_run, weighted_mean)
 from ..models.hidden import FINAL, HiddenCapture
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
@@ -69,16 +68,13 @@ class EagleTrainConfig(TrainSchedule):
     steps: int = 2000
     epochs: int = 2
     batch: int = 4
-    seq_len: int = 256
     lr: float = 1e-3
-    least_seq_len: ClassVar[int] = 3
     kinds: ClassVar[tuple[str, ...]] = KINDS
+    ahead: ClassVar[tuple[str, ...]] = ("ttt", "positions")
 
     def check(self) -> None:
         super().check()
         check_least(self, (("vocab", 1), ("intermediate", 0), ("ttt", 1), ("positions", 1)))
-        if max(self.ttt, self.positions) > self.seq_len - 2:
-            raise ConfigError("ttt", f"ttt and positions must be below seq_len - 1 ({self.seq_len - 1})")
 
 
 def feature_layers(kind: str, target: Any) -> tuple[int, ...]:
@@ -193,18 +189,14 @@ def loss_fn(draft: EagleDraft, ids: torch.Tensor, tp: TargetPass, cfg: EagleTrai
         ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), want.flatten(), ignore_index=-100) \
             if bool((want >= 0).any()) else logits.sum() * 0.0
         return REG_WEIGHT * reg + CLS_WEIGHT * ce
-    total, weight = 0.0, 0.0
+    terms = []
     for s, out in enumerate(unroll(draft, tp.hidden, ids, cfg.ttt)):
-        w = want[:, s:]
-        if not bool((w >= 0).any()):
-            continue
-        logits = draft.logits(out[:, s:]).float()                                    # [B, n-s, K]
-        total = total + STEP_DECAY ** s * torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), w.flatten(), ignore_index=-100)
-        weight += STEP_DECAY ** s
-    if not weight:
-        return sum(p.sum() for p in draft.parameters()) * 0.0
-    return total / weight
+        w = want[:, s:]                                                              # [B, n-s]
+        if bool((w >= 0).any()):
+            logits = draft.logits(out[:, s:]).float()                                # [B, n-s, K]
+            terms.append((STEP_DECAY ** s, torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), w.flatten(), ignore_index=-100)))
+    return weighted_mean(terms, draft)
 
 
 def evaluate(draft: EagleDraft, held: Iterable[tuple[torch.Tensor, TargetPass]], positions: int
@@ -250,14 +242,10 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Eagl
           held: Iterable[tuple[torch.Tensor, TargetPass]] = (), data_name: str = "",
           progress: bool = True, autocast: torch.dtype | None = None) -> tuple[EagleDraft, list[StepStats]]:
     """Train (or resume) a head of `cfg.kind` into the folder `out`; returns it and the step stats."""
-    cfg.check()
-    torch.manual_seed(cfg.seed)
-    vocab_size = freeze_target(target, cfg.vocab)
+    vocab_size = start_run(cfg, target)
     spec = ckpt.spec_for_target(cfg.kind, target, cfg.vocab, cfg.intermediate or None)
     draft = EagleDraft(spec, target)
-    device = next(target.parameters()).device
-    draft.to(device).train()
-    opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.0)
+    device, opt = optimiser_for(draft, target, cfg.lr)
     put = _pass_into(cache, target, pass_layers(target), autocast)
     source_iter: Iterator[torch.Tensor] = iter(source)
     step, history = 0, []
@@ -316,6 +304,5 @@ def _labels_shortlist(cache: TargetCache, put: Callable[[int, torch.Tensor], Non
             put(n, ids)
         labels.append(cache.get(n)[1].labels)
     if not labels:
-        raise DataError(f"data: no training batches (the data is shorter than one batch of {cfg.batch} x "
-                        f"{cfg.seq_len} tokens)")
+        raise no_training_batches(cfg)
     return frequent_tokens(labels, cfg.vocab, vocab_size).sort().values

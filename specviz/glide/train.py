@@ -37,8 +37,8 @@ from ..errors import ConfigError
 from . import checkpoint as ckpt
 from .model import GlideDraft, GlideSpec
 from .target_pass import TargetCache, TargetPass, target_pass
-from .train_kit import (StepLoss, TrainSchedule, after_step, check_least, freeze_target, lr_at, no_training_batches,
-                        optimise, progress_bar, resume_state, saving_on_interrupt, shortlist_from)
+from .train_kit import (StepLoss, TrainSchedule, after_step, check_least, lr_at, no_training_batches, optimise,
+                        optimiser_for, progress_bar, resume_state, saving_on_interrupt, shortlist_from, start_run)
 
 LABELS = ("data", "target")
 
@@ -50,7 +50,6 @@ class TrainConfig(TrainSchedule):
     distill: float = 0.0                 # weight of KL(target || draft); 0 = plain cross-entropy
     labels: str = "data"                 # next-token labels: the data's, or the target's argmax
     feature: float = 0.0                 # weight of smooth-L1(draft hidden, target hidden)
-    vocab: int = 0                       # head shortlist size (0: the whole vocabulary)
     # target layer copied into the draft's self-attention, norms and MLP (None: the attended one).
     # Layer 0 (which reads raw embeddings, as the draft does) starts at a loss of ~15 nats on
     # SmolLM2-135M, the attended top layer at ~54 and random weights at ~34 (probe in the report).
@@ -210,15 +209,11 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     `held`: batches kept out of training, evaluated at the end (HeldOut, in the manifest).
     `autocast`: mixed precision (bf16 / fp16 compute under torch.autocast; weights, gradients
     and the optimiser stay fp32); None: plain fp32."""
-    cfg.check()
-    torch.manual_seed(cfg.seed)
-    vocab_size = freeze_target(target, cfg.vocab)
+    vocab_size = start_run(cfg, target)
     spec = GlideSpec.for_target(target.config, cfg.layers, cfg.cross_attention, cfg.vocab)
     draft = GlideDraft(spec, target)
     draft.init_from_target(cfg.init_layer)
-    device = next(target.parameters()).device
-    draft.to(device).train()
-    opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.0)
+    device, opt = optimiser_for(draft, target, cfg.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast == torch.float16)   # off: a pass-through
     start_step, consumed, history = 0, 0, []
     source_iter: Iterator[torch.Tensor] = iter(batch_source)

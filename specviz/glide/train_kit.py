@@ -1,7 +1,8 @@
 """The training kit the three trainers share (glide/train.py for GLIDE, heads/train.py for
 Medusa-1 / Hydra, eagle/train.py for EAGLE / EAGLE-3): the schedule's config fields and checks
-(TrainSchedule), AdamW's learning rate (lr_at) and step (optimise), the frozen target, the
-shortlist of frequent tokens, resuming from a checkpoint, the progress bar and the save on Ctrl-C;
+(TrainSchedule), a run's start (start_run: the config checked, the seed, the frozen target) and
+its AdamW (optimiser_for), the learning rate (lr_at), a step (optimise) and a weighted loss
+(weighted_mean), the shortlist of frequent tokens, resuming from a checkpoint, the progress bar and the save on Ctrl-C;
 and, for the draft heads' trainers that train on a target cache, the replay of its batches
 (replay) and the loop of optimiser steps (run_steps). GLIDE's own loop (train.py) streams its
 data, mixes precision and counts tokens, so it uses the pieces, not run_steps.
@@ -13,7 +14,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import torch
 
@@ -30,7 +31,7 @@ class TrainSchedule:
     eagle/train.EagleTrainConfig) share: the run's length and data (steps optimiser steps over
     `batches` distinct batches of batch x seq_len tokens, replayed for `epochs`), AdamW's schedule
     (lr_at), checkpoints and the seed. Each trainer's config adds its own fields and may give these
-    other defaults; keyword-only, so that a positional call cannot mistake one field for another."""
+    other defaults (and its own meaning of `vocab`); keyword-only, so that a positional call cannot mistake one field for another."""
     steps: int = 1000
     epochs: int = 1
     batch: int = 8
@@ -39,16 +40,23 @@ class TrainSchedule:
     warmup: int = 20
     save_every: int = 100
     seed: int = 0
-    least_seq_len: ClassVar[int] = 2         # a window's least tokens (an input and a next token)
+    vocab: int = 0                           # the draft's shortlist of frequent tokens (0: the target's vocabulary)
     kinds: ClassVar[tuple[str, ...]] = ()    # a trainer of several kinds: its `kind` must be one
+    # fields that count tokens ahead of a row (heads, unrolled steps): a window has a row labelled
+    # that far ahead when each is at most seq_len - 2 (and seq_len >= 3; without them, >= 2: an
+    # input and its next token)
+    ahead: ClassVar[tuple[str, ...]] = ()
 
     def check(self) -> None:
         kind = getattr(self, "kind", None)
         if self.kinds and kind not in self.kinds:
             raise ConfigError("kind", f"must be one of {', '.join(self.kinds)}, got {kind!r}")
-        check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", self.least_seq_len),
+        check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", 3 if self.ahead else 2),
                            ("warmup", 0), ("save_every", 1)))
         check_lr(self.lr)
+        for name in self.ahead:
+            if getattr(self, name) > self.seq_len - 2:
+                raise ConfigError(name, f"must be below seq_len - 1 ({self.seq_len - 1}), got {getattr(self, name)}")
 
     @property
     def batches(self) -> int:
@@ -87,16 +95,27 @@ def check_lr(lr: float) -> None:
         raise ConfigError("lr", f"must be in (0, 1), got {lr}")
 
 
-def freeze_target(target: Any, vocab: int) -> int:
-    """Freeze the target (no gradients, eval mode) and return its vocabulary size; ConfigError
-    when a shortlist of `vocab` tokens is larger than it."""
+def start_run(cfg: TrainSchedule, target: Any) -> int:
+    """A training run's start: `cfg` checked, torch seeded with cfg.seed, and the target frozen
+    (no gradients, eval mode). Returns the target's vocabulary size; ConfigError when the
+    config is wrong or its shortlist (`cfg.vocab` tokens) is larger than that vocabulary."""
+    cfg.check()
+    torch.manual_seed(cfg.seed)
     for p in target.parameters():
         p.requires_grad_(False)
     target.eval()
     vocab_size = int(target.lm_head.weight.shape[0])
-    if vocab > vocab_size:
-        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {vocab}")
+    if cfg.vocab > vocab_size:
+        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {cfg.vocab}")
     return vocab_size
+
+
+def optimiser_for(module: torch.nn.Module, target: Any, lr: float) -> tuple[torch.device, torch.optim.AdamW]:
+    """Put the draft `module` on the target's device in training mode; returns that device and
+    the module's AdamW (no weight decay; lr_at sets the learning rate at every step)."""
+    device = next(target.parameters()).device
+    module.to(device).train()
+    return device, torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
 
 
 def shortlist_from(source: Iterator[torch.Tensor], batches: int, model: Any, vocab_size: int
@@ -177,6 +196,15 @@ def frequent_tokens(batches: Iterable[torch.Tensor], k: int, vocab_size: int) ->
     for ids in batches:
         counts += torch.bincount(ids.flatten().cpu(), minlength=vocab_size)[:vocab_size]
     return counts.argsort(descending=True, stable=True)[:k].sort().values
+
+
+def weighted_mean(terms: Sequence[tuple[float, torch.Tensor]], module: torch.nn.Module) -> torch.Tensor:
+    """A loss over several heads or steps: sum(w * loss) / sum(w) over terms [(w, loss), ...].
+    With no term (no row has a label), a zero that still reaches `module`'s parameters, so that
+    backward and the optimiser step run as on any other batch."""
+    if not terms:
+        return sum(p.sum() for p in module.parameters()) * 0.0
+    return sum(w * loss for w, loss in terms) / sum(w for w, _ in terms)
 
 
 def lr_at(step: int, cfg: TrainSchedule) -> float:

@@ -31,8 +31,8 @@ import torch
 
 from ..errors import ConfigError
 from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, freeze_target, replay, resume_state,
-                               run_steps, shortlist_from)
+from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, optimiser_for, replay, resume_state,
+                               run_steps, shortlist_from, start_run, weighted_mean)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -51,14 +51,12 @@ class HeadsTrainConfig(TrainSchedule):
     epochs: int = 4
     batch: int = 4
     lr: float = 1e-3
-    least_seq_len: ClassVar[int] = 3
     kinds: ClassVar[tuple[str, ...]] = KINDS
+    ahead: ClassVar[tuple[str, ...]] = ("heads",)
 
     def check(self) -> None:
         super().check()
         check_least(self, (("heads", 1), ("layers", 1), ("vocab", 1)))
-        if self.heads > self.seq_len - 2:
-            raise ConfigError("heads", f"must be below seq_len - 1 ({self.seq_len - 1}), got {self.heads}")
 
 
 def heads_pass(target: Any, ids: torch.Tensor, autocast: torch.dtype | None = None) -> TargetPass:
@@ -81,17 +79,13 @@ def head_labels(heads: DraftHeads, labels: torch.Tensor, k: int, n: int) -> torc
 
 
 def loss_fn(heads: DraftHeads, ids: torch.Tensor, tp: TargetPass) -> torch.Tensor:
-    total, weight = 0.0, 0.0
+    terms = []
     for k, logits in enumerate(heads.train_logits(tp.hidden, ids)):           # [B, n, K]
-        want = head_labels(heads, tp.labels, k, logits.shape[1])
+        want = head_labels(heads, tp.labels, k, logits.shape[1])             # [B, n]
         if bool((want >= 0).any()):
-            ce = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), want.flatten(),
-                                                   ignore_index=-100)
-            total = total + HEAD_DECAY ** k * ce
-            weight += HEAD_DECAY ** k
-    if not weight:
-        return sum(p.sum() for p in heads.parameters()) * 0.0
-    return total / weight
+            terms.append((HEAD_DECAY ** k, torch.nn.functional.cross_entropy(
+                logits.float().flatten(0, 1), want.flatten(), ignore_index=-100)))
+    return weighted_mean(terms, heads)
 
 
 def evaluate(heads: DraftHeads, held: Iterable[tuple[torch.Tensor, TargetPass]]) -> dict[str, Any] | None:
@@ -129,14 +123,10 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
     yields the training batches [B, T] (the target's pass over each is made once, into
     `cache`, under `autocast` if given: heads_pass); `held`: (ids, target pass) batches kept
     out, evaluated at the end."""
-    cfg.check()
-    torch.manual_seed(cfg.seed)
-    vocab_size = freeze_target(target, cfg.vocab)
+    vocab_size = start_run(cfg, target)
     spec = HeadsSpec(cfg.kind, cfg.heads, cfg.layers, int(target.config.hidden_size), cfg.vocab)
     heads = DraftHeads(spec, target)
-    device = next(target.parameters()).device
-    heads.to(device).train()
-    opt = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
+    device, opt = optimiser_for(heads, target, cfg.lr)
     source_iter: Iterator[torch.Tensor] = iter(source)
     step, history = 0, []
     if resume and out is not None and Path(out).is_file():
