@@ -38,7 +38,6 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecvizError
@@ -346,11 +345,9 @@ def read_source(source: str, spec_tokens: int | None = None, timeout: float = UR
         raise MetricsImportError("metrics: give a file or a /metrics URL")
     if source.startswith(("http://", "https://")):
         return parse_text(fetch_url(source, timeout), source, spec_tokens)
-    path = Path(source).expanduser()
-    if not path.is_file():
-        raise MetricsImportError(f"metrics: no such file {source!r} (give a Prometheus dump, vLLM stats JSON "
-                                 "or an http(s) /metrics URL)")
-    return parse_text(read_text_file(source, "metrics", MAX_BYTES, MetricsImportError), source, spec_tokens)
+    text = read_text_file(source, "metrics", MAX_BYTES, MetricsImportError,
+                          missing="give a Prometheus dump, vLLM stats JSON or an http(s) /metrics URL")
+    return parse_text(text, source, spec_tokens)
 
 
 # --- the same figures from a specviz run ----------------------------------------------------------

@@ -37,7 +37,7 @@ from ..models import LoadedModel
 from .methods import Method
 from .metrics import Run
 from .questions import Question
-from .runner import Bench
+from .runner import Bench, Measured
 
 INSTALL = "pip install 'specviz-decoding[cluster]'"
 # what loads the target (and hf_assisted's draft model) on a worker; picklable (Ray ships it)
@@ -199,14 +199,11 @@ def worker_shape(resources: dict[str, float], nodes: list[dict[str, Any]], worke
 
 
 @dataclass
-class ClusterBench:
+class ClusterBench(Measured):
     """A benchmark run spread over Ray workers; the same interface as runner.Bench to the
-    command line (runs, skipped, stop_reason, measure)."""
+    command line (Measured, and measure)."""
     workers: list[Any]                                  # Ray actor handles of BenchWorker
     started_ray: bool                                   # this run started Ray: shut it down at the end
-    runs: list[Run] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    stop_reason: str | None = None
     lost: list[str] = field(default_factory=list)       # workers lost mid-run, with the reason
     size: int = 0                                       # workers started
 
@@ -244,9 +241,7 @@ class ClusterBench:
                     self.lost.append(first[:300])
                     self.stop_reason = self.stop_reason or "a worker was lost"
                     continue
-                self.runs.extend(runs)
-                if skipped is not None:
-                    self.skipped.append(skipped)
+                self.keep(runs, skipped)
                 if bar is not None:
                     bar.update(repeats)
                 if on_question is not None:

@@ -93,16 +93,28 @@ def _calibration_dict(trace: Trace) -> dict[str, Any] | None:
     return cal.to_dict() if cal is not None else None
 
 
+@dataclass(kw_only=True)
+class Measured:
+    """What a benchmark run gives the command line, whether it measures here (Bench) or on Ray
+    workers (cluster.ClusterBench): the runs, the questions left out and why it stopped early."""
+    runs: list[Run] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)   # questions left out, with the reason
+    stop_reason: str | None = None                      # why measure() stopped early
+
+    def keep(self, runs: list[Run], skipped: str | None) -> None:
+        """A finished question's runs, and the reason if it was left out."""
+        self.runs.extend(runs)
+        if skipped is not None:
+            self.skipped.append(skipped)
+
+
 @dataclass
-class Bench:
+class Bench(Measured):
     """The state of one benchmark run."""
     lm: LoadedModel
     methods: list[Method]
     max_new_tokens: int
     assistant: LoadedModel | None = None
-    runs: list[Run] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)   # questions left out, with the reason
-    stop_reason: str | None = None                      # why measure() stopped early
     # what drafters keep across generations (ADED's adapted table): one store per bench run,
     # so a method's state carries over from question to question (a resumed run starts afresh)
     store: DrafterStore = field(default_factory=DrafterStore)
@@ -222,10 +234,7 @@ class Bench:
                 if deadline is not None and time.monotonic() >= deadline:
                     self.stop_reason = "time limit"
                     return False
-                runs, skipped = self.question_runs(q, repeats, bar)
-                self.runs.extend(runs)
-                if skipped is not None:
-                    self.skipped.append(skipped)
+                self.keep(*self.question_runs(q, repeats, bar))
                 if on_question is not None:
                     on_question()
         except KeyboardInterrupt:

@@ -40,7 +40,7 @@ from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
 from ..files.resources import data_path
 from ..files.user_files import FileCheckError, read_json_file
-from .model import KINDS, EagleDraft, EagleSpec, default_aux_layers
+from .model import EagleDraft, EagleSpec, default_aux_layers
 
 FORMAT = "specviz-eagle/1"
 CHECKPOINTS = data_path("checkpoints")
@@ -310,8 +310,6 @@ def spec_for_target(kind: str, target: Any, draft_vocab: int, intermediate: int 
     """A new head's architecture for `target` (a Llama-style HF model): its attention shapes,
     rope and norm eps, one layer; eagle3 with a `draft_vocab` vocabulary and the default layers."""
     c = target.config
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}")
     heads = int(c.num_attention_heads)
     head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // heads)
     vocab = int(target.get_input_embeddings().weight.shape[0])

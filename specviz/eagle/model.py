@@ -56,6 +56,10 @@ class EagleSpec:
     fc_bias: bool = True               # eagle: the authors' config "bias" (default True)
     aux_layers: tuple[int, ...] = field(default_factory=tuple)   # eagle3: inputs to these target layers
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["aux_layers"] = list(self.aux_layers)
@@ -186,8 +190,6 @@ class EagleDraft(nn.Module):
 
     def __init__(self, spec: EagleSpec, target: Any) -> None:
         super().__init__()
-        if spec.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
         self.spec = spec
         if spec.kind == "eagle":
             self.fc = FewRowLinear(2 * spec.hidden, spec.hidden, bias=spec.fc_bias)

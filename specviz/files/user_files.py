@@ -44,14 +44,15 @@ def check_text_size(text: str, what: str, limit: int = CONTEXT_LIMIT_BYTES) -> N
 
 
 def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES,
-                   error: type[SpecvizError] = FileCheckError) -> str:
+                   error: type[SpecvizError] = FileCheckError, missing: str = "") -> str:
     """The UTF-8 text of a regular file of at most `limit` bytes, or `error` (FileCheckError by
-    default; a reader's own error class) saying why not."""
+    default; a reader's own error class) saying why not; `missing`: what to give instead, added
+    in brackets to the message for a path that does not exist."""
     file = Path(path).expanduser()
     try:
         info = file.stat()
     except FileNotFoundError:
-        raise error(f"{what}: no such file {path!r}") from None
+        raise error(f"{what}: no such file {path!r}" + (f" ({missing})" if missing else "")) from None
     except OSError as err:
         raise error(f"{what}: cannot read {path!r} ({err.strerror or err})") from None
     if stat.S_ISDIR(info.st_mode):

@@ -67,10 +67,9 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> HeadsSpec:
     unknown = sorted(set(given) - names)
     if unknown:
         raise CheckpointError(f"{where}: its manifest has an unknown field 'heads.{unknown[0]}'")
-    spec = HeadsSpec(**given)
-    if spec.kind not in KINDS or min(spec.n_heads, spec.layers, spec.hidden, spec.vocab) < 1:
+    if given["kind"] not in KINDS or min(given[name] for name in names - {"kind"}) < 1:
         raise CheckpointError(f"{where}: manifest field 'heads' describes no heads ({given})")
-    return spec
+    return HeadsSpec(**given)
 
 
 def read(path: str | Path) -> dict[str, Any]:

@@ -42,6 +42,10 @@ class HeadsSpec:
     hidden: int                # the target's hidden size H
     vocab: int                 # shortlist size K (the ids are the buffer `vocab_ids`)
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -65,8 +69,6 @@ class DraftHeads(Shortlisted, nn.Module):
 
     def __init__(self, spec: HeadsSpec, target: Any) -> None:
         super().__init__()
-        if spec.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
         self.spec = spec
         h = spec.hidden
         self.heads = nn.ModuleList(
