@@ -6,6 +6,7 @@ and never a traceback.
 from __future__ import annotations
 
 import warnings
+from typing import Sequence
 
 
 class SpecvizError(Exception):
@@ -20,6 +21,12 @@ class ConfigError(SpecvizError, ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.reason = message
+
+
+def check_choice(field: str, value: object, choices: Sequence[str]) -> None:
+    """ConfigError naming `field` when `value` is not one of `choices`."""
+    if value not in choices:
+        raise ConfigError(field, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
 class ModelLoadError(SpecvizError):

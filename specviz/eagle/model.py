@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import check_choice
 from ..models.cpu_linear import FewRowLinear, few_row_linear
 
 KINDS = ("eagle", "eagle3")
@@ -57,8 +58,7 @@ class EagleSpec:
     aux_layers: tuple[int, ...] = field(default_factory=tuple)   # eagle3: inputs to these target layers
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        check_choice("kind", self.kind, KINDS)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from . import checkpoint as ckpt
 from .model import GlideDraft, GlideSpec
 from .target_pass import TargetCache, TargetPass, target_pass
@@ -66,8 +66,7 @@ class TrainConfig(TrainSchedule):
             raise ConfigError("stop_after", f"must be in 0..steps ({self.steps}), got {self.stop_after}")
         if not 0 <= self.distill <= 1:
             raise ConfigError("distill", f"must be in [0, 1], got {self.distill}")
-        if self.labels not in LABELS:
-            raise ConfigError("labels", f"must be one of {', '.join(LABELS)}, got {self.labels!r}")
+        check_choice("labels", self.labels, LABELS)
         if self.feature < 0:
             raise ConfigError("feature", f"must be >= 0, got {self.feature}")
         if self.vocab < 0:

@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from .data import DataError
 from .target_pass import TargetCache, TargetPass
 
@@ -48,9 +48,8 @@ class TrainSchedule:
     ahead: ClassVar[tuple[str, ...]] = ()
 
     def check(self) -> None:
-        kind = getattr(self, "kind", None)
-        if self.kinds and kind not in self.kinds:
-            raise ConfigError("kind", f"must be one of {', '.join(self.kinds)}, got {kind!r}")
+        if self.kinds:
+            check_choice("kind", getattr(self, "kind", None), self.kinds)
         check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", 3 if self.ahead else 2),
                            ("warmup", 0), ("save_every", 1)))
         check_lr(self.lr)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import check_choice
 from ..glide.model import Shortlisted
 from ..models.cpu_linear import few_row_linear
 
@@ -43,8 +44,7 @@ class HeadsSpec:
     vocab: int                 # shortlist size K (the ids are the buffer `vocab_ids`)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        check_choice("kind", self.kind, KINDS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,7 +11,7 @@ import gradio as gr
 from ..core.decoding import DecodingConfig
 from ..drafters.kit.base import REGISTRY, default, names
 from ..drafters.kit.choice import DrafterChoice
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from ..core.precision import DTYPE_CHOICES
 from ..core.settings import build
 from .session import RunSpec
@@ -85,8 +85,7 @@ class SetupPanel:
         settings = self.drafter_form.values(drafter, values[4 + n_dec:4 + n_dec + n_drafter])
         rest = values[4 + n_dec + n_drafter:]
         dtype = (rest[0] if rest and rest[0] else "auto") if self.dtype is not None else "auto"
-        if dtype not in DTYPE_CHOICES:
-            raise ConfigError("dtype", f"must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
+        check_choice("dtype", dtype, DTYPE_CHOICES)
         device_map, max_memory = device_map_values(rest[1:3] if self.device_map is not None else ())
         return RunSpec((model or "").strip() or "embedded", drafter, tuple(settings.items()), decoding,
                        context or "", message or "", dtype, device_map, max_memory)
