@@ -12,6 +12,7 @@ Helpers shared by several test files live here too (`run_ids`).
 """
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -87,6 +88,23 @@ def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
     """Generate from token ids; returns (output ids, step records)."""
     steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding)))
     return [t for s in steps for t in s.new_tokens], steps
+
+
+def assert_shipped_heads_equal_vanilla(lm: LoadedModel, kinds: Sequence[str]) -> None:
+    """Each draft-head drafter in `kinds`, on its shipped checkpoint with its defaults and with its
+    'paper' preset, generates plain decoding's 32 tokens for a hash-table question on `lm` (the
+    embedded model); with the preset, its drafts are accepted (4 tokens at least)."""
+    from specviz.drafters.kit.base import get
+    from specviz.models.prompts import build_prompt
+
+    prompt = build_prompt(lm.tokenizer, "Explain what a hash table is.")
+    vanilla, _ = run_ids(lm, prompt.ids, max_new_tokens=32)
+    for kind in kinds:
+        for cfg in ({}, dict(get(kind).presets["paper"].values)):
+            out, steps = run_ids(lm, prompt.ids, kind, cfg, max_new_tokens=32)
+            assert out == vanilla, (kind, cfg)
+            if cfg:
+                assert sum(len(s.accepted) for s in steps) >= 4, kind
 
 
 def self_data(lm: LoadedModel, n: int, length: int) -> list[torch.Tensor]:
@@ -185,3 +203,30 @@ def hand_trace(drafter: str, info: dict[str, Any] | None = None) -> Trace:
     return Trace("m", drafter, {}, {}, "A B C D", (1, 2, 3, 4), (step,), (3, 9), " C!",
                  token_text, Totals.of([step]), "length", context_char_span=(2, 7),
                  output_pieces=(" C", "!"), prompt_pieces=("A", " B", " C", " D"))
+
+
+def _colour_keys(tree: ast.AST) -> set[int]:
+    """The ids of the keys of colour tables ({"lookahead": "#a6e3df", ...}) in `tree`."""
+    keys: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and node.values and all(
+                isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.startswith("#") for v in node.values):
+            keys |= {id(k) for k in node.keys}
+    return keys
+
+
+def drafter_literals(path: Path, names: set[str], skip_colour_tables: bool = False) -> list[str]:
+    """String literals in `path` (under ROOT) that are a drafter's name (one of `names`) or a list
+    of names ("a,b"; prose, which has spaces, may mention drafters), as "file:line 'literal'".
+    skip_colour_tables: pass over the keys of colour tables, draft-node source labels (which a
+    drafter chooses and which may equal a drafter's name), not drafter names."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    labels = _colour_keys(tree) if skip_colour_tables else set()
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in labels:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value.strip() \
+                and set(node.value.strip().split(",")) & names:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    return found

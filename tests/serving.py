@@ -6,6 +6,7 @@ machine the first answer can be late, so the launch is retried on a fresh port.
 """
 from __future__ import annotations
 
+import json
 import socket
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -61,3 +62,10 @@ def api_error(client: Any, *args: Any) -> str:
     with pytest.raises(Exception) as info:
         client.predict(*args, api_name="/trace")
     return str(info.value)
+
+
+def trace_refusal(client: Any, drafter: str, settings: dict[str, Any] | None = None,
+                  model: str = "tiny-random") -> str:
+    """api_error for a short greedy run: `drafter` on `model` with `settings` (its settings JSON;
+    None: "{}"), the message "hi", no context, 4 new tokens, temperature 0, seed 0."""
+    return api_error(client, model, drafter, "hi", "", json.dumps(settings or {}), 4, 0.0, 0)

@@ -25,7 +25,7 @@ import torch
 
 from specviz.errors import TraceFormatError
 from specviz.core.trace import Trace
-from tests.serving import api_error
+from tests.serving import api_error, trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -349,18 +349,16 @@ def test_api_allowed_folder_still_refuses_pickles_and_bad_indexes(served: Any, f
     """Inside SPECVIZ_ALLOWED_DIRS the files are read, and refused for what they hold."""
     _, client = served
     monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(files["folder"]))
-    message = api_error(client, "tiny-random", "glide", "hi", "", json.dumps({"checkpoint": str(files["evil"])}),
-                        4, 0.0, 0)
+    message = trace_refusal(client, "glide", {"checkpoint": str(files["evil"])})
     assert "weights_only=True" in message and not files["marker"].exists()
-    message = api_error(client, "tiny-random", "hierarchy", "hi", "",
-                        json.dumps({"corpus_index": str(files["oov_index"])}), 4, 0.0, 0)
+    message = trace_refusal(client, "hierarchy", {"corpus_index": str(files["oov_index"])})
     assert "vocabulary" in message and "tokens.npy" in message
 
 
 def test_api_model_allow_list(served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     _, client = served
     monkeypatch.setenv("SPECVIZ_ALLOWED_MODELS", "tiny-random")
-    message = api_error(client, "HuggingFaceTB/SmolLM2-360M", "vanilla", "hi", "", "{}", 4, 0.0, 0)
+    message = trace_refusal(client, "vanilla", model="HuggingFaceTB/SmolLM2-360M")
     assert "SPECVIZ_ALLOWED_MODELS" in message and "tiny-random" in message
     assert Trace.from_json(client.predict("tiny-random", "vanilla", "hi", "", "{}", 2, 0.0, 0, api_name="/trace"))
 

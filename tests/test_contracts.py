@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import hand_trace, run_ids
+from conftest import drafter_literals, hand_trace, run_ids
 
 from specviz.core.narration import Place, Quote, Scene, StepStory
 from specviz.core.settings import Settings
@@ -248,39 +248,13 @@ def test_every_registered_narrator_tells_the_shipped_trace() -> None:
 
 # ---- viz/ and analysis/ name no drafter ---------------------------------------------------
 
-def _colour_keys(tree: ast.AST) -> set[int]:
-    """The keys of colour tables ({"lookahead": "#a6e3df", ...}): draft-node source labels,
-    which a drafter chooses and which may equal a drafter's name, not drafter names."""
-    keys: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict) and node.values and all(
-                isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.startswith("#") for v in node.values):
-            keys |= {id(k) for k in node.keys}
-    return keys
-
-
-def _drafter_literals(path: Path, names: set[str]) -> list[str]:
-    """String literals in `path` that are a drafter's name or a list of names ("a,b"; prose,
-    which has spaces, may mention drafters; colour tables' source labels are not names)."""
-    found = []
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    labels = _colour_keys(tree)
-    for node in ast.walk(tree):
-        if id(node) in labels:
-            continue
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value.strip() \
-                and set(node.value.strip().split(",")) & names:
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
-    return found
-
-
 def test_viz_and_analysis_name_no_drafter() -> None:
     """The explainers and analyses ask the registry (baseline(), the preselected flags, each
     spec's narrator): no string literal in specviz/viz/ or specviz/analysis/ is a drafter's name."""
     names = set(REGISTRY)
     files = [p for d in ("viz", "analysis") for p in sorted((ROOT / "specviz" / d).rglob("*.py"))]
     assert len(files) > 10
-    offenders = [hit for path in files for hit in _drafter_literals(path, names)]
+    offenders = [hit for path in files for hit in drafter_literals(path, names, skip_colour_tables=True)]
     assert not offenders, offenders
 
 
@@ -289,7 +263,7 @@ def test_a_named_drafter_would_be_found(tmp_path: Path) -> None:
     probe.write_text('X = "vanilla"\nY = ("a", "prompt_lookup")\nZ = "speedup vs vanilla"\n'
                      'C = {"vanilla": "#fff"}\nD = {"vanilla": 1}\n', encoding="utf-8")
     try:
-        hits = _drafter_literals(probe, {"vanilla", "prompt_lookup"})
+        hits = drafter_literals(probe, {"vanilla", "prompt_lookup"}, skip_colour_tables=True)
     finally:
         probe.unlink()
     assert [h.split(" ")[0].rsplit(":", 1)[1] for h in hits] == ["1", "2", "5"]

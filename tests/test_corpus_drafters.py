@@ -25,7 +25,7 @@ from specviz.index.model_db import ModelDB, count_ngrams
 from specviz.index.store import build_corpus_parts, save_model_db, tokenizer_identity
 from specviz.index.suffix_array import SEP
 from specviz.core.tree import DraftTree
-from test_sampling import COST, PROMPT, SAMPLES, ALPHA, exact_pairs, fit_pvalues, sample
+from test_sampling import COST, PROMPT, SAMPLES, T1, assert_lossless_sampling
 
 NEW = 48
 CORPUS_DRAFTERS = ("rest", "hierarchy", "aded")
@@ -250,14 +250,10 @@ def test_sampling_is_lossless(tiny_lm, ids_index, drafter):
     multi-candidate rule: the first two sampled tokens follow the target's distribution."""
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
     folder, outputs = ids_index
-    cfg = DecodingConfig(temperature=1.0)
     # a prompt whose greedy continuation is in the corpus, so corpus drafts are often accepted
     prompt, config = (PROMPT, {}) if drafter == "lookahead" else (
         outputs[3][:8], {"corpus_index": folder, "size_by_cost": False})
-    p1, p12 = exact_pairs(lm, prompt, cfg)
-    s = sample(lm, drafter, config, cfg, prompt=prompt)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, drafter, config, T1, prompt=prompt)
     # accepted drafts on 17-25% of runs here (rest, hierarchy, aded): enough that a biased rule shows
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 8
 

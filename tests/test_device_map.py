@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,6 +50,14 @@ def split(single, tmp_path_factory):
 @pytest.fixture(scope="module")
 def prompt(single):
     return build_prompt(single.tokenizer, TEXT)
+
+
+@pytest.fixture
+def split_map_file(tmp_path) -> Path:
+    """SPLIT written as a JSON map file (tmp_path / "map.json"), as --device-map takes it."""
+    map_file = tmp_path / "map.json"
+    map_file.write_text(json.dumps(SPLIT))
+    return map_file
 
 
 def test_the_split_really_offloads_a_layer_to_disk(split):
@@ -104,13 +113,12 @@ def test_trace_records_the_map_and_old_traces_still_read(split, prompt):
         Trace.from_dict(bad)
 
 
-def test_a_local_folder_loads_by_a_json_map_through_from_pretrained(single, prompt, tmp_path):
+def test_a_local_folder_loads_by_a_json_map_through_from_pretrained(single, prompt, tmp_path, split_map_file):
     folder = tmp_path / "tiny"
     single.model.save_pretrained(folder)
     single.tokenizer.save_pretrained(folder)
-    map_file = tmp_path / "map.json"
-    map_file.write_text(json.dumps(SPLIT))
-    lm = load_model(str(folder), dtype="float32", device_map=str(map_file), offload_folder=str(tmp_path / "off"))
+    lm = load_model(str(folder), dtype="float32", device_map=str(split_map_file),
+                    offload_folder=str(tmp_path / "off"))
     assert lm.runtime["device_map"]["model.layers.1"] == "disk"
     decoding = DecodingConfig(max_new_tokens=12)
     assert generate(lm, prompt, "ngram_trie", None, decoding).output_ids == \
@@ -220,12 +228,10 @@ def test_heads_go_to_the_device_of_what_they_read(single, monkeypatch, tmp_path)
 
 # --- the command line ------------------------------------------------------------------------------
 
-def test_generate_with_a_map_file_records_it(tmp_path):
-    map_file = tmp_path / "map.json"
-    map_file.write_text(json.dumps(SPLIT))
+def test_generate_with_a_map_file_records_it(tmp_path, split_map_file):
     trace = tmp_path / "t.json"
     done = run_cli("generate", "--model", "tiny-random", "--drafter", "prompt_lookup", "--max-new-tokens", "8",
-                   "--device-map", str(map_file), "--offload-folder", str(tmp_path / "off"),
+                   "--device-map", str(split_map_file), "--offload-folder", str(tmp_path / "off"),
                    "--prompt", TEXT, "--trace", str(trace))
     assert done.returncode == 0, done.stderr
     assert json.loads(trace.read_text())["runtime"]["device_map"]["model.layers.1"] == "disk"
@@ -262,11 +268,9 @@ def test_explorer_device_map_box(panel):
         panel.spec([*base, "float32", "", "cpu=1GB"])
 
 
-def test_bench_records_the_map_in_results_json(tmp_path):
-    map_file = tmp_path / "map.json"
-    map_file.write_text(json.dumps(SPLIT))
+def test_bench_records_the_map_in_results_json(tmp_path, split_map_file):
     out = tmp_path / "bench"
-    done = run_cli("bench", "--model", "tiny-random", "--device-map", str(map_file), "--offload-folder",
+    done = run_cli("bench", "--model", "tiny-random", "--device-map", str(split_map_file), "--offload-folder",
                    str(tmp_path / "off"), "--drafters", "prompt_lookup", "--peers", "", "--categories",
                    "summarization", "--limit", "1", "--max-new-tokens", "8", "--warmup", "0", "--out", str(out))
     assert done.returncode == 0, done.stderr

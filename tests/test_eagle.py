@@ -18,7 +18,7 @@ from specviz.eagle.train import EagleTrainConfig, eagle_pass, evaluate, kind_vie
 from specviz.glide.target_pass import TargetCache
 from specviz.models.hidden import FINAL, HiddenCapture
 
-from conftest import self_data as make_self_data, run_ids
+from conftest import assert_shipped_heads_equal_vanilla, self_data as make_self_data, run_ids
 
 PROMPT = [1, 5, 9, 13, 2, 7, 30, 31]
 KINDS = ("eagle", "eagle3")
@@ -223,14 +223,11 @@ def test_training_resumes(tiny_lm, self_data, tmp_path):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_eagle_sampling_is_lossless(tiny_lm, trained, kind):
-    from test_sampling import ALPHA, COST, PROMPT as SPROMPT, SAMPLES, T1, exact_pairs, fit_pvalues, sample
+    from test_sampling import COST, SAMPLES, assert_lossless_sampling
 
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
-    p1, p12 = exact_pairs(lm, SPROMPT, T1)
-    s = sample(lm, kind, {"checkpoint": trained[kind], "top_k": 3, "depth": 2, "total_tokens": 8,
-                          "size_by_cost": False}, T1)
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, kind, {"checkpoint": trained[kind], "top_k": 3, "depth": 2, "total_tokens": 8,
+                                            "size_by_cost": False})
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50     # 44 / 73 of 1000 when written
 
 
@@ -263,13 +260,4 @@ def test_drafters_are_listed_with_presets():
 
 @pytest.mark.slow
 def test_shipped_heads_equal_vanilla_on_the_embedded_model(embedded_lm):
-    from specviz.models.prompts import build_prompt
-
-    prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.")
-    vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=32)
-    for kind in KINDS:
-        for cfg in ({}, dict(get(kind).presets["paper"].values)):
-            out, steps = run_ids(embedded_lm, prompt.ids, kind, cfg, max_new_tokens=32)
-            assert out == vanilla, (kind, cfg)
-            if cfg:
-                assert sum(len(s.accepted) for s in steps) >= 4, kind
+    assert_shipped_heads_equal_vanilla(embedded_lm, KINDS)

@@ -137,11 +137,15 @@ def _same_drafts(lm, kind, a, b, n=16):
 MAKERS = {"authors-eagle": authors_eagle, "authors-eagle3": authors_eagle3, "speculators-eagle3": speculators_eagle3}
 
 
+def write_layout(lm, layout: str, folder: Path) -> str:
+    """Write a random head in `layout` (a MAKERS key, "<who>-<kind>") to `folder`; returns its kind."""
+    MAKERS[layout](lm, folder)
+    return layout.split("-")[1]
+
+
 @pytest.mark.parametrize("layout", list(MAKERS))
 def test_published_eagle_layouts_load_and_are_lossless(tiny_lm, tmp_path, layout):
-    kind = layout.split("-")[1]
-    make = MAKERS[layout]
-    make(tiny_lm, tmp_path / "pub")
+    kind = write_layout(tiny_lm, layout, tmp_path / "pub")
     draft = ckpt.load(str(tmp_path / "pub"), tiny_lm.model, tiny_lm.model_id, kind)
     ours = random_head(tiny_lm, kind)
     for (k, p), q in zip(ours.state_dict().items(), draft.state_dict().values(), strict=True):
@@ -203,10 +207,8 @@ def _refused(lm, kind, folder, *words):
 
 @pytest.mark.parametrize("layout", list(MAKERS))
 def test_foreign_eagle_heads_are_refused(tiny_lm, tiny_lm_tok, tmp_path, layout):
-    kind = layout.split("-")[1]
-    make = MAKERS[layout]
     folder = tmp_path / "pub"
-    make(tiny_lm, folder)
+    kind = write_layout(tiny_lm, layout, folder)
     # another vocabulary: the tiny model with the embedded tokenizer has 49152 tokens, not 64
     _refused(tiny_lm_tok, kind, folder, "vocabulary of 64 tokens", "49152")
     # another hidden size
@@ -233,17 +235,15 @@ def test_specviz_layout_is_refused_for_another_target(tiny_lm, tmp_path):
 
 @pytest.mark.parametrize("layout", list(MAKERS))
 def test_truncated_eagle_heads_are_refused(tiny_lm, tmp_path, layout):
-    kind = layout.split("-")[1]
-    make = MAKERS[layout]
     folder = tmp_path / "pub"
-    make(tiny_lm, folder)
+    kind = write_layout(tiny_lm, layout, folder)
     weights = next(folder / f for f in ckpt.WEIGHT_FILES if (folder / f).is_file())
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])                             # a download cut short
     _refused(tiny_lm, kind, folder, "cannot be read", "truncated")
     # a weight missing
     folder2 = tmp_path / "pub2"
-    saved = make(tiny_lm, folder2)
+    saved = MAKERS[layout](tiny_lm, folder2)
     weights2 = next(folder2 / f for f in ckpt.WEIGHT_FILES if (folder2 / f).is_file())
     drop = "fc.weight"
     kept = {k: v for k, v in saved.items() if k != drop}

@@ -33,7 +33,7 @@ from specviz.index.store import IndexFileError, read_manifest
 from specviz.core.trace import Trace
 from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
 from specviz.ui.web_policy import NotAllowedError, check_model, check_path
-from tests.serving import api_error
+from tests.serving import trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -626,11 +626,9 @@ def test_api_deep_manifest_in_an_allowed_folder(served: Any, files: dict[str, Pa
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     _, client = served
     monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(files["folder"]))
-    message = api_error(client, "tiny-random", "rest", "hi", "", json.dumps({"corpus_index": str(files["deep_index"])}),
-                         4, 0.0, 0)
+    message = trace_refusal(client, "rest", {"corpus_index": str(files["deep_index"])})
     assert "manifest.json is damaged" in message and "nested deeper" in message, message
-    message = api_error(client, "tiny-random", "rest", "hi", "", json.dumps({"corpus_index": str(files["file"])}),
-                         4, 0.0, 0)
+    message = trace_refusal(client, "rest", {"corpus_index": str(files["file"])})
     assert "is a file" in message, message
 
 
@@ -638,17 +636,17 @@ def test_api_model_box_answers_alike_for_missing_and_outside(served: Any, monkey
     _, client = served
     monkeypatch.delenv("SPECVIZ_ALLOWED_DIRS", raising=False)
     monkeypatch.delenv("SPECVIZ_ALLOWED_MODELS", raising=False)
-    outside = api_error(client, "/etc", "vanilla", "hi", "", "{}", 4, 0.0, 0)
-    missing = api_error(client, "/no-such-folder-specviz", "vanilla", "hi", "", "{}", 4, 0.0, 0)
+    outside = trace_refusal(client, "vanilla", model="/etc")
+    missing = trace_refusal(client, "vanilla", model="/no-such-folder-specviz")
     assert outside.replace("/etc", "X") == missing.replace("/no-such-folder-specviz", "X"), (outside, missing)
     assert "SPECVIZ_ALLOWED_DIRS" in missing and "no such directory" not in missing
 
 
 def test_api_bracket_settings_contradicted_by_settings_json(served: Any) -> None:
     _, client = served
-    message = api_error(client, "tiny-random", "ngram_trie[n=8]", "hi", "", '{"n": 10}', 4, 0.0, 0)
+    message = trace_refusal(client, "ngram_trie[n=8]", {"n": 10})
     assert "n=8 in the brackets and settings n=10" in message, message
-    message = api_error(client, "tiny-random", "ngram_trie[n=8;n=9]", "hi", "", "{}", 4, 0.0, 0)
+    message = trace_refusal(client, "ngram_trie[n=8;n=9]")
     assert "n is given twice" in message, message
 
 

@@ -22,7 +22,8 @@ from specviz.heads.train import HeadsTrainConfig, heads_pass, train
 from specviz.models.hidden import HiddenCapture, final_norm
 from specviz.core.settings import Settings
 from specviz.core.tree import DraftTree
-from conftest import self_data as make_self_data, assert_checkpoint_files_refused, assert_export_loads, run_ids
+from conftest import (self_data as make_self_data, assert_checkpoint_files_refused, assert_export_loads,
+                      assert_shipped_heads_equal_vanilla, run_ids)
 
 PROMPT = [23, 33, 55, 9, 35, 19, 31, 19, 10, 20, 21, 35, 50, 38, 42, 16, 17, 35]
 
@@ -312,14 +313,11 @@ def test_explorer_draws_the_heads_tree(tiny_lm_tok, tmp_path):
 def test_heads_sampling_is_lossless(tiny_lm, medusa_ckpt, hydra_ckpt, kind):
     import dataclasses
 
-    from test_sampling import COST, PROMPT as SPROMPT, SAMPLES, T1, ALPHA, exact_pairs, fit_pvalues, sample
+    from test_sampling import COST, SAMPLES, assert_lossless_sampling
 
     lm = dataclasses.replace(tiny_lm, verify_cost=COST)
-    p1, p12 = exact_pairs(lm, SPROMPT, T1)
     path = medusa_ckpt if kind == "medusa" else hydra_ckpt
-    s = sample(lm, kind, {"checkpoint": str(path)}, T1)       # cut to <= 8 nodes by COST: siblings too
-    pv1, pv2 = fit_pvalues(s, p1, p12)
-    assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
+    s = assert_lossless_sampling(lm, kind, {"checkpoint": str(path)})   # cut to <= 8 nodes by COST: siblings too
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 20     # 78 / 98 of 1000 when written
 
 
@@ -354,13 +352,4 @@ def test_train_heads_cli(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_shipped_heads_equal_vanilla_on_the_embedded_model(embedded_lm):
-    from specviz.models.prompts import build_prompt
-
-    prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.")
-    vanilla, _ = run_ids(embedded_lm, prompt.ids, max_new_tokens=32)
-    for kind in ("medusa", "hydra"):
-        for cfg in ({}, dict(get(kind).presets["paper"].values)):
-            out, steps = run_ids(embedded_lm, prompt.ids, kind, cfg, max_new_tokens=32)
-            assert out == vanilla, (kind, cfg)
-            if cfg:
-                assert sum(len(s.accepted) for s in steps) >= 4, kind
+    assert_shipped_heads_equal_vanilla(embedded_lm, ("medusa", "hydra"))

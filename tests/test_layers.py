@@ -29,6 +29,8 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
+from conftest import drafter_literals
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
 ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.glide", "specviz.heads", "specviz.eagle",
@@ -196,24 +198,13 @@ def _front_end_files() -> list[Path]:
     return [p for d in FRONT_ENDS for p in sorted((ROOT / d).rglob("*.py"))] + [ROOT / "app.py"]
 
 
-def _drafter_literals(path: Path, names: set[str]) -> list[str]:
-    """String literals in `path` that are a drafter's name, or a list of names ("a,b"; prose,
-    which has spaces, may mention drafters)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value.strip():
-            if set(node.value.strip().split(",")) & names:
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
-    return found
-
-
 def test_no_front_end_names_a_drafter() -> None:
     """The CLI, the UI and the bench loop over the registry's specs (order, family, flags such
     as is_baseline and needs_reference): no string literal there is a registered drafter's name."""
     from specviz.drafters import REGISTRY
 
     names = set(REGISTRY)
-    offenders = [hit for path in _front_end_files() for hit in _drafter_literals(path, names)]
+    offenders = [hit for path in _front_end_files() for hit in drafter_literals(path, names)]
     assert not offenders, offenders
 
 
@@ -221,7 +212,7 @@ def test_a_named_drafter_would_be_found() -> None:
     probe = ROOT / "tests" / "_probe_front_end.py"       # under ROOT: reported relative to it
     probe.write_text('X = "ngram_trie"\nY = "a,oracle"\nZ = "ngram_trie[n=3]"\n', encoding="utf-8")
     try:
-        hits = _drafter_literals(probe, {"ngram_trie", "oracle"})
+        hits = drafter_literals(probe, {"ngram_trie", "oracle"})
     finally:
         probe.unlink()
     assert [h.split(" ")[0].rsplit(":", 1)[1] for h in hits] == ["1", "2"]

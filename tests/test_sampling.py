@@ -217,11 +217,12 @@ T1 = DecodingConfig(temperature=1.0)
 WARPED = DecodingConfig(temperature=0.8, top_k=8, top_p=0.9)
 
 
-def assert_lossless_sampling(lm, drafter: str, config, cfg: DecodingConfig = T1):
-    """Sample `drafter` from PROMPT and check the first two tokens' distributions against the
+def assert_lossless_sampling(lm, drafter: str, config, cfg: DecodingConfig = T1,
+                             prompt: list[int] = PROMPT) -> Sampled:
+    """Sample `drafter` from `prompt` and check the first two tokens' distributions against the
     exact ones (both p-values above ALPHA); returns the samples for further checks."""
-    p1, p12 = exact_pairs(lm, PROMPT, cfg)
-    s = sample(lm, drafter, config, cfg)
+    p1, p12 = exact_pairs(lm, prompt, cfg)
+    s = sample(lm, drafter, config, cfg, prompt=prompt)
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
     return s
