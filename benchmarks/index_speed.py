@@ -19,13 +19,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specviz.bench.questions import read_questions  # noqa: E402
+from specviz.bench.questions import DEFAULT_QUESTIONS, read_questions  # noqa: E402
 from specviz.index.candidates import rank_continuations  # noqa: E402
 from specviz.index.store import default_index, load_index  # noqa: E402
 from specviz.models.loading import load_model  # noqa: E402
-
-QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "specbench" / "question.jsonl"
-
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -41,7 +38,8 @@ def report(name: str, seconds: list[float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--index", default="", help="an index folder (default: the embedded model's default index)")
-    parser.add_argument("--questions", default=str(QUESTIONS))
+    parser.add_argument("--questions", default=str(DEFAULT_QUESTIONS),
+                        help="a Spec-Bench question.jsonl (default: the 480 questions specviz ships)")
     args = parser.parse_args()
     lm = load_model("embedded")
     index = (load_index(args.index) if args.index
