@@ -278,11 +278,17 @@ def test_wrong_or_missing_checkpoint_is_refused(tiny_lm, tiny_lm_tok, tmp_path):
     torch.save({"manifest": {"format": ckpt.FORMAT}, "state": {}, "x": DecodingConfig()}, evil)
     with pytest.raises(CheckpointError, match="refused"):
         ckpt.read(evil)
-    blob = torch.load(med, weights_only=True)
-    blob["manifest"]["heads"]["n_heads"] = "4"
-    torch.save(blob, tmp_path / "typed.pt")
-    with pytest.raises(CheckpointError, match="heads.n_heads"):
-        ckpt.read(tmp_path / "typed.pt")
+    edits = ((lambda m: m["heads"].update(n_heads="4"), "heads.n_heads"),
+             (lambda m: m.update(format="specviz-glide/1"),
+              r"not a specviz-heads/1 checkpoint \(format 'specviz-glide/1'\)"),
+             (lambda m: m.pop("target_fingerprint"), "lacks the field 'target_fingerprint'"),
+             (lambda m: m.update(heads=[4]), r"field 'heads' has the wrong type \(list\)"))
+    for edit, words in edits:
+        blob = torch.load(med, weights_only=True)
+        edit(blob["manifest"])
+        torch.save(blob, tmp_path / "edited.pt")
+        with pytest.raises(CheckpointError, match=words):
+            ckpt.read(tmp_path / "edited.pt")
 
 
 def test_export_is_slim_and_loads(tiny_lm, medusa_ckpt, tmp_path):

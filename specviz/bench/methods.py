@@ -146,8 +146,7 @@ def _sweep_axes(text: str, grid: str) -> list[tuple[str, list[str]]]:
             raise MethodError(f"sweep: {part!r}: an empty value between ','; expected key=v1,v2,...")
         if any(k == key for k, _ in axes):
             raise MethodError(f"sweep: {text!r}: {key} is swept twice; give all its values in one key=v1,v2,...")
-        twice = first_repeat(vals)
-        if twice is not None:
+        if (twice := first_repeat(vals)) is not None:
             raise MethodError(f"sweep: {part!r}: the value {twice} is given twice; give each value once")
         axes.append((key, vals))
     return axes

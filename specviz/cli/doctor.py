@@ -31,8 +31,7 @@ def checked_drafters(text: str) -> tuple[str, ...]:
         raise UsageError("--drafters: empty; give drafter names, e.g. --drafters ngram_trie,prompt_lookup")
     if "" in items:
         raise UsageError(f"--drafters: {text!r} has an empty item between ','; give names separated by one ','")
-    twice = first_repeat(items)
-    if twice is not None:
+    if (twice := first_repeat(items)) is not None:
         raise UsageError(f"--drafters: {twice} is given twice; give each drafter once")
     odd = next((d for d in items if any(c in d for c in "@[]=")), None)
     if odd is not None:

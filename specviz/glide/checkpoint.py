@@ -104,19 +104,31 @@ _MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {"format": str, "target":
                                                        "glide": dict}
 
 
-def check_manifest(manifest: Any, path: str | Path) -> None:
-    """Raise CheckpointError naming the first missing or mistyped manifest field."""
+def check_blob(blob: Any, path: str | Path, form: str, fields: dict[str, Any], weights: str) -> dict[str, Any]:
+    """The manifest of a checkpoint blob (what load_blob read) that is of format `form` and
+    holds `fields` (name -> type) and a 'state' (`weights`, in words); CheckpointError naming
+    the first thing missing or mistyped. Shared with the heads' checkpoints."""
     where = f"checkpoint: {str(path)!r}"
+    manifest = blob.get("manifest") if isinstance(blob, dict) else None
     if not isinstance(manifest, dict):
-        raise CheckpointError(f"{where} has no manifest (not a {FORMAT} checkpoint)")
-    for name, typ in _MANIFEST_FIELDS.items():
+        raise CheckpointError(f"{where} has no manifest (not a {form} checkpoint)")
+    if manifest.get("format") != form:
+        raise CheckpointError(f"{where} is not a {form} checkpoint (format {manifest.get('format')!r})")
+    for name, typ in fields.items():
         if name not in manifest:
             raise CheckpointError(f"{where}: its manifest lacks the field {name!r}")
         if not isinstance(manifest[name], typ):
             raise CheckpointError(f"{where}: manifest field {name!r} has the wrong type "
                                   f"({type(manifest[name]).__name__})")
-    if manifest["format"] != FORMAT:
-        raise CheckpointError(f"{where} is not a {FORMAT} checkpoint (format {manifest['format']!r})")
+    if not isinstance(blob.get("state"), dict):
+        raise CheckpointError(f"{where} lacks the field 'state' ({weights})")
+    return manifest
+
+
+def check_manifest(manifest: dict[str, Any], path: str | Path) -> None:
+    """Raise CheckpointError naming the first missing or unknown field of the manifest's
+    'glide' architecture (check_blob has checked the rest)."""
+    where = f"checkpoint: {str(path)!r}"
     glide = manifest["glide"]
     for f in dataclasses.fields(GlideSpec):
         if f.name not in glide and f.default is dataclasses.MISSING:
@@ -140,13 +152,8 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> GlideSpec:
 
 def read(path: str | Path) -> dict[str, Any]:
     """The stored blob; never runs code from the file (weights_only=True)."""
-    path = Path(path)
     blob = load_blob(path, "GLIDE")
-    if not isinstance(blob, dict):
-        raise CheckpointError(f"checkpoint: {str(path)!r} is not a {FORMAT} checkpoint")
-    check_manifest(blob.get("manifest"), path)
-    if not isinstance(blob.get("state"), dict):
-        raise CheckpointError(f"checkpoint: {str(path)!r} lacks the field 'state' (the draft's weights)")
+    check_manifest(check_blob(blob, path, FORMAT, _MANIFEST_FIELDS, "the draft's weights"), path)
     return blob
 
 

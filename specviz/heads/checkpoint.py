@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..glide.checkpoint import CheckpointError, check_fingerprint, load_blob, load_weights, slim, write_blob
+from ..glide.checkpoint import CheckpointError, check_blob, check_fingerprint, load_blob, load_weights, slim, write_blob
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
@@ -75,16 +75,7 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> HeadsSpec:
 def read(path: str | Path) -> dict[str, Any]:
     """The stored blob, its manifest checked; never runs code from the file."""
     blob = load_blob(path, "draft-heads")
-    where = f"checkpoint: {str(Path(path))!r}"
-    manifest = blob.get("manifest") if isinstance(blob, dict) else None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{where} is not a {FORMAT} checkpoint")
-    for name, typ in _FIELDS.items():
-        if not isinstance(manifest.get(name), typ):
-            raise CheckpointError(f"{where}: manifest field {name!r} is missing or has the wrong type")
-    if not isinstance(blob.get("state"), dict):
-        raise CheckpointError(f"{where} lacks the field 'state' (the heads' weights)")
-    spec_of(manifest, path)
+    spec_of(check_blob(blob, path, FORMAT, _FIELDS, "the heads' weights"), path)
     return blob
 
 
