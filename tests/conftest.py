@@ -193,6 +193,29 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_cli_here(*args: str) -> subprocess.CompletedProcess:
+    """The CLI's `main(ARGS)` in this process, its exit code and output as run_cli gives them (an
+    exception that escapes main: exit code 1 and its traceback on stderr, as the interpreter
+    would print it). For the tables of refusals, which end before any real work: a fresh
+    interpreter costs seconds of imports per case (test_cli runs the entry point itself)."""
+    import contextlib
+    import io
+    import traceback
+
+    from specviz.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:                       # argparse's own refusals
+            code = stop.code if isinstance(stop.code, int) else 1
+        except Exception:  # noqa: BLE001 - reported as the interpreter would, for the test to see
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess(["specviz", *args], code, out.getvalue(), err.getvalue())
+
+
 def hand_trace(drafter: str, info: dict[str, Any] | None = None) -> Trace:
     """Prompt 'A B C D', context 'B C D'; the draft copied 'C' (accepted) and 'D'."""
     token_text = {1: "A", 2: " B", 3: " C", 4: " D", 9: "!"}

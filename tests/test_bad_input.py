@@ -25,6 +25,7 @@ import torch
 
 from specviz.errors import TraceFormatError
 from specviz.core.trace import Trace
+from tests.conftest import run_cli_here
 from tests.serving import api_error, trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,13 +132,8 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 @pytest.fixture(scope="module")
 def cli_results(files: dict[str, Path]) -> dict[str, subprocess.CompletedProcess]:
-    """Every CLI case, run a few at a time (each is a fresh interpreter)."""
-    def one(item: tuple[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> tuple[str, subprocess.CompletedProcess]:
-        name, (args, _) = item
-        return name, run_cli(*(a.format(**files) for a in args), timeout=240)
-
-    with ThreadPoolExecutor(3) as pool:
-        return dict(pool.map(one, CLI_CASES.items()))
+    """Every CLI case, through the CLI's main in this process (conftest.run_cli_here)."""
+    return {name: run_cli_here(*(a.format(**files) for a in args)) for name, (args, _) in CLI_CASES.items()}
 
 
 @pytest.mark.parametrize("name", list(CLI_CASES))

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from specviz.index.store import IndexFileError, read_manifest
 from specviz.core.trace import Trace
 from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
 from specviz.ui.web_policy import NotAllowedError, check_model, check_path
+from tests.conftest import run_cli_here
 from tests.serving import trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -502,12 +502,8 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 @pytest.fixture(scope="module")
 def cli_results(files: dict[str, Path]) -> dict[str, subprocess.CompletedProcess]:
-    def one(item: tuple[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> tuple[str, subprocess.CompletedProcess]:
-        name, (args, _) = item
-        return name, run_cli(*(a.format(**files) for a in args))
-
-    with ThreadPoolExecutor(3) as pool:
-        return dict(pool.map(one, CLI_CASES.items()))
+    """Every CLI case, through the CLI's main in this process (conftest.run_cli_here)."""
+    return {name: run_cli_here(*(a.format(**files) for a in args)) for name, (args, _) in CLI_CASES.items()}
 
 
 @pytest.mark.parametrize("name", list(CLI_CASES))
