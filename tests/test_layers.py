@@ -191,6 +191,18 @@ def test_engine_packages_do_not_load_the_cli() -> None:
     assert done.stdout.strip() == "[]", done.stdout
 
 
+def test_the_cli_parser_loads_without_transformers_model_code() -> None:
+    """Every command's parser (the drafter registry with it: --help, refusals, `specviz
+    drafters`) is built without importing a transformers model's modelling code, which costs
+    about 2 s of a CLI start; GLIDE's layer imports Llama's pieces when a draft is built."""
+    code = ("import sys\nfrom specviz.cli import build_parser\nbuild_parser()\n"
+            "print(sorted(m for m in sys.modules if m.startswith('transformers.models.')"
+            " and m.rsplit('.', 1)[-1].startswith('modeling_')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
 FRONT_ENDS = ("specviz/cli", "specviz/ui", "specviz/bench")
 
 

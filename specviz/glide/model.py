@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, apply_rotary_pos_emb
 
 
 @dataclass(frozen=True)
@@ -105,8 +104,14 @@ def positions_cross_mask(positions: torch.Tensor, cached: int) -> torch.Tensor:
 
 class GlideLayer(nn.Module):
     def __init__(self, spec: GlideSpec, mlp_config: Any) -> None:
+        # transformers' Llama modelling is imported here, when a draft is built, not with this
+        # module: the drafter registry (and so every CLI command, --help and its refusals) then
+        # loads without it, about 2 s sooner
+        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, apply_rotary_pos_emb
+
         super().__init__()
         self.spec = spec
+        self.rotary = apply_rotary_pos_emb                                  # (q, k, cos, sin) -> (q, k)
         h, d = spec.hidden, spec.head_dim
         self.input_norm = LlamaRMSNorm(h, spec.rms_eps)
         self.q_proj = nn.Linear(h, spec.heads * d, bias=spec.attention_bias)
@@ -136,7 +141,7 @@ class GlideLayer(nn.Module):
         h = self.input_norm(x)
         q, k, v = self._heads(self.q_proj(h), s.heads), self._heads(self.k_proj(h), s.kv_heads), \
             self._heads(self.v_proj(h), s.kv_heads)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        q, k = self.rotary(q, k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
         a = attend(q, k, v, self_visible)                                    # [B, H, T, D]
