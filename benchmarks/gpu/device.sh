@@ -2,10 +2,10 @@
 # On the lent GPU machine (the device tool runs this in the repository root): receive the carried
 # pieces, set up, and run one stage, writing its outputs to $OUT. See README.md.
 #   bash benchmarks/gpu/device.sh receive                 # copy the carried .gpu/cK into /tmp/specviz-gpu
-#   bash benchmarks/gpu/device.sh doctor|tests|bench-bf16|bench-fp32|profile [extra args]
+#   bash benchmarks/gpu/device.sh doctor|doctor-bf16|tests|bench-bf16|bench-fp32|profile [extra args]
 #   bash benchmarks/gpu/device.sh pack                    # $OUT's files into one gpu-out.tgz (a call returns 8 files at most)
 set -uo pipefail
-STAGE=${1:?stage: receive, doctor, tests, bench-bf16, bench-fp32, profile, pack}; shift
+STAGE=${1:?stage: receive, doctor, doctor-bf16, tests, bench-bf16, bench-fp32, profile, pack}; shift
 HOLD=/tmp/specviz-gpu; OUT=${OUT:-$HOLD/out}; mkdir -p "$HOLD/pieces" "$OUT"
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu: a dry run of this script without a GPU
 export SPECVIZ_CACHE=$HOLD/cache PYTHONPATH=$HOLD/site:$PWD PYTHONUNBUFFERED=1 SPECVIZ_NO_FETCH=1 HF_HUB_OFFLINE=1
@@ -45,6 +45,10 @@ case $STAGE in
   receive) receive ;;
   doctor) setup && python3 -m specviz doctor --device $DEVICE --dtype auto 2>&1 | tee "$OUT/doctor.txt"
           python3 -m specviz doctor --device $DEVICE --dtype auto --json > "$OUT/doctor.json" ;;
+  doctor-bf16)   # the cuDNN-attention fix measured: bf16 with specviz's default (cuDNN off), then PyTorch's choice
+          setup && python3 -m specviz doctor --device $DEVICE --dtype bfloat16 2>&1 | grep -v GGUF | tee "$OUT/doctor-bf16-cudnn-off.txt"
+          SPECVIZ_CUDNN_ATTENTION=1 python3 -m specviz doctor --device $DEVICE --dtype bfloat16 2>&1 | grep -v GGUF \
+            | tee "$OUT/doctor-bf16-cudnn-on.txt" ;;
   tests)  setup && python3 -m pytest -q -p no:cacheprovider --continue-on-collection-errors \
             -rs "${@:-tests}" 2>&1 | tee "$OUT/tests.txt" ;;
   bench-bf16) setup && bench bfloat16 "$@" ;;
