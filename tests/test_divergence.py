@@ -141,6 +141,22 @@ def test_a_run_without_logits_is_judged_from_vanillas_side() -> None:
     assert divergence.explain_ids(_trace((4, 5, 6), (1.0,) * 3, 1), [4, 9, 6], 1.0).verdict == UNKNOWN
 
 
+def test_a_run_with_its_own_logits_is_judged_from_both_sides() -> None:
+    """transformers' generate in the bench returns its logits: the verdict is `classify`'s,
+    the drift is recorded, and a margin the one-sided check would call a mismatch is judged
+    with the run's side too."""
+    ref_top = [((4, 5.0), (0, 1.0)), ((5, 5.0), (0, 1.0)), ((6, 5.01), (8, 5.0), (3, 2.0)), ((7, 5.0), (0, 1.0))]
+    vanilla = _trace((4, 5, 6, 7), (1.0, 1.0, 1.0, 1.0), 1, ref_top)
+    run_top = [((4, 5.02), (0, 1.0)), ((5, 4.99), (0, 1.0)), ((8, 5.02), (6, 5.0), (3, 2.0))]
+    near = divergence.explain_ids(vanilla, [4, 5, 8], 1.0, run_top)
+    assert (near.verdict, near.position, near.run_top) == (NEAR_TIE, 2, ((8, 5.02), (6, 5.0), (3, 2.0)))
+    assert "only vanilla's side" not in near.reason and "(run: 8 over 6)" in near.reason
+    assert near.drift == pytest.approx(0.02) and near.drift_at == 0
+    wrong = [*run_top[:2], ((6, 5.5), (8, 5.0), (3, 2.0))]   # the run's own argmax was vanilla's token
+    bad = divergence.explain_ids(vanilla, [4, 5, 8], 1.0, wrong)
+    assert bad.verdict == MISMATCH and "its target's argmax there was 6" in bad.reason
+
+
 def test_the_bench_table_counts_turns_it_could_not_judge() -> None:
     from specviz.bench.report import _differs
 

@@ -101,6 +101,23 @@ def test_arctic_suffix_runs_as_a_bench_row(tiny_lm_tok):
     assert peer.divergence is not None and peer.divergence["verdict"] == "identical"
 
 
+@pytest.mark.parametrize("peer", ["hf_greedy", "hf_prompt_lookup"])
+def test_transformers_generate_rows_are_judged_with_their_own_logits(tiny_lm_tok, peer):
+    """transformers' generate returns the logits it committed by: one top-logits row per token,
+    its argmax the token, so the verdict against vanilla is two-sided and records the drift."""
+    from specviz.bench.methods import parse_methods
+    from specviz.bench.runner import run_peer
+
+    _, runs = bench_one_question(tiny_lm_tok, "", peer, 12, "hello there, general hello there")
+    assert runs[1].output_ids == runs[0].output_ids
+    d = runs[1].divergence
+    assert d["verdict"] == "identical" and d["drift"] is not None and d["drift"] < 1e-3   # fp32: no real drift
+    method = parse_methods("", peer)[0][-1]
+    ids, seconds, top = run_peer(tiny_lm_tok, method, tuple(range(5, 25)), 10, None)
+    assert top is not None and len(top) == len(ids) > 0 and seconds > 0
+    assert [row[0][0] for row in top] == list(ids) and all(len(row) == 4 for row in top)
+
+
 # ---- draftretriever_aded ---------------------------------------------------------------------
 
 @pytest.fixture()

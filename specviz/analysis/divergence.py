@@ -35,9 +35,9 @@ token a and the run token b. The verdict is
 Other verdicts: "identical"; "n/a (sampling)" (outputs differ by design under sampling; the
 position is still given); "after an earlier turn" (the bench's later turns of a question, when
 the run's earlier answer, part of this turn's prompt, already differed); "unknown" where a trace has no top-2 logits (traces written before
-they were recorded). A run that records no logits (transformers' own generate in the bench) is
-judged from vanilla's side alone (`classify_one_sided`): its token within the tolerance of
-vanilla's, or not.
+they were recorded). transformers' own generate in the bench returns its logits and is judged
+like a drafter; a run that records none is judged from vanilla's side alone
+(`classify_one_sided`): its token within the tolerance of vanilla's, or not.
 
 Speed under low precision compares like with like: `prefix_seconds` is the time a run took to
 commit its first n tokens, and the speedup over the shared prefix is vanilla's time for the
@@ -297,7 +297,7 @@ def of_trace(trace: Trace) -> Divergence | None:
 
 def classify_one_sided(a: int, b: int, ref: TopLogits | None, dtype: str) -> tuple[str, str, float | None]:
     """Greedy verdict from vanilla's recorded top logits alone, for a run that records none
-    (transformers' own generate): near-tie when vanilla's margin of its token a over the run's
+    (a generate that returned no logits): near-tie when vanilla's margin of its token a over the run's
     token b is within the rounding tolerance; mismatch when b is outside vanilla's top logits or
     further behind. Weaker than `classify` (the run's side is unseen), and its reason says so."""
     if not ref:
@@ -318,8 +318,10 @@ def classify_one_sided(a: int, b: int, ref: TopLogits | None, dtype: str) -> tup
                       f"{tol:.3g} ({side})"), tol
 
 
-def explain_ids(reference: Trace, ids: Sequence[int], seconds: float) -> Divergence:
-    """A run known only by its output ids and total seconds (transformers' own generate in
-    the bench): the position, and a verdict from vanilla's side alone (`classify_one_sided`);
-    the run's time for the shared tokens is its total pro rata of its tokens."""
-    return _compare(reference, ids, None, reference.dtype, lambda n: seconds * n / len(ids) if ids else 0.0)
+def explain_ids(reference: Trace, ids: Sequence[int], seconds: float,
+                top: Sequence[TopLogits] | None = None) -> Divergence:
+    """A run known by its output ids, its total seconds and, where it kept them, its top logits
+    per token (transformers' own generate in the bench): the position, and the verdict of
+    `classify` when `top` is given, else from vanilla's side alone (`classify_one_sided`); the
+    run's time for the shared tokens is its total pro rata of its tokens."""
+    return _compare(reference, ids, top, reference.dtype, lambda n: seconds * n / len(ids) if ids else 0.0)

@@ -20,11 +20,12 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..core.decoding import DecodingConfig
-from ..analysis.divergence import Divergence, after_earlier_turn, explain, explain_ids
+from ..analysis.divergence import Divergence, TopLogits, after_earlier_turn, explain, explain_ids
 from ..core.draft_metrics import tally
 from ..drafters import get
 from ..drafters.kit.store import DrafterStore
 from ..engine import service
+from ..engine.verify import TOP_K
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..peers import ENGINE_PEERS
@@ -64,8 +65,12 @@ def _sync(device: torch.device) -> None:
 
 
 def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int,
-             assistant: LoadedModel | None) -> tuple[tuple[int, ...], float]:
-    """transformers' own generate() as a row of the same table: (new ids, seconds)."""
+             assistant: LoadedModel | None) -> tuple[tuple[int, ...], float, list[TopLogits] | None]:
+    """transformers' own generate() as a row of the same table: (new ids, seconds, top logits).
+
+    generate returns the target's raw logits of every token it committed (`output_logits`: it
+    keeps the tensors it computed anyway), so a difference from vanilla is judged from both
+    sides like a drafter's, drift included; their top TOP_K are taken after the clock stops."""
     extra: dict[str, Any] = {}
     if method.name == "hf_prompt_lookup":
         extra["prompt_lookup_num_tokens"] = 10
@@ -78,9 +83,21 @@ def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int
     with torch.inference_mode():
         out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
                                 max_new_tokens=max_new, do_sample=False, eos_token_id=eos or None,
-                                pad_token_id=eos[0] if eos else 0, **extra)
+                                pad_token_id=eos[0] if eos else 0, output_logits=True,
+                                return_dict_in_generate=True, **extra)
     _sync(lm.device)
-    return tuple(out[0, len(ids):].tolist()), time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    new = tuple(out.sequences[0, len(ids):].tolist())
+    return new, seconds, _top_logits(out.logits, len(new))
+
+
+def _top_logits(logits: tuple[torch.Tensor, ...] | None, n: int) -> list[TopLogits] | None:
+    """Per committed token, its TOP_K largest logits as (id, logit), best first; None when
+    generate returned none or not one per token."""
+    if not logits or len(logits) != n:
+        return None
+    values, indices = torch.cat(logits).float().topk(TOP_K, dim=-1)   # [n, V] -> [n, TOP_K] each
+    return [tuple(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
 
 
 def _tally_dict(steps: Any) -> dict[str, float] | None:
@@ -154,13 +171,13 @@ class Bench(Measured):
                 with peak_memory(self.lm.device) as peak:
                     if method.kind == "peer":
                         prompt = service.prompt_of(request, self.lm)
-                        ids, seconds = run_peer(self.lm, method, prompt.ids, self.max_new_tokens,
-                                                self.assistant)
+                        ids, seconds, top = run_peer(self.lm, method, prompt.ids, self.max_new_tokens,
+                                                     self.assistant)
                         run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
                                   seconds, None, output_ids=ids)
                         if baseline_traces:
                             run = replace(run, divergence=explain_ids(
-                                baseline_traces[turn], ids, seconds).to_dict())
+                                baseline_traces[turn], ids, seconds, top).to_dict())
                     else:                       # a drafter, or the authors' code in the same loop
                         drafter = self.drafter_plan(method)
                         # a drafter that replays the baseline's output gets this turn's (run first)
