@@ -26,7 +26,6 @@ import argparse
 import datetime as dt
 import os
 import re
-import socket
 import statistics
 import sys
 import time
@@ -51,12 +50,6 @@ REDRAW_JS = """(k) => new Promise((resolve) => {
     } else if (performance.now() - t0 > 20000) { resolve(-1); } else { requestAnimationFrame(poll); }
   })();
 })"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def step_shown(page) -> int:  # noqa: ANN001
@@ -165,22 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("SPECVIZ_BUILD_DEFAULT_INDEX", "0")
     from specviz.ui import LAUNCH_OPTIONS, build_demo
+    from specviz.ui.local_launch import launched
 
-    demo = build_demo()
-    for attempt in range(5):         # launch() wants an answer within 3 s: a busy machine may be late
-        port = free_port()
-        try:
-            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                        **LAUNCH_OPTIONS)
-            break
-        except ValueError as err:
-            demo.close()
-            if attempt == 4 or "localhost is not accessible" not in str(err):
-                raise
-    try:
-        rows = measure(f"http://127.0.0.1:{port}/", args.chromium, not args.no_generate)
-    finally:
-        demo.close()
+    with launched(build_demo(), tries=5, **LAUNCH_OPTIONS) as url:
+        rows = measure(url, args.chromium, not args.no_generate)
     block = table(rows, args.note)
     print(block)
     if not args.no_write:

@@ -1,47 +1,16 @@
-"""Launching the explorer on a free local port for tests (shared by test_app, test_bad_input,
-test_hardening, test_browser and test_plugins), and reading the served /trace API's refusals.
-
-gradio's launch() checks that the page answers within 3 s and raises otherwise; on a busy
-machine the first answer can be late, so the launch is retried on a fresh port.
+"""The explorer on a free local port for tests (specviz.ui.local_launch, shared by test_app,
+test_bad_input, test_hardening, test_browser and test_plugins), and reading the served /trace
+API's refusals.
 """
 from __future__ import annotations
 
 import json
-import socket
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-import gradio as gr
+from specviz.ui.local_launch import free_port, launch_local, launched
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch_local(demo: gr.Blocks, tries: int = 3, **options) -> str:
-    """Launch without blocking; returns the URL."""
-    for attempt in range(tries):
-        port = free_port()
-        try:
-            demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **options)
-            return f"http://127.0.0.1:{port}/"
-        except ValueError as err:            # "When localhost is not accessible..."
-            demo.close()
-            if attempt == tries - 1 or "localhost is not accessible" not in str(err):
-                raise
-    raise AssertionError("unreachable")
-
-
-@contextmanager
-def launched(demo: gr.Blocks, **options) -> Iterator[str]:
-    """`demo` launched (launch_local) for the `with` block, then closed; yields the URL."""
-    url = launch_local(demo, **options)
-    try:
-        yield url
-    finally:
-        demo.close()
+__all__ = ["api_error", "free_port", "launch_local", "launched", "served_explorer", "trace_refusal"]
 
 
 @contextmanager
