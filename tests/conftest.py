@@ -216,6 +216,25 @@ def run_cli_here(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["specviz", *args], code, out.getvalue(), err.getvalue())
 
 
+def run_cli_cases(cases: dict[str, tuple[tuple[str, ...], tuple[str, ...]]],
+                  files: dict[str, Path]) -> dict[str, subprocess.CompletedProcess]:
+    """A table of CLI refusals {name: (args, words)}, each run through run_cli_here; `{key}` in an
+    argument is filled from `files`."""
+    return {name: run_cli_here(*(a.format(**files) for a in args)) for name, (args, _) in cases.items()}
+
+
+def assert_one_line_refusal(proc: subprocess.CompletedProcess, words: Sequence[str], alone: bool = True) -> None:
+    """Refused as the CLI refuses: exit code 2, no traceback, nothing on stdout, and one line
+    `specviz: error: ...` holding every word (`alone`: the only line on stderr)."""
+    assert proc.returncode == 2, (proc.args, proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    errors = lines if alone else [line for line in lines if line.startswith("specviz: error: ")]
+    assert len(errors) == 1 and errors[0].startswith("specviz: error: "), proc.stderr
+    assert all(w in errors[0] for w in words), (words, errors[0])
+    assert proc.stdout == "", proc.stdout                     # refused before any output
+
+
 def hand_trace(drafter: str, info: dict[str, Any] | None = None) -> Trace:
     """Prompt 'A B C D', context 'B C D'; the draft copied 'C' (accepted) and 'D'."""
     token_text = {1: "A", 2: " B", 3: " C", 4: " D", 9: "!"}

@@ -25,7 +25,7 @@ import torch
 
 from specviz.errors import TraceFormatError
 from specviz.core.trace import Trace
-from tests.conftest import run_cli_here
+from tests.conftest import assert_one_line_refusal, run_cli_cases
 from tests.serving import api_error, trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,21 +132,13 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 @pytest.fixture(scope="module")
 def cli_results(files: dict[str, Path]) -> dict[str, subprocess.CompletedProcess]:
-    """Every CLI case, through the CLI's main in this process (conftest.run_cli_here)."""
-    return {name: run_cli_here(*(a.format(**files) for a in args)) for name, (args, _) in CLI_CASES.items()}
+    return run_cli_cases(CLI_CASES, files)
 
 
 @pytest.mark.parametrize("name", list(CLI_CASES))
 def test_cli_refuses_in_one_line(name: str, cli_results: dict[str, subprocess.CompletedProcess],
                                  files: dict[str, Path]) -> None:
-    proc = cli_results[name]
-    words = CLI_CASES[name][1]
-    assert proc.returncode == 2, (name, proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = proc.stderr.strip().splitlines()
-    assert len(errors) == 1 and errors[0].startswith("specviz: error: "), proc.stderr
-    assert all(w in errors[0] for w in words), (words, errors[0])
-    assert proc.stdout == "", proc.stdout                     # refused before any output
+    assert_one_line_refusal(cli_results[name], CLI_CASES[name][1])
     assert not files["marker"].exists(), "the pickle ran code"
 
 

@@ -32,7 +32,7 @@ from specviz.index.store import IndexFileError, read_manifest
 from specviz.core.trace import Trace
 from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
 from specviz.ui.web_policy import NotAllowedError, check_model, check_path
-from tests.conftest import run_cli_here
+from tests.conftest import assert_one_line_refusal, run_cli_cases
 from tests.serving import trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -502,20 +502,12 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 @pytest.fixture(scope="module")
 def cli_results(files: dict[str, Path]) -> dict[str, subprocess.CompletedProcess]:
-    """Every CLI case, through the CLI's main in this process (conftest.run_cli_here)."""
-    return {name: run_cli_here(*(a.format(**files) for a in args)) for name, (args, _) in CLI_CASES.items()}
+    return run_cli_cases(CLI_CASES, files)
 
 
 @pytest.mark.parametrize("name", list(CLI_CASES))
 def test_cli_refuses_in_one_line(name: str, cli_results: dict[str, subprocess.CompletedProcess]) -> None:
-    proc = cli_results[name]
-    words = CLI_CASES[name][1]
-    assert proc.returncode == 2, (name, proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.strip().splitlines() if line.startswith("specviz: error: ")]
-    assert len(errors) == 1, proc.stderr
-    assert all(w in errors[0] for w in words), (words, errors[0])
-    assert proc.stdout == "", proc.stdout
+    assert_one_line_refusal(cli_results[name], CLI_CASES[name][1], alone=False)
 
 
 def test_cli_refusals_keep_the_users_files(cli_results: dict, files: dict[str, Path]) -> None:
