@@ -27,7 +27,10 @@ setup() {
       --target "$HOLD/site" "$HOLD"/payload/whl/*.whl || exit 3
   fi
   # the shipped checkpoints, when the working tree came without them (README.md)
-  mkdir -p specviz/data/checkpoints && cp -rn "$HOLD"/payload/checkpoints/. specviz/data/checkpoints/
+  mkdir -p specviz/data/checkpoints
+  for f in "$HOLD"/payload/checkpoints/*; do   # what the tree lacks (cp -n warns on newer coreutils)
+    [ -e "specviz/data/checkpoints/${f##*/}" ] || cp -r "$f" specviz/data/checkpoints/
+  done
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1 || echo "no nvidia-smi" > "$OUT/gpu.csv"
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')" | tee "$OUT/versions.txt"
 }
