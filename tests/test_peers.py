@@ -113,9 +113,12 @@ def test_transformers_generate_rows_are_judged_with_their_own_logits(tiny_lm_tok
     d = runs[1].divergence
     assert d["verdict"] == "identical" and d["drift"] is not None and d["drift"] < 1e-3   # fp32: no real drift
     method = parse_methods("", peer)[0][-1]
-    ids, seconds, top = run_peer(tiny_lm_tok, method, tuple(range(5, 25)), 10, None)
-    assert top is not None and len(top) == len(ids) > 0 and seconds > 0
-    assert [row[0][0] for row in top] == list(ids) and all(len(row) == 4 for row in top)
+    peer = run_peer(tiny_lm_tok, method, tuple(range(5, 25)), 10, None)
+    top = peer.top_logits
+    assert top is not None and len(top) == len(peer.ids) > 0 and peer.seconds > 0
+    assert [row[0][0] for row in top] == list(peer.ids) and all(len(row) == 4 for row in top)
+    vocab = tiny_lm_tok.model.config.vocab_size                          # [1, V] float32 kept per token
+    assert peer.kept_mib == pytest.approx(len(peer.ids) * vocab * 4 / 2**20)
 
 
 # ---- draftretriever_aded ---------------------------------------------------------------------

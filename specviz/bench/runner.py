@@ -64,13 +64,24 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@dataclass(frozen=True)
+class PeerRun:
+    """One turn of transformers' own generate()."""
+    ids: tuple[int, ...]                  # the new tokens
+    seconds: float
+    top_logits: list[TopLogits] | None    # per token, the target's TOP_K largest logits (None: not one per token)
+    kept_mib: float                       # the logits generate kept because the bench asked for them
+
+
 def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int,
-             assistant: LoadedModel | None) -> tuple[tuple[int, ...], float, list[TopLogits] | None]:
-    """transformers' own generate() as a row of the same table: (new ids, seconds, top logits).
+             assistant: LoadedModel | None) -> PeerRun:
+    """transformers' own generate() as a row of the same table.
 
     generate returns the target's raw logits of every token it committed (`output_logits`: it
-    keeps the tensors it computed anyway), so a difference from vanilla is judged from both
-    sides like a drafter's, drift included; their top TOP_K are taken after the clock stops."""
+    keeps the tensors it computes anyway), so a difference from vanilla is judged from both
+    sides like a drafter's, drift included; their top TOP_K are taken after the clock stops.
+    Holding them costs memory transformers would not spend otherwise (`kept_mib`, taken off the
+    peer's peak)."""
     extra: dict[str, Any] = {}
     if method.name == "hf_prompt_lookup":
         extra["prompt_lookup_num_tokens"] = 10
@@ -88,16 +99,18 @@ def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int
     _sync(lm.device)
     seconds = time.perf_counter() - start
     new = tuple(out.sequences[0, len(ids):].tolist())
-    return new, seconds, _top_logits(out.logits, len(new))
+    logits = tuple(out.logits or ())                                    # per token: [1, V]
+    kept = sum(t.numel() * t.element_size() for t in logits) / 2**20
+    return PeerRun(new, seconds, _top_logits(logits) if len(logits) == len(new) else None, kept)
 
 
-def _top_logits(logits: tuple[torch.Tensor, ...] | None, n: int) -> list[TopLogits] | None:
-    """Per committed token, its TOP_K largest logits as (id, logit), best first; None when
-    generate returned none or not one per token."""
-    if not logits or len(logits) != n:
-        return None
-    values, indices = torch.cat(logits).float().topk(TOP_K, dim=-1)   # [n, V] -> [n, TOP_K] each
-    return [tuple(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
+def _top_logits(logits: tuple[torch.Tensor, ...]) -> list[TopLogits]:
+    """Per token, its TOP_K largest logits as (id, logit), best first; row by row, so no second
+    copy of all the logits is made."""
+    tops = [row[0].float().topk(TOP_K) for row in logits]              # [V] -> [TOP_K] each
+    values = torch.stack([t.values for t in tops]).tolist()             # [n, TOP_K]
+    indices = torch.stack([t.indices for t in tops]).tolist()
+    return [tuple(zip(i, v)) for i, v in zip(indices, values)]
 
 
 def _tally_dict(steps: Any) -> dict[str, float] | None:
@@ -168,16 +181,17 @@ class Bench(Measured):
             for turn, message in enumerate(q.turns):
                 request = service.RunRequest(self.lm.model_id, method.label, decoding=decoding, message=message,
                                              history=tuple(history))
+                kept = 0.0                      # MiB held only for the bench (a peer's logits)
                 with peak_memory(self.lm.device) as peak:
                     if method.kind == "peer":
                         prompt = service.prompt_of(request, self.lm)
-                        ids, seconds, top = run_peer(self.lm, method, prompt.ids, self.max_new_tokens,
-                                                     self.assistant)
-                        run = Run(q.question_id, q.category, turn, method.label, repeat, len(ids),
-                                  seconds, None, output_ids=ids)
+                        peer = run_peer(self.lm, method, prompt.ids, self.max_new_tokens, self.assistant)
+                        kept = peer.kept_mib
+                        run = Run(q.question_id, q.category, turn, method.label, repeat, len(peer.ids),
+                                  peer.seconds, None, output_ids=peer.ids)
                         if baseline_traces:
                             run = replace(run, divergence=explain_ids(
-                                baseline_traces[turn], ids, seconds, top).to_dict())
+                                baseline_traces[turn], peer.ids, peer.seconds, peer.top_logits).to_dict())
                     else:                       # a drafter, or the authors' code in the same loop
                         drafter = self.drafter_plan(method)
                         # a drafter that replays the baseline's output gets this turn's (run first)
@@ -197,7 +211,8 @@ class Bench(Measured):
                             baseline_traces.append(trace)
                         elif baseline_traces:
                             run = replace(run, divergence=explain(baseline_traces[turn], trace).to_dict())
-                    run = replace(run, peak_memory_mb=peak())
+                    measured = peak()
+                    run = replace(run, peak_memory_mb=None if measured is None else measured - kept)
                 if run.divergence:
                     mine = Divergence.from_dict(run.divergence)
                     if earlier is not None:             # this turn's prompt holds a differing answer
