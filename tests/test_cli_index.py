@@ -58,6 +58,8 @@ def test_cli_model_db_build(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--kind", "bogus"], "--kind: unknown bogus"),
     (["--kind", "suffix", "--corpus", "/no/such/file.json"], "no such file"),
+    (["--kind", "suffix", "--corpus", "/dev/zero"], "not a regular file"),
+    (["--kind", "suffix", "--corpus", "/"], "is a directory"),
     (["--kind", "suffix", "--limit", "-1"], "--limit"),
     (["--kind", "model-db,suffix"], "on its own"),
 ])

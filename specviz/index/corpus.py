@@ -18,8 +18,10 @@ from typing import Iterable, Iterator
 
 from ..errors import SpecvizError
 from ..files.jsonl import jsonl_records
+from ..files.user_files import read_text_file
 
 SHAREGPT = "sharegpt"
+CORPUS_LIMIT_BYTES = 4 * 2**30   # read whole into memory; ShareGPT V3 is 126 MB
 
 
 class CorpusError(SpecvizError):
@@ -154,14 +156,8 @@ def _jsonl_segments(path: Path) -> Iterator[list[str]]:
 
 
 def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise CorpusError(f"corpus: no such file {str(path)!r}")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise CorpusError(f"corpus: {str(path)!r} is not UTF-8 text (byte {err.start})") from None
-    except OSError as err:
-        raise CorpusError(f"corpus: cannot read {str(path)!r} ({err.strerror or err})") from None
+    """The corpus file's text: a regular UTF-8 file, read whole (CorpusError saying why not)."""
+    return read_text_file(str(path), "corpus", CORPUS_LIMIT_BYTES, CorpusError)
 
 
 def open_corpus(corpus: str, limit: int = 0) -> tuple[Iterator[list[str]], CorpusStats]:
@@ -172,7 +168,7 @@ def open_corpus(corpus: str, limit: int = 0) -> tuple[Iterator[list[str]], Corpu
         return read_sharegpt(path, stats, limit), stats
     path = Path(corpus).expanduser()
     stats = CorpusStats(str(path))
-    if not path.is_file():
+    if not path.exists():     # a folder, a device or a FIFO: the reader says what it is
         raise CorpusError(f"corpus: no such file {corpus!r}; use 'sharegpt' or a .json/.jsonl/.txt file")
     suffix = path.suffix.lower()
     if suffix == ".json":
