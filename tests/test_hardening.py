@@ -438,12 +438,17 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (export / "model_answer" / "earlier.jsonl").write_text("earlier\n")
     questions = folder / "questions.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": ["hello"]}) + "\n")
+    latin1 = folder / "latin1.jsonl"                              # line 2 is not UTF-8
+    latin1.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    binary = folder / "binary.txt"
+    binary.write_bytes(b"text\x00more")
     return {"folder": folder, "file": a_file, "deep_index": deep_index, "ckpt_dir": ckpt_dir, "listed": listed,
             "emptied": emptied, "users": users, "export": export, "questions": questions,
-            "fresh": folder / "fresh"}
+            "fresh": folder / "fresh", "latin1": latin1, "binary": binary}
 
 
 GEN = ("generate", "--model", "tiny-random", "--max-new-tokens", "4", "--no-stream", "--prompt", "hi")
+TRAIN = ("train-heads", "--model", "tiny-random", "--steps", "1", "--out", "{fresh}-heads/h.pt")
 BENCH = ("bench", "--model", "tiny-random", "--questions", "{questions}", "--categories", "qa", "--limit", "1",
          "--peers", "", "--warmup", "0", "--max-new-tokens", "4")
 
@@ -497,6 +502,12 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "train-heads --out under a file": (("train-heads", "--model", "tiny-random", "--out", "{file}/h.pt"),
                                        ("--out", "is a file, not a folder")),
     "doctor prompts 0": (("doctor", "--model", "tiny-random", "--prompts", "0"), ("prompts", "at least 1")),
+    "train data not UTF-8": ((*TRAIN, "--data", "{latin1}"), ("data", "latin1.jsonl:2", "not UTF-8")),
+    "train data binary": ((*TRAIN, "--data", "{binary}"), ("data", "binary.txt", "NUL bytes")),
+    "train data a folder": ((*TRAIN, "--data", "{folder}"), ("data", "is a directory")),
+    "train data /dev/zero": ((*TRAIN, "--data", "/dev/zero"), ("data", "not a regular file")),
+    "index corpus not UTF-8": (("index", "build", "--kind", "suffix", "--model", "tiny-random", "--out",
+                                "{fresh}-ix", "--corpus", "{latin1}"), ("corpus", "not UTF-8")),
 }
 
 

@@ -43,14 +43,13 @@ def check_text_size(text: str, what: str, limit: int = CONTEXT_LIMIT_BYTES) -> N
         raise FileCheckError(f"{what}: the text is over {_mb(limit)}, the limit; give a shorter text")
 
 
-def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES,
-                   error: type[SpecvizError] = FileCheckError, missing: str = "") -> str:
-    """The UTF-8 text of a regular file of at most `limit` bytes, or `error` (FileCheckError by
-    default; a reader's own error class) saying why not; `missing`: what to give instead, added
-    in brackets to the message for a path that does not exist."""
-    file = Path(path).expanduser()
+def check_regular_file(path: str, what: str, error: type[SpecvizError] = FileCheckError,
+                       missing: str = "") -> os.stat_result:
+    """stat() of a regular file, or `error` saying why `path` is not one (missing, a folder, a
+    device, FIFO or socket, unreadable); `missing`: what to give instead, added in brackets to
+    the message for a path that does not exist. Nothing is read."""
     try:
-        info = file.stat()
+        info = Path(path).expanduser().stat()
     except FileNotFoundError:
         raise error(f"{what}: no such file {path!r}" + (f" ({missing})" if missing else "")) from None
     except OSError as err:
@@ -59,7 +58,17 @@ def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES,
         raise error(f"{what}: {path!r} is a directory; give a UTF-8 text file")
     if not stat.S_ISREG(info.st_mode):
         raise error(f"{what}: {path!r} is not a regular file (a device, FIFO or socket); "
-                             "give a UTF-8 text file")
+                    "give a UTF-8 text file")
+    return info
+
+
+def read_text_file(path: str, what: str, limit: int = CONTEXT_LIMIT_BYTES,
+                   error: type[SpecvizError] = FileCheckError, missing: str = "") -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes, or `error` (FileCheckError by
+    default; a reader's own error class) saying why not; `missing`: what to give instead, added
+    in brackets to the message for a path that does not exist."""
+    file = Path(path).expanduser()
+    info = check_regular_file(path, what, error, missing)
     if info.st_size > limit:
         raise error(f"{what}: {path!r} is {_mb(info.st_size)}; the limit is {_mb(limit)}")
     try:

@@ -14,7 +14,9 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from ..errors import SpecvizError
+from ..files.user_files import check_regular_file, read_text_file
 
+DATA_LIMIT_BYTES = 4 * 2**30     # a .txt file is read whole
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
           "bard": "assistant", "bing": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -67,27 +69,31 @@ def sharegpt_texts(tokenizer: Any, max_records: int | None = None) -> Iterator[s
 
 
 def file_texts(path: str | Path) -> Iterator[str]:
-    """A .txt file (texts separated by blank lines) or .jsonl (a 'text' field per line).
-    A missing file is reported at once, not when the first text is wanted."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data: no such file {str(path)!r}")
-    return _file_texts(path)
+    """A .txt file (texts separated by blank lines, read whole) or .jsonl (a 'text' field per
+    line, streamed). A missing file, a folder or a device is reported at once, not when the
+    first text is wanted; text that is not UTF-8 is a DataError naming the line."""
+    check_regular_file(str(path), "data", DataError)
+    return _file_texts(Path(path).expanduser())
 
 
 def _file_texts(path: Path) -> Iterator[str]:
-    if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        yield str(json.loads(line)["text"])
-                    except (ValueError, KeyError, TypeError):
-                        raise DataError(f"data: {path}:{n}: expected a JSON object with a 'text' field") from None
+    if path.suffix != ".jsonl":
+        for block in read_text_file(str(path), "data", DATA_LIMIT_BYTES, DataError).split("\n\n"):
+            if block.strip():
+                yield block
         return
-    for block in path.read_text(encoding="utf-8").split("\n\n"):
-        if block.strip():
-            yield block
+    with path.open("rb") as fh:                      # bytes, so a bad line is named by number
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"data: {path}:{n}: not UTF-8 text (undecodable byte at offset {err.start} "
+                                "of the line); give a UTF-8 .jsonl file") from None
+            if line.strip():
+                try:
+                    yield str(json.loads(line)["text"])
+                except (ValueError, KeyError, TypeError):
+                    raise DataError(f"data: {path}:{n}: expected a JSON object with a 'text' field") from None
 
 
 def windows(texts: Iterable[str], tokenizer: Any, length: int, eos_id: int | None) -> Iterator[list[int]]:
