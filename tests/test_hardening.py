@@ -506,6 +506,11 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "train data binary": ((*TRAIN, "--data", "{binary}"), ("data", "binary.txt", "NUL bytes")),
     "train data a folder": ((*TRAIN, "--data", "{folder}"), ("data", "is a directory")),
     "train data /dev/zero": ((*TRAIN, "--data", "/dev/zero"), ("data", "not a regular file")),
+    "train target cache a file": ((*TRAIN, "--target-cache", "{file}"), ("--target-cache", "not a folder")),
+    "bench questions a folder": ((*BENCH[:3], "--questions", "{folder}", *BENCH[5:], "--out", "{fresh}"),
+                                 ("questions", "is a directory")),
+    "glide checkpoint /dev/zero": ((*GEN, "--drafter", "glide", "--set", "checkpoint=/dev/zero"),
+                                   ("checkpoint", "not a regular file")),
     "index corpus not UTF-8": (("index", "build", "--kind", "suffix", "--model", "tiny-random", "--out",
                                 "{fresh}-ix", "--corpus", "{latin1}"), ("corpus", "not UTF-8")),
 }

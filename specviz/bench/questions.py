@@ -47,10 +47,8 @@ def _parse(line: str, where: str) -> Question:
 
 def read_questions(path: Path) -> tuple[list[Question], list[str]]:
     """Every record of the file, and warnings (a truncated last line is skipped)."""
-    if not path.is_file():
-        raise QuestionsError(f"questions: no such file {str(path)!r} (give --questions PATH to a "
-                             "Spec-Bench question.jsonl)")
-    text = read_text_file(str(path), "questions", QUESTIONS_LIMIT_BYTES, QuestionsError)
+    text = read_text_file(str(path), "questions", QUESTIONS_LIMIT_BYTES, QuestionsError,
+                          missing="give --questions PATH to a Spec-Bench question.jsonl")
     lines = [(i, line) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
     out: list[Question] = []
     warnings: list[str] = []

@@ -108,7 +108,8 @@ def report_saved(args: Any, ckpt: Any, out: Path, history: Sequence[Any], what: 
 def check_outputs(args: Any, folders: bool = False) -> None:
     """--out and --export checked before the target loads (not after hours of training): file
     paths this process can write, never a folder, not under /proc, their folder may be created;
-    with `folders` (checkpoints saved as folders), folders that exist writable or can be created."""
+    with `folders` (checkpoints saved as folders), folders that exist writable or can be created.
+    --target-cache is always a folder."""
     from ..files.user_files import check_output_dir, check_output_file
 
     for flag, path in (("--out", getattr(args, "out", None)), ("--export", getattr(args, "export", None))):
@@ -116,6 +117,8 @@ def check_outputs(args: Any, folders: bool = False) -> None:
             check_output_dir(path, flag)
         elif path is not None:
             check_output_file(path, flag, create_folder=True, example="draft.pt")
+    if getattr(args, "target_cache", None):
+        check_output_dir(args.target_cache, "--target-cache")
 
 
 def add_replay_arguments(p: Any, d: Any, cache_help: str, held_out_help: str, dtype_help: str,

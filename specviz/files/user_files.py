@@ -260,9 +260,11 @@ def folder_given_for_file(path: Path, what: str, pattern: str) -> str | None:
 
 def checkpoint_file_problem(path: Path, missing: str) -> str | None:
     """What is wrong with `path` as a checkpoint file, in one line: a folder named where the file
-    belongs (naming the *.pt files in it), or `missing` (what to train, what to pass) when there
-    is no such file; None when it is a file."""
+    belongs (naming the *.pt files in it), a device or FIFO, or `missing` (what to train, what to
+    pass) when there is no such file; None when it is a file."""
     folder = folder_given_for_file(path, "checkpoint", "*.pt")
     if folder:
         return folder
+    if path.exists() and not path.is_file():
+        return f"checkpoint: {str(path)!r} is not a regular file (a device, FIFO or socket); give a checkpoint file"
     return None if path.is_file() else missing
