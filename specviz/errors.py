@@ -29,6 +29,17 @@ def check_choice(field: str, value: object, choices: Sequence[str]) -> None:
         raise ConfigError(field, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
+def not_unicode(text: str) -> str | None:
+    """Why `text` cannot be encoded (a lone surrogate: a JSON "\\ud800" escape, or a byte the
+    terminal could not decode, as Python passes it on), in words; None for valid Unicode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (f"not valid Unicode text at character {err.start} ({text[err.start]!r}: an undecodable "
+                "byte or a lone surrogate)")
+    return None
+
+
 class ModelLoadError(SpecvizError):
     """A model id or path could not be loaded."""
 

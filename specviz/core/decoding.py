@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, not_unicode
 from .settings import Settings, setting
 
 
@@ -23,6 +23,9 @@ class DecodingConfig(Settings):
     def check(self) -> None:
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError("stop", "stop strings must be non-empty text")
+        for s in self.stop:   # decoded output never holds a lone surrogate: such a string would never stop it
+            if (why := not_unicode(s)) is not None:
+                raise ConfigError("stop", f"{s!r} is {why}")
 
     @property
     def greedy(self) -> bool:

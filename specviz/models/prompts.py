@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..errors import PromptError
+from ..errors import PromptError, not_unicode
 
 
 @dataclass(frozen=True)
@@ -17,17 +17,6 @@ class Prompt:
     text: str                              # the full prompt text the model sees
     ids: tuple[int, ...]
     context_char_span: tuple[int, int] | None  # [start, end) of the context within `text`
-
-
-def check_unicode(text: str, what: str) -> None:
-    """PromptError unless `text` is valid Unicode: a lone surrogate (a broken "\\ud800" escape in
-    JSON, or a byte the terminal could not decode, as Python passes it on) cannot be tokenised."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise PromptError(f"prompt: the {what} is not valid Unicode text at character {err.start} "
-                          f"({text[err.start]!r}: an undecodable byte or a lone surrogate); give UTF-8 "
-                          "text") from None
 
 
 def build_prompt(tokenizer: Any, message: str, context: str = "", chat: bool = True,
@@ -42,7 +31,8 @@ def build_prompt(tokenizer: Any, message: str, context: str = "", chat: bool = T
         raise PromptError("prompt: the message is empty; type a question or instruction")
     for what, text in (("message", message), ("context", context), *(("earlier turn", t) for turn in history
                                                                       for t in turn)):
-        check_unicode(text, what)
+        if (why := not_unicode(text)) is not None:
+            raise PromptError(f"prompt: the {what} is {why}; give UTF-8 text")
 
     def with_context(text: str) -> str:
         return f"{context}\n\n{text}" if context and text else (context or text)
