@@ -46,3 +46,27 @@ def test_unknown_drafter():
     assert "ngram-trie" in msg and "ngram_trie" in msg and "vanilla" in msg   # lists what exists
     assert not msg.startswith("'")                    # not KeyError's quoted repr
     assert isinstance(err.value, KeyError) and isinstance(err.value, SpecvizError)
+
+
+def test_generate_takes_text_ids_and_a_decoding_dict(tiny_lm_tok):
+    """What a caller tries first works: a message (the chat template applied, as build_prompt
+    does), token ids, and the decoding settings as a dict, checked as the CLI checks them."""
+    from specviz import build_prompt, generate
+
+    built = build_prompt(tiny_lm_tok.tokenizer, "hello there")
+    plain = generate(tiny_lm_tok, built, "ngram_trie", None, DecodingConfig(max_new_tokens=6))
+    as_text = generate(tiny_lm_tok, "hello there", "ngram_trie", None, {"max_new_tokens": 6})
+    as_ids = generate(tiny_lm_tok, list(built.ids), "ngram_trie", None, {"max_new_tokens": 6})
+    assert as_text.prompt_ids == as_ids.prompt_ids == plain.prompt_ids
+    assert as_text.output_ids == as_ids.output_ids == plain.output_ids
+    assert as_text.prompt_text == plain.prompt_text
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        generate(tiny_lm_tok, "hi", "vanilla", None, {"max_new_tokens": 0})
+    with pytest.raises(ConfigError, match="give a DecodingConfig"):
+        generate(tiny_lm_tok, "hi", "vanilla", None, 64)
+    with pytest.raises(PromptError, match="not float"):
+        generate(tiny_lm_tok, 3.5, "vanilla")
+    with pytest.raises(PromptError, match="whole numbers"):
+        generate(tiny_lm_tok, [1, "2"], "vanilla")
+    with pytest.raises(PromptError, match="token id -1"):
+        generate(tiny_lm_tok, [-1, 3], "vanilla")

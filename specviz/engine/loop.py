@@ -28,8 +28,8 @@ from ..errors import ConfigError, ModelLoadError, PromptError
 from ..models.hidden import HiddenCapture
 from ..models.kvcache import CacheView, check_supported, commit, new_cache
 from ..models.loading import LoadedModel
-from ..models.prompts import Prompt
-from ..core.settings import describe, to_dict
+from ..models.prompts import Prompt, build_prompt
+from ..core.settings import build, describe, to_dict
 from ..core.timing import PeakMemory, PhaseTimer
 from ..models.token_pieces import StopText, incremental_pieces, token_labels
 from ..core.trace import StepRecord, Totals, Trace
@@ -213,23 +213,70 @@ def _spec(drafter: str | DrafterSpec) -> DrafterSpec:
     return drafter if isinstance(drafter, DrafterSpec) else get(drafter)
 
 
-def generate_steps(lm: LoadedModel, prompt: Prompt | Sequence[int], drafter: str | DrafterSpec = "vanilla",
+PromptLike = Prompt | str | Sequence[int]       # a built prompt, a message (chat template applied) or token ids
+DecodingLike = DecodingConfig | Mapping[str, Any] | None
+
+
+def as_prompt(lm: LoadedModel, prompt: PromptLike) -> Prompt:
+    """A Prompt from what a caller passes: a Prompt as it is; text through build_prompt (the
+    model's chat template, as the CLI and the explorer use); token ids as they are."""
+    if isinstance(prompt, Prompt):
+        return prompt
+    if isinstance(prompt, str):
+        return build_prompt(lm.tokenizer, prompt)
+    ids = prompt_ids(lm, prompt)
+    return Prompt(lm.tokenizer.decode(list(ids)) if lm.tokenizer is not None else "", ids, None)
+
+
+def prompt_ids(lm: LoadedModel, prompt: PromptLike) -> tuple[int, ...]:
+    """The token ids of what a caller passes (as_prompt), checked against the vocabulary."""
+    if isinstance(prompt, (Prompt, str)):
+        ids = as_prompt(lm, prompt).ids
+    else:
+        try:
+            ids = tuple(prompt)
+        except TypeError:
+            raise PromptError(f"prompt: give text, token ids or a Prompt (specviz.build_prompt), not "
+                              f"{type(prompt).__name__}") from None
+        if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+            raise PromptError("prompt: token ids must be whole numbers")
+    check_ids(ids, lm.vocab_size)
+    return tuple(ids)
+
+
+def check_ids(ids: Sequence[int], vocab_size: int) -> None:
+    """PromptError for a token id outside the model's vocabulary."""
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{vocab_size - 1})")
+
+
+def as_decoding(decoding: DecodingLike) -> DecodingConfig:
+    """A DecodingConfig from None (the defaults), a DecodingConfig or a mapping of its fields
+    (checked as the CLI's flags are)."""
+    if decoding is None:
+        return DecodingConfig()
+    if isinstance(decoding, DecodingConfig):
+        return decoding
+    if isinstance(decoding, Mapping):
+        return build(DecodingConfig, dict(decoding))
+    raise ConfigError("decoding", f"give a DecodingConfig or a dict of its fields, not {type(decoding).__name__}")
+
+
+def generate_steps(lm: LoadedModel, prompt: PromptLike, drafter: str | DrafterSpec = "vanilla",
                    drafter_config: Mapping[str, Any] | Any = None,
-                   decoding: DecodingConfig | None = None, store: Any = None) -> Iterator[StepRecord]:
+                   decoding: DecodingLike = None, store: Any = None) -> Iterator[StepRecord]:
     """Validate everything now (raising SpecvizError), then return the step iterator.
     `store` (drafters.store.DrafterStore, owned by the caller's session) holds what a drafter
     keeps across generations; None: the drafter starts fresh."""
-    decoding = decoding or DecodingConfig()
+    decoding = as_decoding(decoding)
     spec = _spec(drafter)
     config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
-    ids = tuple(prompt.ids if isinstance(prompt, Prompt) else prompt)
+    ids = prompt_ids(lm, prompt)
     if not ids:
         raise PromptError("prompt: no tokens to start from")
     check_fits(len(ids), decoding.max_new_tokens, lm.max_positions)
     check_token_settings(config, lm.vocab_size)
-    bad = next((t for t in ids if not 0 <= t < lm.vocab_size), None)
-    if bad is not None:
-        raise PromptError(f"prompt: token id {bad} is outside the model's vocabulary (0..{lm.vocab_size - 1})")
     setup = DraftSetup(ids, lm.vocab_size, lm.eos_ids, decoding.max_new_tokens, lm, decoding, store)
     lm.cost_model()            # the target's cost model is timed now (once per model), not in step 0
     return _run(lm, ids, spec.make(config, setup), spec.name, decoding)
@@ -265,10 +312,11 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec,
         drafter_disabled=disabled)
 
 
-def generate(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec = "vanilla",
+def generate(lm: LoadedModel, prompt: PromptLike, drafter: str | DrafterSpec = "vanilla",
              drafter_config: Mapping[str, Any] | Any = None,
-             decoding: DecodingConfig | None = None, store: Any = None) -> Trace:
-    decoding = decoding or DecodingConfig()
+             decoding: DecodingLike = None, store: Any = None) -> Trace:
+    """One whole generation as a Trace; `prompt` and `decoding` as generate_steps takes them."""
+    decoding, prompt = as_decoding(decoding), as_prompt(lm, prompt)
     steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)
 
