@@ -9,7 +9,7 @@ from torch import nn
 
 from specviz import DecodingConfig
 from specviz.engine import generate
-from specviz.errors import ModelLoadError
+from specviz.errors import ModelLoadError, PromptError
 from specviz.models import load_model, resolve_device, resolve_dtype
 from specviz.models.prompts import build_prompt
 
@@ -32,6 +32,23 @@ def test_model_option_errors():
     if not torch.cuda.is_available():
         with pytest.raises(ModelLoadError, match="CUDA"):
             resolve_device("cuda")
+
+
+def test_load_model_takes_what_a_caller_tries_and_refuses_the_rest():
+    """A torch dtype and the CLI's auto/on/off words are taken; a model id that is not text
+    and a cpu_linear that is no choice are refused in words (it was silently 'on')."""
+    assert load_model("tiny-random", dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert load_model("tiny-random", cpu_linear="off").runtime["cpu_linear"] is False
+    with pytest.raises(ModelLoadError, match="cpu_linear: must be one of auto, on, off, got 'maybe'"):
+        load_model("tiny-random", cpu_linear="maybe")
+    with pytest.raises(ModelLoadError, match="cpu_linear"):
+        load_model("tiny-random", cpu_linear=1)
+    with pytest.raises(ModelLoadError, match="model id as text.*not int"):
+        load_model(5)
+    with pytest.raises(ModelLoadError, match="unknown dtype 'float8_e4m3fn'"):
+        load_model("tiny-random", dtype=torch.float8_e4m3fn)
+    with pytest.raises(PromptError, match="no tokenizer"):
+        build_prompt(None, "hi")
 
 
 def test_cpu_linear_is_an_explicit_option_recorded_in_the_trace():

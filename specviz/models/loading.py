@@ -288,14 +288,14 @@ _LOCK = threading.Lock()
 MODEL_CACHE_SIZE = 2
 
 
-def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
-               cpu_linear: bool | None = None, calibrate_cost: bool = False,
+def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torch.dtype = "auto",
+               cpu_linear: bool | str | None = None, calibrate_cost: bool = False,
                device_map: str | dict[str, Any] | None = None, max_memory: str | dict[Any, str] | None = None,
                offload_folder: str | None = None) -> LoadedModel:
     """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
     `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
     device, off otherwise (uses_cpu_linear); True with a non-CPU device is a ModelLoadError.
-    The CLI's --cpu-linear auto|on|off (cpu_linear_option) sets it.
+    The CLI's words auto|on|off are taken too (cpu_linear_option). `dtype`: a name or a torch dtype.
 
     A load runs no forward pass: the verify cost model is calibrated once per model on first
     use (LoadedModel.cost_model(), called by the engine when a generation starts), so a ZeroGPU
@@ -307,9 +307,18 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str = "aut
     `max_memory` ("0=20GiB,cpu=60GiB" or accelerate's dict), offloading to `offload_folder`
     where the map says "disk" (placement.py); `device` must then stay "auto". A bad map or a
     budget that cannot hold the model is a one-line ModelLoadError (placement.DeviceMapError)."""
+    if model_id is not None and not isinstance(model_id, str):
+        raise ModelLoadError(f"model: give a model id as text ('embedded', a hub id or a local path), "
+                             f"not {type(model_id).__name__}")
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
+    if isinstance(dtype, torch.dtype):                 # torch.bfloat16 -> "bfloat16" (an unknown one is refused below)
+        dtype = str(dtype).removeprefix("torch.")
+    if isinstance(cpu_linear, str):                    # the CLI's words: auto, on, off
+        cpu_linear = cpu_linear_option(cpu_linear)
+    elif cpu_linear is not None and not isinstance(cpu_linear, bool):
+        raise ModelLoadError(f"cpu_linear: must be True, False, None or auto/on/off, got {cpu_linear!r}")
     if device_map is None and (max_memory or offload_folder):
         raise ModelLoadError("max_memory / offload_folder: they budget a device map; add --device-map auto")
     if device_map is not None:

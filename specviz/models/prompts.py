@@ -25,6 +25,8 @@ def build_prompt(tokenizer: Any, message: str, context: str = "", chat: bool = T
 
     `history` holds earlier (user, assistant) turns of a conversation (Spec-Bench's MT-bench
     questions have two turns); the context goes into the first user turn."""
+    if tokenizer is None:
+        raise PromptError("prompt: this model has no tokenizer; pass token ids instead of text")
     message = (message or "").strip()
     context = (context or "").strip()
     if not message and not context:
