@@ -141,6 +141,16 @@ def test_vllm_v0_worker_metrics_json():
     ('{"num_drafts": 3, "num_draft_tokens": 9', r"not JSON .*truncated"),
     ('{"requests": 3}', r"none of vLLM's speculative-decoding stats fields"),
     ('{"num_drafts": -1, "num_draft_tokens": 9, "num_accepted_tokens": 1}', r"num_drafts must be a non-negative"),
+    # figures that contradict each other, or that no counter can hold
+    ("vllm:spec_decode_num_drafts_total 5\nvllm:spec_decode_num_draft_tokens_total 3\n"
+     "vllm:spec_decode_num_accepted_tokens_total 9\n", r"more accepted tokens \(9\) than draft tokens \(3\)"),
+    ('{"num_drafts": 5, "num_draft_tokens": 3, "num_accepted_tokens": 9}', r"more accepted tokens"),
+    ("vllm:spec_decode_num_drafts_total -5\nvllm:spec_decode_num_accepted_tokens_total 1\n",
+     r"num_drafts_total is -5; .*finite number >= 0"),
+    ("vllm:spec_decode_num_drafts_total 5\nvllm:spec_decode_num_accepted_tokens_total +Inf\n", r"is inf"),
+    ("sglang:spec_accept_rate NaN\n", r"is nan"),
+    ("sglang:spec_accept_rate 1.7\n", r"acceptance rate of 1.7; a rate is between 0 and 1"),
+    ("sglang:spec_accept_length 0.5\n", r"mean acceptance length of 0.5"),
 ])
 def test_foreign_or_truncated_input_is_one_clear_error(tmp_path, text, message):
     path = tmp_path / "dump.txt"

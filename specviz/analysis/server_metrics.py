@@ -166,6 +166,10 @@ def from_prometheus(text: str, source: str = "", spec_tokens: int | None = None)
             + (f", e.g. {names[0]}" if names else "") + "); is speculative decoding on, and is this its /metrics?")
     if any(k.startswith("vllm:") for k in by) and any(k.startswith("sglang:") for k in by):
         raise MetricsImportError("metrics: the dump mixes vLLM and SGLang metrics; import one server's at a time")
+    bad = next((s for group in by.values() for s in group if not (math.isfinite(s.value) and s.value >= 0)), None)
+    if bad is not None:            # the format allows NaN and +-Inf; a count or a rate never is one
+        raise MetricsImportError(f"metrics: {bad.name} is {bad.value:g}; a speculative-decoding count or rate "
+                                 "is a finite number >= 0")
     if SGLANG_LENGTH in by or SGLANG_RATE in by:
         return _sglang(by, source)
     return _vllm(by, source, spec_tokens)
@@ -334,8 +338,26 @@ def parse_text(text: str, source: str = "", spec_tokens: int | None = None) -> S
     if not text.strip():
         raise MetricsImportError(f"metrics: {source or 'the dump'} is empty")
     if text.lstrip()[:1] in "{[":
-        return from_stats_json(text, source)
-    return from_prometheus(text, source, spec_tokens)
+        return consistent(from_stats_json(text, source))
+    return consistent(from_prometheus(text, source, spec_tokens))
+
+
+def consistent(m: SpecMetrics) -> SpecMetrics:
+    """`m`, unless its figures contradict each other (more tokens accepted than drafted, an
+    acceptance rate above 1, or a mean acceptance length between 0 and 1): a dump pieced
+    together from several servers or restarts, or edited, whose figures would mean nothing."""
+    what = m.source or "the dump"
+    if m.num_accepted_tokens is not None and m.num_draft_tokens is not None \
+            and m.num_accepted_tokens > m.num_draft_tokens:
+        raise MetricsImportError(f"metrics: {what} counts more accepted tokens ({m.num_accepted_tokens:g}) than "
+                                 f"draft tokens ({m.num_draft_tokens:g}); its counters do not belong together")
+    if m.acceptance_rate is not None and not 0 <= m.acceptance_rate <= 1:
+        raise MetricsImportError(f"metrics: {what} gives an acceptance rate of {m.acceptance_rate:g}; a rate is "
+                                 "between 0 and 1")
+    if m.acceptance_length is not None and 0 < m.acceptance_length < 1:   # 0: a gauge before any batch
+        raise MetricsImportError(f"metrics: {what} gives a mean acceptance length of {m.acceptance_length:g}; "
+                                 "with the bonus token it is at least 1")
+    return m
 
 
 def read_source(source: str, spec_tokens: int | None = None, timeout: float = URL_TIMEOUT_S) -> SpecMetrics:
