@@ -108,6 +108,8 @@ def test_other_document_errors(tmp_path: Path) -> None:
         load_documents(tmp_path / "missing")
     with pytest.raises(DocumentError, match="has no .txt, .md, .jsonl files"):
         load_documents(tmp_path)
+    with pytest.raises(DocumentError, match="neither a regular file nor a folder"):
+        load_documents("/dev/zero")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"text": \n', encoding="utf-8")
     with pytest.raises(DocumentError, match=r"bad.jsonl:2: not a JSON object"):
@@ -275,6 +277,8 @@ def test_question_and_k_errors(fake: FakeEmbedder, flat_index: PassageIndex) -> 
     for question in ("", "   \n\t"):
         with pytest.raises(QuestionError, match="empty"):
             retrieve(flat_index, fake, question, k=1)
+    with pytest.raises(QuestionError, match="question: it is not valid Unicode text at character 4"):
+        retrieve(flat_index, fake, "bees\udcff", k=1)        # a byte the terminal could not decode
     small = build_passage_index(fake_docs(4), fake)
     with pytest.raises(QuestionError, match="k: 5 is more than the 4 chunks in the collection"):
         retrieve(small, fake, "query-1", k=5)

@@ -111,6 +111,9 @@ def load_documents(path: str | Path) -> list[Document]:
         raise DocumentError(f"documents: no such file or folder {str(path)!r}")
     if root.is_file():
         return load_file(root)
+    if not root.is_dir():
+        raise DocumentError(f"documents: {str(path)!r} is neither a regular file nor a folder (a device, FIFO "
+                            "or socket); give a .txt, .md or .jsonl file or a folder of them")
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
     if not files:
         raise DocumentError(f"documents: the folder {str(path)!r} has no {', '.join(SUFFIXES)} files")

@@ -5,7 +5,7 @@ shows them as a gr.Error.
 """
 from __future__ import annotations
 
-from ..errors import SpecvizError
+from ..errors import SpecvizError, not_unicode
 
 
 class RetrievalError(SpecvizError):
@@ -24,6 +24,17 @@ class QuestionError(RetrievalError, ValueError):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}")
         self.field, self.reason = field, reason
+
+
+def checked_question(question: str | None) -> str:
+    """The question, stripped; QuestionError if it is empty or not valid Unicode (the embedder's
+    tokenizer cannot take a lone surrogate)."""
+    question = (question or "").strip()
+    if not question:
+        raise QuestionError("question", "it is empty (or whitespace only); type a question")
+    if (why := not_unicode(question)) is not None:
+        raise QuestionError("question", f"it is {why}; type UTF-8 text")
+    return question
 
 
 class EmbedderLoadError(RetrievalError):

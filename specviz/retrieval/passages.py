@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from .chunks import Chunk, ChunkingConfig, chunk_documents
 from .documents import Document, require_documents
 from .embed import Embedder
-from .errors import DocumentError, IndexMismatchError, QuestionError
+from .errors import DocumentError, IndexMismatchError, QuestionError, checked_question
 from .faiss_index import IndexConfig, PassageIndex, build_faiss, make_manifest, resolve
 from .rerank import Reranker, rerank
 
@@ -72,9 +72,7 @@ def retrieve(index: PassageIndex, embedder: Embedder, question: str, k: int = 3,
 
     With a reranker, `candidates` chunks come from the index and the reranker keeps k.
     """
-    question = (question or "").strip()
-    if not question:
-        raise QuestionError("question", "it is empty (or whitespace only); type a question")
+    question = checked_question(question)
     k = check_k(k, index)
     if embedder.model_id != index.manifest.model_id:
         raise IndexMismatchError(f"passage index: built with the embedding model {index.manifest.model_id!r}, "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .chunks import Chunk
-from .errors import QuestionError
+from .errors import checked_question
 
 DEFAULT_TEMPLATE = "Answer the question using the passages above.\nQuestion: {question}"
 
@@ -68,9 +68,7 @@ def header(rank: int, chunk: Chunk) -> str:
 def build_context(question: str, hits: Sequence[tuple[Chunk, float]],
                   template: str = DEFAULT_TEMPLATE) -> RetrievedContext:
     """The context text for `hits` (best first) and the message holding the question."""
-    question = (question or "").strip()
-    if not question:
-        raise QuestionError("question", "it is empty (or whitespace only); type a question")
+    question = checked_question(question)
     parts: list[str] = []
     pieces: list[ContextPiece] = []
     at = 0
