@@ -265,6 +265,19 @@ def test_deeply_nested_json_is_refused_cleanly() -> None:
         Trace.from_json("[" * 100_000 + "]" * 100_000)
 
 
+def test_a_lone_surrogate_in_a_users_json_is_refused(good_trace: dict[str, Any], tmp_path: Path) -> None:
+    """A "\\ud800" escape with no partner parses, but no page can show it (orjson refuses it when
+    the explorer renders the trace); an emoji's escaped pair is fine."""
+    from specviz.ui.uploads import read_trace_file
+
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({**good_trace, "output_text": "ok \ud800"}))    # written as \ud800
+    with pytest.raises(TraceFormatError, match="not valid Unicode .*lone surrogate"):
+        read_trace_file(path)
+    path.write_text(json.dumps({**good_trace, "output_text": "ok \U0001F600"}))   # \ud83d\ude00
+    assert read_trace_file(path).output_text == "ok \U0001F600"
+
+
 def test_schema_file_describes_what_to_json_writes(good_trace: dict[str, Any]) -> None:
     from specviz.files.json_schema import SchemaError, shipped_schema, validate
 

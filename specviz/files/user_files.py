@@ -22,9 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecvizError
+from ..errors import SpecvizError, not_unicode
 
 CONTEXT_LIMIT_BYTES = 1_000_000        # a context (file, upload or API text): ~250k tokens, more than any context window
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")   # the escape of a UTF-16 surrogate, high or low
 MAX_JSON_DEPTH = 64                    # a trace, results.json or manifest is under 10 levels deep
 PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))   # the kernel's files, never an output
 
@@ -229,11 +230,17 @@ def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise FileCheckError(f"{what}: the JSON is nested deeper than {max_depth} levels (nested too "
                              "deeply for a specviz file); give the file specviz wrote")
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise FileCheckError(f"{what}: not valid JSON ({err})") from None
     except RecursionError:                       # unreachable after the depth check; kept as a guard
         raise FileCheckError(f"{what}: the JSON is nested too deeply") from None
+    # a "\ud800" escape with no partner parses into a string no page, file or tokenizer can take;
+    # only a text with such an escape is serialised again to look (emoji are escaped in pairs)
+    if _SURROGATE_ESCAPE.search(text) and not_unicode(json.dumps(data, ensure_ascii=False)) is not None:
+        raise FileCheckError(f"{what}: the JSON holds a string that is not valid Unicode (a lone surrogate "
+                             "escape such as \\ud800); give the file specviz wrote")
+    return data
 
 
 def read_json_file(path: Path | str, what: str, limit: int | None = None) -> Any:
