@@ -25,11 +25,10 @@ from ..core.draft_metrics import tally
 from ..drafters import get
 from ..drafters.kit.store import DrafterStore
 from ..engine import service
-from ..engine.verify import TOP_K
 from ..errors import PromptError
 from ..models import LoadedModel
 from ..peers import ENGINE_PEERS
-from ..core.trace import Trace
+from ..core.trace import TOP_LOGITS, Trace
 from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance
 from .questions import Question
@@ -69,7 +68,7 @@ class PeerRun:
     """One turn of transformers' own generate()."""
     ids: tuple[int, ...]                  # the new tokens
     seconds: float
-    top_logits: list[TopLogits] | None    # per token, the target's TOP_K largest logits (None: not one per token)
+    top_logits: list[TopLogits] | None    # per token, the target's TOP_LOGITS largest logits (None: not one per token)
     kept_mib: float                       # the logits generate kept because the bench asked for them
 
 
@@ -79,7 +78,7 @@ def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int
 
     generate returns the target's raw logits of every token it committed (`output_logits`: it
     keeps the tensors it computes anyway), so a difference from vanilla is judged from both
-    sides like a drafter's, drift included; their top TOP_K are taken after the clock stops.
+    sides like a drafter's, drift included; their top TOP_LOGITS are taken after the clock stops.
     Holding them costs memory transformers would not spend otherwise (`kept_mib`, taken off the
     peer's peak)."""
     extra: dict[str, Any] = {}
@@ -105,10 +104,10 @@ def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int
 
 
 def _top_logits(logits: tuple[torch.Tensor, ...]) -> list[TopLogits]:
-    """Per token, its TOP_K largest logits as (id, logit), best first; row by row, so no second
+    """Per token, its TOP_LOGITS largest logits as (id, logit), best first; row by row, so no second
     copy of all the logits is made."""
-    tops = [row[0].float().topk(TOP_K) for row in logits]              # [V] -> [TOP_K] each
-    values = torch.stack([t.values for t in tops]).tolist()             # [n, TOP_K]
+    tops = [row[0].float().topk(TOP_LOGITS) for row in logits]              # [V] -> [TOP_LOGITS] each
+    values = torch.stack([t.values for t in tops]).tolist()             # [n, TOP_LOGITS]
     indices = torch.stack([t.indices for t in tops]).tolist()
     return [tuple(zip(i, v)) for i, v in zip(indices, values)]
 

@@ -29,6 +29,9 @@ READABLE_VERSIONS = (1, 2)     # 1: no per-position pieces (they are rebuilt fro
 SCHEMA_FILE = "trace.schema.json"       # in specviz/data
 
 
+TOP_LOGITS = 4     # per committed token, how many of the target's largest logits a trace keeps
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepRecord:
     """One speculative step, built with keywords (15 fields: a positional call would be
@@ -45,7 +48,7 @@ class StepRecord:
     wall: float                        # seconds of the whole step (prefill included for step 0)
     info: dict[str, Any] = field(default_factory=dict)  # drafter notes (JSON-able)
     stop: str | None = None            # "eos", "length", "stop_string" on the last step
-    # per new token, the target's largest logits (verify.TOP_K of them) at the row that chose
+    # per new token, the target's largest logits (TOP_LOGITS of them) at the row that chose
     # it, as (id, logit) pairs, best first; empty in traces written before they were kept
     top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
     peak_memory_mb: float | None = None  # peak GPU memory allocated so far in the run (None: not on a GPU)

@@ -19,6 +19,7 @@ import torch
 
 from .accept import Acceptance, accept_greedy, accept_sampling
 from ..core.decoding import DecodingConfig, target_probs
+from ..core.trace import TOP_LOGITS
 from ..core.tree import DraftTree, TreeBuffers
 
 
@@ -37,7 +38,7 @@ class Verdict:
     target_top_prob: tuple[float, ...] = ()  # probability of target_top per row (as target_prob)
 
 
-TOP_K = 4          # what every drafter gets; one that wants more sets `target_topk` (engine.py)
+TOP_K = TOP_LOGITS  # what every drafter gets and a trace keeps; one that wants more sets `target_topk`
 
 
 def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
