@@ -697,3 +697,11 @@ def test_glide_checkpoint_stays_a_file_setting():
              for d in ("glide", "medusa", "hydra", "eagle", "eagle3")}
     assert kinds == {"glide": "file", "medusa": "checkpoint", "hydra": "checkpoint", "eagle": "checkpoint",
                      "eagle3": "checkpoint"}
+
+
+def test_training_text_files_with_windows_line_ends_part_on_blank_lines(tmp_path: Path) -> None:
+    from specviz.glide.data import file_texts
+
+    path = tmp_path / "data.txt"
+    path.write_bytes(b"one\r\nline\r\n\r\ntwo\r\n")
+    assert [t.strip() for t in file_texts(path)] == ["one\nline", "two"]

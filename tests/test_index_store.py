@@ -71,6 +71,9 @@ def test_jsonl_txt_and_specbench_readers(tmp_path):
     txt.write_text("para one\nstill one\n\n\npara two\n", encoding="utf-8")
     docs, _ = open_corpus(str(txt))
     assert [d[0].strip() for d in docs] == ["para one\nstill one", "para two"]
+    txt.write_bytes(b"para one\r\nstill one\r\n\r\npara two\r\n")      # Windows line ends
+    docs, _ = open_corpus(str(txt))
+    assert [d[0].strip() for d in docs] == ["para one\nstill one", "para two"]
     bad = tmp_path / "c.jsonl"
     bad.write_text('{"text": "ok"}\nnot json\n', encoding="utf-8")
     with pytest.raises(CorpusError, match=r"c.jsonl:2 is not JSON"):

@@ -78,7 +78,8 @@ def file_texts(path: str | Path) -> Iterator[str]:
 
 def _file_texts(path: Path) -> Iterator[str]:
     if path.suffix != ".jsonl":
-        for block in read_text_file(str(path), "data", DATA_LIMIT_BYTES, DataError).split("\n\n"):
+        text = read_text_file(str(path), "data", DATA_LIMIT_BYTES, DataError).replace("\r\n", "\n")
+        for block in text.split("\n\n"):                # blank lines part the texts, Windows line ends too
             if block.strip():
                 yield block
         return

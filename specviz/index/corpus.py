@@ -156,8 +156,9 @@ def _jsonl_segments(path: Path) -> Iterator[list[str]]:
 
 
 def _read_text(path: Path) -> str:
-    """The corpus file's text: a regular UTF-8 file, read whole (CorpusError saying why not)."""
-    return read_text_file(str(path), "corpus", CORPUS_LIMIT_BYTES, CorpusError)
+    """The corpus file's text: a regular UTF-8 file, read whole (CorpusError saying why not),
+    Windows line ends as "\n" (as Path.read_text gave them before)."""
+    return read_text_file(str(path), "corpus", CORPUS_LIMIT_BYTES, CorpusError).replace("\r\n", "\n")
 
 
 def open_corpus(corpus: str, limit: int = 0) -> tuple[Iterator[list[str]], CorpusStats]:
