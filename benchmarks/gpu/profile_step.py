@@ -9,6 +9,11 @@ time. Written after the first GPU run (benchmarks/gpu/README.md), where vanilla 
 tokens/s in bfloat16 against 37.7 in float32 on an H100 with a forward bound by the host; this
 says which operators the bfloat16 step adds. `device.sh profile` runs it on the lent machine;
 `--device cpu` is its dry run here.
+
+With two or more dtypes it also writes `ops-per-token.txt`: every operator whose number of calls
+per token differs between the dtypes. The calls are the model's and the engine's, not the
+device's, so a CPU run counts what a GPU run launches (attention's backend aside); on a GPU whose
+step is bound by the host, each added call costs host time.
 """
 from __future__ import annotations
 
@@ -23,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 PROMPT = "Summarize in three sentences: the village bakery opened in 1921 and still bakes rye bread every morning."
 
 
-def profile(device: str, dtype: str, tokens: int, out: Path) -> str:
-    """Profile `tokens` plain-decoding tokens of the embedded model; returns the report's text."""
+def profile(device: str, dtype: str, tokens: int, out: Path) -> tuple[str, dict[str, float]]:
+    """Profile `tokens` plain-decoding tokens of the embedded model: the report's first line and
+    the operators' calls per token (aten:: operators only)."""
     import torch
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
@@ -49,7 +55,22 @@ def profile(device: str, dtype: str, tokens: int, out: Path) -> str:
             "by self CPU time:\n" + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
             + f"\n\nby {by_device}:\n" + prof.key_averages().table(sort_by=by_device, row_limit=25) + "\n")
     (out / f"profile-{dtype}.txt").write_text(text)
-    return text.splitlines()[0]
+    calls = {e.key: e.count / max(n, 1) for e in prof.key_averages() if e.key.startswith("aten::")}
+    return text.splitlines()[0], calls
+
+
+def compare_calls(calls: dict[str, dict[str, float]]) -> str:
+    """A table of the operators whose calls per token differ between the dtypes, most added first."""
+    dtypes = list(calls)
+    ops = {op for per in calls.values() for op in per}
+    rows = sorted(((op, [calls[d].get(op, 0.0) for d in dtypes]) for op in ops),
+                  key=lambda row: (-(max(row[1]) - min(row[1])), row[0]))
+    lines = [f"operator calls per token, by dtype ({', '.join(dtypes)}); only those that differ", "",
+             f"{'operator':<40}" + "".join(f"{d:>12}" for d in dtypes)]
+    lines += [f"{op:<40}" + "".join(f"{c:>12.1f}" for c in per) for op, per in rows if max(per) - min(per) >= 0.5]
+    totals = [sum(calls[d].values()) for d in dtypes]
+    lines += ["", f"{'all aten:: operators':<40}" + "".join(f"{t:>12.1f}" for t in totals)]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -60,8 +81,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    calls: dict[str, dict[str, float]] = {}
     for dtype in args.dtypes.split(","):
-        print(profile(args.device, dtype.strip(), args.tokens, args.out), flush=True)
+        line, calls[dtype.strip()] = profile(args.device, dtype.strip(), args.tokens, args.out)
+        print(line, flush=True)
+    if len(calls) > 1:
+        table = compare_calls(calls)
+        (args.out / "ops-per-token.txt").write_text(table)
+        print(table, flush=True)
 
 
 if __name__ == "__main__":
