@@ -257,6 +257,12 @@ def _colour_keys(tree: ast.AST) -> set[int]:
     return keys
 
 
+def shown_path(path: Path) -> str:
+    """`path` as a finding names it: relative to the checkout, or whole outside it (a probe in
+    a test's tmp_path, never in the tree, where a check running beside it would see it)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def drafter_literals(path: Path, names: set[str], skip_colour_tables: bool = False) -> list[str]:
     """String literals in `path` (under ROOT) that are a drafter's name (one of `names`) or a list
     of names ("a,b"; prose, which has spaces, may mention drafters), as "file:line 'literal'".
@@ -270,5 +276,5 @@ def drafter_literals(path: Path, names: set[str], skip_colour_tables: bool = Fal
             continue
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value.strip() \
                 and set(node.value.strip().split(",")) & names:
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+            found.append(f"{shown_path(path)}:{node.lineno} {node.value!r}")
     return found

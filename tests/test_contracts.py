@@ -259,13 +259,10 @@ def test_viz_and_analysis_name_no_drafter() -> None:
 
 
 def test_a_named_drafter_would_be_found(tmp_path: Path) -> None:
-    probe = ROOT / "tests" / "_probe_contracts.py"
+    probe = tmp_path / "probe_contracts.py"
     probe.write_text('X = "vanilla"\nY = ("a", "prompt_lookup")\nZ = "speedup vs vanilla"\n'
                      'C = {"vanilla": "#fff"}\nD = {"vanilla": 1}\n', encoding="utf-8")
-    try:
-        hits = drafter_literals(probe, {"vanilla", "prompt_lookup"}, skip_colour_tables=True)
-    finally:
-        probe.unlink()
+    hits = drafter_literals(probe, {"vanilla", "prompt_lookup"}, skip_colour_tables=True)
     assert [h.split(" ")[0].rsplit(":", 1)[1] for h in hits] == ["1", "2", "5"]
 
 

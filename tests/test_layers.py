@@ -29,7 +29,7 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from conftest import drafter_literals
+from conftest import drafter_literals, shown_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
@@ -220,13 +220,10 @@ def test_no_front_end_names_a_drafter() -> None:
     assert not offenders, offenders
 
 
-def test_a_named_drafter_would_be_found() -> None:
-    probe = ROOT / "tests" / "_probe_front_end.py"       # under ROOT: reported relative to it
+def test_a_named_drafter_would_be_found(tmp_path: Path) -> None:
+    probe = tmp_path / "probe_front_end.py"
     probe.write_text('X = "ngram_trie"\nY = "a,oracle"\nZ = "ngram_trie[n=3]"\n', encoding="utf-8")
-    try:
-        hits = drafter_literals(probe, {"ngram_trie", "oracle"})
-    finally:
-        probe.unlink()
+    hits = drafter_literals(probe, {"ngram_trie", "oracle"})
     assert [h.split(" ")[0].rsplit(":", 1)[1] for h in hits] == ["1", "2"]
 
 
@@ -521,11 +518,11 @@ def old_path_imports(path: Path, name: str | None, moved: dict[str, str]) -> lis
             named = [base] + [f"{base}.{a.name}" for a in node.names]
         else:
             continue
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in named if n in moved]
+        found += [f"{shown_path(path)}:{node.lineno} {n}" for n in named if n in moved]
     return found
 
 
-def test_nothing_here_imports_an_old_path() -> None:
+def test_nothing_here_imports_an_old_path(tmp_path: Path) -> None:
     """The package, its tests, scripts, benchmarks, examples and app.py use the new paths (only
     this file names old ones, to test them)."""
     from specviz.old_paths import MOVED
@@ -539,10 +536,7 @@ def test_nothing_here_imports_an_old_path() -> None:
     # the check finds the three forms
     probe = {"specviz.verify": "x", "specviz.drafters.base": "y"}
     lines = "import specviz.verify\nfrom specviz import verify\nfrom ..drafters.base import DrafterSpec\nimport specviz.tree\n"
-    fake = ROOT / "tests" / "_probe_old_paths.py"          # under ROOT: reported relative to it
+    fake = tmp_path / "probe_old_paths.py"
     fake.write_text(lines, encoding="utf-8")
-    try:
-        hits = old_path_imports(fake, "specviz.engine.loop", probe)
-    finally:
-        fake.unlink()
+    hits = old_path_imports(fake, "specviz.engine.loop", probe)
     assert [h.split(":")[1] for h in hits] == ["1 specviz.verify", "2 specviz.verify", "3 specviz.drafters.base"], hits
