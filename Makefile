@@ -25,8 +25,13 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 demo: setup
 	$(PY) app.py
 
+# the tests run on one pytest worker per core, at most 4 (pytest-xdist; a file's tests stay on one
+# worker, so its module fixtures run once); the tests hold torch to one thread each (conftest.py)
+JOBS ?= $(shell $(PYTHON) -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')
+XDIST = -n $(JOBS) --dist loadfile
+
 test: setup browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # Debian's chromium for tests/test_browser.py (Playwright drives it by path; Playwright's own
 # browser download is not used). Needs root for apt-get; without it the browser test is skipped
@@ -45,7 +50,7 @@ screenshot: setup browser
 
 # the tests that do not run the embedded model
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not slow"
 
 clean:
 	rm -rf $(VENV) .pytest_cache
