@@ -183,24 +183,25 @@ def test_only_the_cli_and_main_import_the_cli() -> None:
     assert not offenders, offenders
 
 
-def test_engine_packages_do_not_load_the_cli() -> None:
-    code = (f"import sys\nimport {', '.join(ENGINE)}\n"
-            "print(sorted(m for m in sys.modules if m == 'specviz.cli' or m.startswith('specviz.cli.')))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def _modules_loaded(code: str, matching: str) -> list[str]:
+    """The modules, named `m`, for which the expression `matching` holds after `code` runs in a
+    fresh interpreter."""
+    probe = f"import sys\n{code}\nprint(sorted(m for m in sys.modules if {matching}))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]", done.stdout
+    return ast.literal_eval(done.stdout.strip())
+
+
+def test_engine_packages_do_not_load_the_cli() -> None:
+    assert _modules_loaded(f"import {', '.join(ENGINE)}", "m == 'specviz.cli' or m.startswith('specviz.cli.')") == []
 
 
 def test_the_cli_parser_loads_without_transformers_model_code() -> None:
     """Every command's parser (the drafter registry with it: --help, refusals, `specviz
     drafters`) is built without importing a transformers model's modelling code, which costs
     about 2 s of a CLI start; GLIDE's layer imports Llama's pieces when a draft is built."""
-    code = ("import sys\nfrom specviz.cli import build_parser\nbuild_parser()\n"
-            "print(sorted(m for m in sys.modules if m.startswith('transformers.models.')"
-            " and m.rsplit('.', 1)[-1].startswith('modeling_')))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]", done.stdout
+    assert _modules_loaded("from specviz.cli import build_parser\nbuild_parser()",
+                           "m.startswith('transformers.models.') and m.rsplit('.', 1)[-1].startswith('modeling_')") == []
 
 
 FRONT_ENDS = ("specviz/cli", "specviz/ui", "specviz/bench")
