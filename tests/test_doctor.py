@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specviz import cli, viz
-from specviz.analysis.doctor import ROWS, DoctorReport, default_drafters, format_report, run_doctor
+from specviz.analysis.doctor import ROWS, CostPoint, DoctorReport, default_drafters, format_report, read_curve, run_doctor
 from specviz.errors import SpecvizError
 
 
@@ -35,7 +35,8 @@ def test_doctor_on_the_tiny_model() -> None:
         assert piece in text
     data = json.loads(report.to_json())
     assert data["ok"] and data["cost_curve"][0]["rows"] == 1 and "ratio" in data["cost_curve"][0]
-    assert "identical" in viz.doctor_markdown(report)
+    assert data["curve_reading"] == report.curve_reading != "" and report.curve_reading in text
+    assert "identical" in viz.doctor_markdown(report) and report.curve_reading in viz.doctor_markdown(report)
     fig = viz.cost_curve_figure(report)
     assert list(fig.data[0].x) == [1, 2, 4] and len(fig.data) == 2
 
@@ -57,3 +58,16 @@ def test_doctor_on_the_embedded_model() -> None:
     report = run_doctor("embedded", "cpu", "auto")
     _check(report, ROWS, default_drafters(), 3)
     print(format_report(report))
+
+
+@pytest.mark.parametrize("widest_ms, words", [
+    (22.3, "bound by the host"),                  # the H100's fp32 curve of 2026-11-26: 20.5 -> 22.3 ms
+    (61.5, "partly bound by arithmetic"),
+    (250.0, "bound by arithmetic; every drafted node costs"),
+])
+def test_the_curve_is_read_for_the_user(widest_ms: float, words: str) -> None:
+    curve = (CostPoint(1, 0.0205, 0.0204), CostPoint(64, widest_ms / 1e3, widest_ms / 1e3))
+    reading = read_curve(curve)
+    assert reading.startswith(f"a forward of 64 rows costs {widest_ms / 20.5:.2f}x one of 1: ") and words in reading
+    assert ("lower precision" in reading) == (words == "bound by the host")
+    assert read_curve(curve[:1]) == ""

@@ -12,6 +12,10 @@ It reports:
   current context length (the first check prompt's, unless given), measured now (best of
   two, after a warm-up round), beside the cost model calibrated once per model (on first use)
   (cost.py, over an 800-token cache), and their ratio;
+- what the curve says (`read_curve`): the widest forward's cost over one row's. Near 1, the
+  forward is bound by the host launching kernels (a 135M model on a GPU: 1.09 on the H100 of
+  2026-11-26), so a wide draft costs almost nothing to verify and a lower precision is not
+  faster; far above 1, by arithmetic (a CPU), so each drafted node costs;
 - a 3-prompt check per drafter: each drafter against vanilla on the same prompts (the
   explorer's worked examples with a context), interleaved (vanilla, then each drafter, per
   prompt, after one untimed warm-up), greedy, few new tokens: identical / near-tie /
@@ -26,6 +30,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
+# the widest forward's cost over one row's: below HOST_BOUND the host bounds it, above
+# ARITHMETIC_BOUND the arithmetic does
+HOST_BOUND = 1.5
+ARITHMETIC_BOUND = 4.0
 CHECK_PROMPTS = 3
 MAX_NEW_TOKENS = 32
 
@@ -39,6 +47,23 @@ class CostPoint:
     @property
     def ratio(self) -> float:
         return self.measured_s / self.predicted_s if self.predicted_s > 0 else float("nan")
+
+
+def read_curve(curve: Sequence[CostPoint]) -> str:
+    """What the forward-cost curve means for drafting on this machine, in a sentence ("" for a
+    curve of one point)."""
+    if len(curve) < 2 or curve[0].measured_s <= 0:
+        return ""
+    ratio = curve[-1].measured_s / curve[0].measured_s
+    head = f"a forward of {curve[-1].rows} rows costs {ratio:.2f}x one of {curve[0].rows}: "
+    if ratio < HOST_BOUND:
+        return head + ("bound by the host launching kernels, not by arithmetic; a wide draft costs almost "
+                       "nothing to verify, and a lower precision will not make a step faster (bfloat16 "
+                       "and float16 add casts)")
+    if ratio > ARITHMETIC_BOUND:
+        return head + ("bound by arithmetic; every drafted node costs, so a draft sized to what is "
+                       "accepted pays (the drafters' tree-sizing settings)")
+    return head + "partly bound by arithmetic; each drafted node costs a little"
 
 
 @dataclass(frozen=True)
@@ -84,11 +109,16 @@ class DoctorReport:
         """No mismatch (near-ties are rounding, not bugs)."""
         return all(c.mismatches == 0 for c in self.checks)
 
+    @property
+    def curve_reading(self) -> str:
+        return read_curve(self.cost_curve)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for point, raw in zip(self.cost_curve, d["cost_curve"]):
             raw["ratio"] = point.ratio
         d["ok"] = self.ok
+        d["curve_reading"] = self.curve_reading
         return d
 
     def to_json(self) -> str:
@@ -231,6 +261,7 @@ def format_report(r: DoctorReport) -> str:
     ]
     lines += [f"  {p.rows:>5} {p.measured_s * 1e3:>9.1f} {p.predicted_s * 1e3:>9.1f} {p.ratio:>6.2f}"
               for p in r.cost_curve]
+    lines += [f"  {r.curve_reading}"] if r.curve_reading else []
     lines += ["", f"drafters vs vanilla ({len(r.checks[0].verdicts) if r.checks else 0} prompts, "
                   f"{r.max_new_tokens} new tokens, greedy, interleaved)",
               f"  {'drafter':<14} {'identical':>9} {'near-tie':>8} {'mismatch':>8} {'speedup':>7} "

@@ -33,6 +33,8 @@ def doctor_markdown(report: Any) -> str:
              f"| cpu_linear | {'on' if report.cpu_linear else 'off'} |"]
     if report.peak_memory_mb is not None:
         lines.append(f"| peak GPU memory | {report.peak_memory_mb:,.0f} MiB |")
+    if report.curve_reading:
+        lines += ["", f"**The forward-cost curve:** {report.curve_reading}."]
     lines += ["", f"**Drafters vs vanilla** ({report.max_new_tokens} new tokens, greedy, interleaved)", "",
               "| drafter | identical | near-tie | mismatch | speedup | speedup, shared text | mean accepted | per prompt |",
               "|---|---|---|---|---|---|---|---|"]
