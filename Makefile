@@ -27,7 +27,7 @@ demo: setup
 
 # the tests run on one pytest worker per core, at most 4 (pytest-xdist; a file's tests stay on one
 # worker, so its module fixtures run once); the tests hold torch to one thread each (conftest.py)
-JOBS ?= $(shell $(PYTHON) -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')
+JOBS ?= $(shell $(PYTHON) -c 'import os; print(min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))')
 XDIST = -n $(JOBS) --dist loadfile
 
 test: setup browser
