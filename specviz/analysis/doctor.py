@@ -222,8 +222,11 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
                     max_memory=max_memory, offload_folder=offload_folder)
     prompts = [build_prompt(lm.tokenizer, message, context=context)
                for _, context, message in check_prompts(n_prompts)]
-    ctx = context_len if context_len is not None else len(prompts[0].ids)
-    ctx = max(1, min(ctx, lm.max_positions - max(rows)))
+    longest = lm.max_positions - max(rows)          # the widest forward must fit after the cache
+    if context_len is not None and not 1 <= context_len <= longest:
+        raise ConfigError("context_len", f"must be from 1 to {longest} for {lm.model_id} (its {lm.max_positions} "
+                                         f"positions less the widest forward's {max(rows)} rows), got {context_len}")
+    ctx = context_len if context_len is not None else max(1, min(len(prompts[0].ids), longest))
     curve = cost_curve(lm, ctx, rows)
     memory = PeakMemory(lm.device)
     checks = drafter_checks(lm, prompts, drafters, max_new_tokens)

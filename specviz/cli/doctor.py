@@ -19,7 +19,8 @@ def add_arguments(doc: argparse.ArgumentParser) -> None:
     doc.add_argument("--prompts", type=int, default=CHECK_PROMPTS, metavar="N", help="check prompts (worked examples)")
     doc.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, metavar="N")
     doc.add_argument("--context-len", type=int, default=None, metavar="N",
-                     help="cached tokens for the cost curve (default: the first check prompt's length)")
+                     help="cached tokens for the cost curve, up to the model's positions less 64 (default: the "
+                          "first check prompt's length)")
     doc.add_argument("--json", action="store_true", help="machine-readable output")
 
 
