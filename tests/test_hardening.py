@@ -495,6 +495,8 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "doctor preset": (("doctor", "--model", "tiny-random", "--drafters", "ngram_trie@paper"),
                       ("--drafters", "default settings")),
     "doctor context-len 0": (("doctor", "--model", "tiny-random", "--context-len", "0"), ("--context-len", ">= 1")),
+    "medusa checkpoint not a torch file": ((*GEN, "--drafter", "medusa", "--set", "checkpoint={latin1}"),
+                                           ("checkpoint", "not a draft-heads checkpoint", "torch.load cannot read it")),
     "doctor context-len past the model": (("doctor", "--model", "tiny-random", "--context-len", "99999999"),
                                           ("context_len", "1 to 4032", "4096 positions", "99999999")),
     "train-glide --export under /proc": (("train-glide", "--model", "tiny-random", "--out", "{folder}/g.pt",

@@ -72,7 +72,9 @@ def load_blob(path: str | Path, what: str) -> Any:
         if "Unsupported global" in str(err) or "GLOBAL" in str(err):   # the pickle names code to call
             raise CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
                                   "(checkpoints are read with torch.load(weights_only=True), never unpickled)") from None
-        raise CheckpointError(f"checkpoint: {str(path)!r} is not a {what} checkpoint ({type(err).__name__})") from None
+        why = (str(err).strip().splitlines() or [""])[0][:160]
+        raise CheckpointError(f"checkpoint: {str(path)!r} is not a {what} checkpoint: torch.load cannot read it "
+                              f"({type(err).__name__}{': ' + why if why else ''})") from None
 
 
 def check_fingerprint(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path, advice: str) -> None:
