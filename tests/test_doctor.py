@@ -71,3 +71,16 @@ def test_the_curve_is_read_for_the_user(widest_ms: float, words: str) -> None:
     assert reading.startswith(f"a forward of 64 rows costs {widest_ms / 20.5:.2f}x one of 1: ") and words in reading
     assert ("lower precision" in reading) == (words == "bound by the host")
     assert read_curve(curve[:1]) == ""
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"rows": ()}, "rows: must be rising"),
+    ({"rows": (0, 4)}, "rows: must be rising"),
+    ({"rows": (4, 1)}, "rows: must be rising"),
+    ({"rows": (1, 1)}, "rows: must be rising"),
+    ({"n_prompts": 2.5}, "prompts: must be a whole number"),
+    ({"max_new_tokens": 0}, "max_new_tokens: must be a whole number"),
+])
+def test_doctor_refuses_bad_arguments_before_measuring(kwargs: dict, words: str) -> None:
+    with pytest.raises(SpecvizError, match=words):
+        run_doctor("tiny-random", "cpu", "auto", ("prompt_lookup",), **kwargs)

@@ -216,8 +216,13 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
     drafters = default_drafters() if drafters is None else tuple(drafters)
     for name in drafters:
         get(name)                                   # an unknown drafter fails now
-    if max_new_tokens < 1 or n_prompts < 1:
-        raise ConfigError("max_new_tokens" if max_new_tokens < 1 else "prompts", "must be at least 1")
+    for name, value in (("max_new_tokens", max_new_tokens), ("prompts", n_prompts)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(name, f"must be a whole number of at least 1, got {value!r}")
+    rows = tuple(rows)
+    if not rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows) \
+            or list(rows) != sorted(set(rows)):
+        raise ConfigError("rows", f"must be rising whole numbers of at least 1, like {ROWS}, got {rows!r}")
     lm = load_model(model_id, device, dtype, cpu_linear=cpu_linear, device_map=device_map,
                     max_memory=max_memory, offload_folder=offload_folder)
     prompts = [build_prompt(lm.tokenizer, message, context=context)
