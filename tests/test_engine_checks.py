@@ -70,3 +70,38 @@ def test_generate_takes_text_ids_and_a_decoding_dict(tiny_lm_tok):
         generate(tiny_lm_tok, [1, "2"], "vanilla")
     with pytest.raises(PromptError, match="token id -1"):
         generate(tiny_lm_tok, [-1, 3], "vanilla")
+    with pytest.raises(PromptError, match="bytes; decode them"):
+        generate(tiny_lm_tok, b"hello there", "vanilla")       # not the ids 104, 101, ...
+
+
+def test_generate_takes_a_drafter_choice_as_the_cli_writes_it(tiny_lm_tok):
+    """`name@preset[key=value]` works in the Python API as on the command line: the same config
+    as the name with the preset's values and the bracketed ones, a dict on top; a dict that
+    contradicts the brackets is refused, as the CLI refuses --set against them."""
+    from specviz import generate
+
+    decoding = {"max_new_tokens": 4}
+    chosen = generate(tiny_lm_tok, "hello there", "ngram_trie@paper[n=6]", {"prefix_len": 2}, decoding)
+    paper = dict(get("ngram_trie").presets["paper"].values)
+    spelled = generate(tiny_lm_tok, "hello there", "ngram_trie", {**paper, "n": 6, "prefix_len": 2}, decoding)
+    assert chosen.drafter == "ngram_trie" and chosen.drafter_config == spelled.drafter_config
+    assert chosen.output_ids == spelled.output_ids
+    assert generate(tiny_lm_tok, "hi", "ngram_trie[n=6]", {"n": 6}, decoding).drafter_config["n"] == 6
+    with pytest.raises(SpecvizError, match="n=6 in the brackets and drafter_config n=4 contradict"):
+        generate(tiny_lm_tok, "hi", "ngram_trie[n=6]", {"n": 4}, decoding)
+    with pytest.raises(SpecvizError, match="expected name"):
+        generate(tiny_lm_tok, "hi", "ngram_trie[n=6", None, decoding)
+
+
+def test_the_api_names_a_wrong_model_or_settings_object(tiny_lm_tok):
+    from specviz import generate, load_model
+    from specviz.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="load_model.*not NoneType"):
+        generate(None, "hi", "vanilla")
+    with pytest.raises(ModelLoadError, match="not str"):
+        generate_steps("tiny-random", "hi", "vanilla")
+    with pytest.raises(ConfigError, match="dict of name -> value, not list"):
+        generate(tiny_lm_tok, "hi", "ngram_trie", [("n", 6)])
+    with pytest.raises(ModelLoadError, match="device_map: .* not int"):
+        load_model("tiny-random", device_map=5)

@@ -176,6 +176,9 @@ def build(config_cls: type[T], values: Mapping[str, Any] | None = None) -> T:
 
     Unknown keys, wrong types and out-of-range values raise ConfigError naming the field.
     """
+    if values is not None and not isinstance(values, Mapping):
+        raise ConfigError(config_cls.__name__, f"give the settings as a dict of name -> value, not "
+                                               f"{type(values).__name__}")
     infos = {i.name: i for i in describe(config_cls)}
     values = renamed_values(config_cls, dict(values or {}), infos.values())
     unknown = sorted(set(values) - set(infos))

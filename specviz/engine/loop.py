@@ -3,8 +3,9 @@
     generate_steps(lm, prompt, "ngram_trie", {...}, DecodingConfig())  -> Iterator[StepRecord]
     generate(lm, prompt, "ngram_trie", {...}, DecodingConfig())        -> Trace
 
-`drafter` is a registered drafter's name, or a DrafterSpec the registry does not list (the
-authors' code as a bench peer, specviz/peers/).
+`drafter` is a registered drafter's name, a choice as the CLI writes it (`ngram_trie@paper`,
+`ngram_trie[n=8]`), or a DrafterSpec the registry does not list (the authors' code as a bench
+peer, specviz/peers/).
 
 Each step: 1 draft -> 2 build mask and positions -> 3 one target forward over the tree ->
 4 accept the longest valid path plus a bonus token -> 5 commit the accepted KV rows ->
@@ -213,6 +214,28 @@ def _spec(drafter: str | DrafterSpec) -> DrafterSpec:
     return drafter if isinstance(drafter, DrafterSpec) else get(drafter)
 
 
+def drafter_and_config(drafter: str | DrafterSpec, drafter_config: Mapping[str, Any] | Any) -> tuple[DrafterSpec, Any]:
+    """The spec and the validated config of what a caller passes: a name, or a choice as the CLI
+    writes it (`ngram_trie@paper[num_draft=16]`, choice.py), with a dict of settings on top (one
+    that contradicts the brackets is refused), or the drafter's config itself."""
+    if isinstance(drafter, str) and ("@" in drafter or "[" in drafter):
+        from ..drafters.kit.choice import parse_choice
+
+        choice = parse_choice(drafter)
+        if drafter_config is not None and not isinstance(drafter_config, Mapping):
+            raise ConfigError("drafter_config", f"with a choice like {drafter!r}, give a dict of settings, "
+                                                f"not {type(drafter_config).__name__}")
+        return choice.spec, choice.spec.config(choice.values(dict(drafter_config or {}), source="drafter_config"))
+    spec = _spec(drafter)
+    return spec, drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
+
+
+def check_model(lm: Any) -> None:
+    """ModelLoadError unless `lm` is what load_model returns."""
+    if not isinstance(lm, LoadedModel):
+        raise ModelLoadError(f"lm: give the model that specviz.load_model(...) returns, not {type(lm).__name__}")
+
+
 PromptLike = Prompt | str | Sequence[int]       # a built prompt, a message (chat template applied) or token ids
 DecodingLike = DecodingConfig | Mapping[str, Any] | None
 
@@ -232,6 +255,8 @@ def prompt_ids(lm: LoadedModel, prompt: PromptLike) -> tuple[int, ...]:
     """The token ids of what a caller passes (as_prompt), checked against the vocabulary."""
     if isinstance(prompt, (Prompt, str)):
         ids = as_prompt(lm, prompt).ids
+    elif isinstance(prompt, (bytes, bytearray, memoryview)):      # would iterate as byte values
+        raise PromptError("prompt: bytes; decode them to text first (e.g. prompt.decode('utf-8'))")
     else:
         try:
             ids = tuple(prompt)
@@ -269,9 +294,9 @@ def generate_steps(lm: LoadedModel, prompt: PromptLike, drafter: str | DrafterSp
     """Validate everything now (raising SpecvizError), then return the step iterator.
     `store` (drafters.store.DrafterStore, owned by the caller's session) holds what a drafter
     keeps across generations; None: the drafter starts fresh."""
+    check_model(lm)
     decoding = as_decoding(decoding)
-    spec = _spec(drafter)
-    config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
+    spec, config = drafter_and_config(drafter, drafter_config)
     ids = prompt_ids(lm, prompt)
     if not ids:
         raise PromptError("prompt: no tokens to start from")
@@ -285,8 +310,7 @@ def generate_steps(lm: LoadedModel, prompt: PromptLike, drafter: str | DrafterSp
 def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec,
                 drafter_config: Mapping[str, Any] | Any,
                 decoding: DecodingConfig, steps: Sequence[StepRecord]) -> Trace:
-    spec = _spec(drafter)
-    config = drafter_config if isinstance(drafter_config, spec.config_cls) else spec.config(drafter_config)
+    spec, config = drafter_and_config(drafter, drafter_config)
     output = tuple(t for s in steps for t in s.new_tokens)
     ids = set(prompt.ids) | set(output)
     for s in steps:
@@ -316,6 +340,7 @@ def generate(lm: LoadedModel, prompt: PromptLike, drafter: str | DrafterSpec = "
              drafter_config: Mapping[str, Any] | Any = None,
              decoding: DecodingLike = None, store: Any = None) -> Trace:
     """One whole generation as a Trace; `prompt` and `decoding` as generate_steps takes them."""
+    check_model(lm)
     decoding, prompt = as_decoding(decoding), as_prompt(lm, prompt)
     steps = list(generate_steps(lm, prompt, drafter, drafter_config, decoding, store))
     return build_trace(lm, prompt, drafter, drafter_config, decoding, steps)

@@ -317,6 +317,9 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
         cpu_linear = cpu_linear_option(cpu_linear)
     elif cpu_linear is not None and not isinstance(cpu_linear, bool):
         raise ModelLoadError(f"cpu_linear: must be True, False, None or auto/on/off, got {cpu_linear!r}")
+    if device_map is not None and not isinstance(device_map, (str, dict)):
+        raise ModelLoadError(f"device_map: give a strategy (auto, balanced, ...), a JSON file's path or a dict "
+                             f"of module -> device, not {type(device_map).__name__}")
     if device_map is None and (max_memory or offload_folder):
         raise ModelLoadError("max_memory / offload_folder: they budget a device map; add --device-map auto")
     if device_map is not None:
