@@ -30,10 +30,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
-# the widest forward's cost over one row's: below HOST_BOUND the host bounds it, above
-# ARITHMETIC_BOUND the arithmetic does
-HOST_BOUND = 1.5
-ARITHMETIC_BOUND = 4.0
 CHECK_PROMPTS = 3
 MAX_NEW_TOKENS = 32
 
@@ -49,18 +45,19 @@ class CostPoint:
         return self.measured_s / self.predicted_s if self.predicted_s > 0 else float("nan")
 
 
-def read_curve(curve: Sequence[CostPoint]) -> str:
+def read_curve(curve: Sequence[CostPoint], host_bound: float = 1.5, arithmetic_bound: float = 4.0) -> str:
     """What the forward-cost curve means for drafting on this machine, in a sentence ("" for a
-    curve of one point)."""
+    curve of one point): the widest forward's cost over the narrowest's, below `host_bound`
+    bound by the host, above `arithmetic_bound` by the arithmetic."""
     if len(curve) < 2 or curve[0].measured_s <= 0:
         return ""
     ratio = curve[-1].measured_s / curve[0].measured_s
     head = f"a forward of {curve[-1].rows} rows costs {ratio:.2f}x one of {curve[0].rows}: "
-    if ratio < HOST_BOUND:
+    if ratio < host_bound:
         return head + ("bound by the host launching kernels, not by arithmetic; a wide draft costs almost "
                        "nothing to verify, and a lower precision will not make a step faster (bfloat16 "
                        "and float16 add casts)")
-    if ratio > ARITHMETIC_BOUND:
+    if ratio > arithmetic_bound:
         return head + ("bound by arithmetic; every drafted node costs, so a draft sized to what is "
                        "accepted pays (the drafters' tree-sizing settings)")
     return head + "partly bound by arithmetic; each drafted node costs a little"
