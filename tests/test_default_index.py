@@ -42,3 +42,4 @@ def test_the_cli_builds_the_default_index_on_first_use_with_progress(monkeypatch
     assert "specviz: building the default corpus index" in err
     assert "tokenizing corpus" in err and "building suffix array" in err       # the progress bars
     assert list((tmp_path / "cache" / "index").glob("*/manifest.json"))
+    assert len(list((tmp_path / "cache" / "index").iterdir())) == 1          # built aside, renamed into place

@@ -24,8 +24,8 @@ def finished(folder: Path) -> bool:
     return (folder / DONE).is_file()
 
 
-def publish_folder(folder: Path, fill: Callable[[Path], None], made_from: str) -> None:
-    """Make `folder` by `fill(tmp)` in a temporary sibling, marked DONE, then renamed into place.
+def publish_folder(folder: Path, fill: Callable[[Path], object], made_from: str) -> None:
+    """Make `folder` by `fill(tmp)` (its result unused) in a temporary sibling, marked DONE, then renamed into place.
     An unfinished `folder` (no DONE: a crash of an older specviz) is replaced; a finished one that
     another process published meanwhile is kept and this copy dropped. OSError (a read-only or
     full disk) reaches the caller, who may go on without the cache."""

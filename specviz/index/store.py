@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import SpecvizError
+from ..files.cachedir import cache_dir, publish_folder
 from ..files.json_schema import SchemaError, validate
 from ..files.user_files import FileCheckError, read_json_file
 from .corpus import SHAREGPT, CorpusError, CorpusStats, open_corpus
@@ -367,7 +367,6 @@ def save_model_db(folder: str | Path, db: ModelDB, ident: dict[str, Any], info: 
 # ---- the default index ---------------------------------------------------------------------------
 
 def index_root() -> Path:
-    from ..files.cachedir import cache_dir
     return cache_dir() / "index"
 
 
@@ -406,13 +405,9 @@ def default_index(tokenizer: Any, vocab_size: int, model_id: str = "MODEL") -> C
             limit = int(os.environ.get("SPECVIZ_INDEX_CONVERSATIONS", DEFAULT_CONVERSATIONS))
             print(f"specviz: building the default corpus index for {ident['name']} from ShareGPT "
                   f"into {folder} (once; later runs load it)", file=sys.stderr, flush=True)
-            tmp = folder.with_name(folder.name + f".building-{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            build_corpus_parts(tmp, ("suffix", "trigram"), tokenizer, vocab_size, SHAREGPT, limit)
-            try:
-                os.replace(tmp, folder)
-            except OSError:              # another process finished first
-                shutil.rmtree(tmp, ignore_errors=True)
+            # built aside and renamed into place whole; a copy another process finished first wins
+            publish_folder(folder, lambda tmp: build_corpus_parts(tmp, ("suffix", "trigram"), tokenizer,
+                                                                  vocab_size, SHAREGPT, limit), SHAREGPT)
     return open_index(folder)
 
 
