@@ -100,7 +100,7 @@ def run_peer(lm: LoadedModel, method: Method, ids: tuple[int, ...], max_new: int
     new = tuple(out.sequences[0, len(ids):].tolist())
     logits = tuple(out.logits or ())                                    # per token: [1, V]
     kept = sum(t.numel() * t.element_size() for t in logits) / 2**20
-    return PeerRun(new, seconds, _top_logits(logits) if len(logits) == len(new) else None, kept)
+    return PeerRun(new, seconds, _top_logits(logits) if logits and len(logits) == len(new) else None, kept)
 
 
 def _top_logits(logits: tuple[torch.Tensor, ...]) -> list[TopLogits]:
