@@ -25,6 +25,7 @@ from transformers import DynamicCache
 from .. import drafters as _drafters  # noqa: F401  (registers the built-in drafters)
 from ..core.decoding import DecodingConfig
 from ..drafters.kit.base import DraftContext, Drafter, DrafterSpec, DraftSetup, StepView, get, needs_of
+from ..drafters.kit.choice import parse_choice
 from ..errors import ConfigError, ModelLoadError, PromptError
 from ..models.hidden import HiddenCapture
 from ..models.kvcache import CacheView, check_supported, commit, new_cache
@@ -217,11 +218,11 @@ def _spec(drafter: str | DrafterSpec) -> DrafterSpec:
 def drafter_and_config(drafter: str | DrafterSpec, drafter_config: Mapping[str, Any] | Any) -> tuple[DrafterSpec, Any]:
     """The spec and the validated config of what a caller passes: a name, or a choice as the CLI
     writes it (`ngram_trie@paper[num_draft=16]`, choice.py), with a dict of settings on top (one
-    that contradicts the brackets is refused), or the drafter's config itself."""
+    that contradicts the brackets is refused), or the drafter's config itself. The choice's own
+    parser and merge (choice.py, as service.plan uses them; service sits above this module), then
+    one validation of the merged values."""
     if isinstance(drafter, str) and ("@" in drafter or "[" in drafter):
-        from ..drafters.kit.choice import parse_choice
-
-        choice = parse_choice(drafter)
+        choice = parse_choice(drafter, validate=False)
         if drafter_config is not None and not isinstance(drafter_config, Mapping):
             raise ConfigError("drafter_config", f"with a choice like {drafter!r}, give a dict of settings, "
                                                 f"not {type(drafter_config).__name__}")
