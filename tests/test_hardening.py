@@ -188,6 +188,14 @@ def _results(folder: Path, data: Any) -> Path:
     ({"version": 2, "meta": SETUP, "rows": [], "runs": []}, ("version 2",)),
     ('{"version": 1, "meta": ' + DEEP + "}", ("nested deeper",)),
     ("{not json", ("not valid JSON",)),
+    # values the summary would trip on, found before a new question is measured (not after it)
+    ({"version": 1, "meta": SETUP, "rows": [], "runs": [{**RUN, "seconds": 0}]}, ("runs[0].seconds: must be > 0",)),
+    ({"version": 1, "meta": SETUP, "rows": [], "runs": [{**RUN, "spec_decode": {
+        "num_drafts": "many", "num_draft_tokens": 3, "num_accepted_tokens": 1, "num_accepted_tokens_per_pos": [1]}}]},
+     ("runs[0].spec_decode.num_drafts: expected integer",)),
+    ({"version": 1, "meta": SETUP, "rows": [], "runs": [RUN, RUN]}, ("question 1 turn 1 of vanilla", "twice")),
+    ({"version": 1, "meta": SETUP, "rows": [], "runs": [{**RUN, "repeat": 99}]},
+     ("repeat 99", "repeats = 1")),
 ])
 def test_resume_refuses_malformed_results(tmp_path: Path, data: Any, words: tuple[str, ...]) -> None:
     folder = _results(tmp_path / "out", data)
@@ -196,6 +204,20 @@ def test_resume_refuses_malformed_results(tmp_path: Path, data: Any, words: tupl
     message = str(info.value)
     assert message.startswith("--resume") and all(w in message for w in words), message
     assert "\n" not in message
+
+
+def test_runs_the_summary_trips_on_are_refused_before_measuring(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the schema lets through but the summary cannot use is found when the file is read,
+    not when the first new question is written (which would lose that question)."""
+    from specviz.bench import resume
+
+    def trips(runs: Any, methods: Any) -> None:
+        raise ZeroDivisionError("float division by zero")
+    monkeypatch.setattr(resume, "summarise", trips)
+    folder = _results(tmp_path / "out", {"version": 1, "meta": SETUP, "rows": [], "runs": [RUN]})
+    with pytest.raises(ResumeError, match=r"cannot be summarised \(ZeroDivisionError: float division by zero\)"):
+        load_previous(folder)
 
 
 def test_emptied_meta_cannot_mix_budgets(tmp_path: Path) -> None:
@@ -395,6 +417,10 @@ def test_repeated_set_with_another_value_is_refused() -> None:
     ("ngram_trie:n=8,8", ("the value 8 is given twice",)),
     ("ngram_trie[n=8]:n=10,12", ("n is both fixed in the brackets",)),
     ("ngram_trie:=8", ("expected key=v1,v2",)),
+    # a value in no valid combination is a typo, refused before the run, not a note after it
+    ("ngram_trie:n=abc,8", ("n=abc is in no valid combination", "int")),
+    ("ngram_trie:n=8,10:prefix_len=2", ("n=10:prefix_len=2 is in no valid combination",)),
+    ("ngram_trie:n=1e3,8", ("n=1e3 is in no valid combination",)),
 ])
 def test_sweep_refuses_duplicates_and_empty_segments(sweep: str, words: tuple[str, ...]) -> None:
     with pytest.raises(MethodError) as info:

@@ -168,11 +168,14 @@ def test_bench_accepts_presets_with_overrides():
 
 
 def test_bench_sweeps_from_a_preset():
-    methods, refused = expand_sweep("ngram_trie@paper:num_draft=8,32;prefix_len=3,13")
+    methods, refused = expand_sweep("ngram_trie@paper:num_draft=8,32;prefix_len=3")
     assert [m.label for m in methods] == ["ngram_trie@paper[num_draft=8;prefix_len=3]",
                                           "ngram_trie@paper[num_draft=32;prefix_len=3]"]
     assert all(dict(m.settings)["size_by_cost"] is False for m in methods)
-    assert len(refused) == 2 and "prefix_len" in refused[0]
+    assert refused == []
+    # the preset's n is 13: prefix_len=13 is in no valid combination, a mistake refused up front
+    with pytest.raises(MethodError, match="prefix_len=13 is in no valid combination"):
+        expand_sweep("ngram_trie@paper:num_draft=8,32;prefix_len=3,13")
 
 
 def test_bench_runs_a_preset_with_its_store(tiny_lm_tok, monkeypatch):

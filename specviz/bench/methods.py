@@ -114,15 +114,26 @@ def expand_sweep(text: str) -> tuple[list[Method], list[str]]:
         raise MethodError(f"sweep: {text!r}: {clash} is both fixed in the brackets ({clash}={fixed[clash]}) and "
                           "swept; give it in one place")
     methods, refused = [], []
+    used: set[tuple[str, str]] = set()            # the (key, value)s of the valid combinations
+    first_error: dict[tuple[str, str], str] = {}
     for combo in itertools.product(*(vals for _, vals in axes)):
         settings = tuple((k, v) for (k, _), v in zip(axes, combo))
         choice = DrafterChoice(base.name, base.preset, base.overrides + settings)
         try:
             methods.append(_method(service.plan(choice)))
+            used.update(settings)
         except ConfigError as err:
             refused.append(f"{choice.label}: {err}")
+            for point in settings:
+                first_error.setdefault(point, str(err))
     if not methods:
         raise MethodError(f"sweep: {text!r}: no valid combination ({'; '.join(refused)})")
+    # a value in no valid combination is a mistake (a typo, a value out of range), not a corner
+    # of the grid that two settings rule out together: refused before anything is measured
+    dead = next(((k, v) for k, vals in axes for v in vals if (k, v) not in used), None)
+    if dead is not None:
+        raise MethodError(f"sweep: {text!r}: {dead[0]}={dead[1]} is in no valid combination "
+                          f"({first_error[dead]}); remove it or correct it")
     return methods, refused
 
 

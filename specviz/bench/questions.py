@@ -10,13 +10,12 @@ warning; a malformed line anywhere else is an error naming the line.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecvizError
 from ..files.resources import data_path
-from ..files.user_files import read_text_file
+from ..files.user_files import loads_json, read_text_file
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 DEFAULT_QUESTIONS = data_path("specbench", "question.jsonl")
@@ -35,31 +34,40 @@ class Question:
 
 
 def _parse(line: str, where: str) -> Question:
+    q = loads_json(line, f"questions: {where}", error=QuestionsError, hint="give a Spec-Bench record")
     try:
-        q = json.loads(line)
-        turns = q["turns"]
+        turns, qid = q["turns"], q["question_id"]
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
             raise ValueError("'turns' must be a non-empty list of non-empty strings")
-        return Question(int(q["question_id"]), str(q["category"]), tuple(turns))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        if isinstance(qid, bool) or not isinstance(qid, (int, str)) or not str(qid).strip().lstrip("-").isdigit():
+            raise ValueError(f"'question_id' must be a whole number, got {qid!r}")
+        return Question(int(qid), str(q["category"]), tuple(turns))
+    except (KeyError, TypeError, ValueError) as err:
         raise QuestionsError(f"questions: {where} is not a Spec-Bench record ({err})") from None
 
 
 def read_questions(path: Path) -> tuple[list[Question], list[str]]:
-    """Every record of the file, and warnings (a truncated last line is skipped)."""
+    """Every record of the file, and warnings (a truncated last line is skipped). Question ids
+    must be unique: the bench's results and --resume know a question by its id."""
     text = read_text_file(str(path), "questions", QUESTIONS_LIMIT_BYTES, QuestionsError,
                           missing="give --questions PATH to a Spec-Bench question.jsonl")
     lines = [(i, line) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
     out: list[Question] = []
     warnings: list[str] = []
+    seen: dict[int, int] = {}
     for k, (number, line) in enumerate(lines):
         try:
-            out.append(_parse(line, f"{path.name} line {number}"))
+            question = _parse(line, f"{path.name} line {number}")
         except QuestionsError:
             if k == len(lines) - 1 and not text.endswith("\n") and out:
                 warnings.append(f"questions: {path.name} line {number}, the last, is cut off mid-record; skipped it")
                 continue
             raise
+        if question.question_id in seen:
+            raise QuestionsError(f"questions: {path.name} line {number} has question_id {question.question_id}, "
+                                 f"as line {seen[question.question_id]} has; give each question its own id")
+        seen[question.question_id] = number
+        out.append(question)
     if not out:
         raise QuestionsError(f"questions: {str(path)!r} holds no questions")
     return out, warnings

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SpecvizError
+from ..files.json_schema import SchemaError, shipped_schema, validate
 from ..files.user_files import FileCheckError, read_json_file, write_text_atomic
 from .figures import all_figures
 from .methods import BASELINE
 from .metrics import Run
 
 RESULTS_VERSION = 1
+SCHEMA_FILE = "results.schema.json"       # specviz/data/: results.json's shape
 # what a run writes in its --out folder (a folder holding any of them is not replaced silently)
 OUTPUT_FILES = ("results.json", "summary.csv", "summary.md", "report.html")
 CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "speedup",
@@ -218,7 +220,11 @@ def write_results(out: Path, meta: dict[str, Any], rows: Sequence[dict[str, Any]
 
 
 def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(meta, rows) of a results.json; ResultsFormatError with the reason otherwise."""
+    """(meta, rows) of a results.json; ResultsFormatError with the reason otherwise. The rows and
+    the meta are checked against results.schema.json (the fields the report and its figures read,
+    of their types), so a file edited by hand is refused naming the place, never half-drawn. The
+    meta's set-up fields are not required here: older results files lack some, and the report
+    only shows them (`bench --resume`, which relies on them, requires them)."""
     file = Path(path)
     try:
         data = read_json_file(file, f"results: {file.name}")
@@ -227,9 +233,12 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
     if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
         raise ResultsFormatError(f"results: {file.name} is not a specviz results file of version "
                                  f"{RESULTS_VERSION} (written by `python -m specviz bench`)")
-    rows = data.get("rows")
-    needed = {"category", "method", "speedup", "speedup_question_spread", "phase_seconds_per_token",
-              "accepted_length_histogram", "acceptance_by_depth", "depth_tested"}
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and needed <= set(r) for r in rows):
-        raise ResultsFormatError(f"results: {file.name} has malformed rows")
-    return data.get("meta", {}), rows
+    schema = shipped_schema(SCHEMA_FILE)
+    meta, rows = data.get("meta", {}), data.get("rows")
+    try:
+        validate(meta, {**schema["properties"]["meta"], "required": []}, schema, "meta")
+        validate(rows, schema["properties"]["rows"], schema, "rows")
+    except SchemaError as err:
+        raise ResultsFormatError(f"results: {file.name} has malformed rows or meta ({err}); give the "
+                                 "results.json that `python -m specviz bench` wrote") from None
+    return meta, rows

@@ -22,11 +22,9 @@ from typing import Any, Sequence
 from ..errors import SpecvizError
 from ..files.json_schema import SchemaError, shipped_schema, validate
 from ..files.user_files import FileCheckError, read_json_file
-from .metrics import Run
+from .metrics import Run, summarise
 from .questions import Question
-from .report import OUTPUT_FILES, RESULTS_VERSION
-
-SCHEMA_FILE = "results.schema.json"
+from .report import OUTPUT_FILES, RESULTS_VERSION, SCHEMA_FILE
 
 
 class ResumeError(SpecvizError):
@@ -94,7 +92,32 @@ def load_previous(out: Path) -> tuple[dict[str, Any], list[Run]]:
         runs = [Run.from_dict(r) for r in data["runs"]]
     except (TypeError, ValueError) as err:                     # the schema rules these out
         raise ResumeError(f"--resume: {file} cannot be continued ({err})") from None
-    return dict(data["meta"]), runs
+    meta = dict(data["meta"])
+    _check_runs(runs, meta, file)
+    return meta, runs
+
+
+def _check_runs(runs: Sequence[Run], meta: dict[str, Any], file: Path) -> None:
+    """ResumeError for runs that the file's own meta contradicts (a turn measured twice, a repeat
+    past meta.repeats), or that the summary could not be made of: it is made now, before the first
+    new question is measured, not after it (when the new measurement would be lost with it)."""
+    seen: set[tuple[int, int, str, int]] = set()
+    for r in runs:
+        key = (r.question_id, r.turn, r.method, r.repeat)
+        if key in seen:
+            raise ResumeError(f"--resume: {file} holds question {r.question_id} turn {r.turn + 1} of {r.method} "
+                              f"(repeat {r.repeat}) twice; it was edited or merged by hand; add --overwrite to "
+                              "start again, or choose another --out")
+        seen.add(key)
+        if r.repeat >= meta["repeats"]:
+            raise ResumeError(f"--resume: {file} holds a run of repeat {r.repeat} ({r.method}, question "
+                              f"{r.question_id}), but its meta says repeats = {meta['repeats']}; add --overwrite "
+                              "to start again, or choose another --out")
+    try:
+        summarise(runs, meta["methods"])
+    except (ArithmeticError, LookupError, TypeError, ValueError) as err:
+        raise ResumeError(f"--resume: {file} holds runs that cannot be summarised ({type(err).__name__}: "
+                          f"{err}); add --overwrite to start again, or choose another --out") from None
 
 
 def check_compatible(previous: dict[str, Any], current: dict[str, Any], file: Path,

@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     check_fresh_out(out, args.resume, args.overwrite)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
+    for line in notes:                                    # before the run, while it can still be stopped
+        print(f"note: {line}", file=sys.stderr)
     previous, old_runs = load_previous(out) if args.resume else ({}, [])
 
     from transformers.utils import logging as hf_logging
@@ -258,14 +260,14 @@ def run(args: argparse.Namespace) -> int:
               dynamic_ncols=True) as bar:
         deadline = time.monotonic() + 60 * args.time_limit if args.time_limit is not None else None
         finished = bench.measure(questions, args.repeats, args.warmup, bar, checkpoint, deadline)
-    if not finished:
-        print(f"stopped ({bench.stop_reason}): writing what was measured; add --resume to the same "
-              "command to measure the rest", file=sys.stderr)
     if not bench.runs:                             # nothing to write: say why, in one line
         if not finished and bench.stop_reason == "Ctrl-C":
             print(nothing_measured(bench.skipped, bench.stop_reason), file=sys.stderr)
             return 130
         raise SpecvizError(nothing_measured(bench.skipped, bench.stop_reason if not finished else None))
+    if not finished:
+        print(f"stopped ({bench.stop_reason}): writing what was measured; add --resume to the same "
+              "command to measure the rest", file=sys.stderr)
     rows = summarise(bench.runs, labels)
     meta_now = meta(finished)
     write_results(out, meta_now, rows, bench.runs)
@@ -274,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {meta_now['hardware_warning']}", file=sys.stderr)
     if args.export:
         _export(args, lm, labels, bench.runs)
-    for line in notes + [f"skipped {s}" for s in bench.skipped]:
+    for line in notes + [f"skipped {s}" for s in bench.skipped]:    # the sweep's notes again, after the table
         print(f"note: {line}", file=sys.stderr)
     print(f"results written to {out}/ (results.json, summary.csv, summary.md, report.html)", file=sys.stderr)
     return 0 if finished or bench.stop_reason == "time limit" else 130

@@ -2,15 +2,16 @@
 
 specviz/data/trace.schema.json describes a Trace file so that other tools can check one with any
 JSON Schema library; specviz itself has no such dependency, so it checks with this subset:
-type, enum, const, properties, required, additionalProperties, items, minItems, maxItems,
-minimum, maximum, anyOf and local $ref ("#/$defs/name"). Numbers must be finite (JSON has no
-NaN; Python's json module reads it anyway). The first violation is reported with its place,
+type, enum, const, pattern, properties, propertyNames, required, additionalProperties, items,
+minItems, maxItems, minimum, exclusiveMinimum, maximum, anyOf and local $ref ("#/$defs/name").
+Numbers must be finite (JSON has no NaN; Python's json module reads it anyway). The first violation is reported with its place,
 e.g. "steps[3].accepted[0]: expected integer, got string".
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -65,8 +66,11 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
             except SchemaError as err:
                 errors.append(err)
         else:
-            if len(errors) == 1:
-                raise errors[0]
+            # the one option of the value's own type says best what is wrong (null or an object:
+            # an object's error, not "expected null")
+            fitting = [e for option, e in zip(schema["anyOf"], errors) if _type_fits(value, option, root)]
+            if len(fitting) == 1:
+                raise fitting[0]
             raise SchemaError(_where(path), " or ".join(e.reason for e in errors))
     want = schema.get("type")
     if want is not None:
@@ -82,9 +86,16 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             raise SchemaError(_where(path), f"must be >= {schema['minimum']}, got {value}")
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            raise SchemaError(_where(path), f"must be > {schema['exclusiveMinimum']}, got {value}")
         if "maximum" in schema and value > schema["maximum"]:
             raise SchemaError(_where(path), f"must be <= {schema['maximum']}, got {value}")
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        raise SchemaError(_where(path), f"must match {schema['pattern']}, got {value!r}")
     if isinstance(value, dict):
+        if "propertyNames" in schema:
+            for key in value:
+                validate(key, schema["propertyNames"], root, f"{path} key {key!r}" if path else f"key {key!r}")
         for name in schema.get("required", ()):
             if name not in value:
                 raise SchemaError(_where(path), f"the field {name!r} is missing")
@@ -109,6 +120,14 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
                 return
             for i, item in enumerate(value):
                 validate(item, schema["items"], root, f"{path}[{i}]")
+
+
+def _type_fits(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> bool:
+    """Whether `value` has a type `schema` (its $ref followed) allows; True when it names none."""
+    while "$ref" in schema:
+        schema = root["$defs"][schema["$ref"][len("#/$defs/"):]]
+    want = schema.get("type")
+    return want is None or any(_matches_type(value, w) for w in ([want] if isinstance(want, str) else want))
 
 
 def _fast_numbers(values: Any, items: dict[str, Any]) -> bool:

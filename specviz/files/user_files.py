@@ -221,25 +221,28 @@ def json_depth(text: str) -> int:
     return int(np.cumsum(steps).max()) if len(steps) else 0
 
 
-def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """JSON a user handed over, parsed: FileCheckError `what: ...` when it is not JSON or is nested
-    deeper than `max_depth` (checked before parsing, so no RecursionError is ever reached). Every
-    reader of a user's JSON file (results.json, a corpus index manifest, a trace) goes through it."""
+def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH,
+               error: type[SpecvizError] = FileCheckError, hint: str = "give the file specviz wrote") -> Any:
+    """JSON a user handed over, parsed: `error` (FileCheckError by default; a reader's own error
+    class) `what: ...; hint` when it is not JSON or is nested deeper than `max_depth` (checked before
+    parsing, so no RecursionError is ever reached). Every reader of JSON that a user hands over (a
+    results.json, a manifest, a trace, a device map, a JSON line of questions, training data or
+    metrics) goes through it; tests/test_bad_input.py checks that nothing else calls json.loads."""
     opened = text.count("[") + text.count("{")              # an upper bound of the depth: most files stop here
     if opened > max_depth and json_depth(text) > max_depth:
-        raise FileCheckError(f"{what}: the JSON is nested deeper than {max_depth} levels (nested too "
-                             "deeply for a specviz file); give the file specviz wrote")
+        raise error(f"{what}: the JSON is nested deeper than {max_depth} levels (nested too deeply for what "
+                    f"it should hold); {hint}")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise FileCheckError(f"{what}: not valid JSON ({err})") from None
+        raise error(f"{what}: not valid JSON ({err}); {hint}") from None
     except RecursionError:                       # unreachable after the depth check; kept as a guard
-        raise FileCheckError(f"{what}: the JSON is nested too deeply") from None
+        raise error(f"{what}: the JSON is nested too deeply; {hint}") from None
     # a "\ud800" escape with no partner parses into a string no page, file or tokenizer can take;
     # only a text with such an escape is serialised again to look (emoji are escaped in pairs)
     if _SURROGATE_ESCAPE.search(text) and not_unicode(json.dumps(data, ensure_ascii=False)) is not None:
-        raise FileCheckError(f"{what}: the JSON holds a string that is not valid Unicode (a lone surrogate "
-                             "escape such as \\ud800); give the file specviz wrote")
+        raise error(f"{what}: the JSON holds a string that is not valid Unicode (a lone surrogate "
+                    f"escape such as \\ud800); {hint}")
     return data
 
 
