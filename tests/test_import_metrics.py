@@ -27,7 +27,8 @@ from conftest import run_cli
 from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate
 from specviz.models.prompts import build_prompt
-from specviz.analysis.server_metrics import (MetricsImportError, from_prometheus, from_stats_json, parse_prometheus, read_source, trace_spec_metrics)
+from specviz.analysis.server_metrics import (MetricsImportError, consistent, from_prometheus, from_stats_json,
+                                             parse_prometheus, parse_text, read_source, trace_spec_metrics)
 from specviz.viz.server_metrics import server_figure
 
 MODEL = 'model_name="meta-llama/Llama-3.1-8B-Instruct"'
@@ -138,7 +139,7 @@ def test_vllm_v0_worker_metrics_json():
      r"without vllm:spec_decode_num_accepted_tokens: the dump looks truncated"),
     (VLLM_V1 + SGLANG, r"mixes vLLM and SGLang"),
     ("", r"is empty"),
-    ('{"num_drafts": 3, "num_draft_tokens": 9', r"not JSON .*truncated"),
+    ('{"num_drafts": 3, "num_draft_tokens": 9', r"not valid JSON .*truncated"),
     ('{"requests": 3}', r"none of vLLM's speculative-decoding stats fields"),
     ('{"num_drafts": -1, "num_draft_tokens": 9, "num_accepted_tokens": 1}', r"num_drafts must be a non-negative"),
     # figures that contradict each other, or that no counter can hold
@@ -151,6 +152,23 @@ def test_vllm_v0_worker_metrics_json():
     ("sglang:spec_accept_rate NaN\n", r"is nan"),
     ("sglang:spec_accept_rate 1.7\n", r"acceptance rate of 1.7; a rate is between 0 and 1"),
     ("sglang:spec_accept_length 0.5\n", r"mean acceptance length of 0.5"),
+    # a position label far past the others: refused at once (it once built a list up to the label)
+    (VLLM_V1.replace('position="1"', 'position="999999999"'), r"no position 1 \(positions 0..999999999"),
+    # a series twice (two scrapes pasted together), impossible figures
+    (VLLM_V1 + VLLM_V1.splitlines()[-1] + "\n", r"appears twice; .*one scrape at a time"),
+    ("vllm:spec_decode_num_drafts_total 100\nvllm:spec_decode_num_draft_tokens_total 50\n"
+     "vllm:spec_decode_num_accepted_tokens_total 20\n", r"more drafts \(100\) than draft tokens \(50\)"),
+    ('{"num_drafts": 5, "num_draft_tokens": 100, "num_accepted_tokens": 51, "num_accepted_tokens_per_pos": [50, 1]}',
+     r"per-position acceptance rate of 10; a rate is between 0 and 1"),
+    ('{"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 23, "num_accepted_tokens_per_pos": [8, 6, 9]}',
+     r"more drafts at position 2 \(0.900\) than at position 1 \(0.600\)"),
+    ('{"draft_tokens": 300, "emitted_tokens": 800, "accepted_tokens": 180, "num_spec_tokens": 2}',
+     r"mean acceptance length of 5.333, more than a draft of 2 tokens"),
+    ('{"num_drafts": 5, "num_draft_tokens": 10, "num_accepted_tokens": 4, "num_accepted_tokens_per_pos": [-3, 1]}',
+     r"num_accepted_tokens_per_pos\[0\] must be a non-negative number, got -3"),
+    ("[]", r"an empty list"),
+    ('[{"num_drafts": 1}, 3]', r"record 1 is a int, not a JSON object"),
+    ("[" * 100_000 + "]" * 100_000, r"nested deeper than 64 levels"),
 ])
 def test_foreign_or_truncated_input_is_one_clear_error(tmp_path, text, message):
     path = tmp_path / "dump.txt"
@@ -295,3 +313,33 @@ def test_explorer_tab_reads_only_allowed_hosts(server, monkeypatch):
         draw_server_metrics(Session(), None, f"{server}/metrics", None)
     monkeypatch.setenv("SPECVIZ_METRICS_HOSTS", "127.0.0.1")
     assert "sglang" in draw_server_metrics(Session(), None, f"{server}/metrics", None)[0]
+
+
+def test_per_position_counts_that_miss_the_accepted_counter_are_noted():
+    text = '{"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 20, "num_accepted_tokens_per_pos": [8, 6, 2]}'
+    m = consistent(from_stats_json(text))
+    assert any("sum to 16 accepted tokens, the accepted counter says 20" in n for n in m.notes), m.notes
+
+
+def test_a_k_larger_than_the_draft_tokens_is_refused():
+    dump = ("vllm:spec_decode_num_draft_tokens_total 300\nvllm:spec_decode_num_accepted_tokens_total 180\n"
+            "vllm:spec_decode_num_emitted_tokens_total 280\n")
+    assert parse_text(dump, "v0.txt", spec_tokens=3).acceptance_length == pytest.approx(2.8)
+    with pytest.raises(MetricsImportError, match=r"is k \(--spec-tokens\) the server's num_speculative_tokens"):
+        parse_text(dump, "v0.txt", spec_tokens=99_999_999_999)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "86401"])
+def test_cli_timeout_must_be_a_finite_positive_number(value, capsys):
+    from specviz.cli import main
+    assert main(["import-metrics", "http://127.0.0.1:9/metrics", "--timeout", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--timeout: must be a number of seconds above 0" in err, err
+
+
+@pytest.mark.parametrize("value", [float("nan"), 0, 2.5, "x"])
+def test_the_web_k_box_takes_whole_numbers_only(value):
+    from specviz.ui.server_metrics_tab import spec_tokens_of
+    with pytest.raises(MetricsImportError, match="k: must be a whole number >= 1"):
+        spec_tokens_of(value)
+    assert spec_tokens_of(3.0) == 3 and spec_tokens_of(None) is None

@@ -32,16 +32,15 @@ its partner) ends in a MetricsImportError naming what is wrong.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecvizError
-from ..files.user_files import read_text_file
+from ..files.user_files import loads_json, read_text_file
 
 URL_TIMEOUT_S = 10.0
 MAX_BYTES = 32 * 2**20            # a /metrics page is kilobytes; refuse anything absurd
@@ -152,6 +151,13 @@ def _base(name: str) -> str:
 def from_prometheus(text: str, source: str = "", spec_tokens: int | None = None) -> SpecMetrics:
     """vLLM's or SGLang's figures from a Prometheus text dump (see the module doc)."""
     samples = [s for s in parse_prometheus(text) if not s.name.endswith("_created")]
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for s in samples:                  # an exposition holds each series once; twice is a pasted dump
+        series = (s.name, tuple(sorted(s.labels)))
+        if series in seen:
+            raise MetricsImportError(f"metrics: {s.name}{{{','.join(f'{k}={v!r}' for k, v in s.labels)}}} appears "
+                                     "twice; a /metrics page lists each series once: import one scrape at a time")
+        seen.add(series)
     by: dict[str, list[Sample]] = {}
     for s in samples:
         base = _base(s.name)
@@ -241,9 +247,9 @@ def _per_position(samples: Sequence[Sample], drafts: float) -> tuple[float, ...]
         counts[int(pos)] = counts.get(int(pos), 0.0) + s.value
     if not counts:
         return ()
-    missing = [k for k in range(max(counts) + 1) if k not in counts]
-    if missing:
-        raise MetricsImportError(f"metrics: {VLLM_PER_POS} has no position {missing[0]} (positions "
+    if max(counts) >= len(counts):           # a gap: found among the positions given, never by range(max)
+        gap = next(k for k, pos in enumerate(sorted(counts)) if pos != k)
+        raise MetricsImportError(f"metrics: {VLLM_PER_POS} has no position {gap} (positions "
                                  f"0..{max(counts)} expected): the dump looks truncated")
     return tuple(counts[k] / drafts if drafts else 0.0 for k in range(len(counts)))
 
@@ -253,17 +259,22 @@ def _per_position(samples: Sequence[Sample], drafts: float) -> tuple[float, ...]
 def from_stats_json(text: str, source: str = "") -> SpecMetrics:
     """vLLM's per-request / per-step speculative-decoding stats (V0 SpecDecodeWorkerMetrics or V1
     SpecDecodingStats) as one JSON object, a list of them or JSON lines; several are summed."""
+    what, hint = f"metrics: {source or 'the stats'}", "the file looks truncated or is not vLLM stats"
+    lines = [line for line in text.splitlines() if line.strip()]
     try:
-        data = json.loads(text)
+        data = loads_json(text, what, error=MetricsImportError, hint=hint)
         records = data if isinstance(data, list) else [data]
-    except json.JSONDecodeError:
-        try:
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError as err:
-            raise MetricsImportError(f"metrics: {source or 'the stats'} is not JSON ({err.msg} at line "
-                                     f"{err.lineno}): the file looks truncated or is not vLLM stats") from None
-    if not records or not all(isinstance(r, dict) for r in records):
-        raise MetricsImportError("metrics: expected a JSON object of vLLM speculative-decoding stats (or a list)")
+    except MetricsImportError:
+        if len(lines) < 2:                   # not JSON lines either: the whole text's reason
+            raise
+        records = [loads_json(line, f"{what} line {n}", error=MetricsImportError, hint=hint)
+                   for n, line in enumerate(lines, 1)]
+    if not records:
+        raise MetricsImportError(f"{what}: an empty list; expected vLLM speculative-decoding stats")
+    bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise MetricsImportError(f"{what}: record {bad} is a {type(records[bad]).__name__}, not a JSON object of "
+                                 "vLLM speculative-decoding stats")
     keys = set(records[0])
     if "num_drafts" in keys:
         return _v1_stats(records, source)
@@ -296,7 +307,7 @@ def _v1_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
             raise MetricsImportError(f"metrics: record {i}: num_accepted_tokens_per_pos must be a list")
         per_pos += [0.0] * (len(pos) - len(per_pos))
         for k, v in enumerate(pos):
-            per_pos[k] += _field({"v": v}, "v", i)
+            per_pos[k] += _field({f"num_accepted_tokens_per_pos[{k}]": v}, f"num_accepted_tokens_per_pos[{k}]", i)
     return SpecMetrics("vllm", "vllm-v1-stats", source, 1 + accepted / drafts if drafts else None,
                        accepted / tokens if tokens else None,
                        tuple(p / drafts for p in per_pos) if drafts else (), drafts, tokens, accepted)
@@ -343,9 +354,11 @@ def parse_text(text: str, source: str = "", spec_tokens: int | None = None) -> S
 
 
 def consistent(m: SpecMetrics) -> SpecMetrics:
-    """`m`, unless its figures contradict each other (more tokens accepted than drafted, an
-    acceptance rate above 1, or a mean acceptance length between 0 and 1): a dump pieced
-    together from several servers or restarts, or edited, whose figures would mean nothing."""
+    """`m`, unless its figures contradict each other (more tokens accepted than drafted, more
+    drafts than draft tokens, a rate outside [0, 1], a per-position curve that rises, a mean
+    acceptance length below 1 or above the longest draft + 1): a dump pieced together from
+    several servers or restarts, or edited, whose figures would mean nothing. Per-position counts
+    that do not sum to the accepted counter (a scrape may land between two updates) are a note."""
     what = m.source or "the dump"
     if m.num_accepted_tokens is not None and m.num_draft_tokens is not None \
             and m.num_accepted_tokens > m.num_draft_tokens:
@@ -357,6 +370,32 @@ def consistent(m: SpecMetrics) -> SpecMetrics:
     if m.acceptance_length is not None and 0 < m.acceptance_length < 1:   # 0: a gauge before any batch
         raise MetricsImportError(f"metrics: {what} gives a mean acceptance length of {m.acceptance_length:g}; "
                                  "with the bonus token it is at least 1")
+    rates = m.per_position
+    if rates and not (0 <= min(rates) and max(rates) <= 1 + 1e-9):
+        raise MetricsImportError(f"metrics: {what} gives a per-position acceptance rate of {max(rates):.4g}; a "
+                                 "rate is between 0 and 1 (accepted at the position / drafts)")
+    if m.num_drafts is not None and m.num_draft_tokens is not None and m.num_draft_tokens:
+        if m.num_drafts > m.num_draft_tokens:
+            raise MetricsImportError(f"metrics: {what} counts more drafts ({m.num_drafts:g}) than draft tokens "
+                                     f"({m.num_draft_tokens:g}); a draft holds at least one token")
+        if m.num_drafts < 1:
+            raise MetricsImportError(f"metrics: {what} gives {m.num_drafts:g} drafts for {m.num_draft_tokens:g} "
+                                     "draft tokens; is k (--spec-tokens) the server's num_speculative_tokens?")
+        longest = len(m.per_position) or m.num_draft_tokens / m.num_drafts
+        if m.acceptance_length is not None and m.acceptance_length > longest + 1 + 1e-9:
+            raise MetricsImportError(f"metrics: {what} gives a mean acceptance length of {m.acceptance_length:.4g}, "
+                                     f"more than a draft of {longest:g} tokens and the bonus token can make")
+    rise = next((k for k in range(1, len(rates)) if rates[k] > rates[k - 1] + 1e-9), None)
+    if rise is not None:
+        raise MetricsImportError(f"metrics: {what} accepts more drafts at position {rise} ({rates[rise]:.3f}) than "
+                                 f"at position {rise - 1} ({rates[rise - 1]:.3f}); a position is only reached "
+                                 "through the ones before it, so its counts do not belong together")
+    if rates and m.num_drafts and m.num_accepted_tokens is not None:
+        by_position = sum(rates) * m.num_drafts
+        if abs(by_position - m.num_accepted_tokens) > max(1.0, 0.01 * m.num_accepted_tokens):
+            note = (f"the per-position counts sum to {by_position:.0f} accepted tokens, the accepted counter "
+                    f"says {m.num_accepted_tokens:.0f} (a scrape taken mid-update, or counters of different runs)")
+            return replace(m, notes=m.notes + (note,))
     return m
 
 
@@ -393,7 +432,8 @@ def summary_lines(items: Iterable[SpecMetrics]) -> list[str]:
     """Plain-text rows for the CLI: source, acceptance length, rate, the first per-position rates."""
     rows = [f"{'source':<28} {'engine':<8} {'accept len':>10} {'rate':>6}  per position"]
     for m in items:
-        length = "n/a" if m.acceptance_length is None else f"{m.acceptance_length:.3f}"
+        length = ("n/a" if m.acceptance_length is None else f"{m.acceptance_length:.3f}"
+                  if m.acceptance_length < 1e6 else f"{m.acceptance_length:.3g}")     # a gauge may say anything
         rate = "n/a" if m.acceptance_rate is None else f"{m.acceptance_rate:.3f}"
         pos = " ".join(f"{p:.2f}" for p in m.per_position[:8]) or "n/a"
         rows.append(f"{_short(m.source):<28} {m.engine:<8} {length:>10} {rate:>6}  {pos}")

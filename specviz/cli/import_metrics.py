@@ -34,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.spec_tokens is not None and args.spec_tokens < 1:
         raise UsageError("--spec-tokens: must be at least 1")
-    if not args.timeout > 0:
-        raise UsageError("--timeout: must be a positive number of seconds")
+    if not 0 < args.timeout < 24 * 3600:               # nan and inf too: urllib cannot wait forever
+        raise UsageError(f"--timeout: must be a number of seconds above 0 and below a day, got {args.timeout:g}")
     if args.html is not None:
-        check_output_file(args.html, "--html")
+        check_output_file(args.html, "--html", example="figure.html")
     traces = [Trace.from_json(read_text_file(path, "--trace", TRACE_LIMIT_BYTES)) for path in args.trace]
     items = [read_source(args.source, args.spec_tokens, args.timeout)]
     items += [trace_spec_metrics(t, path) for t, path in zip(traces, args.trace)]

@@ -9,6 +9,7 @@ and none on a Hugging Face Space (SPACE_ID set): there, upload a dump instead.
 """
 from __future__ import annotations
 
+import math
 import os
 import urllib.parse
 from dataclasses import dataclass
@@ -52,6 +53,19 @@ def check_url(url: str) -> None:
             f"(its owner sets {HOSTS_ENV}); upload the dump instead (curl -s URL > metrics.txt)")
 
 
+def spec_tokens_of(value: Any) -> int | None:
+    """The k box's value as a whole number >= 1 (None when empty); MetricsImportError otherwise."""
+    if value in (None, ""):
+        return None
+    try:
+        k = float(value)
+    except (TypeError, ValueError):
+        k = math.nan
+    if not (math.isfinite(k) and k >= 1 and k == int(k)):
+        raise MetricsImportError(f"k: must be a whole number >= 1 (the server's num_speculative_tokens), got {value!r}")
+    return int(k)
+
+
 def build_server_metrics_tab() -> ServerMetricsTab:
     gr.Markdown("Your own vLLM or SGLang server's speculative decoding, beside specviz's run of the same "
                 "drafter: **acceptance length** (the bonus token counted, as both engines count it) and the "
@@ -75,7 +89,7 @@ def build_server_metrics_tab() -> ServerMetricsTab:
 def draw_server_metrics(session: Any, upload: Any, url: str, spec_tokens: Any) -> tuple[str, Any]:
     """The handler: the server's figures and the session's runs, as a table and a figure."""
     with shown_to_user():
-        k = int(spec_tokens) if spec_tokens not in (None, "") else None
+        k = spec_tokens_of(spec_tokens)
         path = upload if isinstance(upload, str) else getattr(upload, "name", None)
         url = (url or "").strip()
         if path:
