@@ -86,8 +86,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     results = folder / "bench-results"
     results.mkdir()
     (results / "results.json").write_text('{"version": 1, "meta": {}, "runs": []}\n')
+    record = '{"question_id": 1, "category": "qa", "turns": ["hello"]}'
+    (folder / "dup-ids.jsonl").write_text(record + "\n" + record.replace("hello", "bye") + "\n")
+    (folder / "deep.jsonl").write_text('{"question_id": 1, "category": "qa", "turns": ' + "[" * 100_000
+                                       + "]" * 100_000 + "}\n")
     return {"folder": folder, "evil": evil, "marker": marker, "missing_field": checkpoint_missing_field(folder),
-            "oov_index": oov_index(folder), "big": big, "fifo": fifo, "results": results}
+            "oov_index": oov_index(folder), "big": big, "fifo": fifo, "results": results,
+            "dup_ids": folder / "dup-ids.jsonl", "deep_questions": folder / "deep.jsonl"}
 
 
 # ---- the CLI ----------------------------------------------------------------------------------
@@ -123,6 +128,15 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                  "/proc/specviz-x"), ("--out", "/proc")),
     "trace into /proc": ((*GEN, "--prompt", "hi", "--trace", "/proc/specviz-x.json"), ("--trace", "/proc")),
     "empty trace name": ((*GEN, "--prompt", "hi", "--trace", ""), ("--trace", "empty")),
+    "trace name ending in a slash": ((*GEN, "--prompt", "hi", "--trace", "new-folder/"),
+                                     ("--trace", "names a folder", "new-folder/trace.json")),
+    "trace to standard output": ((*GEN, "--prompt", "hi", "--trace", "-"), ("--trace", "standard output")),
+    "device xpu": ((*GEN, "--prompt", "hi", "--device", "xpu"), ("device", "unknown device 'xpu'")),
+    "device meta": ((*GEN, "--prompt", "hi", "--device", "meta"), ("device", "unknown device 'meta'")),
+    "questions with one id twice": (("bench", "--model", "tiny-random", "--questions", "{dup_ids}", "--out",
+                                     "{folder}/dup-out"), ("questions", "question_id 1, as line 1 has")),
+    "questions nested 100,000 deep": (("bench", "--model", "tiny-random", "--questions", "{deep_questions}",
+                                       "--out", "{folder}/deep-out"), ("questions", "nested deeper than 64")),
     "context /dev/zero": ((*GEN, "--prompt", "hi", "--context-file", "/dev/zero"),
                           ("--context-file", "not a regular file")),
     "context fifo": ((*GEN, "--prompt", "hi", "--context-file", "{fifo}"), ("--context-file", "not a regular file")),

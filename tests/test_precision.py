@@ -26,6 +26,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def _cuda(monkeypatch: pytest.MonkeyPatch, available: bool, bf16: bool = True) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if available else 0)
 
 
 # --- resolve_device ------------------------------------------------------------------------
@@ -45,6 +46,21 @@ def test_explicit_devices(monkeypatch) -> None:
         models.resolve_device("cuda")
     with pytest.raises(ModelLoadError, match="unknown device 'gpu0'"):
         models.resolve_device("gpu0")
+
+
+@pytest.mark.parametrize("device", ["xpu", "meta", "mps", "cpu:1", "hpu"])
+def test_device_types_specviz_does_not_run_on_are_refused(device: str) -> None:
+    """torch parses these, and they failed later with a traceback (xpu, meta) or a misleading
+    'does not fit' (mps)."""
+    with pytest.raises(ModelLoadError, match=f"unknown device '{device}'; use auto, cpu, cuda or cuda:N"):
+        models.resolve_device(device)
+
+
+def test_a_gpu_index_past_the_gpus_is_refused(monkeypatch) -> None:
+    _cuda(monkeypatch, True)                            # two GPUs
+    assert models.resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(ModelLoadError, match=r"asks for GPU 7, but torch sees 2 \(cuda:0 .. cuda:1\)"):
+        models.resolve_device("cuda:7")
 
 
 # --- resolve_dtype -------------------------------------------------------------------------

@@ -125,9 +125,16 @@ def _named(path: str | None, what: str, empty: str) -> Path:
 
 def check_output_file(path: str | None, what: str, create_folder: bool = False,
                       example: str = "trace.json") -> Path:
-    """A file path that can be written: not empty, not a folder, in an existing writable folder
-    (with `create_folder`: or in one that can be created, as a checkpoint's is)."""
+    """A file path that can be written: not empty, not a folder (nor a name ending in a slash,
+    which names one), not '-' (standard output: specviz writes its files by name), in an existing
+    writable folder (with `create_folder`: or in one that can be created, as a checkpoint's is)."""
     file = _named(path, what, f"empty file name; give a path such as {example}")
+    text = str(path).strip()
+    if text == "-":
+        raise FileCheckError(f"{what}: '-' (standard output) is not taken here; give a file name such as {example}")
+    if text.endswith(("/", os.sep)):
+        raise FileCheckError(f"{what}: {path!r} ends in '{text[-1]}', so it names a folder; give a file name "
+                             f"such as {text}{example}")
     _check_not_pseudo(file, str(path), what)
     if file.is_dir():
         raise FileCheckError(f"{what}: {path!r} is a directory; give a file name such as {example}")

@@ -95,11 +95,17 @@ def resolve_device(device: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
-    except RuntimeError:
-        raise ModelLoadError(f"device: unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index):
+        # torch knows more device types (xpu, mps, meta, ...); specviz runs on CPUs and CUDA GPUs
+        raise ModelLoadError(f"device: unknown device {device!r}; use auto, cpu, cuda or cuda:N")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError("device: CUDA was asked for but torch sees no GPU "
                              "(is a CUDA build of torch installed? see docs/gpu-and-precision.md)")
+    if dev.index is not None and dev.type == "cuda" and dev.index >= torch.cuda.device_count():
+        raise ModelLoadError(f"device: {device!r} asks for GPU {dev.index}, but torch sees "
+                             f"{torch.cuda.device_count()} (cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
     return dev
 
 
