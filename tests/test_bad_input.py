@@ -259,13 +259,16 @@ def _edit(d: dict[str, Any], change: str) -> dict[str, Any]:
         d["prompt_ids"][0] = -5
     elif change == "nan timing":
         s0["wall"] = float("nan")
+    elif change == "length past the text":
+        s0["committed_len"] = 10**12
     return d
 
 
 @pytest.mark.parametrize("change, words", [
     ("accepted out of range", "steps[0].accepted"), ("id missing from token_text", "token_text"),
     ("negative length", "committed_len"), ("string for a number", "totals.seconds"),
-    ("duplicate step", "steps[1]"), ("negative token id", "prompt_ids[0]"), ("nan timing", "steps[0].wall")])
+    ("duplicate step", "steps[1]"), ("negative token id", "prompt_ids[0]"), ("nan timing", "steps[0].wall"),
+    ("length past the text", "steps[0].committed_len: 1000000000000, but the prompt and the earlier steps")])
 def test_trace_values_are_checked(good_trace: dict[str, Any], change: str, words: str) -> None:
     Trace.from_dict(good_trace)                                # the unedited trace loads
     with pytest.raises(TraceFormatError, match=None) as info:
@@ -441,3 +444,15 @@ def test_settings_refuse_non_finite_numbers(values: dict[str, Any]) -> None:
 
     with pytest.raises(ConfigError, match="finite"):
         build(DecodingConfig, values)
+
+
+@pytest.mark.parametrize("drafter", ["a/b", "../../etc/x", "x" * 300, "ngram_trie@paper[n=8]", "///"])
+def test_a_traces_drafter_name_is_not_a_path(good_trace: dict[str, Any], drafter: str) -> None:
+    """The Export tab names its download after the trace's drafter, which an uploaded trace sets:
+    "a/b" named a missing folder, 300 characters too long a name (the explorer's generic Error)."""
+    from specviz.ui.replay_tab import TRACE_DIR, write_trace
+
+    path = Path(write_trace(Trace.from_dict({**good_trace, "drafter": drafter})) or "")
+    assert path.parent == TRACE_DIR and path.is_file() and len(path.name) < 80, path
+    assert Trace.from_json(path.read_text(encoding="utf-8")).drafter == drafter
+    path.unlink()

@@ -65,7 +65,7 @@ def _trace(ids: tuple[int, ...], walls: tuple[float, ...], per_step: int, top=No
     for k, wall in enumerate(walls):
         new = ids[k * per_step:(k + 1) * per_step]
         tl = tuple(top[k * per_step + i] for i in range(len(new))) if top else ()
-        steps.append(StepRecord(index=k, committed_len=k, tree=DraftTree.empty(), accepted=(), bonus=new[-1],
+        steps.append(StepRecord(index=k, committed_len=1 + k * per_step, tree=DraftTree.empty(), accepted=(), bonus=new[-1],
                                 new_tokens=new, target_top=(new[0],), target_prob=(), timings={}, wall=wall,
                                 top_logits=tl))
     return Trace("m", "d", {}, {"temperature": temperature}, "", (1,), tuple(steps), ids, "",

@@ -283,6 +283,12 @@ def check_values(trace: Trace) -> None:
     committed = tuple(t for s in trace.steps for t in s.new_tokens)
     if committed != trace.output_ids:
         raise bad("output_ids are not the steps' new_tokens one after another")
+    before = len(trace.prompt_ids)             # committed_len: the prompt and every earlier step's tokens
+    for k, s in enumerate(trace.steps):
+        if s.committed_len != before:
+            raise bad(f"steps[{k}].committed_len: {s.committed_len}, but the prompt and the earlier steps "
+                      f"committed {before} tokens")
+        before += len(s.new_tokens)
     off = trace.drafter_disabled
     if off is not None and not off["step"] < len(trace.steps):
         raise bad(f"drafter_disabled: step {off['step']} is not one of the {len(trace.steps)} steps")

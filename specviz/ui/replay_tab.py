@@ -2,6 +2,7 @@
 in every tab without a model."""
 from __future__ import annotations
 
+import re
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -39,7 +40,10 @@ def write_trace(trace: Trace | None) -> str | None:
     if trace is None:
         return None
     TRACE_DIR.mkdir(parents=True, exist_ok=True)
-    path = TRACE_DIR / f"trace-{trace.drafter}-{uuid.uuid4().hex[:8]}.json"
+    # the drafter's name comes from the trace (an upload's, a plugin's): only its plain characters
+    # go into the file name ("a/b" named a folder, 300 characters were too long a name)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", trace.drafter).strip("-.")[:40] or "drafter"
+    path = TRACE_DIR / f"trace-{name}-{uuid.uuid4().hex[:8]}.json"
     path.write_text(trace.to_json(), encoding="utf-8")
     return str(path)
 
