@@ -456,3 +456,22 @@ def test_a_traces_drafter_name_is_not_a_path(good_trace: dict[str, Any], drafter
     assert path.parent == TRACE_DIR and path.is_file() and len(path.name) < 80, path
     assert Trace.from_json(path.read_text(encoding="utf-8")).drafter == drafter
     path.unlink()
+
+
+# what the package itself writes or ships, parsed where json.loads is the right tool
+OWN_JSON = {"files/user_files.py": "loads_json itself", "files/json_schema.py": "the shipped schemas",
+            "ui/landing.py": "the shipped landing recording", "viz/step_views.py": "plotly's own figure JSON",
+            "eagle/model.py": "rope_scaling, a string specviz made with json.dumps",
+            "eagle/checkpoint.py": "rope_scaling, a string specviz made with json.dumps"}
+
+
+def test_json_a_user_hands_over_is_read_through_loads_json_only() -> None:
+    """Every reader of a user's JSON (a file, an upload, a JSON line, an API argument) goes through
+    user_files.loads_json: depth-limited, one-line errors in the reader's own class. A bare
+    json.loads elsewhere was, each time, a RecursionError traceback on a deeply nested input
+    (bench questions, import-metrics, device maps, passage indexes, training data)."""
+    package = ROOT / "specviz"
+    bare = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                  if ("json.loads(" in (text := path.read_text(encoding="utf-8")) or "json.load(" in text)
+                  and str(path.relative_to(package)) not in OWN_JSON)
+    assert bare == [], f"read a user's JSON with files.user_files.loads_json, not json.loads: {bare}"

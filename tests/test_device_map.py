@@ -145,7 +145,7 @@ def test_a_budget_that_cannot_hold_the_model_is_refused(single, prompt, tmp_path
     ({"device_map": {"model.layers.0": "cpu"}}, r"does not give any device .*give every module a device"),
     ({"device_map": {**SPLIT, "lm_head": "gpu"}}, r"unknown device 'gpu'"),
     ({"device_map": {**SPLIT, "lm_head": 1}}, r"GPU 1 asked for, but torch sees no GPUs"),
-    ({"device_map": '{"lm_head": "cpu",'}, r"malformed JSON"),
+    ({"device_map": '{"lm_head": "cpu",'}, r"not valid JSON"),
     ({"device_map": "./no-such-map.json"}, r"neither a strategy .* nor a JSON file"),
     ({"device_map": SPLIT}, r"offloads modules to 'disk'; give --offload-folder"),
     ({"device_map": "auto", "max_memory": "cpu"}, r"expected DEVICE=SIZE"),
@@ -243,7 +243,7 @@ def test_cli_bad_map_is_one_line(tmp_path):
     done = run_cli("generate", "--model", "tiny-random", "--device-map", str(bad), "--prompt", "hi")
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "malformed JSON" in lines[0], done.stderr
+    assert len(lines) == 1 and "not valid JSON" in lines[0], done.stderr
 
 
 # --- the explorer's model box ---------------------------------------------------------------------
@@ -262,7 +262,7 @@ def test_explorer_device_map_box(panel):
     assert trace.runtime["device_map"] == {"": "cpu"} and trace.output_ids
     with pytest.raises(ConfigError, match="not a file name"):
         panel.spec([*base, "float32", "/etc/map.json", ""])
-    with pytest.raises(ModelLoadError, match="malformed JSON"):
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
         panel.spec([*base, "float32", '{"lm_head": ', ""])
     with pytest.raises(ConfigError, match="budgets a device map"):
         panel.spec([*base, "float32", "", "cpu=1GB"])

@@ -265,7 +265,7 @@ def test_damaged_index_folders(tmp_path: Path, flat_index: PassageIndex) -> None
     with pytest.raises(IndexFormatError, match="format version 99"):
         PassageIndex.load(folder)
     (folder / "manifest.json").write_text("{not json", encoding="utf-8")
-    with pytest.raises(IndexFormatError, match="not a valid manifest"):
+    with pytest.raises(IndexFormatError, match="manifest.json: not valid JSON"):
         PassageIndex.load(folder)
     (folder / "index.faiss").unlink()
     with pytest.raises(IndexFormatError, match="lacks index.faiss"):

@@ -234,11 +234,12 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
         raise ResultsFormatError(f"results: {file.name} is not a specviz results file of version "
                                  f"{RESULTS_VERSION} (written by `python -m specviz bench`)")
     schema = shipped_schema(SCHEMA_FILE)
-    meta, rows = data.get("meta", {}), data.get("rows")
+    meta: dict[str, Any] = data.get("meta", {})
     try:
         validate(meta, {**schema["properties"]["meta"], "required": []}, schema, "meta")
-        validate(rows, schema["properties"]["rows"], schema, "rows")
+        validate(data.get("rows"), schema["properties"]["rows"], schema, "rows")
     except SchemaError as err:
         raise ResultsFormatError(f"results: {file.name} has malformed rows or meta ({err}); give the "
                                  "results.json that `python -m specviz bench` wrote") from None
+    rows: list[dict[str, Any]] = data["rows"]
     return meta, rows

@@ -253,10 +253,11 @@ def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH,
     return data
 
 
-def read_json_file(path: Path | str, what: str, limit: int | None = None) -> Any:
+def read_json_file(path: Path | str, what: str, limit: int | None = None,
+                   error: type[SpecvizError] = FileCheckError) -> Any:
     """A user's JSON file (a regular UTF-8 file under `limit` bytes, default 50 MB), parsed with
-    loads_json; FileCheckError `what: ...` saying why not."""
-    return loads_json(read_text_file(str(path), what, limit or JSON_LIMIT_BYTES), what)
+    loads_json; `error` (FileCheckError by default) `what: ...` saying why not."""
+    return loads_json(read_text_file(str(path), what, limit or JSON_LIMIT_BYTES, error), what, error=error)
 
 
 JSON_LIMIT_BYTES = 50_000_000          # a results.json or trace: the web upload limit

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import SpecvizError
+from ..files.user_files import read_json_file
 
 
 class TargetCacheError(SpecvizError):
@@ -74,10 +75,10 @@ class TargetCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "meta.json"
         if path.is_file():
-            try:
-                have = json.loads(path.read_text())
-            except ValueError:
-                raise TargetCacheError(f"target cache: {str(path)!r} is not JSON") from None
+            have = read_json_file(path, "target cache", error=TargetCacheError)
+            if not isinstance(have, dict):
+                raise TargetCacheError(f"target cache: {str(path)!r} is not a specviz target cache's meta.json; "
+                                       "give another --target-cache directory")
             differ = sorted(k for k in set(have) | set(meta) if have.get(k) != meta.get(k))
             if differ:
                 raise TargetCacheError(

@@ -102,6 +102,9 @@ def iter_json_array(text: str, stats: CorpusStats) -> Iterator[object]:
         except json.JSONDecodeError:
             stats.truncated_tail = True          # the last record is incomplete: drop it
             return
+        except RecursionError:                   # a file of hundreds of MB: no depth pass over all of it first
+            raise CorpusError(f"corpus: {stats.source} holds a record nested too deeply for a conversation "
+                              f"(at character {i}); give a ShareGPT JSON file") from None
         yield obj
 
 
@@ -142,8 +145,8 @@ def read_jsonl(path: Path, stats: CorpusStats, limit: int = 0) -> Iterator[list[
 
 
 def _jsonl_segments(path: Path) -> Iterator[list[str]]:
-    def bad_line(number: int, err: json.JSONDecodeError) -> CorpusError:
-        return CorpusError(f"corpus: {path}:{number} is not JSON ({err.msg})")
+    def bad_line(number: int, why: str) -> CorpusError:
+        return CorpusError(f"corpus: {path}:{number} is not JSON ({why})")
 
     for _, rec in jsonl_records(_read_text(path), bad_line):
         if isinstance(rec, dict) and isinstance(rec.get("text"), str):

@@ -20,7 +20,6 @@ the model) is a DeviceMapError with one line that says what to change.
 """
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, Mapping, Union
 import torch
 
 from ..errors import ModelLoadError
-from ..files.user_files import read_text_file
+from ..files.user_files import loads_json, read_text_file
 
 DeviceName = Union[int, str]                # accelerate's: a GPU index, "cpu", "disk", "mps", "cuda:N"
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -60,11 +59,8 @@ def read_device_map(text: str) -> str | dict[str, DeviceName]:
                                  "nor a JSON file")
         source = f"device_map {text!r}"
         raw = read_text_file(text, source, error=DeviceMapError)
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise DeviceMapError(f"{source}: malformed JSON ({err.msg} at line {err.lineno} column {err.colno}); "
-                             'expected an object like {"model.layers.0": 0, "lm_head": "cpu"}') from None
+    data = loads_json(raw, source, error=DeviceMapError,
+                      hint='expected an object like {"model.layers.0": 0, "lm_head": "cpu"}')
     if not isinstance(data, dict) or not data:
         raise DeviceMapError(f"{source}: expected a non-empty JSON object of module name -> device")
     return {str(k): device_name(v, f"{source}: module {k!r}") for k, v in data.items()}

@@ -7,7 +7,6 @@ source name is `file.jsonl#<id>` (the `id`, `title` or line number).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -60,8 +59,8 @@ def _read(path: Path, name: str) -> str:
 def parse_jsonl(text: str, name: str) -> list[Document]:
     """One Document per line with a non-empty `text`; a malformed line is named by number."""
     docs: list[Document] = []
-    def bad_line(number: int, err: json.JSONDecodeError) -> DocumentError:
-        return DocumentError(f"{name}:{number}: not a JSON object ({err.msg})")
+    def bad_line(number: int, why: str) -> DocumentError:
+        return DocumentError(f"{name}:{number}: not a JSON object ({why})")
 
     for number, record in jsonl_records(text, bad_line):
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):

@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..core.settings import Settings, setting
 from .chunks import Chunk, ChunkingConfig
+from ..files.user_files import loads_json
 from .errors import IndexFormatError, IndexMismatchError
 
 FORMAT = "specviz-passages"
@@ -127,8 +128,11 @@ class Manifest:
 
     @staticmethod
     def from_json(text: str, where: str) -> "Manifest":
+        d = loads_json(text, f"passage index: {where}/manifest.json", error=IndexFormatError,
+                       hint="rebuild the index")
         try:
-            d = json.loads(text)
+            if not isinstance(d, dict):
+                raise TypeError(f"a JSON {type(d).__name__}, not an object")
             if d.get("format") != FORMAT:
                 raise IndexFormatError(f"passage index: {where} is not a specviz passage index "
                                        f"(format {d.get('format')!r})")
@@ -137,7 +141,7 @@ class Manifest:
                                        f"specviz reads version {FORMAT_VERSION}; rebuild the index")
             d["sources"] = tuple(d.get("sources", ()))
             return Manifest(**d)
-        except (json.JSONDecodeError, TypeError) as err:
+        except TypeError as err:
             raise IndexFormatError(f"passage index: {where} is not a valid manifest ({err})") from None
 
 
@@ -194,8 +198,8 @@ class PassageIndex:
         with open(root / "chunks.jsonl", encoding="utf-8") as f:
             for number, line in enumerate(f, start=1):
                 try:
-                    chunks.append(Chunk.from_dict(json.loads(line)))
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    chunks.append(Chunk.from_dict(loads_json(line, "chunk", error=IndexFormatError)))
+                except (IndexFormatError, KeyError, TypeError, ValueError):
                     raise IndexFormatError(f"passage index: {root / 'chunks.jsonl'}:{number} is not a chunk record") from None
         try:
             index = faiss.read_index(str(root / "index.faiss"))

@@ -7,7 +7,6 @@ it. Each browser tab has its own Session in gr.State.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable
 
@@ -17,6 +16,7 @@ import gradio as gr  # noqa: E402
 
 from .. import viz  # noqa: E402
 from ..drafters import default  # noqa: E402
+from ..files.user_files import loads_json  # noqa: E402
 from . import runner  # noqa: E402
 from .compare_tab import build_compare_tab, make_compare_handler, pick_compared, render_compare_strips  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
@@ -66,13 +66,8 @@ def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, messag
                             ("settings_json", settings_json)):
             if value is not None and not isinstance(value, str):
                 raise gr.Error(f"{name}: must be text, got {type(value).__name__}", print_exception=False)
-        try:
-            settings = json.loads(settings_json or "{}")
-        except json.JSONDecodeError as err:
-            raise gr.Error(f"settings_json: not valid JSON ({err})", print_exception=False) from None
-        except RecursionError:
-            raise gr.Error("settings_json: nested too deeply (a flat object of drafter settings is expected)",
-                           print_exception=False) from None
+        settings = loads_json(settings_json or "{}", "settings_json",
+                              hint="a flat JSON object of drafter settings is expected")
         if not isinstance(settings, dict):
             raise gr.Error("settings_json: must be a JSON object of drafter settings", print_exception=False)
         decoding = runner.decoding_of({"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed})
