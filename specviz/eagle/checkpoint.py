@@ -23,29 +23,36 @@ for users with a network) holding `config.json` and the weights, `model.safetens
 
 A checkpoint made for another target is refused before any step, naming what differs
 (hidden size, vocabulary, layer count; for specviz's own, the target's fingerprint); a
-truncated one (a weight missing or of the wrong shape) is refused naming the weight.
+truncated one (a weight missing or of the wrong shape) is refused naming the weight. Every
+config.json field the head uses is checked (a positive size, a positive finite epsilon, a
+known activation and rope scaling...) and named when it is not, and the sizes it claims are
+checked against the weights' shapes before the head is allocated (glide/checkpoint.py
+build_checked); weights of the wrong kind of dtype, with NaN or infinite values, or that the
+head has no place for are refused naming the tensor (float64 weights are cast, as fp16 ones are).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..glide.checkpoint import CheckpointError
-from ..models.fingerprint import identity_mismatch, target_identity
+from ..glide.checkpoint import CheckpointError, build_checked, check_fingerprint, check_identity
+from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
 from ..files.resources import data_path
 from ..files.user_files import FileCheckError, read_json_file
-from .model import EagleDraft, EagleSpec, default_aux_layers
+from .model import EagleDraft, EagleSpec, Rope, default_aux_layers
 
 FORMAT = "specviz-eagle/1"
 CHECKPOINTS = data_path("checkpoints")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 SPECULATORS_EXTRAS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
+ACTIVATIONS = ("silu", "swish")          # what the head's MLP computes (transformers' names for SiLU)
 
 
 def default_checkpoint(kind: str, model_id: str) -> Path:
@@ -74,8 +81,12 @@ def resolve(source: str | Path, kind: str, target_id: str) -> Path:
                 f"with `{train_command(kind, target_id)} --out {path}` or pass --set checkpoint=DIR_OR_HUB_ID")
         return path
     path = Path(str(source)).expanduser()
+    if path.is_file():
+        inside = f"; pass its folder {str(path.parent)!r}" if path.name in ("config.json", *WEIGHT_FILES) else ""
+        raise CheckpointError(f"checkpoint: {str(source)!r} is a file; an EAGLE head is a folder holding config.json "
+                              f"and {' or '.join(WEIGHT_FILES)} (or a model-hub id like owner/name){inside}")
     if path.exists():
-        return path.parent if path.is_file() else path
+        return path
     if _looks_like_hub_id(str(source)):
         try:
             from huggingface_hub import snapshot_download
@@ -121,18 +132,75 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"checkpoint: {str(folder)!r} has neither {' nor '.join(WEIGHT_FILES)}")
 
 
-def _need(cfg: dict[str, Any], key: str, where: str, typ: type = int) -> Any:
+def _value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _need(cfg: dict[str, Any], key: str, where: str, default: Any = None, prefix: str = "") -> int:
+    """config.json field `key` (under `prefix`), a positive whole number; `default` when absent
+    (or null) and a default is given."""
     value = cfg.get(key)
-    if not isinstance(value, typ) or isinstance(value, bool) and typ is not bool:
-        raise CheckpointError(f"checkpoint: {where}: config field {key!r} is missing or not a {typ.__name__}")
+    if value is None and default is not None:
+        return int(default)
+    if value is None:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is missing")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {_value(value)}; "
+                              "it must be a positive whole number")
     return value
+
+
+def _positive(cfg: dict[str, Any], key: str, where: str, default: float, prefix: str = "") -> float:
+    """config.json field `key`, a positive finite number (`default` when absent)."""
+    value = cfg.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {_value(value)}; "
+                              "it must be a positive number")
+    return float(value)
+
+
+def _rope_scaling(layer: dict[str, Any], where: str, prefix: str) -> str:
+    """The config's rope_scaling as JSON ("" none): null or an object of a rope type transformers knows."""
+    scaling = layer.get("rope_scaling")
+    if not scaling:
+        return ""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+    if kind not in ("default", *ROPE_INIT_FUNCTIONS):
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}rope_scaling' is {_value(scaling)}; "
+                              f"it must be null or an object whose rope_type is one of default, "
+                              f"{', '.join(ROPE_INIT_FUNCTIONS)}")
+    return json.dumps(scaling, sort_keys=True)
+
+
+def _aux_layers(cfg: dict[str, Any], target_layers: int, where: str) -> tuple[int, ...]:
+    """EAGLE-3's target layers: eagle_aux_hidden_state_layer_ids (or specviz's aux_layers), a
+    list of layer indices; the default three when neither is given."""
+    for key, value in (("eagle_aux_hidden_state_layer_ids", cfg.get("eagle_aux_hidden_state_layer_ids")),
+                       ("specviz.aux_layers", (cfg.get("specviz") or {}).get("aux_layers"))):
+        if not value:
+            continue
+        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+            raise CheckpointError(f"checkpoint: {where}: config.json field {key!r} is {_value(value)}; it must be "
+                                  "a list of target layer indices")
+        return tuple(value)
+    return default_aux_layers(target_layers)
 
 
 def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tuple[EagleSpec, str]:
     """The head's architecture from its config.json; returns it and the layout's name
-    ("authors", "speculators" or "specviz")."""
-    layout = "specviz" if isinstance(cfg.get("specviz"), dict) else "authors"
-    layer = cfg
+    ("authors", "speculators" or "specviz"). CheckpointError naming the first field the head
+    uses that is missing or makes no head (sizes are checked against the weights later, in load)."""
+    own = cfg.get("specviz", {})
+    if not isinstance(own, dict):
+        raise CheckpointError(f"checkpoint: {where}: config.json field 'specviz' is {_value(own)}; it must be "
+                              "specviz's entry (an object), or be left out in the authors' layout")
+    layout = "specviz" if "specviz" in cfg else "authors"
+    layer, prefix = cfg, ""
     if "speculators_model_type" in cfg:
         layout = "speculators"
         if cfg["speculators_model_type"] != "eagle3":
@@ -145,30 +213,61 @@ def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tup
         nested = cfg.get("transformer_layer_config")
         if not isinstance(nested, dict):
             raise CheckpointError(f"checkpoint: {where}: config field 'transformer_layer_config' is missing")
-        layer = nested
+        layer, prefix = nested, "transformer_layer_config."
     kind = "eagle3" if "draft_vocab_size" in cfg or layout == "speculators" else "eagle"
-    hidden = _need(layer, "hidden_size", where)
-    heads = _need(layer, "num_attention_heads", where)
-    head_dim = layer.get("head_dim") or hidden // heads
-    vocab = _need(layer, "vocab_size", where)
-    if layout == "speculators" and isinstance(cfg.get("target_vocab_size"), int):
-        vocab = cfg["target_vocab_size"]
     layers = layer.get("num_hidden_layers", 1)
     if layers != 1:
         raise CheckpointError(f"checkpoint: {where}: a head of {layers} decoder layers; EAGLE heads have one")
-    aux = cfg.get("eagle_aux_hidden_state_layer_ids") or (cfg.get("specviz") or {}).get("aux_layers")
-    aux_layers = tuple(int(i) for i in aux) if aux else default_aux_layers(target_layers)
-    scaling = layer.get("rope_scaling")
+    hidden = _need(layer, "hidden_size", where, prefix=prefix)
+    heads = _need(layer, "num_attention_heads", where, prefix=prefix)
+    if layer.get("head_dim") is None and hidden < heads:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}num_attention_heads' is {heads}, "
+                              f"more than hidden_size {hidden}, and there is no head_dim")
+    head_dim = _need(layer, "head_dim", where, hidden // heads, prefix)
+    if head_dim % 2:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}head_dim' is {head_dim}; the "
+                              "rotary embedding needs an even head size")
+    kv_heads = _need(layer, "num_key_value_heads", where, heads, prefix)
+    if heads % kv_heads:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}num_key_value_heads' is {kv_heads}; "
+                              f"it must divide num_attention_heads ({heads})")
+    vocab = _need(layer, "vocab_size", where, prefix=prefix)
+    if layout == "speculators" and cfg.get("target_vocab_size") is not None:
+        vocab = _need(cfg, "target_vocab_size", where)
+    draft_vocab = _need(cfg, "draft_vocab_size", where, vocab) if kind == "eagle3" else vocab
+    if draft_vocab > vocab:
+        raise CheckpointError(f"checkpoint: {where}: config.json field 'draft_vocab_size' is {draft_vocab}, more "
+                              f"than the vocabulary it is drawn from ({vocab} tokens)")
+    act = layer.get("hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}hidden_act' is {_value(act)}; "
+                              "EAGLE heads use silu (the only activation supported)")
+    bias = cfg.get("bias", True)
+    if not isinstance(bias, bool):
+        raise CheckpointError(f"checkpoint: {where}: config.json field 'bias' is {_value(bias)}; it must be "
+                              "true or false")
     spec = EagleSpec(
-        kind=kind, hidden=hidden, intermediate=_need(layer, "intermediate_size", where), heads=heads,
-        kv_heads=layer.get("num_key_value_heads") or heads, head_dim=int(head_dim), vocab=vocab,
-        draft_vocab=int(cfg.get("draft_vocab_size") or vocab) if kind == "eagle3" else vocab,
-        target_hidden=int(cfg.get("target_hidden_size") or hidden),
-        rms_eps=float(layer.get("rms_norm_eps", 1e-6)), rope_theta=float(layer.get("rope_theta", 10000.0)),
-        rope_scaling=json.dumps(scaling, sort_keys=True) if scaling else "",
-        max_positions=int(layer.get("max_position_embeddings", 2048)),
-        fc_bias=bool(cfg.get("bias", True)), aux_layers=aux_layers if kind == "eagle3" else ())
+        kind=kind, hidden=hidden, intermediate=_need(layer, "intermediate_size", where, prefix=prefix), heads=heads,
+        kv_heads=kv_heads, head_dim=head_dim, vocab=vocab, draft_vocab=draft_vocab,
+        target_hidden=_need(cfg, "target_hidden_size", where, hidden),
+        rms_eps=_positive(layer, "rms_norm_eps", where, 1e-6, prefix),
+        rope_theta=_positive(layer, "rope_theta", where, 10000.0, prefix),
+        rope_scaling=_rope_scaling(layer, where, prefix),
+        max_positions=_need(layer, "max_position_embeddings", where, 2048, prefix),
+        fc_bias=bias, aux_layers=_aux_layers(cfg, target_layers, where) if kind == "eagle3" else ())
+    check_rope(spec, where, prefix)
     return spec, layout
+
+
+def check_rope(spec: EagleSpec, where: str, prefix: str = "") -> None:
+    """CheckpointError when transformers cannot make the rotary embedding of `spec` (a
+    rope_scaling without the fields its type needs); it is small (head_dim / 2 values)."""
+    try:
+        Rope(spec)
+    except Exception as err:  # noqa: BLE001 - transformers' validation errors: one line
+        why = (str(err).strip().splitlines() or [""])[0][:160]
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}rope_scaling' cannot be used "
+                              f"({type(err).__name__}: {why})") from None
 
 
 def config_of(spec: EagleSpec, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -199,7 +298,8 @@ def _normalise(state: dict[str, torch.Tensor], spec: EagleSpec, layout: str) -> 
     for key, value in state.items():
         if key.startswith("model."):
             key = key[len("model."):]
-        if key in ("embed_tokens.weight", "verifier_lm_head.weight", "verifier_norm.weight"):
+        if key in ("embed_tokens.weight", "verifier_lm_head.weight", "verifier_norm.weight") \
+                or key.endswith("rotary_emb.inv_freq"):      # a buffer some transformers versions saved
             continue
         if spec.kind == "eagle3" and key.startswith("layers.0."):
             key = "midlayer." + key[len("layers.0."):]
@@ -235,10 +335,9 @@ def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: s
     if spec.kind == "eagle3" and not all(0 <= i <= t_layers for i in spec.aux_layers):
         raise CheckpointError(f"checkpoint: {where} reads target layers {list(spec.aux_layers)}, the target "
                               f"{target_id!r} has {t_layers} layers; {fix}")
-    why = identity_mismatch(own, target) if own.get("target_fingerprint") else None
-    if why is not None:
-        raise CheckpointError(f"checkpoint: {where} was trained for target {own.get('target')!r}, not "
-                              f"{target_id!r} ({why}); {fix}")
+    if own.get("target_fingerprint"):
+        check_identity(own, where, "specviz.")
+        check_fingerprint(own, target, target_id, where, fix, where=where)
 
 
 def load(source: str | Path, target: Any, target_id: str, kind: str) -> EagleDraft:
@@ -255,16 +354,9 @@ def load(source: str | Path, target: Any, target_id: str, kind: str) -> EagleDra
                               f"--drafter {spec.kind}")
     check_target(spec, cfg, target, target_id, where)
     state = _normalise(read_weights(folder), spec, layout)
-    draft = EagleDraft(spec, target)
-    want = draft.state_dict()
-    for key, value in want.items():
-        if key not in state:
-            raise CheckpointError(f"checkpoint: {where} lacks the weight {key!r} (truncated, or not an "
-                                  f"{kind} head in the {layout} layout)")
-        if tuple(state[key].shape) != tuple(value.shape):
-            raise CheckpointError(f"checkpoint: {where}: weight {key!r} has shape {tuple(state[key].shape)}, "
-                                  f"this config wants {tuple(value.shape)}")
-    draft.load_state_dict({k: state[k].to(want[k].dtype) for k in want})
+    # the config's sizes against the weights' shapes on the meta device, then the head itself
+    draft = build_checked(lambda: EagleDraft(spec, target), state, where, "this config",
+                          f"truncated, or not an {kind} head in the {layout} layout")
     if spec.kind == "eagle3":
         ids = torch.arange(spec.draft_vocab) + draft.d2t
         if int(ids.min()) < 0 or int(ids.max()) >= spec.vocab:

@@ -106,7 +106,10 @@ class Rope(nn.Module):
         from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
         scaling = json.loads(spec.rope_scaling) if spec.rope_scaling else None
-        cfg = LlamaConfig(hidden_size=spec.hidden, num_attention_heads=spec.heads, head_dim=spec.head_dim,
+        # the table depends on head_dim alone; hidden_size = heads x head_dim keeps transformers'
+        # config check (hidden size a multiple of the head count) away from a head whose explicit
+        # head_dim does not divide its hidden size (the weights' shapes decide those, in load)
+        cfg = LlamaConfig(hidden_size=spec.heads * spec.head_dim, num_attention_heads=spec.heads, head_dim=spec.head_dim,
                           rope_theta=spec.rope_theta, rope_scaling=scaling,
                           max_position_embeddings=spec.max_positions)
         self.rope = LlamaRotaryEmbedding(cfg)

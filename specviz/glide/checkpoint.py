@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from ..errors import SpecvizError
 from ..files.resources import data_path
 from ..models.placement import check_resident, execution_device
-from ..models.fingerprint import identity_mismatch, target_identity
+from ..models.fingerprint import SAMPLE_RTOL, is_sample, identity_mismatch, target_identity
 from .model import GlideDraft, GlideSpec
+
+M = TypeVar("M", bound=torch.nn.Module)
 
 FORMAT = "specviz-glide/1"
 CHECKPOINTS = data_path("checkpoints")
@@ -77,22 +81,113 @@ def load_blob(path: str | Path, what: str) -> Any:
                               f"({type(err).__name__}{': ' + why if why else ''})") from None
 
 
-def check_fingerprint(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path, advice: str) -> None:
+def check_fingerprint(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path, advice: str,
+                      where: str | None = None) -> None:
     """CheckpointError when the checkpoint was trained for another target; `advice`: how to
-    train one for this target."""
+    train one for this target; `where`: the checkpoint as messages name it (default: `path`
+    quoted). A checkpoint of another model that bears the target's name is told apart."""
     why = identity_mismatch(manifest, target)
-    if why is not None:
+    if why is None:
+        return
+    where = where or repr(str(path))
+    name = manifest.get("target")
+    if name == target_id:
         raise CheckpointError(
-            f"checkpoint: {str(path)!r} was trained for target {manifest['target']!r}, not for {target_id!r} "
-            f"({why}); {advice}")
+            f"checkpoint: {where} was trained for another model named {name!r}: its fingerprint differs (other "
+            f"weights or another vocabulary: {why}); load the model it was trained for, or {advice}")
+    raise CheckpointError(f"checkpoint: {where} was trained for target {name!r}, not for {target_id!r} "
+                          f"({why}); {advice}")
 
 
-def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path) -> None:
+def check_identity(manifest: Mapping[str, Any], where: str, prefix: str = "") -> None:
+    """CheckpointError when the target identity a manifest records (target_identity's fields,
+    `prefix` naming where they sit) is malformed: a fingerprint that is no string, a weight sample
+    that is no table of numbers, a dtype that is no floating-point one. Older checkpoints lack the
+    sample and the dtype; that is allowed."""
+    if "target_fingerprint" in manifest and not isinstance(manifest["target_fingerprint"], str):
+        raise CheckpointError(f"checkpoint: {where}: manifest field '{prefix}target_fingerprint' is not a string")
+    if "target_sample" in manifest and not is_sample(manifest["target_sample"]):
+        raise CheckpointError(f"checkpoint: {where}: manifest field '{prefix}target_sample' is not the target's "
+                              "weight sample (rows of numbers); the checkpoint is damaged, re-export it")
+    if "target_dtype" in manifest and manifest["target_dtype"] not in SAMPLE_RTOL:
+        raise CheckpointError(f"checkpoint: {where}: manifest field '{prefix}target_dtype' is "
+                              f"{_short(manifest['target_dtype'])}, not one of {', '.join(SAMPLE_RTOL)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _dtype_kind(t: torch.Tensor) -> str:
+    if t.dtype == torch.bool:
+        return "bool"
+    return "floating-point" if t.is_floating_point() else "integer" if not t.is_complex() else "complex"
+
+
+def check_weights(want: Mapping[str, torch.Tensor], state: Mapping[str, Any], where: str, wants: str,
+                  lacks: str = "truncated?") -> None:
+    """CheckpointError naming the first weight of `state` that does not fit `want` (a module's
+    state_dict, which may live on the meta device: only shapes and dtypes are read): missing
+    (`lacks`: the likely cause), not a tensor, of another shape or kind of dtype (a float for an
+    integer buffer, ints for a float weight; float64 is fine, it is cast), unexpected, or holding
+    NaN or infinite values. `wants`: what dictates the shapes, in words ("its manifest")."""
+    for key, ref in want.items():
+        if key not in state:
+            raise CheckpointError(f"checkpoint: {where} lacks the weight {key!r} ({lacks})")
+        value = state[key]
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"checkpoint: {where}: weight {key!r} is a {type(value).__name__}, not a tensor")
+        if tuple(value.shape) != tuple(ref.shape):
+            raise CheckpointError(f"checkpoint: {where}: weight {key!r} has shape {tuple(value.shape)}, "
+                                  f"{wants} wants {tuple(ref.shape)}")
+        if _dtype_kind(value) != _dtype_kind(ref):
+            raise CheckpointError(f"checkpoint: {where}: weight {key!r} is {str(value.dtype).replace('torch.', '')}, "
+                                  f"{wants} wants a tensor of {_dtype_kind(ref)} values")
+    extra = [key for key in state if key not in want]
+    if extra:
+        raise CheckpointError(f"checkpoint: {where} holds the weight {extra[0]!r}, which {wants} has no place for "
+                              "(another architecture, or a damaged file)")
+    for key in want:
+        value = state[key]
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"checkpoint: {where}: weight {key!r} holds NaN or infinite values (a training "
+                                  "run that diverged, or a damaged file); retrain or re-export it")
+
+
+def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | Path, where: str | None = None,
+                 wants: str = "its manifest", lacks: str = "truncated?") -> None:
+    """`state` into `module` after check_weights (each weight named when it does not fit); each
+    tensor cast to the module's dtype."""
+    check_weights(module.state_dict(), state, where or repr(str(path)), wants, lacks)
+    module.load_state_dict(state)
+
+
+def build_checked(make: Callable[[], M], state: dict[str, Any], where: str, wants: str,
+                  lacks: str = "truncated?") -> M:
+    """The module `make` builds, loaded with `state`, built only once `state` fits it: `make`
+    runs first on the meta device (no memory), so sizes a file's config or manifest claims are
+    checked against its weights' shapes before anything is allocated. CheckpointError when the
+    numbers make no module or the weights do not fit."""
     try:
-        module.load_state_dict(state)
-    except (RuntimeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"checkpoint: {str(path)!r}: its weights do not fit its manifest "
-                              f"({str(err).splitlines()[0][:200]})") from None
+        with torch.device("meta"):
+            want = make().state_dict()
+    except CheckpointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - numbers that make no model: one line
+        why = (str(err).strip().splitlines() or [""])[0][:160]
+        raise CheckpointError(f"checkpoint: {where}: {wants} describes no model that can be built "
+                              f"({type(err).__name__}{': ' + why if why else ''})") from None
+    check_weights(want, state, where, wants, lacks)
+    module = make()
+    module.load_state_dict({key: state[key] for key in want})
+    return module
+
+
+def check_shortlist(ids: torch.Tensor, vocab: int, where: str) -> None:
+    """CheckpointError when shortlist ids lie outside the target's vocabulary of `vocab`."""
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise CheckpointError(f"checkpoint: {where}: shortlist ids outside the target's vocabulary of {vocab} tokens")
 
 
 def slim(blob: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
@@ -124,6 +219,7 @@ def check_blob(blob: Any, path: str | Path, form: str, fields: dict[str, Any], w
                                   f"({type(manifest[name]).__name__})")
     if not isinstance(blob.get("state"), dict):
         raise CheckpointError(f"{where} lacks the field 'state' ({weights})")
+    check_identity(manifest, repr(str(path)))
     return manifest
 
 
@@ -164,18 +260,44 @@ def check_target(manifest: dict[str, Any], target: Any, target_id: str, path: st
                       f"train one with `python -m specviz train-glide --model {target_id}`")
 
 
+def check_spec(spec: GlideSpec, target: Any, target_id: str, path: str | Path) -> None:
+    """CheckpointError naming the first field of the manifest's 'glide' architecture that makes
+    no draft for this target, before any module is built: the draft mirrors its target (hidden
+    size, attention shapes, MLP, layer count, activation, biases: GlideSpec.for_target), reads
+    one of its top layers per draft layer, shortlists at most its vocabulary and needs a positive
+    norm epsilon."""
+    where = f"checkpoint: {str(path)!r}: manifest field"
+    mirror = GlideSpec.for_target(target.config, spec.n_layers, spec.cross_attention, spec.vocab)
+    if not math.isfinite(spec.rms_eps) or spec.rms_eps <= 0:
+        raise CheckpointError(f"{where} 'glide.rms_eps' is {spec.rms_eps}; it must be a positive number "
+                              f"(the target's is {mirror.rms_eps})")
+    for name in ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "target_layers", "hidden_act",
+                 "attention_bias", "mlp_bias"):
+        have, want = getattr(spec, name), getattr(mirror, name)
+        if have != want:
+            what = f"{want} layers" if name == "target_layers" else repr(want)
+            raise CheckpointError(f"{where} 'glide.{name}' is {_short(have)}, the target {target_id!r} has {what} "
+                                  "(a GLIDE draft mirrors its target's architecture); the checkpoint is damaged or "
+                                  "made for another target")
+    if not 1 <= spec.n_layers <= spec.target_layers:
+        raise CheckpointError(f"{where} 'glide.n_layers' is {spec.n_layers}; it must be 1 to the target's "
+                              f"{spec.target_layers} layers (each draft layer reads one of the top layers)")
+    vocab = int(target.get_input_embeddings().weight.shape[0])
+    if not 0 <= spec.vocab <= vocab:
+        raise CheckpointError(f"{where} 'glide.vocab' is {spec.vocab}; it must be 0 (no shortlist) to the "
+                              f"target's vocabulary of {vocab} tokens")
+
+
 def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dict[str, Any]]:
     """The draft (eval mode, on the target's device and dtype) and the whole stored blob."""
     blob = read(path)
     check_resident(target, "GLIDE")
     check_target(blob["manifest"], target, target_id, path)
     spec = spec_of(blob["manifest"], path)
-    try:
-        draft = GlideDraft(spec, target)
-    except Exception as err:  # noqa: BLE001 - a manifest whose numbers make no model
-        raise CheckpointError(f"checkpoint: {str(path)!r}: its manifest's 'glide' architecture cannot be built "
-                              f"({type(err).__name__}: {err})") from None
-    load_weights(draft, blob["state"], path)
+    check_spec(spec, target, target_id, path)
+    draft = build_checked(lambda: GlideDraft(spec, target), blob["state"], repr(str(path)), "its manifest")
+    if spec.vocab:
+        check_shortlist(draft.vocab_ids, int(target.get_input_embeddings().weight.shape[0]), repr(str(path)))
     # on the device of the target layer whose KV cache it reads (a device-mapped target: that
     # layer's execution device, placement.py); the dtype of the target's weights
     device = execution_device(target, target.model.layers[spec.cross_layer(0)])

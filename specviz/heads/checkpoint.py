@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from ..glide.checkpoint import CheckpointError, check_blob, check_fingerprint, load_blob, load_weights, slim, write_blob
+from ..glide.checkpoint import (CheckpointError, build_checked, check_blob, check_fingerprint, check_shortlist, load_blob,
+                                load_weights, slim, write_blob)
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
@@ -98,11 +99,13 @@ def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
     if spec.hidden != int(target.config.hidden_size):
         raise CheckpointError(f"checkpoint: {str(path)!r}: heads of hidden size {spec.hidden}, the target's "
                               f"is {target.config.hidden_size}")
-    heads = DraftHeads(spec, target)
-    load_weights(heads, blob["state"], path)
     vocab = int(target.lm_head.weight.shape[0])
-    if int(heads.vocab_ids.min()) < 0 or int(heads.vocab_ids.max()) >= vocab:
-        raise CheckpointError(f"checkpoint: {str(path)!r}: shortlist ids outside the target's vocabulary")
+    if spec.vocab > vocab:
+        raise CheckpointError(f"checkpoint: {str(path)!r}: manifest field 'heads.vocab' is {spec.vocab}, more than "
+                              f"the target's vocabulary of {vocab} tokens")
+    # built once the weights fit the manifest (shapes checked on the meta device first)
+    heads = build_checked(lambda: DraftHeads(spec, target), blob["state"], repr(str(path)), "its manifest")
+    check_shortlist(heads.vocab_ids, vocab, repr(str(path)))
     # on the device of what the heads read, the final norm's output (placement.py); the dtype
     # of the target's weights
     device = execution_device(target, final_norm(target))
@@ -208,7 +211,7 @@ def load_medusa_layout(folder: Path, target: Any, target_id: str, where: str | N
             raise CheckpointError(f"checkpoint: {where}: the weight {key!r} is missing or misshapen (truncated?)")
         rows.append(state[key])
     ours["lm_heads"] = torch.stack(rows)
-    load_weights(model, {k: v.float() for k, v in ours.items()} | {"vocab_ids": ours["vocab_ids"]}, folder)
+    load_weights(model, ours, folder, where, wants="Medusa heads of this size")
     # on the device of what the heads read, the final norm's output (placement.py)
     device = execution_device(target, final_norm(target))
     return model.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval()

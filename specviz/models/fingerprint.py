@@ -30,7 +30,7 @@ _CONFIG_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", 
                 "rms_norm_eps", "tie_word_embeddings", "hidden_act")
 # relative rounding of a dtype's significand (half an ulp, doubled for a margin): two samples of the
 # same weights taken in dtypes a and b differ by at most the coarser one's
-_RTOL = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 0.0, "float64": 0.0}
+SAMPLE_RTOL = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 0.0, "float64": 0.0}
 
 
 def _config_key(model: Any) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def identity_mismatch(manifest: Mapping[str, Any], model: Any) -> str | None:
     if want == _hash(key, sample):
         return None
     recorded, recorded_dtype = manifest.get("target_sample"), manifest.get("target_dtype")
-    if not _is_sample(recorded) or not isinstance(recorded_dtype, str):
+    if not is_sample(recorded) or not isinstance(recorded_dtype, str):
         if dtype != "float32":
             return ("the fingerprints differ; this checkpoint records no weight sample (written by specviz before 2026-11-25), so it "
                     f"can be matched only in the dtype it was made in: try the target in float32, not {dtype}")
@@ -82,7 +82,7 @@ def identity_mismatch(manifest: Mapping[str, Any], model: Any) -> str | None:
         return "its architecture, or its recorded weight sample, is not this target's"
     if len(recorded) != len(sample) or any(len(r) != len(m) for r, m in zip(recorded, sample)):
         return "its recorded weight sample has another shape than this target's"
-    rtol = max(_RTOL.get(dtype, 2.0 ** -8), _RTOL.get(recorded_dtype, 2.0 ** -8))
+    rtol = max(SAMPLE_RTOL.get(dtype, 2.0 ** -8), SAMPLE_RTOL.get(recorded_dtype, 2.0 ** -8))
     atol = 10.0 ** -DECIMALS
     a = torch.tensor(sample, dtype=torch.float64)
     b = torch.tensor(recorded, dtype=torch.float64)
@@ -91,7 +91,7 @@ def identity_mismatch(manifest: Mapping[str, Any], model: Any) -> str | None:
     return f"its weights differ from this target's beyond the rounding of {dtype} and {recorded_dtype}"
 
 
-def _is_sample(value: Any) -> TypeGuard[list[list[float]]]:
+def is_sample(value: Any) -> TypeGuard[list[list[float]]]:
     return (isinstance(value, list) and 0 < len(value) <= 4 * SAMPLE_ROWS
             and all(isinstance(row, list) and len(row) <= SAMPLE_COLS
                     and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row) for row in value))
