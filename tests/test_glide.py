@@ -181,7 +181,7 @@ def test_epochs_replay_the_first_batches(tiny_lm):
 
     _, hist = train(tiny_lm.model, tiny_lm.model_id, source(), TrainConfig(steps=6, warmup=1, epochs=2),
                     None, progress=False)
-    assert len(hist) == 6 and len(read) == 4           # the 4th is read, then left unused
+    assert len(hist) == 6 and len(read) == 3           # the 4th is never read
 
 
 def test_stop_after_keeps_the_schedule_and_stops(tiny_lm):
@@ -423,7 +423,7 @@ def test_train_glide_cli(tmp_path, capsys):
     assert out.is_file() and out.with_suffix(".json").is_file()
     assert "saved" in capsys.readouterr().out
     assert main(["train-glide", "--model", "tiny-random", "--data", str(data), "--steps", "1", "--held-out", "1",
-                 "--batch", "1", "--seq-len", "8", "--out", str(out), "--threads", "1"]) == 0
+                 "--batch", "1", "--seq-len", "8", "--out", str(out), "--threads", "1", "--overwrite"]) == 0
     assert "held-out (7 tokens): cross-entropy" in capsys.readouterr().out
     cache = tmp_path / "tc"
     common = ["--model", "tiny-random", "--data", str(data), "--steps", "2", "--held-out", "0", "--batch", "1",
@@ -440,7 +440,8 @@ def test_train_glide_cli(tmp_path, capsys):
                          (["--data", str(data), "--held-out", "-1"], "held_out"),
                          (["--data", str(data), "--labels", "mine"], "labels"),
                          (["--data", str(data), "--feature", "-1"], "feature"),
-                         (["--data", str(data), "--vocab", "999999", "--batch", "1", "--seq-len", "8"], "vocab"),
+                         (["--data", str(data), "--vocab", "999999", "--batch", "1", "--seq-len", "8", "--held-out", "0"],
+                          "vocab"),
                          (["--data", str(data), "--cache-only"], "--target-cache")):
         code = main(["train-glide", "--model", "tiny-random", "--out", str(tmp_path / "x.pt"), *args])
         err = capsys.readouterr().err.strip().splitlines()

@@ -350,7 +350,8 @@ def test_train_heads_cli(tmp_path, capsys):
     for n, (args, needle) in enumerate(((["--steps", "0"], "steps"), (["--held-out", "-1"], "held_out"),
                                         (["--vocab", "999999"], "vocab"),
                                         (["--seq-len", "4096", "--held-out", "0"], "no training batches"))):
-        assert main(["train-heads", *common, "--target-cache", str(tmp_path / f"e{n}"), *args]) == 2
+        assert main(["train-heads", *common, "--target-cache", str(tmp_path / f"e{n}"),
+                     "--out", str(tmp_path / f"e{n}.pt"), *args]) == 2
         assert needle in capsys.readouterr().err
 
 

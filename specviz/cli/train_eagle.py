@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .training import (add_replay_arguments, add_source_arguments, config_from, held_out_pairs, load_target_and_data,
-                       target_caches)
+from .training import (add_replay_arguments, add_source_arguments, config_from, eagle_folder, held_out_pairs,
+                       load_target_and_data, target_caches)
 
 
 def add_arguments(p: Any) -> None:
@@ -46,8 +46,8 @@ def run(args: Any) -> int:
     from ..eagle.train import EagleTrainConfig, eagle_pass, kind_view, pass_layers, train
 
     cfg = config_from(EagleTrainConfig, args)
-    lm, source, held_ids = load_target_and_data(args, cfg, folders=True)
-    out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)
+    out = Path(args.out).expanduser() if args.out else ckpt.default_checkpoint(args.kind, args.model)
+    lm, source, held_ids = load_target_and_data(args, cfg, out, eagle_folder, "an EAGLE", folders=True)
     layers = pass_layers(lm.model)
     # one pass keeps EAGLE-3's three layers and the final one: EAGLE and EAGLE-3 runs share it
     cache, held_cache, autocast = target_caches(args, lm, cfg, "eagle-target-pass", list(layers))
@@ -58,6 +58,8 @@ def run(args: Any) -> int:
                            data_name=args.data, autocast=autocast)
     if args.export:
         config = ckpt.read_config(out)
+        # a head it replaces (--overwrite, --resume) may be a run's: no training state of it stays
+        (Path(args.export).expanduser() / "training.pt").unlink(missing_ok=True)
         ckpt.save(args.export, draft, config.get("specviz") or {}, None, torch.float16)
     result = (ckpt.read_config(out).get("specviz") or {}).get("held_out")
     print(f"saved {out}: {cfg.kind} head, {len(history)} steps"

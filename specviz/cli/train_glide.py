@@ -6,7 +6,6 @@ specviz/glide/train.py; this module reads the flags, the data and the model, and
 """
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,8 @@ from ..errors import ConfigError
 from ..core.precision import DTYPE_CHOICES
 from .common import add_cpu_linear_argument
 from .training import (add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments, cache_meta,
-                       config_from,
-                       check_held_out, check_outputs, needs_tokenizer, report_saved, set_threads, training_texts)
+                       check_outputs, check_run_flags, config_from, file_checkpoint, needs_tokenizer, report_saved,
+                       set_threads, split_held_out, training_texts)
 
 
 def add_arguments(p: Any) -> None:
@@ -24,7 +23,9 @@ def add_arguments(p: Any) -> None:
     d = TrainConfig()
     add_source_arguments(p, "checkpoint file (default: specviz/data/checkpoints/glide-<model>.pt, "
                             "or specviz/data/checkpoints/vanilla-drafter-<model>.pt with --no-cross-attention)")
-    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--steps", type=int, default=d.steps,
+                   help="optimiser steps; when the data holds fewer batches, they are replayed (further "
+                        "epochs), as train-heads and train-eagle do")
     add_batch_arguments(p, d)
     p.add_argument("--layers", type=int, default=d.layers, help="draft layers (the paper: 1 below 33B)")
     p.add_argument("--no-cross-attention", action="store_true",
@@ -77,8 +78,14 @@ def run(args: Any) -> int:
 
     cfg = config_from(TrainConfig, args, cross_attention=not args.no_cross_attention)
     cfg.check()
+    check_run_flags(args)
+    if args.cache_only and not args.target_cache:
+        raise ConfigError("cache_only", "needs --target-cache DIR to fill")
+    out = Path(args.out).expanduser() if args.out else (
+        CHECKPOINTS / f"vanilla-drafter-{args.model}.pt" if args.no_cross_attention else default_checkpoint(args.model))
+    # before the target loads; --cache-only writes no checkpoint
+    check_outputs(args, None if args.cache_only else out, file_checkpoint(ckpt), "a GLIDE")
     set_threads(args.threads)
-    check_outputs(args)                                  # before the target loads
     lm = load_model(args.model, device=args.device, dtype="float32", cpu_linear=cpu_linear_option(args.cpu_linear))
     needs_tokenizer(lm, args.model)
     layers = lm.model.config.num_hidden_layers
@@ -86,17 +93,12 @@ def run(args: Any) -> int:
         raise ConfigError("init_layer", f"must be in 0..{layers - 1} for {args.model!r}, got {cfg.init_layer}")
     if cfg.layers >= layers:
         raise ConfigError("layers", f"must be below the target's {layers} layers, got {cfg.layers}")
-    out = Path(args.out) if args.out else (
-        CHECKPOINTS / f"vanilla-drafter-{args.model}.pt" if args.no_cross_attention else default_checkpoint(args.model))
     texts = training_texts(args, lm.tokenizer)
-    check_held_out(args.held_out)
     source = batches(windows(texts, lm.tokenizer, cfg.seq_len, lm.tokenizer.eos_token_id), cfg.batch)
-    held = list(itertools.islice(source, args.held_out))        # never trained on
+    source, held = split_held_out(source, args.held_out, cfg)     # held: never trained on
     cache = None
     if args.target_cache:
         cache = TargetCache(args.target_cache, cache_meta(lm, args, cfg, attended_layers(lm.model, cfg)))
-    elif args.cache_only:
-        raise ConfigError("cache_only", "needs --target-cache DIR to fill")
     if args.cache_only:
         assert cache is not None                    # --cache-only without --target-cache was refused above
         count = fill_cache(lm.model, source, cfg, cache)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .training import (add_replay_arguments, add_source_arguments, config_from, held_out_pairs, load_target_and_data,
-                       report_saved, target_caches)
+from .training import (add_replay_arguments, add_source_arguments, config_from, file_checkpoint, held_out_pairs,
+                       load_target_and_data, report_saved, target_caches)
 
 
 def add_arguments(p: Any) -> None:
@@ -40,8 +40,8 @@ def run(args: Any) -> int:
     from ..heads.train import HeadsTrainConfig, heads_pass, train
 
     cfg = config_from(HeadsTrainConfig, args)
-    lm, source, held_ids = load_target_and_data(args, cfg)
-    out = Path(args.out) if args.out else ckpt.default_checkpoint(args.kind, args.model)
+    out = Path(args.out).expanduser() if args.out else ckpt.default_checkpoint(args.kind, args.model)
+    lm, source, held_ids = load_target_and_data(args, cfg, out, file_checkpoint(ckpt), "a draft-heads")
     cache, held_cache, autocast = target_caches(args, lm, cfg, "heads-target-pass", [])
     held = held_out_pairs(held_ids, held_cache, lm, lambda ids: heads_pass(lm.model, ids, autocast))
     _, history = train(lm.model, lm.model_id, source, cfg, cache, out, args.resume, held=held,

@@ -47,7 +47,7 @@ import torch
 from ..errors import ConfigError
 from ..glide.target_pass import TargetCache, TargetPass
 from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, frequent_tokens, no_training_batches,
-                               optimiser_for, replay, run_steps, start_run, weighted_mean)
+                               optimiser_for, replay, resuming, run_steps, start_run, weighted_mean)
 from ..models.hidden import FINAL, HiddenCapture
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
@@ -251,7 +251,7 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Eagl
     step, history = 0, []
     out = Path(out)
     training_file = out / "training.pt"
-    if resume and training_file.is_file():
+    if resuming(resume, out, lambda folder: (folder / "training.pt").is_file()):
         loaded = ckpt.load(out, target, target_id, cfg.kind)
         if loaded.spec != spec:
             raise ConfigError("resume", f"{out} holds another head ({loaded.spec}); start a new --out")

@@ -7,14 +7,13 @@ template (what the drafter sees at inference) when the tokenizer has one.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
 
 from ..errors import SpecvizError
-from ..files.user_files import check_regular_file, read_text_file
+from ..files.user_files import check_regular_file, loads_json, read_text_file
 
 DATA_LIMIT_BYTES = 4 * 2**30     # a .txt file is read whole
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
@@ -71,7 +70,8 @@ def sharegpt_texts(tokenizer: Any, max_records: int | None = None) -> Iterator[s
 def file_texts(path: str | Path) -> Iterator[str]:
     """A .txt file (texts separated by blank lines, read whole) or .jsonl (a 'text' field per
     line, streamed). A missing file, a folder or a device is reported at once, not when the
-    first text is wanted; text that is not UTF-8 is a DataError naming the line."""
+    first text is wanted; a .jsonl line that is not UTF-8, not JSON (or nested too deeply:
+    user_files.loads_json) or not an object with a string 'text' is a DataError naming it."""
     check_regular_file(str(path), "data", DataError)
     return _file_texts(Path(path).expanduser())
 
@@ -91,10 +91,20 @@ def _file_texts(path: Path) -> Iterator[str]:
                 raise DataError(f"data: {path}:{n}: not UTF-8 text (undecodable byte at offset {err.start} "
                                 "of the line); give a UTF-8 .jsonl file") from None
             if line.strip():
-                try:
-                    yield str(json.loads(line)["text"])
-                except (ValueError, KeyError, TypeError):
-                    raise DataError(f"data: {path}:{n}: expected a JSON object with a 'text' field") from None
+                yield _line_text(line, f"data: {path}:{n}")
+
+
+def _line_text(line: str, where: str) -> str:
+    """The 'text' of one .jsonl line; DataError `where: ...` when it has no string 'text'."""
+    hint = "give a JSON object with a string 'text' field on each line"
+    record = loads_json(line, where, error=DataError, hint=hint)
+    text = record.get("text") if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        found = ("no 'text' field" if not isinstance(record, dict) or "text" not in record
+                 else f"a 'text' that is {'null' if text is None else type(text).__name__}, not a string")
+        raise DataError(f"{where}: expected a JSON object with a string 'text' field, found "
+                        f"{found if isinstance(record, dict) else type(record).__name__}; {hint}")
+    return text
 
 
 def windows(texts: Iterable[str], tokenizer: Any, length: int, eos_id: int | None) -> Iterator[list[int]]:

@@ -18,7 +18,9 @@ drafter (same layers without the cross-attention) on the same data.
 
 With `epochs > 1` the first ceil(steps / epochs) batches are used again, the target's pass of
 each computed once: kept in memory (fp16), or on disk with `target_cache`, which several runs
-share (`--cache-only` fills it without training). Checkpoints (checkpoint.py) carry the
+share (`--cache-only` fills it without training). Data that holds fewer batches than that is
+replayed as often as the steps need (further epochs), as the heads' trainers do: a run always
+takes its `steps` steps. Checkpoints (checkpoint.py) carry the
 optimiser state and the data position: `--resume` continues a run where it stopped (Ctrl-C
 saves first). The schedule, the optimiser step and the checkpoint frame are the training kit
 (train_kit.py) that heads/ and eagle/ share.
@@ -37,8 +39,9 @@ from ..errors import ConfigError, check_choice
 from . import checkpoint as ckpt
 from .model import GlideDraft, GlideSpec
 from .target_pass import TargetCache, TargetPass, target_pass
-from .train_kit import (StepLoss, TrainSchedule, after_step, check_least, lr_at, no_training_batches, optimise,
-                        optimiser_for, progress_bar, resume_state, saving_on_interrupt, shortlist_from, start_run)
+from .train_kit import (StepLoss, TrainSchedule, after_step, check_least, check_weight, lr_at, no_training_batches,
+                        optimise, optimiser_for, progress_bar, resume_state, resuming, saving_on_interrupt,
+                        shortlist_from, start_run)
 
 LABELS = ("data", "target")
 
@@ -64,11 +67,9 @@ class TrainConfig(TrainSchedule):
         check_least(self, (("layers", 1), ("block", 1)))
         if not 0 <= self.stop_after <= self.steps:
             raise ConfigError("stop_after", f"must be in 0..steps ({self.steps}), got {self.stop_after}")
-        if not 0 <= self.distill <= 1:
-            raise ConfigError("distill", f"must be in [0, 1], got {self.distill}")
+        check_weight("distill", self.distill, 1.0)
         check_choice("labels", self.labels, LABELS)
-        if self.feature < 0:
-            raise ConfigError("feature", f"must be >= 0, got {self.feature}")
+        check_weight("feature", self.feature)
         if self.vocab < 0:
             raise ConfigError("vocab", f"must be >= 0 (0 = the whole vocabulary), got {self.vocab}")
 
@@ -204,7 +205,10 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
           target_cache: TargetCache | None = None,
           autocast: torch.dtype | None = None) -> tuple[GlideDraft, list[StepStats]]:
     """Train (or resume) a GLIDE draft; returns it and the per-step stats. With epochs > 1 the
-    first pass's batches are replayed, their target pass kept in memory or in `target_cache`.
+    first pass's batches are replayed, their target pass kept in memory or in `target_cache`;
+    when `batch_source` runs out before the steps are done, its batches are replayed too (their
+    token ids are kept on the CPU for that: 8 bytes a token). `resume`: continue the checkpoint
+    at `out` (ConfigError when there is none).
     `held`: batches kept out of training, evaluated at the end (HeldOut, in the manifest).
     `autocast`: mixed precision (bf16 / fp16 compute under torch.autocast; weights, gradients
     and the optimiser stay fp32); None: plain fp32."""
@@ -216,7 +220,8 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     scaler = torch.amp.GradScaler(device.type, enabled=autocast == torch.float16)   # off: a pass-through
     start_step, consumed, history = 0, 0, []
     source_iter: Iterator[torch.Tensor] = iter(batch_source)
-    if resume and out is not None and Path(out).is_file():
+    if resuming(resume, out):
+        assert out is not None                      # resuming() refuses a missing one
         blob = ckpt.read(out)
         ckpt.check_target(blob["manifest"], target, target_id, out)
         if GlideSpec(**blob["manifest"]["glide"]) != spec:
@@ -228,34 +233,35 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     elif cfg.vocab:
         source_iter = shortlist_from(source_iter, cfg.batches, draft, vocab_size)
     layers = attended_layers(target, cfg) if (spec.cross_attention or target_cache is not None) else []
-    store: list[tuple[torch.Tensor, TargetPass]] = []
+    read: list[torch.Tensor] = []                    # batch n's ids at read[n - 1], as the source gave them
+    passes: dict[int, TargetPass] = {}               # epochs > 1 without a target cache: batch n's pass, fp16
     param = next(target.parameters())
 
     def feed(tp: TargetPass) -> TargetPass:
         return tp if spec.cross_attention else replace(tp, kv=[])
 
     def stream() -> Iterator[tuple[torch.Tensor, TargetPass]]:
-        n = 0
-        per_epoch = cfg.batches if cfg.epochs > 1 else None
-        for ids in source_iter:
-            if per_epoch is not None and n >= per_epoch:
-                break                                      # later epochs replay these batches
-            ids = ids.to(device)
-            n += 1
-            if n <= consumed and cfg.epochs == 1:
-                continue                                   # resuming: skip the batches already seen
-            tp = cached_pass(target, n, ids, layers, cfg, target_cache)
+        """Step s's batch (ids, the target's pass), s from start_step: batch s % cfg.batches + 1,
+        read from the source the first time; when the source runs out first, the batches it
+        gave are replayed (as train_kit.replay). Ends only when the source gives none."""
+        for s in itertools.count(start_step):
+            n = s % cfg.batches + 1
+            while len(read) < n:
+                ids = next(source_iter, None)
+                if ids is None:
+                    break
+                read.append(ids.cpu())
+            if not read:
+                return
+            n = (n - 1) % len(read) + 1                # the data ran out: replay the batches there are
+            if n in passes:
+                yield read[n - 1].to(device), passes[n].to(param.dtype)
+                continue
+            ids = read[n - 1].to(device)
+            tp = feed(cached_pass(target, n, ids, layers, cfg, target_cache))
             if cfg.epochs > 1 and target_cache is None:
-                store.append((ids, feed(tp).to(torch.float16)))
-            yield ids, feed(tp)
-        for _ in range(cfg.epochs - 1):
-            if target_cache is not None:
-                for m in range(1, n + 1):
-                    ids, tp = target_cache.get(m)
-                    yield ids.to(device), feed(tp.to(param.dtype, device))
-            else:
-                for ids, tp in store:
-                    yield ids, tp.to(param.dtype)
+                passes[n] = tp.to(torch.float16)
+            yield ids, tp
 
     bar = progress_bar(progress, cfg.steps, start_step)
     step, t_all, tok_all = start_step, 0.0, 0
@@ -277,10 +283,8 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
             try:
                 with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
                     ids, tp = next(source)
-            except StopIteration:
-                if step == start_step:
-                    raise no_training_batches(cfg) from None
-                break
+            except StopIteration:                      # stream() ends only on a source with no batch
+                raise no_training_batches(cfg) from None
             with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
                 loss = loss_fn(draft, ids, tp, cfg)
             optimise(loss, opt, lr_at(step, cfg), scaler)

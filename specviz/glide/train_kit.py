@@ -14,6 +14,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import torch
@@ -92,6 +93,25 @@ def check_least(cfg: Any, lows: Iterable[tuple[str, int]]) -> None:
 def check_lr(lr: float) -> None:
     if not 0 < lr < 1:
         raise ConfigError("lr", f"must be in (0, 1), got {lr}")
+
+
+def check_weight(name: str, value: float, high: float = math.inf) -> None:
+    """ConfigError unless the loss weight `value` is a finite number in [0, high] (NaN or an
+    infinity would make every loss NaN)."""
+    if not (math.isfinite(value) and 0 <= value <= high):
+        raise ConfigError(name, f"must be a finite number in [0, {high:g}], got {value}" if math.isfinite(high)
+                          else f"must be a finite number >= 0, got {value}")
+
+
+def resuming(resume: bool, out: str | Path | None, held: Callable[[Path], bool] = Path.is_file) -> bool:
+    """Whether a run continues the checkpoint at `out`: with `resume`, there must be one to
+    continue (`held(out)`: by default, the file exists), else ConfigError; never a silent fresh
+    start that then replaces `out`."""
+    if not resume:
+        return False
+    if out is None or not held(Path(out)):
+        raise ConfigError("resume", f"no checkpoint at {str(out)!r} to continue; drop resume to start one")
+    return True
 
 
 def start_run(cfg: TrainSchedule, target: Any) -> int:

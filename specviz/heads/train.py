@@ -32,7 +32,7 @@ import torch
 from ..errors import ConfigError
 from ..glide.target_pass import TargetCache, TargetPass
 from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, optimiser_for, replay, resume_state,
-                               run_steps, shortlist_from, start_run, weighted_mean)
+                               resuming, run_steps, shortlist_from, start_run, weighted_mean)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -129,7 +129,8 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
     device, opt = optimiser_for(heads, target, cfg.lr)
     source_iter: Iterator[torch.Tensor] = iter(source)
     step, history = 0, []
-    if resume and out is not None and Path(out).is_file():
+    if resuming(resume, out):
+        assert out is not None                      # resuming() refuses a missing one
         blob = ckpt.read(out)
         ckpt.check_target(blob["manifest"], target, target_id, out)
         if ckpt.spec_of(blob["manifest"], out) != spec:
