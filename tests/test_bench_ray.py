@@ -179,3 +179,34 @@ def test_an_unreachable_head_is_refused_in_seconds(tmp_path, address, words, cap
     assert _bench(tmp_path, tmp_path / "out", "--ray", address) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
+
+
+@needs_ray
+def test_a_port_that_is_no_ray_head_is_refused_in_seconds(tmp_path, capsys):
+    """An HTTP server at the address: Ray retried it for minutes, printing its own warnings."""
+    import http.server
+    import threading
+    import time
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):            # its log would share stderr with the refusal
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        start = time.monotonic()
+        assert _bench(tmp_path, tmp_path / "out", "--ray", f"127.0.0.1:{server.server_port}") == 2
+        assert time.monotonic() - start < 30
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "but not a Ray head (it does not speak gRPC)" in err[0], err
+
+
+@needs_ray
+def test_a_ray_heads_address_passes_the_check(cluster):
+    """The check must let a real head through: the test cluster's GCS answers HTTP/2."""
+    import ray
+
+    from specviz.bench.cluster import _check_reachable
+    _check_reachable(ray.get_runtime_context().gcs_address)

@@ -163,10 +163,37 @@ def _check_reachable(address: str, seconds: float = 5.0) -> None:
         raise ClusterError(f"--ray: expected HOST:PORT of a Ray head node (e.g. 10.0.0.1:6379) or "
                            f"auto, got {address!r}")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds) as conn:
+            answer = _http2_answer(conn, seconds)
     except OSError as err:
         raise ClusterError(f"--ray: nothing answers at {address} ({err.strerror or err}); start the "
                            "head with `ray start --head --port=6379`, or give --ray auto") from None
+    if answer is None:        # Ray would retry for minutes, printing its own warnings
+        raise ClusterError(f"--ray: something answers at {address}, but not a Ray head (it does not speak "
+                           "gRPC); give the head's GCS address (`ray start --head` prints it), or --ray auto")
+
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SETTINGS_FRAME = 0x04
+
+
+def _http2_answer(conn: socket.socket, seconds: float) -> bytes | None:
+    """The first frame header a server sends after HTTP/2's connection preface, or None when
+    its answer is no HTTP/2 SETTINGS frame: a Ray head's GCS (and Ray Client's server) speak gRPC
+    over HTTP/2, and every HTTP/2 server opens with SETTINGS (RFC 9113, 3.4); an HTTP/1 server,
+    a database or a closed socket does not."""
+    conn.settimeout(seconds)
+    conn.sendall(HTTP2_PREFACE)
+    header = b""
+    try:
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                break
+            header += chunk
+    except OSError:                                     # a timeout: it said nothing
+        return None
+    return header if len(header) == 9 and header[3] == SETTINGS_FRAME else None
 
 
 def _cause(err: Exception) -> Exception:
