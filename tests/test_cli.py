@@ -109,7 +109,8 @@ def call(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
 ])
 def test_bad_input_names_the_field(capsys: pytest.CaptureFixture, args: list[str], field: str,
                                    allowed: str) -> None:
-    code, out, err = call(capsys, "generate", "--model", "tiny-random", *args)
+    model = () if "--model" in args else ("--model", "tiny-random")
+    code, out, err = call(capsys, "generate", *model, *args)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1, err

@@ -183,6 +183,9 @@ def test_gpu_names_are_checked_against_the_gpus_torch_sees(two_gpus):
     with pytest.raises(placement.DeviceMapError, match="GPU 2 asked for, but torch sees 2 GPUs"):
         placement.device_name("cuda:2")
     assert placement.parse_max_memory("0=20GiB, 1=20GiB,cpu=60GiB") == {0: "20GiB", 1: "20GiB", "cpu": "60GiB"}
+    for twice in ("cpu=1GB,cpu=2GB", "0=1GB,cuda:0=2GB"):     # the last size won, unsaid
+        with pytest.raises(placement.DeviceMapError, match="is given twice"):
+            placement.parse_max_memory(twice)
 
 
 def test_execution_devices_follow_accelerates_rule(single):

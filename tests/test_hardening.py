@@ -541,7 +541,7 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                  ("questions", "is a directory")),
     "glide checkpoint /dev/zero": ((*GEN, "--drafter", "glide", "--set", "checkpoint=/dev/zero"),
                                    ("checkpoint", "not a regular file")),
-    "prompt with an undecodable byte": ((*GEN, "--prompt", "hi\udcff"), ("message", "not valid Unicode", "character 2")),
+    "prompt with an undecodable byte": ((*GEN[:-2], "--prompt", "hi\udcff"), ("message", "not valid Unicode", "character 2")),
     "stop string with an undecodable byte": ((*GEN, "--stop", "end\udcff"), ("--stop", "not valid Unicode")),
     "index corpus not UTF-8": (("index", "build", "--kind", "suffix", "--model", "tiny-random", "--out",
                                 "{fresh}-ix", "--corpus", "{latin1}"), ("corpus", "not UTF-8")),

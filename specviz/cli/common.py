@@ -15,10 +15,44 @@ EXIT_BROKEN_PIPE = 141     # as a process killed by SIGPIPE
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and exit 2) instead of usage + error."""
+    """argparse, but a usage error is one line (and exit 2) instead of usage + error, and an
+    option that takes one value refuses a second one (argparse keeps the last, unsaid: `--export
+    specbench A --export specbench B` wrote B only). Repeatable options (--set, --stop, ...) are
+    `append` actions and stay repeatable."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._refuse_repeats(list(sys.argv[1:] if args is None else args))
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_repeats(self, tokens: list[str]) -> None:
+        """UsageError when one single-valued option of this parser is given twice with different
+        values (by any of its spellings, e.g. an old name and its new one): argparse would keep
+        the last, unsaid. Each (sub)parser checks its own options: argparse hands a subcommand its
+        own tokens."""
+        from .errors import UsageError
+
+        single = {flag: action for action in self._actions if type(action) in (argparse._StoreAction, RenamedFlag)
+                  for flag in action.option_strings}
+        given: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for i, token in enumerate(tokens):
+            if token == "--":
+                break
+            flag, eq, inline = token.partition("=")
+            action = single.get(flag)
+            if action is None:
+                continue
+            width = action.nargs if isinstance(action.nargs, int) else 1
+            value = (inline,) if eq else tuple(tokens[i + 1:i + 1 + width])
+            first = given.setdefault(action.dest, (flag, value))
+            if first[1] != value:
+                def shown(name: str, words: tuple[str, ...]) -> str:
+                    text = " ".join(words)
+                    return f"{name} {text if len(text) <= 40 else text[:37] + '...'}"
+                raise UsageError(f"{flag}: given twice ({shown(*first)} and {shown(flag, value)}); give it once")
 
 
 class RenamedFlag(argparse.Action):

@@ -108,6 +108,8 @@ def parse_max_memory(text: str | None) -> dict[DeviceName, str] | None:
         if not sep or not key.strip() or not size.strip():
             raise DeviceMapError(f"max_memory: expected DEVICE=SIZE pairs like 0=20GiB,cpu=60GiB, got {part.strip()!r}")
         dev = device_name(key.strip(), "max_memory")
+        if dev in out:
+            raise DeviceMapError(f"max_memory: {key.strip()} is given twice (as {dev!r}); give each device one size")
         try:
             if convert_file_size_to_int(size.strip()) <= 0:
                 raise ValueError
