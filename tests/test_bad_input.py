@@ -265,6 +265,10 @@ def _edit(d: dict[str, Any], change: str) -> dict[str, Any]:
         s0["wall"] = float("nan")
     elif change == "length past the text":
         s0["committed_len"] = 10**12
+    elif change == "probability above 1":
+        s0["target_prob"][0] = 5.0
+    elif change == "negative temperature":
+        d["decoding"]["temperature"] = -1.0
     return d
 
 
@@ -272,7 +276,9 @@ def _edit(d: dict[str, Any], change: str) -> dict[str, Any]:
     ("accepted out of range", "steps[0].accepted"), ("id missing from token_text", "token_text"),
     ("negative length", "committed_len"), ("string for a number", "totals.seconds"),
     ("duplicate step", "steps[1]"), ("negative token id", "prompt_ids[0]"), ("nan timing", "steps[0].wall"),
-    ("length past the text", "steps[0].committed_len: 1000000000000, but the prompt and the earlier steps")])
+    ("length past the text", "steps[0].committed_len: 1000000000000, but the prompt and the earlier steps"),
+    ("probability above 1", "steps[0].target_prob[0]: must be <= 1"),
+    ("negative temperature", "decoding.temperature: must be >= 0")])
 def test_trace_values_are_checked(good_trace: dict[str, Any], change: str, words: str) -> None:
     Trace.from_dict(good_trace)                                # the unedited trace loads
     with pytest.raises(TraceFormatError, match=None) as info:
