@@ -191,3 +191,29 @@ def test_a_missing_default_index_is_refused_with_its_build_command(monkeypatch, 
     msg = str(err.value)
     assert "python -m specviz index build --kind suffix,trigram" in msg and "--model tiny-random" in msg
     assert str(tmp_path / "index") in msg and not any((tmp_path / "index").glob("*/manifest.json"))
+
+
+class _WordTokenizer(_FakeTokenizer):
+    """'a' -> 0, 'b' -> 1, word by word."""
+    def __call__(self, texts, add_special_tokens=False):
+        return {"input_ids": [[0 if w == "a" else 1 for w in t.split()] for t in texts]}
+
+
+def test_parts_of_another_corpus_are_refused_and_fresh_replaces_the_index(tmp_path):
+    """One manifest names one corpus: the suffix or trigram part from another corpus, or another
+    limit of it, is refused naming both; `fresh` (index build --overwrite) rebuilds the folder's
+    index whole, removing the files of the parts it does not build."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("a b a\n\nb a b\n", encoding="utf-8")
+    b.write_text("b b a\n", encoding="utf-8")
+    tok = _WordTokenizer()
+    build_corpus_parts(tmp_path / "idx", ("trigram",), tok, 2, corpus=str(a))
+    with pytest.raises(IndexFileError, match=f"trigram part was built from {a}, not {b}.*--overwrite"):
+        build_corpus_parts(tmp_path / "idx", ("suffix",), tok, 2, corpus=str(b))
+    with pytest.raises(IndexFileError, match=f"all the documents of {a}, not --limit 1"):
+        build_corpus_parts(tmp_path / "idx", ("suffix",), tok, 2, corpus=str(a), limit=1)
+    manifest = build_corpus_parts(tmp_path / "idx", ("suffix",), tok, 2, corpus=str(a))
+    assert set(manifest["parts"]) == {"suffix", "trigram"} and manifest["corpus"]["origin"] == str(a)
+    manifest = build_corpus_parts(tmp_path / "idx", ("suffix",), tok, 2, corpus=str(b), fresh=True)
+    assert set(manifest["parts"]) == {"suffix"} and manifest["corpus"]["documents"] == 1
+    assert not list((tmp_path / "idx").glob("trigram_*.npy")) and load_index(tmp_path / "idx").suffix is not None

@@ -141,3 +141,75 @@ def test_prompt_still_works_without_index(capsys: pytest.CaptureFixture) -> None
                      "--no-stream"])
     out = capsys.readouterr().out
     assert code == 0 and "[3 tokens," in out
+
+
+def _passages(out: Path, *extra: str, docs: Path = DEMO) -> list[str]:
+    return ["index", "build", "--kind", "passages", "--docs", str(docs), "--embedder", "hashing", "--out", str(out),
+            *extra]
+
+
+def test_index_build_out_holding_another_index_or_files(tmp_path: Path, hashing_index: Path) -> None:
+    """A passage index never replaces a corpus index's manifest or the user's files (even with
+    --overwrite); a passage index already there is replaced only with --overwrite."""
+    from tests.conftest import assert_one_line_refusal, run_cli_here
+    from specviz.index.store import FORMAT
+
+    corpus_index = tmp_path / "corpus-index"
+    corpus_index.mkdir()
+    held = {"format": FORMAT, "version": 1, "tokenizer": {"name": "t", "vocab_size": 8, "fingerprint": "f"},
+            "corpus": None, "parts": {"suffix": {}}}
+    (corpus_index / "manifest.json").write_text(json.dumps(held), encoding="utf-8")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "draft.txt").write_text("my own notes", encoding="utf-8")
+    for extra in ((), ("--overwrite",)):
+        assert_one_line_refusal(run_cli_here(*_passages(corpus_index, *extra)),
+                                ["--out:", "holds a corpus index (suffix)", "choose another --out"])
+        assert_one_line_refusal(run_cli_here(*_passages(tmp_path / "mine", *extra)),
+                                ["--out:", "holds files that are no specviz index (draft.txt)"])
+    assert json.loads((corpus_index / "manifest.json").read_text()) == held
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["draft.txt"]
+    assert_one_line_refusal(run_cli_here(*_passages(hashing_index, "--chunk-chars", "300")),
+                            ["--out:", "already holds a passage index", "add --overwrite"])
+    assert PassageIndex.load(hashing_index).manifest.chunking["chunk_chars"] == 500
+    again = tmp_path / "again"
+    assert run_cli_here(*_passages(again)).returncode == 0
+    proc = run_cli_here(*_passages(again, "--chunk-chars", "300", "--overwrite"))
+    assert proc.returncode == 0, proc.stderr
+    assert PassageIndex.load(again).manifest.chunking["chunk_chars"] == 300
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--corpus", "x.txt"], ["--corpus: only --kind suffix, trigram or model-db uses it", "--docs"]),
+    (["--model", "tiny-random"], ["--model: only --kind suffix, trigram or model-db"]),
+    (["--max-span", "4"], ["--max-span: only --kind suffix"]),
+    (["--kind", "passages,passages"], ["--kind: passages given twice"]),
+])
+def test_index_build_passages_refuses_corpus_flags(tmp_path: Path, argv: list[str], words: list[str]) -> None:
+    from tests.conftest import assert_one_line_refusal, run_cli_here
+    args = _passages(tmp_path / "out")
+    if argv[0] == "--kind":                               # in place of --kind passages
+        args, argv = args[:2] + argv + args[4:], []
+    assert_one_line_refusal(run_cli_here(*args, *argv), words)
+
+
+def test_index_build_docs_folder_without_documents_says_what_it_holds(tmp_path: Path) -> None:
+    from tests.conftest import assert_one_line_refusal, run_cli_here
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "g.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    for folder, said in (("other", "(it holds g.json)"), ("empty", "(it is empty)"), ("none", "no such file or folder")):
+        assert_one_line_refusal(run_cli_here(*_passages(tmp_path / "out", docs=tmp_path / folder)), [said])
+
+
+def test_index_build_small_ivfpq_says_so_once(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """IVF-PQ on fewer chunks than FAISS's k-means asks for: one note, not a FAISS warning per
+    sub-quantizer (96 lines) on the process's stderr."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(6):
+        (docs / f"d{i}.txt").write_text(f"Document {i} tells of lanterns, harbours and kettles. " * 3, encoding="utf-8")
+    assert cli.main(_passages(tmp_path / "out", "--index-type", "ivfpq", docs=docs)) == 0
+    out, err = capfd.readouterr()
+    assert "WARNING clustering" not in err, err[:500]
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and "fewer than the 78 FAISS asks for" in notes[0] and "kind=ivfpq" in out, err

@@ -57,20 +57,30 @@ def count_ngrams(outputs: Iterable[Sequence[int]], n: int) -> Counter:
     return counter
 
 
+PROMPT_TOKENS = 768          # a chat prompt keeps at most its last 768 tokens
+
+
+def prompt_ids(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
+    """The token ids generate_outputs gives the target for each chat prompt (chat template
+    applied, at most the last PROMPT_TOKENS), e.g. to check that they and the answers fit the
+    model's context before generating."""
+    from ..models.prompts import build_prompt
+
+    return [list(build_prompt(tokenizer, p).ids)[-PROMPT_TOKENS:] for p in prompts]
+
+
 def generate_outputs(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 8,
                      progress: Callable[[int], None] | None = None) -> list[list[int]]:
     """Greedy answers of the target to chat prompts, in left-padded batches (one forward per
     token serves the whole batch; on CPU a batch of 8 costs about what one row does)."""
     import torch
 
-    from ..models.prompts import build_prompt
-
     tok = lm.tokenizer
     eos = sorted(lm.eos_ids)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     outputs: list[list[int]] = []
     for start in range(0, len(prompts), batch_size):
-        batch = [list(build_prompt(tok, p).ids)[-768:] for p in prompts[start: start + batch_size]]
+        batch = prompt_ids(tok, prompts[start: start + batch_size])
         width = max(map(len, batch))
         ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch], device=lm.device)
         mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch], device=lm.device)

@@ -160,6 +160,21 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
+def manifest_format(folder: Path) -> str | None:
+    """The `format` named by `folder`/manifest.json (FORMAT for a corpus index, the passage
+    index's own for one of those), "" for a manifest.json that names none or cannot be read,
+    None where there is no manifest.json. For `index build` to see what an --out folder holds."""
+    path = _manifest_path(folder)
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        manifest = read_json_file(path, f"{path}", limit=MANIFEST_LIMIT_BYTES)
+    except FileCheckError:
+        return ""
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    return fmt if isinstance(fmt, str) else ""
+
+
 def _load_array(folder: Path, name: str, kind: str) -> np.ndarray:
     path = folder / name
     if not path.is_file():
@@ -285,16 +300,73 @@ def _save(folder: Path, arrays: dict[str, np.ndarray]) -> int:
     return size
 
 
-def _start_manifest(folder: Path, ident: dict[str, Any]) -> dict[str, Any]:
-    """The existing manifest if it is for the same tokenizer; else a new one (refuse mixing)."""
-    if _manifest_path(folder).is_file():
+def start_manifest(folder: Path, ident: dict[str, Any], fresh: bool = False) -> dict[str, Any]:
+    """The existing manifest if it is for the same tokenizer; else a new one (refuse mixing).
+    `fresh` (index build --overwrite): always a new one, whatever the folder held."""
+    if not fresh and _manifest_path(folder).is_file():
         manifest = read_manifest(folder)
         if manifest["tokenizer"].get("fingerprint") != ident["fingerprint"]:
             raise IndexFileError(f"corpus_index: {folder} holds an index for tokenizer "
                               f"{manifest['tokenizer'].get('name')!r}; give another --out for "
-                              f"{ident['name']!r}")
+                              f"{ident['name']!r}, or add --overwrite to rebuild every part of it")
         return manifest
     return {"format": FORMAT, "version": VERSION, "tokenizer": ident, "corpus": None, "parts": {}}
+
+
+def corpus_origin(corpus: str) -> str:
+    """What a corpus index records of where its text came from: 'sharegpt', or the file's absolute path."""
+    return corpus if corpus == SHAREGPT else str(Path(corpus).expanduser().resolve())
+
+
+def _recorded_origin(info: dict[str, Any]) -> str:
+    """corpus_origin of a manifest's corpus (its 'source' for manifests written before 'origin')."""
+    if isinstance(info.get("origin"), str):
+        return info["origin"]
+    source = str(info.get("source", ""))
+    if source.startswith(SHAREGPT + " (") or source == "token ids":
+        return source.split(" (")[0]
+    return corpus_origin(source) if source else ""
+
+
+def check_same_corpus(manifest: dict[str, Any], folder: Path, kinds: Iterable[str], origin: str,
+                      limit: int) -> None:
+    """IndexFileError when the suffix or trigram part would be built into `folder` from another
+    corpus (or another --limit of it) than the parts already there: one manifest names one corpus,
+    and the drafters would read statistics of two texts as one. Scope: the corpus parts only; a
+    model-db records its own prompts' corpus in its part."""
+    info = manifest.get("corpus")
+    held = [k for k in ("suffix", "trigram") if k in manifest.get("parts", {})]
+    if not isinstance(info, dict) or not held or not {"suffix", "trigram"} & set(kinds):
+        return
+    mine = _recorded_origin(info)
+    built = f"{' and '.join(held)} {'part was' if len(held) == 1 else 'parts were'} built from"
+    rebuild = "add --overwrite to rebuild every part of the index, or choose another --out"
+    if mine != origin:
+        raise IndexFileError(f"--corpus: {folder} holds a corpus index whose {built} {mine}, not {origin}; "
+                             f"one index holds one corpus: give --corpus {mine}, {rebuild}")
+    if isinstance(info.get("limit"), int) and info["limit"] != limit:
+        read = f"the first {info['limit']} documents" if info["limit"] else "all the documents"
+        raise IndexFileError(f"--limit: {folder} holds a corpus index whose {built} {read} of {mine}, "
+                             f"not --limit {limit}; give --limit {info['limit']}, {rebuild}")
+
+
+def _drop_stale_parts(folder: Path, old: dict[str, Any] | None, manifest: dict[str, Any]) -> None:
+    """After a fresh build (--overwrite): remove the files of the parts the old manifest listed
+    and the new one does not (only the file names a part of this format has)."""
+    for kind in (old or {}).get("parts", {}):
+        if kind in FILES and kind not in manifest["parts"]:
+            for name in FILES[kind]:
+                (folder / name).unlink(missing_ok=True)
+
+
+def _old_manifest(folder: Path, fresh: bool) -> dict[str, Any] | None:
+    """The manifest a fresh build replaces (None if none, or one that cannot be read)."""
+    if not fresh or not _manifest_path(folder).is_file():
+        return None
+    try:
+        return read_manifest(folder)
+    except IndexFileError:
+        return None
 
 
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
@@ -306,14 +378,18 @@ def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 def build_corpus_parts(folder: str | Path, kinds: Iterable[str], tokenizer: Any, vocab_size: int,
                        corpus: str = SHAREGPT, limit: int = 0, max_span: int = MAX_SPAN,
                        trigram_top: int = 12, tokens: np.ndarray | None = None,
-                       stats: CorpusStats | None = None) -> dict[str, Any]:
+                       stats: CorpusStats | None = None, fresh: bool = False) -> dict[str, Any]:
     """Build the suffix and/or trigram parts from a corpus (or from given token ids) into
-    `folder`; returns the manifest. One tokenization pass serves both parts."""
+    `folder`; returns the manifest. One tokenization pass serves both parts. The parts already
+    in `folder` must be of the same tokenizer and corpus; `fresh` replaces the index whole."""
     kinds = [k for k in kinds if k in ("suffix", "trigram")]
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     ident = tokenizer_identity(tokenizer, vocab_size)
-    manifest = _start_manifest(folder, ident)
+    old = _old_manifest(folder, fresh)
+    manifest = start_manifest(folder, ident, fresh)
+    origin = "token ids" if tokens is not None else corpus_origin(corpus)
+    check_same_corpus(manifest, folder, kinds, origin, limit)
     t0 = time.perf_counter()
     if tokens is None:
         docs, stats = open_corpus(corpus, limit)
@@ -328,7 +404,8 @@ def build_corpus_parts(folder: str | Path, kinds: Iterable[str], tokenizer: Any,
         raise IndexFileError(f"corpus_index: token id {int(tokens.max())} >= the vocabulary size {vocab_size}")
     t_tok = time.perf_counter() - t0
     corpus_info = stats.to_dict() if stats else {"source": "token ids"}
-    corpus_info.update(tokens=int((tokens != SEP).sum()), tokenize_seconds=round(t_tok, 2))
+    corpus_info.update(origin=origin, limit=int(limit), tokens=int((tokens != SEP).sum()),
+                       tokenize_seconds=round(t_tok, 2))
     manifest["corpus"] = corpus_info
     if "suffix" in kinds:
         t1 = time.perf_counter()
@@ -349,18 +426,24 @@ def build_corpus_parts(folder: str | Path, kinds: Iterable[str], tokenizer: Any,
                                         "top_k": trigram_top, "bytes": size,
                                         "build_seconds": round(time.perf_counter() - t1 + t_tok, 2)}
     _write_manifest(folder, manifest)
+    _drop_stale_parts(folder, old, manifest)
     return manifest
 
 
-def save_model_db(folder: str | Path, db: ModelDB, ident: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+def save_model_db(folder: str | Path, db: ModelDB, ident: dict[str, Any], info: dict[str, Any],
+                  fresh: bool = False) -> dict[str, Any]:
+    """Write the model-db part into `folder` (beside the parts there, for the same tokenizer;
+    `fresh`: replacing the index whole)."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = _start_manifest(folder, ident)
+    old = _old_manifest(folder, fresh)
+    manifest = start_manifest(folder, ident, fresh)
     size = _save(folder, {"modeldb_grams.npy": db.grams, "modeldb_counts.npy": db.counts,
                           "modeldb_first.npy": db.first})
     manifest["parts"]["model-db"] = {"files": list(FILES["model-db"]), "entries": len(db), "n": db.n,
                                      "bytes": size, **info}
     _write_manifest(folder, manifest)
+    _drop_stale_parts(folder, old, manifest)
     return manifest
 
 

@@ -103,6 +103,16 @@ def load_file(path: Path, name: str | None = None) -> list[Document]:
     return _file_documents(_read(path, name), name, suffix)
 
 
+def _what_it_holds(root: Path) -> str:
+    """A few of the files in a folder without documents, for the refusal: "it is empty" or
+    "it holds g.json, notes.pdf and 3 more"."""
+    others = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    if not others:
+        return "it is empty" + (", but for folders" if any(root.iterdir()) else "")
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    return f"it holds {shown}"
+
+
 def load_documents(path: str | Path) -> list[Document]:
     """Documents from a file or a folder (searched recursively for .txt, .md and .jsonl)."""
     root = Path(path).expanduser()
@@ -115,7 +125,8 @@ def load_documents(path: str | Path) -> list[Document]:
                             "or socket); give a .txt, .md or .jsonl file or a folder of them")
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
     if not files:
-        raise DocumentError(f"documents: the folder {str(path)!r} has no {', '.join(SUFFIXES)} files")
+        raise DocumentError(f"documents: the folder {str(path)!r} has no {', '.join(SUFFIXES)} files "
+                            f"({_what_it_holds(root)}); give a folder of documents or one file")
     docs: list[Document] = []
     for file in files:
         docs.extend(load_file(file, str(file.relative_to(root))))

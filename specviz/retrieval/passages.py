@@ -8,18 +8,54 @@
 """
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import time
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 from .chunks import Chunk, ChunkingConfig, chunk_documents
 from .documents import Document, require_documents
 from .embed import Embedder
 from .errors import DocumentError, IndexMismatchError, QuestionError, checked_question
-from .faiss_index import IndexConfig, PassageIndex, build_faiss, make_manifest, resolve
+from .faiss_index import IndexConfig, IndexParams, PassageIndex, build_faiss, make_manifest, resolve
 from .rerank import Reranker, rerank
 
 Progress = Callable[[float, str], None]        # (fraction done, what is happening)
 MAX_K = 50
+POINTS_PER_CENTROID = 39           # FAISS's k-means warns below this many training vectors per centroid
+FAISS_SMALL_SET = "WARNING clustering "
+
+
+def training_points(params: IndexParams) -> int:
+    """The training vectors FAISS asks for to build `params` without its small-set warnings
+    (39 per centroid of the IVF lists and of each PQ sub-quantizer); 0 for a flat index."""
+    if params.kind != "ivfpq":
+        return 0
+    return POINTS_PER_CENTROID * max(params.nlist, 1 << params.nbits)
+
+
+@contextmanager
+def _without_small_set_warnings() -> Iterator[None]:
+    """FAISS prints "WARNING clustering N points to K centroids ..." from C++ on the process's
+    stderr once per k-means (96 sub-quantizers: 96 lines) when a collection is smaller than
+    training_points; the caller says it once. Scope: file descriptor 2 while the index trains;
+    every other line written there meanwhile is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            rest = [line for line in caught.read().decode("utf-8", "replace").splitlines(keepends=True)
+                    if not line.startswith(FAISS_SMALL_SET)]
+            if rest:
+                sys.stderr.write("".join(rest))
 
 
 def build_passage_index(docs: Sequence[Document], embedder: Embedder,
@@ -45,7 +81,11 @@ def build_passage_index(docs: Sequence[Document], embedder: Embedder,
                               progress=lambda done, total: say(0.9 * done / max(1, total),
                                                                f"embedded {done}/{total} chunks"))
     say(0.9, f"building the {params.kind} index")
-    index = build_faiss(vectors, params)
+    if training_points(params) > len(chunks):         # the caller reads the shortfall off the manifest
+        with _without_small_set_warnings():
+            index = build_faiss(vectors, params)
+    else:
+        index = build_faiss(vectors, params)
     say(1.0, "done")
     manifest = make_manifest(embedder.model_id, embedder.dim, chunking, params, chunks,
                              [d.source for d in docs], time.perf_counter() - started)
