@@ -335,8 +335,9 @@ def test_train_heads_cli(tmp_path, capsys):
     data = tmp_path / "d.txt"
     data.write_text("One small text about cats and dogs.\n\nAnother one, about the sea and the sky.\n" * 3)
     out, cache = tmp_path / "m.pt", tmp_path / "tc"
-    common = ["--model", "tiny-random", "--data", str(data), "--batch", "1", "--seq-len", "8", "--vocab", "40",
-              "--threads", "1", "--target-cache", str(cache), "--out", str(out)]
+    base = ["--model", "tiny-random", "--data", str(data), "--batch", "1", "--seq-len", "8", "--vocab", "40",
+            "--threads", "1"]
+    common = [*base, "--target-cache", str(cache), "--out", str(out)]
     assert main(["train-heads", "--kind", "medusa", *common, "--steps", "2", "--held-out", "1"]) == 0
     said = capsys.readouterr().out
     assert "saved" in said and "held-out top-1 per head" in said and (cache / "batch-000001.pt").is_file()
@@ -350,7 +351,8 @@ def test_train_heads_cli(tmp_path, capsys):
     for n, (args, needle) in enumerate(((["--steps", "0"], "steps"), (["--held-out", "-1"], "held_out"),
                                         (["--vocab", "999999"], "vocab"),
                                         (["--seq-len", "4096", "--held-out", "0"], "no training batches"))):
-        assert main(["train-heads", *common, "--target-cache", str(tmp_path / f"e{n}"),
+        given = [word for k in range(0, len(base), 2) if base[k] not in args for word in base[k:k + 2]]
+        assert main(["train-heads", *given, "--target-cache", str(tmp_path / f"e{n}"),
                      "--out", str(tmp_path / f"e{n}.pt"), *args]) == 2
         assert needle in capsys.readouterr().err
 

@@ -64,14 +64,19 @@ def test_cpu_linear_is_an_explicit_option_recorded_in_the_trace():
     assert type(trace).from_json(trace.to_json()).runtime == off.runtime
 
 
-def test_cpu_linear_on_needs_a_cpu_device():
+def test_cpu_linear_on_needs_a_cpu_device(monkeypatch):
     from specviz.models import cpu_linear_option
 
     assert [cpu_linear_option(t) for t in ("auto", "on", "off")] == [None, True, False]
     with pytest.raises(ModelLoadError, match="cpu_linear: must be one of auto, on, off"):
         cpu_linear_option("yes")
-    with pytest.raises(ModelLoadError, match="cpu_linear: on is for a CPU device.*meta"):
-        load_model("tiny-random", device="meta", cpu_linear=True)     # refused before any load
+    with pytest.raises(ModelLoadError, match="unknown device 'meta'"):     # not a device specviz runs on
+        load_model("tiny-random", device="meta", cpu_linear=True)
+    with monkeypatch.context() as m:                              # a GPU, as torch would see one
+        m.setattr(torch.cuda, "is_available", lambda: True)
+        m.setattr(torch.cuda, "device_count", lambda: 1)
+        with pytest.raises(ModelLoadError, match="cpu_linear: on is for a CPU device.*cuda"):
+            load_model("tiny-random", device="cuda", cpu_linear=True)     # refused before any load
     if torch.cuda.is_available():
         with pytest.raises(ModelLoadError, match="cpu_linear: on is for a CPU device"):
             load_model("tiny-random", device="cuda", cpu_linear=True)

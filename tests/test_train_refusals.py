@@ -54,8 +54,15 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(specviz.models, "load_model", refuse)
 
 
+def small(*args: str) -> tuple[str, ...]:
+    """RUN's flags that `args` does not give, then `args` (an option is given once: the CLI
+    refuses one given twice with two values)."""
+    pairs = [RUN[i:i + 2] for i in range(0, len(RUN), 2)]
+    return (*(word for pair in pairs if pair[0] not in args for word in pair), *args)
+
+
 def run(command: str, made: dict[str, Path], *args: str) -> subprocess.CompletedProcess:
-    return run_cli_here(command, *RUN, *COMMANDS[command], "--data", str(made["data"]), *args)
+    return run_cli_here(command, *small(*COMMANDS[command], "--data", str(made["data"]), *args))
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
@@ -190,8 +197,8 @@ def test_glide_replays_short_data_as_the_heads_do(made: dict, tmp_path: Path) ->
 def test_held_out_that_takes_all_the_data_says_so(command: str, tmp_path: Path) -> None:
     short = tmp_path / "short.txt"
     short.write_text("One small text about cats and dogs.\n\nAnother one, about the sea and the sky.\n")
-    proc = run_cli_here(command, *RUN, *COMMANDS[command], "--held-out", "4", "--data", str(short),
-                        "--out", str(tmp_path / ("e" if command == "train-eagle" else "x.pt")))
+    proc = run_cli_here(command, *small(*COMMANDS[command], "--held-out", "4", "--data", str(short),
+                        "--out", str(tmp_path / ("e" if command == "train-eagle" else "x.pt"))))
     assert_one_line_refusal(proc, ("data", "--held-out 4 took every batch", "smaller --held-out"))
 
 

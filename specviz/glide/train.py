@@ -40,7 +40,7 @@ from . import checkpoint as ckpt
 from .model import GlideDraft, GlideSpec
 from .target_pass import TargetCache, TargetPass, target_pass
 from .train_kit import (StepLoss, TrainSchedule, after_step, check_least, check_weight, lr_at, no_training_batches,
-                        optimise, optimiser_for, progress_bar, resume_state, resuming, saving_on_interrupt,
+                        optimise, optimiser_for, progress_bar, resume_state, resumed_blob, saving_on_interrupt,
                         shortlist_from, start_run)
 
 LABELS = ("data", "target")
@@ -220,10 +220,8 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     scaler = torch.amp.GradScaler(device.type, enabled=autocast == torch.float16)   # off: a pass-through
     start_step, consumed, history = 0, 0, []
     source_iter: Iterator[torch.Tensor] = iter(batch_source)
-    if resuming(resume, out):
-        assert out is not None                      # resuming() refuses a missing one
-        blob = ckpt.read(out)
-        ckpt.check_target(blob["manifest"], target, target_id, out)
+    blob = resumed_blob(ckpt, resume, out, target, target_id)
+    if blob is not None:
         if GlideSpec(**blob["manifest"]["glide"]) != spec:
             raise ConfigError("resume", f"{out} has another draft architecture "
                                         f"({blob['manifest']['glide']}); start a new --out")

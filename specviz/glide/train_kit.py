@@ -114,6 +114,17 @@ def resuming(resume: bool, out: str | Path | None, held: Callable[[Path], bool] 
     return True
 
 
+def resumed_blob(ckpt: Any, resume: bool, out: str | Path | None, target: Any, target_id: str) -> Any:
+    """The checkpoint file a run continues, read and checked to be for this target by `ckpt`
+    (glide/ or heads/checkpoint: read, check_target); None for a fresh run (see resuming)."""
+    if not resuming(resume, out):
+        return None
+    assert out is not None                          # resuming() refuses a missing one
+    blob = ckpt.read(out)
+    ckpt.check_target(blob["manifest"], target, target_id, out)
+    return blob
+
+
 def start_run(cfg: TrainSchedule, target: Any) -> int:
     """A training run's start: `cfg` checked, torch seeded with cfg.seed, and the target frozen
     (no gradients, eval mode). Returns the target's vocabulary size; ConfigError when the

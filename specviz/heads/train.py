@@ -32,7 +32,7 @@ import torch
 from ..errors import ConfigError
 from ..glide.target_pass import TargetCache, TargetPass
 from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, optimiser_for, replay, resume_state,
-                               resuming, run_steps, shortlist_from, start_run, weighted_mean)
+                               resumed_blob, run_steps, shortlist_from, start_run, weighted_mean)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -129,11 +129,9 @@ def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: Head
     device, opt = optimiser_for(heads, target, cfg.lr)
     source_iter: Iterator[torch.Tensor] = iter(source)
     step, history = 0, []
-    if resuming(resume, out):
-        assert out is not None                      # resuming() refuses a missing one
-        blob = ckpt.read(out)
-        ckpt.check_target(blob["manifest"], target, target_id, out)
-        if ckpt.spec_of(blob["manifest"], out) != spec:
+    blob = resumed_blob(ckpt, resume, out, target, target_id)
+    if blob is not None:
+        if ckpt.spec_of(blob["manifest"], str(out)) != spec:
             raise ConfigError("resume", f"{out} holds other heads ({blob['manifest']['heads']}); start a new --out")
         training = resume_state(blob, heads, opt)
         step = int(training.get("step", 0))
