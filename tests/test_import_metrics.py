@@ -343,3 +343,10 @@ def test_the_web_k_box_takes_whole_numbers_only(value):
     with pytest.raises(MetricsImportError, match="k: must be a whole number >= 1"):
         spec_tokens_of(value)
     assert spec_tokens_of(3.0) == 3 and spec_tokens_of(None) is None
+
+
+def test_a_k_given_for_a_v1_dump_is_said_to_be_unused():
+    """V1 counts its drafts: --spec-tokens changes nothing there, and the output says so."""
+    plain, given = parse_text(VLLM_V1, "v1.txt"), parse_text(VLLM_V1, "v1.txt", spec_tokens=3)
+    assert given.acceptance_length == plain.acceptance_length and not plain.notes
+    assert given.notes == ("k = 3 (--spec-tokens) is not used: vLLM V1 counts its drafts",)

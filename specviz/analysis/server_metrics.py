@@ -209,8 +209,9 @@ def _vllm(by: Mapping[str, list[Sample]], source: str, spec_tokens: int | None) 
         per_pos = _per_position(by.get(VLLM_PER_POS, []), drafts)
         length = 1 + accepted / drafts if drafts else None
         rate = accepted / draft_tokens if draft_tokens else None
+        notes = (f"k = {spec_tokens} (--spec-tokens) is not used: vLLM V1 counts its drafts",) if spec_tokens else ()
         return SpecMetrics("vllm", "vllm-v1-prometheus", source, length, rate, per_pos, drafts, draft_tokens,
-                           accepted)
+                           accepted, notes)
     if VLLM_PER_POS in by:
         raise MetricsImportError(f"metrics: {VLLM_PER_POS} without {VLLM_DRAFTS}: the dump looks truncated")
     # V0: counters of draft / accepted / emitted tokens and two gauges; no draft count
