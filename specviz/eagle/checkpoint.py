@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from ..glide.checkpoint import CheckpointError, build_checked, check_fingerprint, check_identity
+from ..glide.checkpoint import (CheckpointError, build_checked, check_fingerprint, check_identity,
+                                shown_value)
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
@@ -132,11 +133,6 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"checkpoint: {str(folder)!r} has neither {' nor '.join(WEIGHT_FILES)}")
 
 
-def _value(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _need(cfg: dict[str, Any], key: str, where: str, default: Any = None, prefix: str = "") -> int:
     """config.json field `key` (under `prefix`), a positive whole number; `default` when absent
     (or null) and a default is given."""
@@ -146,7 +142,7 @@ def _need(cfg: dict[str, Any], key: str, where: str, default: Any = None, prefix
     if value is None:
         raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is missing")
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {_value(value)}; "
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {shown_value(value)}; "
                               "it must be a positive whole number")
     return value
 
@@ -157,7 +153,7 @@ def _positive(cfg: dict[str, Any], key: str, where: str, default: float, prefix:
     if value is None:
         value = default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {_value(value)}; "
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {shown_value(value)}; "
                               "it must be a positive number")
     return float(value)
 
@@ -171,7 +167,7 @@ def _rope_scaling(layer: dict[str, Any], where: str, prefix: str) -> str:
 
     kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
     if kind not in ("default", *ROPE_INIT_FUNCTIONS):
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}rope_scaling' is {_value(scaling)}; "
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}rope_scaling' is {shown_value(scaling)}; "
                               f"it must be null or an object whose rope_type is one of default, "
                               f"{', '.join(ROPE_INIT_FUNCTIONS)}")
     return json.dumps(scaling, sort_keys=True)
@@ -185,7 +181,7 @@ def _aux_layers(cfg: dict[str, Any], target_layers: int, where: str) -> tuple[in
         if not value:
             continue
         if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-            raise CheckpointError(f"checkpoint: {where}: config.json field {key!r} is {_value(value)}; it must be "
+            raise CheckpointError(f"checkpoint: {where}: config.json field {key!r} is {shown_value(value)}; it must be "
                                   "a list of target layer indices")
         return tuple(value)
     return default_aux_layers(target_layers)
@@ -197,7 +193,7 @@ def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tup
     uses that is missing or makes no head (sizes are checked against the weights later, in load)."""
     own = cfg.get("specviz", {})
     if not isinstance(own, dict):
-        raise CheckpointError(f"checkpoint: {where}: config.json field 'specviz' is {_value(own)}; it must be "
+        raise CheckpointError(f"checkpoint: {where}: config.json field 'specviz' is {shown_value(own)}; it must be "
                               "specviz's entry (an object), or be left out in the authors' layout")
     layout = "specviz" if "specviz" in cfg else "authors"
     layer, prefix = cfg, ""
@@ -240,11 +236,11 @@ def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tup
                               f"than the vocabulary it is drawn from ({vocab} tokens)")
     act = layer.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}hidden_act' is {_value(act)}; "
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}hidden_act' is {shown_value(act)}; "
                               "EAGLE heads use silu (the only activation supported)")
     bias = cfg.get("bias", True)
     if not isinstance(bias, bool):
-        raise CheckpointError(f"checkpoint: {where}: config.json field 'bias' is {_value(bias)}; it must be "
+        raise CheckpointError(f"checkpoint: {where}: config.json field 'bias' is {shown_value(bias)}; it must be "
                               "true or false")
     spec = EagleSpec(
         kind=kind, hidden=hidden, intermediate=_need(layer, "intermediate_size", where, prefix=prefix), heads=heads,

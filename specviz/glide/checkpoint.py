@@ -111,10 +111,11 @@ def check_identity(manifest: Mapping[str, Any], where: str, prefix: str = "") ->
                               "weight sample (rows of numbers); the checkpoint is damaged, re-export it")
     if "target_dtype" in manifest and manifest["target_dtype"] not in SAMPLE_RTOL:
         raise CheckpointError(f"checkpoint: {where}: manifest field '{prefix}target_dtype' is "
-                              f"{_short(manifest['target_dtype'])}, not one of {', '.join(SAMPLE_RTOL)}")
+                              f"{shown_value(manifest['target_dtype'])}, not one of {', '.join(SAMPLE_RTOL)}")
 
 
-def _short(value: Any) -> str:
+def shown_value(value: Any) -> str:
+    """A value from a checkpoint's file as a message shows it: its repr, cut to 40 characters."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -276,7 +277,7 @@ def check_spec(spec: GlideSpec, target: Any, target_id: str, path: str | Path) -
         have, want = getattr(spec, name), getattr(mirror, name)
         if have != want:
             what = f"{want} layers" if name == "target_layers" else repr(want)
-            raise CheckpointError(f"{where} 'glide.{name}' is {_short(have)}, the target {target_id!r} has {what} "
+            raise CheckpointError(f"{where} 'glide.{name}' is {shown_value(have)}, the target {target_id!r} has {what} "
                                   "(a GLIDE draft mirrors its target's architecture); the checkpoint is damaged or "
                                   "made for another target")
     if not 1 <= spec.n_layers <= spec.target_layers:
