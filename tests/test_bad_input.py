@@ -90,9 +90,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (folder / "dup-ids.jsonl").write_text(record + "\n" + record.replace("hello", "bye") + "\n")
     (folder / "deep.jsonl").write_text('{"question_id": 1, "category": "qa", "turns": ' + "[" * 100_000
                                        + "]" * 100_000 + "}\n")
+    (folder / "repeated-key.jsonl").write_text('{"question_id": 1, "category": "qa", "turns": ["hi"], '
+                                               '"turns": ["bye"]}\n')
+    (folder / "device-map.json").write_text('{"model.embed_tokens": "cpu", "model.embed_tokens": 0}')
     return {"folder": folder, "evil": evil, "marker": marker, "missing_field": checkpoint_missing_field(folder),
             "oov_index": oov_index(folder), "big": big, "fifo": fifo, "results": results,
-            "dup_ids": folder / "dup-ids.jsonl", "deep_questions": folder / "deep.jsonl"}
+            "dup_ids": folder / "dup-ids.jsonl", "deep_questions": folder / "deep.jsonl",
+            "repeated_key": folder / "repeated-key.jsonl", "device_map": folder / "device-map.json"}
 
 
 # ---- the CLI ----------------------------------------------------------------------------------
@@ -141,6 +145,10 @@ CLI_CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                      "{folder}/dup-out"), ("questions", "question_id 1, as line 1 has")),
     "questions nested 100,000 deep": (("bench", "--model", "tiny-random", "--questions", "{deep_questions}",
                                        "--out", "{folder}/deep-out"), ("questions", "nested deeper than 64")),
+    "questions with a key twice": (("bench", "--model", "tiny-random", "--questions", "{repeated_key}", "--out",
+                                    "{folder}/repeat-out"), ("questions", "'turns' is given twice")),
+    "device map with a module twice": ((*GEN, "--prompt", "hi", "--device-map", "{device_map}"),
+                                       ("device", "'model.embed_tokens' is given twice")),
     "context /dev/zero": ((*GEN, "--prompt", "hi", "--context-file", "/dev/zero"),
                           ("--context-file", "not a regular file")),
     "context fifo": ((*GEN, "--prompt", "hi", "--context-file", "{fifo}"), ("--context-file", "not a regular file")),
@@ -290,6 +298,15 @@ def test_trace_values_are_checked(good_trace: dict[str, Any], change: str, words
 def test_deeply_nested_json_is_refused_cleanly() -> None:
     with pytest.raises(TraceFormatError, match="nested too deeply"):
         Trace.from_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_a_key_given_twice_in_a_users_json_is_refused(good_trace: dict[str, Any]) -> None:
+    """json.loads keeps the last of a repeated key unsaid: a contradicted value, silently dropped."""
+    text = json.dumps(good_trace)
+    assert Trace.from_json(text).drafter == good_trace["drafter"]
+    twice = text.replace('"drafter": ', '"drafter": "vanilla", "drafter": ', 1)
+    with pytest.raises(TraceFormatError, match="the key 'drafter' is given twice in one JSON object"):
+        Trace.from_json(twice)
 
 
 def test_a_lone_surrogate_in_a_users_json_is_refused(good_trace: dict[str, Any], tmp_path: Path) -> None:

@@ -228,11 +228,30 @@ def json_depth(text: str) -> int:
     return int(np.cumsum(steps).max()) if len(steps) else 0
 
 
+class _RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, each key given once: json.loads would keep the last of a repeated
+    key unsaid (a contradicted setting, silently dropped)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return obj
+
+
 def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH,
                error: type[SpecvizError] = FileCheckError, hint: str = "give the file specviz wrote") -> Any:
     """JSON a user handed over, parsed: `error` (FileCheckError by default; a reader's own error
     class) `what: ...; hint` when it is not JSON or is nested deeper than `max_depth` (checked before
-    parsing, so no RecursionError is ever reached). Every reader of JSON that a user hands over (a
+    parsing, so no RecursionError is ever reached) or gives a key twice in one object. Every reader of JSON that a user hands over (a
     results.json, a manifest, a trace, a device map, a JSON line of questions, training data or
     metrics) goes through it; tests/test_bad_input.py checks that nothing else calls json.loads."""
     opened = text.count("[") + text.count("{")              # an upper bound of the depth: most files stop here
@@ -240,9 +259,12 @@ def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH,
         raise error(f"{what}: the JSON is nested deeper than {max_depth} levels (nested too deeply for what "
                     f"it should hold); {hint}")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_once_each)
     except json.JSONDecodeError as err:
         raise error(f"{what}: not valid JSON ({err}); {hint}") from None
+    except _RepeatedKey as err:
+        raise error(f"{what}: the key {err.key[:60]!r}{'...' if len(err.key) > 60 else ''} is given twice in one JSON object (which of the two "
+                    f"is meant?); give it once") from None
     except RecursionError:                       # unreachable after the depth check; kept as a guard
         raise error(f"{what}: the JSON is nested too deeply; {hint}") from None
     # a "\ud800" escape with no partner parses into a string no page, file or tokenizer can take;
