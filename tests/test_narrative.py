@@ -18,6 +18,7 @@ from specviz.index.store import build_corpus_parts
 from specviz.index.suffix_array import SEP
 from specviz.models import LoadedModel
 from specviz.core.trace import Trace
+from specviz.viz.markup import md_text
 from specviz.viz.narrative import narrative_facts, step_narrative
 from specviz.viz.tree import node_status
 
@@ -32,7 +33,8 @@ def _run(lm: LoadedModel, drafter: str, config: dict) -> Trace:
 
 
 def _text(trace: Trace, ids) -> str:
-    return "".join(trace.token_text[t] for t in ids).replace("\n", " ⏎ ")
+    """The tokens' text as the narrative's Markdown quotes it (shown as written: viz/markup.py)."""
+    return md_text("".join(trace.token_text[t] for t in ids).replace("\n", " ⏎ "))
 
 
 def _check_common(trace: Trace) -> None:
@@ -179,7 +181,7 @@ def test_draft_model_tells_the_draft_models_passes(tiny_lm_tok: LoadedModel) -> 
             continue
         text = step_narrative(trace, k)
         n = s.info["draft_forwards"]
-        assert "The draft model `tiny-random` predicted the draft" in text
+        assert "The draft model <code>tiny-random</code> predicted the draft" in text
         assert f"it ran {n} forward pass" in text and "chain of 3 tokens" in text
         assert "The chain length is gamma = 3" in text
         assert len(s.accepted) == len(s.tree)                    # the same model: all accepted

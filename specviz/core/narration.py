@@ -6,10 +6,12 @@
 
 A drafter knows what it wrote into `StepRecord.info`, so it tells where its draft came from and
 why its tree has its size; the explainer tells what every step has (the target's verdict, the
-bonus token, the passes saved, the engine's pad rows) and renders the pieces: plain text as is,
-a `Quote` as the tokens' text in quotes, a `Place` as where those positions lie (the user's
-context with the text around it, the output so far, the chat template). No drafter imports the
-explainer and the explainer names no drafter.
+bonus token, the passes saved, the engine's pad rows) and renders the pieces: plain text as
+it is (it is text, not Markdown: values from the step's info or the drafter's settings, which a
+trace file can set to anything, are shown literally), a `Code` as a name set as code, a `Quote`
+as the tokens' text in quotes, a `Place` as where those positions lie (the user's context with
+the text around it, the output so far, the chat template). No drafter imports the explainer
+and the explainer names no drafter.
 """
 from __future__ import annotations
 
@@ -32,7 +34,13 @@ class Place:
     end: int
 
 
-Piece = str | Quote | Place
+@dataclass(frozen=True)
+class Code:
+    """A name (the drafter's, a draft model's), told as code."""
+    text: str
+
+
+Piece = str | Quote | Place | Code
 Sentence = tuple[Piece, ...]          # pieces told one after another ("" between them)
 
 

@@ -12,6 +12,7 @@ from .. import viz
 from ..analysis.divergence import of_trace
 from ..core.trace import Trace
 from ..viz.draft_head import calibration_figure, draft_head_lines, trace_positions_figure
+from ..viz.markup import md_code, md_text
 
 
 @dataclass
@@ -25,7 +26,7 @@ class Summary:
 
 
 def build_summary() -> Summary:
-    about = gr.Markdown("*No run yet.*")
+    about = gr.Markdown("*No run yet.*", elem_id="run-about")
     with gr.Row():
         stack, totals = gr.Plot(label="Time per step"), gr.Plot(label="Time by phase")
     with gr.Row():
@@ -38,16 +39,18 @@ def build_summary() -> Summary:
 
 def about_markdown(trace: Trace) -> str:
     t = trace.totals
-    config = ", ".join(f"{k}={v}" for k, v in trace.drafter_config.items() if k != "tokens") or "defaults"
+    # every string from the trace is shown as it is (markup.py: a trace file can hold anything)
+    config = ", ".join(f"{md_text(k)}={md_text(v)}" for k, v in trace.drafter_config.items() if k != "tokens") \
+        or "defaults"
     lines = [f"**{t.new_tokens} tokens in {t.steps} steps**, {t.tokens_per_s:.1f} tokens/s "
              f"({t.seconds:.2f} s, prefill {t.prefill_seconds * 1e3:.0f} ms), mean "
-             f"{t.mean_accepted:.2f} tokens per step, stop: {trace.stop_reason}",
-             f"model `{trace.model_id}` on {trace.device} ({trace.dtype})"
+             f"{t.mean_accepted:.2f} tokens per step, stop: {md_text(trace.stop_reason)}",
+             f"model {md_code(trace.model_id)} on {md_text(trace.device)} ({md_text(trace.dtype)})"
              + (f", peak GPU memory {trace.peak_memory_mb:,.0f} MiB" if trace.peak_memory_mb is not None else "")
-             + f" · drafter `{trace.drafter}` ({config}) · decoding {trace.decoding}"]
+             + f" · drafter {md_code(trace.drafter)} ({config}) · decoding {md_text(trace.decoding)}"]
     d = of_trace(trace)
     if d is not None:
-        lines.append(f"compared with vanilla: {d.line(trace.token_text)}")
+        lines.append(f"compared with vanilla: {md_text(d.line(trace.token_text))}")
     m = trace.draft_metrics()
     if m:
         lines.append(f"model drafting: acceptance rate α {m['alpha']:.2f}, cost coefficient c {m['c']:.2f} "
@@ -58,7 +61,7 @@ def about_markdown(trace: Trace) -> str:
                         f"priced so, **{m['priced']:.2f}x**" if "priced" in m else "")
                      + "; the measured speedup needs a vanilla run beside it (Compare tab, or `specviz bench`)")
     lines += list(draft_head_lines(trace))
-    lines += [f"⚠️ {e}" for e in trace.errors]
+    lines += [f"⚠️ {md_text(e)}" for e in trace.errors]
     return "  \n".join(lines)
 
 

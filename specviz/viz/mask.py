@@ -12,6 +12,7 @@ import torch
 
 from ..core.trace import Trace
 from ..core.tree import build_buffers
+from .markup import plot_text
 from .palette import FIGURE_TEMPLATE, show_token
 
 
@@ -46,6 +47,7 @@ def mask_view(trace: Trace, step_index: int) -> tuple[np.ndarray, list[str]]:
 def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     step = trace.steps[step_index]
     view, labels = mask_view(trace, step_index)
+    labels = [plot_text(lab) for lab in labels]        # ticks and hover: the tokens' text as written
     past_len = step.committed_len - 1
     cols = [f"prefix ({past_len} tok)"] + labels
     accepted = {i + 1 for i in step.accepted}

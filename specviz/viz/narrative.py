@@ -14,16 +14,21 @@ passes) is told by the narrator its DrafterSpec declares (`narrate`, specviz/cor
 which reads what that drafter recorded in `StepRecord.info`; this module renders it and tells
 what every step has, naming no drafter and reading no drafter's notes. A trace of a drafter
 this specviz does not register still gets a sensible, shorter account.
+
+A trace file is untrusted input: every string from it (token texts, the context, a step's notes,
+the drafter's name and settings) and every narrator's text is shown as written (markup.md_text,
+md_code), never read as Markdown or HTML.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..core.narration import Place, Quote, Scene, Sentence, StepStory
+from ..core.narration import Code, Place, Quote, Scene, Sentence, StepStory
 from ..core.narration import plural as _plural, were as _were
 from ..core.trace import StepRecord, Trace
 from ..drafters import REGISTRY
 from ..drafters.kit.narration import narrate_size
+from .markup import md_code, md_text
 from .spans import prompt_char_spans
 from .tree import node_status
 
@@ -32,7 +37,7 @@ AROUND_CHARS = 40         # context shown before a matched span
 
 
 def _clip(text: str, limit: int = QUOTE_CHARS) -> str:
-    text = text.replace("\n", " ⏎ ").replace("`", "'")
+    text = text.replace("\n", " ⏎ ")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -41,8 +46,8 @@ def _tokens_text(trace: Trace, ids: Sequence[int]) -> str:
 
 
 def _q(trace: Trace, ids: Sequence[int]) -> str:
-    """Tokens quoted for Markdown."""
-    return f"“{_clip(_tokens_text(trace, ids))}”"
+    """Tokens quoted for Markdown (their text shown as it is)."""
+    return f"“{md_text(_clip(_tokens_text(trace, ids)))}”"
 
 
 def _committed(trace: Trace) -> tuple[int, ...]:
@@ -66,9 +71,9 @@ def _where(trace: Trace, start: int, end: int) -> str:
             piece = _clip(trace.prompt_text[a:b])
             core = piece.strip()          # Markdown bold must not start or end with a space
             lead, tail = piece[: len(piece) - len(piece.lstrip())], piece[len(piece.rstrip()):]
-            marked = f"{lead}**{core}**{tail}" if core else piece
+            marked = f"{lead}**{md_text(core)}**{tail}" if core else md_text(piece)
             return (f"in your context, at characters {a - c0}–{b - c0}: "
-                    f"“…{_clip(before, 3 * AROUND_CHARS)}{marked}{_clip(after, 3 * AROUND_CHARS)}…”")
+                    f"“…{md_text(_clip(before, 3 * AROUND_CHARS))}{marked}{md_text(_clip(after, 3 * AROUND_CHARS))}…”")
     return "in the prompt outside your context (the chat template or the message)"
 
 
@@ -88,15 +93,18 @@ def _story(trace: Trace, s: StepRecord) -> StepStory:
 
 
 def _render(trace: Trace, sentence: Sentence) -> str:
-    """A narrator's sentence in Markdown: text as is, tokens quoted, places told."""
+    """A narrator's sentence in Markdown: text shown as it is (plain text, whatever values from
+    the trace it holds), names as code, tokens quoted, places told."""
     out = []
     for piece in sentence:
         if isinstance(piece, Quote):
             out.append(_q(trace, piece.ids))
         elif isinstance(piece, Place):
             out.append(_where(trace, piece.start, piece.end))
+        elif isinstance(piece, Code):
+            out.append(md_code(piece.text))
         else:
-            out.append(piece)
+            out.append(md_text(piece))
     return "".join(out)
 
 
@@ -108,9 +116,9 @@ def _source(trace: Trace, s: StepRecord, story: StepStory) -> list[str]:
         counts: dict[str, int] = {}
         for src in tree.sources:
             counts[src] = counts.get(src, 0) + 1
-        lines.append("Draft nodes by source: " + ", ".join(f"{src} {n}" for src, n in counts.items()) + ".")
+        lines.append("Draft nodes by source: " + ", ".join(f"{md_text(src)} {n}" for src, n in counts.items()) + ".")
     elif not lines:
-        lines.append(f"The `{trace.drafter}` drafter proposed nothing at this step.")
+        lines.append(f"The {md_code(trace.drafter)} drafter proposed nothing at this step.")
     return lines
 
 
@@ -209,12 +217,12 @@ def step_narrative(trace: Trace, step_index: int) -> str:
         if lines:
             out.append(f"**{title}.** " + " ".join(lines))
     if "drafter_error" in s.info:
-        out.append(f"**Drafter error.** {s.info['drafter_error']} (decoding went on without the drafter).")
+        out.append(f"**Drafter error.** {md_text(s.info['drafter_error'])} (decoding went on without the drafter).")
     off = disabled_note(trace, step_index)
     if off:
         out.append(off)
     if s.stop:
-        out.append(f"**The run ended here** ({s.stop}).")
+        out.append(f"**The run ended here** ({md_text(s.stop)}).")
     return "\n\n".join(out)
 
 
@@ -225,8 +233,8 @@ def disabled_note(trace: Trace, step_index: int) -> str:
     off = trace.drafter_disabled
     if off is None or step_index <= off["step"]:
         return ""
-    return (f"**Drafter off.** `{trace.drafter}` raised in {off['phase']} at step {off['step']} "
-            f"({_clip(off['error'], 160)}) and was turned off for the rest of the generation: this step "
+    return (f"**Drafter off.** {md_code(trace.drafter)} raised in {md_text(off['phase'])} at step {off['step']} "
+            f"({md_text(_clip(off['error'], 160))}) and was turned off for the rest of the generation: this step "
             "decoded plainly, one token per forward pass, and so do the steps after it.")
 
 

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 
 from ..core.trace import Trace
 from ..core.trace import acceptance_by_depth as steps_acceptance_by_depth
+from .markup import plot_text
 from .palette import FIGURE_TEMPLATE
 
 
@@ -47,7 +48,7 @@ def tokens_over_time_figure(trace: Trace) -> go.Figure:
         xs.append(t)
         ys.append(n)
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", line=dict(color="#1c7ed6"),
-                               marker=dict(size=4), name=trace.drafter))
+                               marker=dict(size=4), name=plot_text(trace.drafter)))
     fig.update_layout(title=dict(text="Tokens over time", font=dict(size=14)), template=FIGURE_TEMPLATE,
                       height=300, margin=dict(l=20, r=20, t=40, b=30),
                       xaxis_title="seconds (prefill included)", yaxis_title="output tokens")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..core.trace import StepRecord, Trace
+from .markup import md_code, md_text
 from .palette import show_token
 from .tree import node_status
 
@@ -31,13 +32,13 @@ def step_markdown(trace: Trace, step_index: int) -> str:
     acc = "".join(trace.step_pieces(step_index)[:len(s.accepted)])   # the accepted text in its place
     lines = [f"**Step {s.index}** of {len(trace.steps) - 1} · {len(s.tree)} draft node(s), "
              f"{tested} tested by the target, **{len(s.accepted)} accepted** + bonus "
-             f"`{show_token(text.get(s.bonus, '?'))}` · committed {len(s.new_tokens)} token(s) "
+             f"{md_code(show_token(text.get(s.bonus, '?')))} · committed {len(s.new_tokens)} token(s) "
              f"· {s.wall * 1e3:.1f} ms"]
     if acc:
-        lines.append(f"accepted draft: “{acc[:300]}”" + ("…" if len(acc) > 300 else ""))
+        lines.append(f"accepted draft: “{md_text(acc[:300])}”" + ("…" if len(acc) > 300 else ""))
     notes = {k: v for k, v in s.info.items() if k != "positions"}
     if notes:
-        lines.append("drafter notes: " + ", ".join(f"{k}={v}" for k, v in notes.items()))
+        lines.append("drafter notes: " + ", ".join(f"{md_text(k)}={md_text(v)}" for k, v in notes.items()))
     if s.stop:
-        lines.append(f"stopped here: {s.stop}")
+        lines.append(f"stopped here: {md_text(s.stop)}")
     return "  \n".join(lines)

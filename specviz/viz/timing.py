@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from ..core.timing import PHASES
 from ..core.trace import StepRecord, Trace
+from .markup import plot_text
 from .palette import FIGURE_TEMPLATE
 
 PHASE_COLOURS = {
@@ -37,8 +38,8 @@ def timing_by_step(trace: Trace) -> dict[str, list[float]]:
 def step_timing_figure(trace: Trace, step_index: int) -> go.Figure:
     phases = _phases(trace.steps[step_index])
     names = [k for k, v in phases.items() if v > 0]
-    fig = go.Figure(go.Bar(
-        x=[phases[k] * 1e3 for k in names], y=names, orientation="h",
+    fig = go.Figure(go.Bar(     # phase names come from the trace (any key): shown as written
+        x=[phases[k] * 1e3 for k in names], y=[plot_text(k) for k in names], orientation="h",
         marker_color=[PHASE_COLOURS.get(k, "#adb5bd") for k in names],
         text=[f"{phases[k] * 1e3:.2f} ms" for k in names], textposition="auto"))
     fig.update_layout(title=dict(text=f"Step {step_index}: time by phase "
@@ -52,7 +53,7 @@ def timing_stack_figure(trace: Trace) -> go.Figure:
     """Stacked bars: each step's time split by phase."""
     data = timing_by_step(trace)
     steps = [s.index for s in trace.steps]
-    fig = go.Figure([go.Bar(x=steps, y=[v * 1e3 for v in vals], name=k,
+    fig = go.Figure([go.Bar(x=steps, y=[v * 1e3 for v in vals], name=plot_text(k),
                             marker_color=PHASE_COLOURS.get(k, "#adb5bd"))
                      for k, vals in data.items() if any(vals)])
     fig.update_layout(barmode="stack", title=dict(text="Time per step by phase (step 0 includes the prefill)",
@@ -66,7 +67,7 @@ def phase_totals_figure(trace: Trace) -> go.Figure:
     data = timing_by_step(trace)
     totals = {k: sum(v) for k, v in data.items() if sum(v) > 0}
     whole = sum(totals.values()) or 1.0
-    fig = go.Figure(go.Bar(x=list(totals), y=[v * 1e3 for v in totals.values()],
+    fig = go.Figure(go.Bar(x=[plot_text(k) for k in totals], y=[v * 1e3 for v in totals.values()],
                            marker_color=[PHASE_COLOURS.get(k, "#adb5bd") for k in totals],
                            text=[f"{v / whole:.0%}" for v in totals.values()], textposition="auto"))
     fig.update_layout(title=dict(text="Total time by phase", font=dict(size=14)), template=FIGURE_TEMPLATE,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..core.trace import StepRecord, Trace
+from .markup import plot_text
 from .palette import FIGURE_TEMPLATE, KIND_COLOURS, show_token, source_colour
 
 
@@ -130,21 +131,23 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
                                  line=dict(color=KIND_COLOURS[kind], width=width)))
     fig.add_trace(go.Scatter(
-        x=[root_x], y=[0.0], mode="markers+text", name="root", text=[show_token(text.get(root_tok, "?"))],
+        x=[root_x], y=[0.0], mode="markers+text", name="root", text=[plot_text(show_token(text.get(root_tok, "?")))],
         textposition="middle left", marker=dict(size=16, color=KIND_COLOURS["root"], symbol="square"),
-        hovertext=[f"root: the last committed token {text.get(root_tok, '?')!r}"], hoverinfo="text",
+        hovertext=[f"root: the last committed token {plot_text(repr(text.get(root_tok, '?')))}"], hoverinfo="text",
         showlegend=False))
     hover = []
     for i in range(len(tree)):
         tp = step.target_prob[i] if i < len(step.target_prob) else float("nan")
         want = step.target_top[tree.parents[i] + 1] if tree.parents[i] + 1 < len(step.target_top) else None
         score = f"{tree.scores[i]:g}" if tree.scores is not None else "-"
-        hover.append(f"node {i} · token {text.get(tree.tokens[i], '?')!r}<br>{status[i]} · source {tree.sources[i]}"
-                     f"<br>draft score {score} · depth {tree.depths[i]}<br>target prob {tp:.3f}"
-                     + (f" · target's top here {text.get(want, '?')!r}" if want is not None else ""))
+        # token texts and source labels come from the trace: plot_text shows them as written
+        hover.append(f"node {i} · token {plot_text(repr(text.get(tree.tokens[i], '?')))}<br>{status[i]} · "
+                     f"source {plot_text(tree.sources[i])}<br>draft score {score} · depth {tree.depths[i]}"
+                     f"<br>target prob {tp:.3f}"
+                     + (f" · target's top here {plot_text(repr(text.get(want, '?')))}" if want is not None else ""))
     fig.add_trace(go.Scatter(
         x=xs, y=ys, mode="markers+text", name="draft nodes",
-        text=labels[:len(tree)], textposition="middle right",
+        text=[plot_text(lab) for lab in labels[:len(tree)]], textposition="middle right",
         customdata=list(range(len(tree))), hovertext=hover, hoverinfo="text", showlegend=False,
         marker=dict(size=[16 if s == "accepted" else 12 for s in status],
                     color=[KIND_COLOURS[s] for s in status],
@@ -156,9 +159,9 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
         fig.add_trace(go.Scatter(x=[px_, bonus_at[0]], y=[py_, bonus_at[1]], mode="lines", hoverinfo="skip",
                                  showlegend=False, line=dict(color="#f08c00", width=2, dash="dot")))
         fig.add_trace(go.Scatter(
-            x=[bonus_at[0]], y=[bonus_at[1]], mode="markers+text", name="bonus", text=[labels[-1]],
+            x=[bonus_at[0]], y=[bonus_at[1]], mode="markers+text", name="bonus", text=[plot_text(labels[-1])],
             textposition="middle right", marker=dict(size=18, color="#f08c00", symbol="star"),
-            hovertext=[f"bonus token {text.get(step.bonus, '?')!r}: the target's own choice after the accepted draft"],
+            hovertext=[f"bonus token {plot_text(repr(text.get(step.bonus, '?')))}: the target's own choice after the accepted draft"],
             hoverinfo="text", showlegend=False))
     depth = max(tree.depths, default=0) + 1
     n_acc = len(step.accepted)

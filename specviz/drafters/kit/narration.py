@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ...core.narration import Place, Quote, Scene, Sentence, StepStory, plural
+from ...core.narration import Code, Place, Quote, Scene, Sentence, StepStory, plural
 
 
 def last_tokens(scene: Scene, m: int) -> Sentence:
@@ -55,8 +55,8 @@ def lookup_source(scene: Scene, lines: Sequence[Sentence]) -> tuple[Sentence, ..
     has nothing else to say, that the end of the text matched nothing it holds."""
     out = [*lines, *corpus_note(scene)]
     if not out and not len(scene.step.tree):
-        out.append((f"The `{scene.drafter}` drafter proposed nothing at this step: the end of the "
-                    "text matched nothing it holds.",))
+        out.append(("The ", Code(scene.drafter), " drafter proposed nothing at this step: the end of the "
+                    "text matched nothing it holds."))
     return tuple(out)
 
 
@@ -115,9 +115,9 @@ def narrate_model_chain(scene: Scene) -> StepStory:
     cfg = scene.config
     source: list[Sentence] = []
     if "draft_forwards" in info or "gamma" in info:
-        who = f"The draft model `{info['draft_model']}`" if "draft_model" in info else \
-            f"The `{scene.drafter}` drafter's model"
-        source.append((f"{who} predicted the draft from the text so far (nothing is looked up): it ran "
+        who: Sentence = ("The draft model ", Code(str(info["draft_model"]))) if "draft_model" in info else \
+            ("The ", Code(scene.drafter), " drafter's model")
+        source.append((*who, f" predicted the draft from the text so far (nothing is looked up): it ran "
                        f"{plural(int(info.get('draft_forwards', 0)), 'forward pass', 'forward passes')} of its own "
                        f"for a chain of {plural(int(info.get('proposal_len', len(tree))), 'token')}"
                        + (f", plus {info['expansion_tokens']} alternatives from CAPE's expansion"

@@ -1,0 +1,53 @@
+"""Text from a trace made safe for the place the page shows it.
+
+A trace file is untrusted input (an upload can hold any string: token texts, the prompt, a
+step's notes, the drafter's settings, the model's name), and so is a model's own output (it
+may write HTML). Every such string enters the page's markup through one of these:
+
+- `md_text(value)`: inline text in Markdown (gr.Markdown): shown as it is, never read as
+  Markdown (emphasis, code spans, links, autolinks), HTML or a KaTeX formula; a newline is
+  shown as ⏎. gradio sanitises Markdown's HTML, which stops scripts but still lets `<img>`,
+  links and formatting through; escaping here shows the text instead.
+- `md_code(value)`: the same, set as inline code (a name); a backtick in it cannot end the span.
+- `plot_text(value)`: text in a plotly label, tick or hover: plotly reads `<b>`, `<a href>`,
+  `<span style>` and `<br>` in them; escaped, they are shown as written.
+- `html_text(value)`: text in HTML (gradio's toasts, gr.Info / gr.Error, render HTML).
+
+gr.HTML views (spans.py, strips.py) escape with `html.escape` where they build their tags.
+"""
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+NEWLINE = " ⏎ "
+# backslash-escaped: what starts Markdown inline syntax mid-line (\ ` * ~ [ ] |), an underscore
+# at a word's edge (inside a word it is never emphasis), an autolink's "://", "www." and "@"
+_MD_SPECIAL = re.compile(r"[\\`*~\[\]|@]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|:(?=//)|(?<=[Ww]{3})\.")
+_NEWLINES = re.compile(r"\r\n|\r|\n")
+# gradio renders $$...$$ in Markdown with KaTeX, over the page's text after Markdown (a backslash
+# does not stop it): a dollar sign in an element of its own is never half of a delimiter
+_DOLLAR = "<span>$</span>"
+
+
+def html_text(value: Any) -> str:
+    """`value` as text in HTML (not in an attribute): & < > escaped."""
+    return html.escape(str(value), quote=False)
+
+
+def md_text(value: Any) -> str:
+    """`value` as inline Markdown text, shown literally. For the middle of a line (the views
+    put it after words of their own): a newline in it is shown as ⏎, not taken as one."""
+    text = _NEWLINES.sub(NEWLINE, str(value))
+    return html_text(_MD_SPECIAL.sub(lambda m: "\\" + m.group(0), text)).replace("$", _DOLLAR)
+
+
+def md_code(value: Any) -> str:
+    """`value` as inline code in Markdown, shown literally."""
+    return f"<code>{md_text(value)}</code>"
+
+
+def plot_text(value: Any) -> str:
+    """`value` as text in a plotly figure (label, tick, hover, legend), shown literally."""
+    return html_text(value)
