@@ -7,16 +7,15 @@ from typing import Iterator
 import gradio as gr
 
 from ..errors import SpecvizError
-from ..viz.markup import html_text
+from ..viz.markup import toast_text
 
 
 @contextmanager
 def shown_to_user() -> Iterator[None]:
     """SpecvizError -> gr.Error with the engine's message; the app keeps serving. gradio shows
     the message as HTML, and a message may quote what a user's file holds (a trace's unknown
-    field, a file's name): it is escaped, so it is shown as written (API callers read the same
-    escaped text)."""
+    field, a file's name): its `<` is escaped, so it is shown as written."""
     try:
         yield
     except SpecvizError as err:
-        raise gr.Error(html_text(err), print_exception=False) from None
+        raise gr.Error(toast_text(err), print_exception=False) from None

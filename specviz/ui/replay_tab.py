@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from ..core.trace import Trace
-from ..viz.markup import html_text
+from ..viz.markup import toast_text
 from .errors import shown_to_user
 from .session import Session
 from .uploads import TRACE_LIMIT_BYTES, read_trace_file
@@ -59,5 +59,5 @@ def load_uploaded(session: Session, path: str | None) -> Session:
     session.close()
     session.trace = trace
     # gradio shows the message as HTML: the trace's names as written
-    gr.Info(html_text(f"Loaded a trace of {len(trace.steps)} steps ({trace.drafter} on {trace.model_id})."))
+    gr.Info(toast_text(f"Loaded a trace of {len(trace.steps)} steps ({trace.drafter} on {trace.model_id})."))
     return session

@@ -11,7 +11,10 @@ may write HTML). Every such string enters the page's markup through one of these
 - `md_code(value)`: the same, set as inline code (a name); a backtick in it cannot end the span.
 - `plot_text(value)`: text in a plotly label, tick or hover: plotly reads `<b>`, `<a href>`,
   `<span style>` and `<br>` in them; escaped, they are shown as written.
-- `html_text(value)`: text in HTML (gradio's toasts, gr.Info / gr.Error, render HTML).
+- `html_text(value)`: text in HTML.
+- `toast_text(value)`: a message for gr.Error / gr.Info, whose toasts render HTML; only `<` is
+  escaped (no tag can start without it), so the /trace API's callers, who read the same
+  message, still see "must be >= 1" and "R&D" as written.
 
 gr.HTML views (spans.py, strips.py) escape with `html.escape` where they build their tags.
 """
@@ -34,6 +37,11 @@ _DOLLAR = "<span>$</span>"
 def html_text(value: Any) -> str:
     """`value` as text in HTML (not in an attribute): & < > escaped."""
     return html.escape(str(value), quote=False)
+
+
+def toast_text(value: Any) -> str:
+    """`value` as a toast's message (gr.Error, gr.Info), shown as written: no tag can start."""
+    return str(value).replace("<", "&lt;")
 
 
 def md_text(value: Any) -> str:
