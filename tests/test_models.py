@@ -100,3 +100,26 @@ def test_the_cost_model_is_calibrated_on_first_use_only():
     assert lm.verify_cost is None                     # loading does not time the model
     first = lm.cost_model()
     assert lm.cost_model() is first                   # once per model
+
+
+def test_the_model_cache_drops_the_least_recent_and_keeps_its_timing(monkeypatch):
+    """Two models stay loaded; a third drops the one asked for least recently. A dropped model
+    loaded again is not timed again (its cost model is kept by load key), and "auto" on a CPU is
+    float32: one load, not two."""
+    from specviz.models import loading
+
+    monkeypatch.setattr(loading, "_CACHE", {})
+    monkeypatch.setattr(loading, "_TIMED", {})
+    a = load_model("tiny-random", "cpu", "auto", cpu_linear=False)
+    assert load_model("tiny-random", "cpu", "float32", cpu_linear=False) is a
+    timed = a.cost_model()
+    b = load_model("tiny-random", "cpu", "float32", cpu_linear=True)
+    assert load_model("tiny-random", "cpu", "auto", cpu_linear=False) is a      # a is now the most recent
+    load_model("tiny-random", "cpu", "bfloat16", cpu_linear=False)              # drops b, not a
+    assert load_model("tiny-random", "cpu", "float32", cpu_linear=False) is a
+    assert load_model("tiny-random", "cpu", "float32", cpu_linear=True) is not b    # drops bfloat16
+    load_model("tiny-random", "cpu", "bfloat16", cpu_linear=False)                  # drops a
+    # loaded again, a is a new model with the same timing, not timed again
+    monkeypatch.setattr(loading, "calibrate", lambda model: pytest.fail("timed again"))
+    again = load_model("tiny-random", "cpu", "float32", cpu_linear=False)
+    assert again is not a and again.model is not a.model and again.cost_model() is timed

@@ -98,8 +98,12 @@ def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, 
         past_len = max(1, min(past_len, context - max(sizes)))
     gen = torch.Generator().manual_seed(0)
     cache = new_cache(model.config)
-    model(input_ids=torch.randint(0, vocab, (1, past_len), generator=gen).to(device),
-          past_key_values=cache, use_cache=True)
+    prefill = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)    # (1, past_len)
+    try:                      # the cache is what is needed: the last position's logits only
+        model(input_ids=prefill, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    except TypeError:         # a model whose forward takes no logits_to_keep
+        crop_to(cache, 0)
+        model(input_ids=prefill, past_key_values=cache, use_cache=True)
     best = {m: float("inf") for m in sizes}
     # a progress bar (stderr on a terminal; the explorer shows it as its progress bar)
     from tqdm.auto import tqdm

@@ -88,6 +88,7 @@ class LoadedModel:
 
 _COSTS: "weakref.WeakKeyDictionary[Any, VerifyCost]" = weakref.WeakKeyDictionary()
 _COST_LOCK = threading.Lock()
+_TIMED: dict[tuple[Any, ...], VerifyCost] = {}      # the cost models of dropped models, by load key
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -347,7 +348,9 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
             raise ModelLoadError(f"cpu_linear: on is for a CPU device, but the model goes to {dev}; "
                                  "use auto or off there")
         linear = uses_cpu_linear(dev) if cpu_linear is None else bool(cpu_linear)
-        key = (model_id, str(dev), "auto" if dtype == "auto" else str(dt), linear)
+        # auto is settled on a GPU only once the weights are in memory; on a CPU it is float32,
+        # so that "auto" and "float32" share one load (and one timing of the forward passes)
+        key = (model_id, str(dev), "auto" if dtype == "auto" and dev.type == "cuda" else str(dt), linear)
         lm = _cached(key, lambda: _load(model_id, dev, dt, dtype, linear))
     # bf16/fp16 on a GPU: no cuDNN attention, which builds a graph per key length (attention.py);
     # on every load, a cached one too, so that the flag holds for whatever target runs next
@@ -360,14 +363,23 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
 
 def _cached(key: tuple, load: Callable[[], LoadedModel]) -> LoadedModel:
     """The model loaded under `key`, loading it with `load` the first time. One load at a time:
-    concurrent callers wait and then share; past MODEL_CACHE_SIZE the oldest model is dropped,
-    so memory stays bounded."""
+    concurrent callers wait and then share; past MODEL_CACHE_SIZE the least recently asked-for
+    model is dropped, so memory stays bounded. Its verify cost model is kept (by `key`: the same
+    model on the same device in the same dtype), so loading it again does not time it again."""
     with _LOCK:
-        if key not in _CACHE:
-            if len(_CACHE) >= MODEL_CACHE_SIZE:
-                _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[key] = load()
-        return _CACHE[key]
+        if key in _CACHE:
+            _CACHE[key] = _CACHE.pop(key)               # now the most recently asked for
+            return _CACHE[key]
+        if len(_CACHE) >= MODEL_CACHE_SIZE:
+            dropped = next(iter(_CACHE))
+            timed = _COSTS.get(_CACHE.pop(dropped).model)
+            if timed is not None:
+                _TIMED[dropped] = timed
+        lm = _CACHE[key] = load()
+        if key in _TIMED:
+            with _COST_LOCK:
+                _COSTS[lm.model] = _TIMED[key]
+        return lm
 
 
 # --- a target split across devices (placement.py) -------------------------------------------
