@@ -434,8 +434,9 @@ def test_results_tab_renders_a_results_file_and_refuses_a_bad_one(tmp_path):
     write_results(tmp_path, {"model": "tiny", "command": "python -m specviz bench ...", "sittings": sittings},
                   summarise(runs, methods), runs)
     meta, table, speed, phases, hist, depth, sweep = render_results(str(tmp_path / "results.json"))
-    assert "tiny" in meta and "| qa | ngram_trie[n=8;prefix_len=2] |" in table
-    assert "sitting 2: 2026-11-23 09:00 UTC, 1 questions, commit `def5678`" in meta
+    # the file's strings as written (markup.py): Markdown's brackets escaped, names set as code
+    assert "<code>tiny</code>" in meta and "| qa | ngram_trie\\[n=8;prefix_len=2\\] |" in table
+    assert "sitting 2: 2026-11-23 09:00 UTC, 1 questions, commit <code>def5678</code>" in meta
     assert {bar.name for bar in speed.data} == set(methods[1:])
     assert sweep.visible                                      # a sweep over n: its figure is shown
     bars = json.loads(sweep.value["plot"])
@@ -444,6 +445,36 @@ def test_results_tab_renders_a_results_file_and_refuses_a_bad_one(tmp_path):
     (tmp_path / "bad.json").write_text("[1, 2]")
     with pytest.raises(gr.Error, match="not a specviz results file"):
         render_results(str(tmp_path / "bad.json"))
+
+
+def test_a_results_files_strings_reach_the_tab_as_written(tmp_path):
+    """A results.json is an upload: its names enter the tab's Markdown escaped (report.py's
+    `text`: summary.md keeps them plain) and its figures as plotly text, never as a hover
+    template's own code (%{...}); a sweep whose values are text and numbers still draws.
+    tests/test_browser_hostile.py checks the page."""
+    from specviz.bench.report import markdown_table, summary_markdown
+    from specviz.viz.markup import md_text, plot_text
+
+    bad = '<b>x</b> | `y` %{y} $$z$$'
+    rows = [{"category": cat, "method": m, "speedup": 1.5, "tokens_per_s": 2.0, "speedup_question_spread": [1, 1.5, 2],
+             "mean_accepted": 1.0, "draft_overhead": 0.1, "identical_to_vanilla": bad, "drafter_disabled": 1,
+             "drafter_errors": [bad], "phase_seconds_per_token": {bad: 0.1}, "accepted_length_histogram": {"1": 1},
+             "acceptance_by_depth": [0.5], "depth_tested": [1]}
+            for cat in ("all", bad) for m in ("vanilla", bad, f"{bad}[n=8]", f"{bad}[n={bad}]")]
+    assert f"| {bad} | {bad} |" in markdown_table(rows)                     # summary.md: as it was
+    shown = summary_markdown(rows, md_text)
+    assert f"| {md_text(bad)} | {md_text(bad)} |" in shown and f"- {md_text(bad)}: turned off" in shown
+    assert "<b>" not in shown and "| `y`" not in shown
+    speed, phases, hist, depth = (figures.speedup_bars(rows), figures.phase_stack(rows),
+                                  figures.accepted_histograms(rows), figures.depth_acceptance_lines(rows))
+    assert speed.data[0].name == plot_text(bad) and list(speed.data[0].x) == ["all", plot_text(bad)]
+    assert speed.data[0].meta == plot_text(bad) and "%{meta}" in speed.data[0].hovertemplate
+    assert bad not in speed.data[0].hovertemplate and bad not in phases.data[0].hovertemplate
+    assert phases.data[0].name == plot_text(bad) and plot_text(bad) in list(phases.data[0].x)
+    assert hist.data[0].name == depth.data[1].name == plot_text(bad)             # (depth: vanilla first)
+    sweep = figures.sweep_figure(rows, bad)
+    assert sweep is not None and list(sweep.data[0].x) == ["8", plot_text(bad)]    # numbers first, then text
+    assert sweep.layout.title.text.startswith(f"{plot_text(bad)}: speedup by n")
 
 
 def test_a_later_turn_after_a_differing_answer_is_not_judged_against_vanilla(tmp_path, monkeypatch):

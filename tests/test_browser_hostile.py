@@ -1,5 +1,6 @@
-"""A hostile trace file in a real headless browser (Debian's chromium driven by Playwright, as
-tests/test_browser.py): nothing the file holds becomes markup or script on the explorer's page.
+"""Hostile uploads in a real headless browser (Debian's chromium driven by Playwright, as
+tests/test_browser.py): nothing a trace, a benchmark's results.json or a server's metrics dump
+holds becomes markup or script on the explorer's page.
 
 Scope: a trace recorded with the tiny random model (ngram_trie over a context, so the context
 view and the narrative's places have text to show), edited so that every string a trace file
@@ -8,16 +9,31 @@ backticks that close a code span, quotes that close an HTML attribute, plotly's 
 KaTeX formula): token texts, output and prompt pieces, the context, a step's notes (keys and
 values) and drafter error, draft source labels, timing phase names, the last step's stop, the
 drafter's settings, the decoding settings, the model id, device, dtype, stop reason, errors, the
-disabled drafter's error, and in a second file the drafter's name. Each is uploaded as a visitor
-would (the Replay tab's file input), then the page is stepped through (slider keys, Next, the
+disabled drafter's error, the comparison with vanilla (`divergence`: verdict, reason, dtype), and
+in a second file the drafter's name and a model id that ends a Markdown code fence. Each is
+uploaded as a visitor would (the Replay tab's file input), then the page is stepped through (slider keys, Next, the
 arrow keys), the tree and the timing bars hovered and the run summary opened; everywhere: no
 script ran (window.__pwned), no dialog opened, no element came from the file (img[src=x], a
 script, an event handler, a link to its URLs, plotly's bold, KaTeX), and its text is shown as
 written in each view that shows it (coloured output, acceptance strip titles, step details,
-narrative, context, tree / mask / timing figures, run summary, the "Loaded" toast). A third file
-with a hostile unknown field is refused, the field shown as written in the error toast.
-Not covered: the Compare tab (its runs are made here, not uploaded) and the Benchmark results and
-Server metrics tabs' uploads (other file formats).
+narrative, context, tree / mask / timing figures, run summary, the "Loaded" toast); the "first
+divergence" key jumps to the step of the divergence's position. A third file with a hostile
+unknown field is refused, the field shown as written in the error toast.
+
+With the second trace loaded, the Server metrics tab draws a vLLM dump (its file name holds HTML
+entities and Markdown, its labels hostile text) beside it: the summary (a code block the model id
+tries to close) and the figure's legend and hover labels show both sources as written; a dump
+whose first line is hostile is refused, the line shown as written.
+
+The Benchmark results tab (second test) opens a results.json whose meta strings (model, device,
+dtype, command, date, notes, skipped, sittings), categories, method names (plain and a swept
+drafter's, its settings' names and values), phase names, "identical" cells and drafter errors are
+hostile: the meta, the tables (main, model drafters, per position, turned off) and the figures
+(legends, hover labels, the sweep heatmap's title, axis titles and ticks) show them as written; a
+file with a hostile histogram key is refused, the key shown as written. The Retrieve tab's error
+toast quotes the embedder box as written.
+Not covered here: the Compare tab (its runs are made here, not uploaded; its Markdown and figure
+escape drafter names: tests/test_viz.py) and the Machine tab (nothing uploaded).
 """
 from __future__ import annotations
 
@@ -32,9 +48,11 @@ import pytest
 from test_browser import WAIT_MS, _open, app_url, playwright_api, pytestmark  # noqa: F401
 
 from specviz import build_prompt, generate
+from specviz.bench.report import ResultsFormatError, load_results
 from specviz.core.decoding import DecodingConfig
 from specviz.core.trace import Trace
 from specviz.models import LoadedModel
+from specviz.viz.jumps import divergence_step
 from specviz.viz.palette import show_token
 
 PWN = "window.__pwned=1"
@@ -47,6 +65,11 @@ PLOTLY = '<a href="https://example.invalid/">plotlink</a><b>bold</b>'   # plotly
 KATEX = "$$\\href{javascript:" + PWN + "}{kx}$$"
 HOSTILE = (IMG, SCRIPT, LINK, TICKS, QUOTE, PLOTLY, KATEX)
 BAD_DRAFTER = IMG + TICKS
+# ends the server-metrics summary's code block (its last characters are what the summary shows)
+FENCE_BREAK = "\n```\n<b>bold</b>$$k$$"
+BAD_MODEL = TICKS + IMG + FENCE_BREAK
+# a metrics dump's file name (gradio drops < > " ` $ and the like from upload names): entities, Markdown
+DUMP_NAME = "&lt;b&gt;x_[y](z).prom"
 
 CONTEXT = ("the red fox jumps over the lazy dog. the red fox runs past the old barn. "
            "the red hen sits on the lazy dog. the old barn is red. ") * 2
@@ -91,23 +114,95 @@ def _hostile(d: dict[str, Any]) -> dict[str, Any]:
     d.update(model_id=TICKS + IMG, device=LINK, dtype=SCRIPT, stop_reason=QUOTE + IMG, errors=[IMG, LINK, TICKS],
              drafter_disabled={"step": 0, "phase": "propose", "error": TICKS + IMG})
     d["runtime"]["attention"] = IMG
+    ids = d["output_ids"]
+    d["divergence"] = {"verdict": IMG, "position": DIVERGES_AT, "shared_tokens": DIVERGES_AT, "dtype": SCRIPT,
+                       "reason": f"{LINK} {KATEX}", "reference_token": ids[DIVERGES_AT], "run_token": ids[0],
+                       "reference_top": [[ids[DIVERGES_AT], 2.5], [ids[0], 2.25]],
+                       "run_top": [[ids[0], 2.5], [ids[DIVERGES_AT], 2.25]], "tolerance": None,
+                       "reference_seconds": 0.1, "run_seconds": 0.05, "drift": None, "drift_at": None,
+                       "shared_speedup": 2.0}
     return d
+
+
+DIVERGES_AT = 5          # the output token the hostile comparison with vanilla names
+
+
+def _results() -> dict[str, Any]:
+    """A results.json (bench/report.py) whose every string the explorer shows is hostile."""
+    def row(category: str, method: str, speedup: float, **more: Any) -> dict[str, Any]:
+        return {"category": category, "method": method, "questions": 2, "repeats": 1, "tokens_per_s": 10 * speedup,
+                "speedup": speedup, "speedup_question_spread": [0.9 * speedup, speedup, 1.1 * speedup],
+                "mean_accepted": 1.5, "draft_overhead": 0.1, "identical_to_vanilla": "yes",
+                "phase_seconds_per_token": {"verify.forward": 0.01, PHASE: 0.002},
+                "accepted_length_histogram": {"1": 3, "2": 2}, "acceptance_by_depth": [0.5, 0.25],
+                "depth_tested": [4, 2], **more}
+    spec = {"num_drafts": 4, "num_draft_tokens": 8, "num_accepted_tokens": 3, "num_accepted_tokens_per_pos": [2, 1],
+            "acceptance_rate_per_pos": [0.5, 0.25], "conditional_acceptance_per_pos": [0.5, 0.5],
+            "mean_acceptance_length": 1.75, "draft_acceptance_rate": 0.375}
+    rows = []
+    for category in ("all", CATEGORY):
+        rows += [row(category, "vanilla", 1.0), row(category, PLAIN, 1.2, identical_to_vanilla=TICKS),
+                 row(category, MODELLED, 1.3, alpha=0.5, cost_c=0.1, gamma=3, expected_speedup=1.5, spec_decode=spec)]
+        rows += [row(category, f"{SWEEPER}[{K1}={v1};{K2}={v2};f={QUOTE}]", 1 + n / 10)
+                 for n, (v1, v2) in enumerate((a, b) for a in (IMG, "2") for b in (LINK, "3"))]
+    rows[1].update(drafter_disabled=1, drafter_errors=[IMG, LINK])
+    meta = {"model": TICKS + IMG, "device": LINK, "dtype": SCRIPT, "command": KATEX + QUOTE, "date": PLOTLY,
+            "max_new_tokens": 8, "methods": ["vanilla", PLAIN], "repeats": 1, "notes": [IMG, LINK], "skipped": [TICKS],
+            "sittings": [{"date": IMG, "questions": LINK, "commit": TICKS},
+                         {"date": "d", "questions": 1, "commit": KATEX}]}
+    return {"version": 1, "meta": meta, "rows": rows, "runs": []}
+
+
+# the results file's hostile strings: a category, method names (one a swept drafter's, its settings'
+# names and values: no '[' in a name, no ';' or '=' in a setting's name), a phase name
+CATEGORY = TICKS + PLOTLY
+PLAIN = IMG + LINK
+MODELLED = PLOTLY + KATEX + TICKS
+SWEEPER = SCRIPT
+K1, K2 = "<b>bold</b>", "$$k$$`"
+PHASE = IMG + PLOTLY
 
 
 @pytest.fixture(scope="module")
 def hostile_files(tiny_lm_tok: LoadedModel, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """"named": the hostile trace (ngram_trie), "drafter": the same with a hostile drafter name,
-    "refused": a recorded trace with a hostile unknown field."""
+    """"named": the hostile trace (ngram_trie), "drafter": the same with a hostile drafter name
+    and model id, "refused": a recorded trace with a hostile unknown field; "dump": a vLLM metrics
+    dump named DUMP_NAME, "dump_refused": one whose first line is hostile."""
     prompt = build_prompt(tiny_lm_tok.tokenizer, "Once more: the red fox", context=CONTEXT, chat=False)
     recorded = generate(tiny_lm_tok, prompt, "ngram_trie", {"size_by_cost": False, "num_draft": 12, "explore_every": 1},
                         DecodingConfig(max_new_tokens=12)).to_dict()
     assert len(recorded["steps"][0]["tree"]["tokens"]) > 2 and recorded["steps"][0]["info"].get("positions")
     named = _hostile(recorded)
     folder = tmp_path_factory.mktemp("hostile")
-    files = {"named": named, "drafter": {**named, "drafter": BAD_DRAFTER}, "refused": {**recorded, IMG: 1}}
+    files = {"named": named, "drafter": {**named, "drafter": BAD_DRAFTER, "model_id": BAD_MODEL},
+             "refused": {**recorded, IMG: 1}}
     for name, d in files.items():
         (folder / f"{name}.json").write_text(json.dumps(d), encoding="utf-8")
-    return {name: folder / f"{name}.json" for name in files}
+    paths = {name: folder / f"{name}.json" for name in files}
+    # a vLLM V1 dump (hostile label values: summed, never shown), and one refused at its first line
+    label = 'model_name="' + SCRIPT + '"'
+    per_pos = "".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{label},position="{k}"}} {n}\n'
+                      for k, n in enumerate((80, 60, 40)))
+    dumps = {"dump": (DUMP_NAME, f"vllm:spec_decode_num_drafts_total{{{label}}} 100\n"
+                                 f"vllm:spec_decode_num_draft_tokens_total{{{label}}} 300\n"
+                                 f"vllm:spec_decode_num_accepted_tokens_total{{{label}}} 180\n" + per_pos),
+             "dump_refused": ("refused.prom", IMG + "\n")}
+    for name, (file_name, text) in dumps.items():
+        (folder / name).mkdir()
+        paths[name] = folder / name / file_name
+        paths[name].write_text(text, encoding="utf-8")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def hostile_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """"results": a results.json with hostile strings; "refused": one with a hostile histogram key."""
+    folder = tmp_path_factory.mktemp("hostile-results")
+    refused = _results()
+    refused["rows"][2]["accepted_length_histogram"] = {IMG: 1}
+    for name, d in (("results", _results()), ("refused", refused)):
+        (folder / f"{name}.json").write_text(json.dumps(d), encoding="utf-8")
+    return {name: folder / f"{name}.json" for name in ("results", "refused")}
 
 
 def _clean(page: Any, where: str) -> None:
@@ -257,11 +352,18 @@ def test_a_hostile_trace_is_shown_as_text(app_url: str, hostile_files: dict[str,
         _shows(page, "#step-narrative", f"The bonus token “{trace.token_text[trace.steps[3].bonus]}”")
         _hover_texts(page)
         _clean(page, "stepped")
+        diverged = divergence_step(trace)
+        assert diverged not in (None, 3)
+        ref, run = trace.output_ids[DIVERGES_AT], trace.output_ids[0]
+        page.keyboard.press("d")                               # the first divergence from vanilla
+        _at_step(page, diverged)
 
-        # the run summary
+        # the run summary (with the comparison with vanilla)
         page.get_by_role("tab", name="Run summary").click()
         _shows(page, "#run-about", f"stop: {QUOTE}{IMG}", f"model {TICKS}{IMG} on {LINK} ({SCRIPT})",
-               f"num_draft={IMG}", f"{LINK}={TICKS}", *(f"⚠️ {e}" for e in (IMG, LINK, TICKS)))
+               f"num_draft={IMG}", f"{LINK}={TICKS}", *(f"⚠️ {e}" for e in (IMG, LINK, TICKS)),
+               f"differs from vanilla at token #{DIVERGES_AT}: vanilla {ref} {trace.token_text[ref]!r}, "
+               f"run {run} {trace.token_text[run]!r}; top-2 logits vanilla", f"-> {IMG}: {LINK} {KATEX}")
         _clean(page, "run summary")
 
         # the drafter's name itself hostile (a drafter this specviz does not know)
@@ -274,7 +376,108 @@ def test_a_hostile_trace_is_shown_as_text(app_url: str, hostile_files: dict[str,
         _at_step(page, 1)
         _shows(page, "#step-narrative", f"Drafter off. {BAD_DRAFTER} raised in propose")
         page.get_by_role("tab", name="Run summary").click()
-        _shows(page, "#run-about", f"drafter {BAD_DRAFTER} (")
+        _shows(page, "#run-about", f"drafter {BAD_DRAFTER} (", f"model {TICKS}{IMG} ⏎ ``` ⏎ <b>bold</b>$$k$$ on")
         _clean(page, "hostile drafter name")
+
+        # the Server metrics tab: a dump drawn beside that trace; a dump refused at its first line
+        page.get_by_role("tab", name="Server metrics").click()
+        page.locator("#metrics-upload input[type=file]").set_input_files(str(hostile_files["dump_refused"]))
+        page.locator("#metrics-upload").get_by_text("refused.prom").first.wait_for(timeout=WAIT_MS)
+        page.locator("#metrics-draw").click()
+        _toast(page, f"line 1 is not a Prometheus sample ({IMG!r})")
+        _clean(page, "refused dump")
+        page.locator("#metrics-upload button[aria-label='Clear']").first.click()
+        page.locator("#metrics-upload input[type=file]").set_input_files(str(hostile_files["dump"]))
+        page.locator("#metrics-upload").get_by_text(DUMP_NAME).first.wait_for(timeout=WAIT_MS)
+        page.locator("#metrics-draw").click()
+        page.locator("#metrics-plot .js-plotly-plot .legendtext").nth(1).wait_for(timeout=WAIT_MS)
+        # the summary shows each source's name's last characters: the dump's file name, the model id's end
+        _shows(page, "#metrics-summary", DUMP_NAME, "```\n<b>bold</b>$$k$$")
+        legend = page.evaluate("() => Array.from(document.querySelectorAll('#metrics-plot .legendtext'))"
+                               ".map(e => e.textContent)")
+        assert any(DUMP_NAME in t for t in legend) and any("<b>bold</b>$$k$$" in t for t in legend), legend
+        bars = " ".join(_bar_hover_texts(page, "#metrics-plot"))
+        assert DUMP_NAME in bars and "<b>bold</b>$$k$$" in bars, bars
+        _clean(page, "server metrics")
+        browser.close()
+    assert dialogs == []
+
+
+def _legend(page: Any, sel: str) -> str:
+    return " | ".join(page.evaluate("(sel) => Array.from(document.querySelectorAll(sel + ' .legendtext'))"
+                                    ".map(e => e.textContent)", sel))
+
+
+def _hover(page: Any, sel: str, curve: int, point: int) -> str:
+    """The hover label plotly draws over point `point` of trace `curve` of the figure `sel`."""
+    page.evaluate("([sel, c, p]) => window.Plotly.Fx.hover(document.querySelector(sel + ' .js-plotly-plot'),"
+                  " [{curveNumber: c, pointNumber: p}])", [sel, curve, point])
+    page.wait_for_function("(sel) => { const h = document.querySelector(sel + ' .hoverlayer');"
+                           " return h !== null && h.textContent !== ''; }", arg=sel, timeout=WAIT_MS)
+    assert page.locator(f"{sel} .hoverlayer a").count() == 0              # plotly's link tag, not read
+    return str(page.locator(f"{sel} .hoverlayer").text_content())
+
+
+def test_a_hostile_results_file_is_shown_as_text(app_url: str, hostile_results: dict[str, Path]) -> None:  # noqa: F811
+    with pytest.raises(ResultsFormatError) as refusal:
+        load_results(hostile_results["refused"])
+    assert f"got {IMG!r}" in str(refusal.value)
+    dialogs: list[str] = []
+    with playwright_api.sync_playwright() as p:
+        browser, page = _open(p, app_url)
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.get_by_role("tab", name="Benchmark results").click()
+        upload = page.locator("#results-upload input[type=file]")
+
+        # refused: the histogram's key named as written in the error
+        upload.set_input_files(str(hostile_results["refused"]))
+        _toast(page, f"got {IMG!r}")
+        _clean(page, "refused results")
+
+        upload = page.locator("#results-upload")
+        upload.locator("button[aria-label='Clear']").first.click()
+        upload.locator("input[type=file]").set_input_files(str(hostile_results["results"]))
+        page.locator("#results-sweep .js-plotly-plot .gtitle").wait_for(timeout=WAIT_MS)
+        _shows(page, "#results-meta", f"command: {KATEX}{QUOTE}", f"model: {TICKS}{IMG}", f"device: {LINK}",
+               f"dtype: {SCRIPT}", f"date: {PLOTLY}", f"note: {IMG}", f"note: {LINK}", f"skipped: {TICKS}",
+               f"sitting 1: {IMG}, {LINK} questions, commit {TICKS}", f"commit {KATEX}")
+        sweep_points = [f"{SWEEPER}[{K1}={a};{K2}={b};f={QUOTE}]" for a in (IMG, "2") for b in (LINK, "3")]
+        _shows(page, "#results-table", CATEGORY, PLAIN, MODELLED, TICKS, *sweep_points,
+               f"{PLAIN}: turned off after an error in 1 turns (decoding went on without drafts): {IMG}; {LINK}")
+        table = _text(page, "#results-table")
+        assert table.count(MODELLED) == 2 * 3, table          # the main, model-drafters and per-position tables
+
+        legend = _legend(page, "#results-speedup")
+        for name in (PLAIN, MODELLED, *sweep_points):
+            assert name in legend, (name, legend)
+        hover = _hover(page, "#results-speedup", 0, 1)            # PLAIN's bar in CATEGORY
+        assert CATEGORY in hover and PLAIN in hover, hover
+        assert PHASE in _legend(page, "#results-phases")
+        hover = _hover(page, "#results-phases", 1, 1)             # PHASE's part of PLAIN's bar
+        assert PHASE in hover and PLAIN in hover, hover
+        for sel in ("#results-steps", "#results-depth"):
+            assert PLAIN in _legend(page, sel) and MODELLED in _legend(page, sel), sel
+        x_key, y_key = sorted((K1, K2))                        # the heatmap's axes: the settings' names, sorted
+        title = str(page.locator("#results-sweep .gtitle").text_content())
+        assert title == f"{SWEEPER}: speedup over {x_key} x {y_key} (all, f={QUOTE})", title
+        axes = page.evaluate("() => Array.from(document.querySelectorAll('#results-sweep .xtitle, "
+                             "#results-sweep .ytitle')).map(e => e.textContent)")
+        assert axes == [x_key, y_key], axes
+        _ticks_show(page, "#results-sweep", IMG, "2", LINK, "3")
+        _clean(page, "results")
+
+        # the Retrieve tab: an error quoting the embedder box
+        page.get_by_role("tab", name="Retrieve").click()
+        embedder = page.locator("#retrieval-embedder input").first
+        embedder.click()
+        page.get_by_role("option", name="hashing", exact=True).click()
+        page.locator("#retrieval-build").click()
+        page.locator("#retrieval-status").get_by_text("Passage index ready").wait_for(timeout=WAIT_MS)
+        embedder.fill(IMG)
+        embedder.press("Enter")
+        page.locator("#retrieval-question textarea, #retrieval-question input").first.fill("kettle")
+        page.locator("#retrieval-retrieve").click()
+        _toast(page, f"the embedder box now says {IMG!r}")
+        _clean(page, "retrieval error")
         browser.close()
     assert dialogs == []

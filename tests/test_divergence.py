@@ -91,6 +91,29 @@ def test_explain_and_the_speedup_over_the_shared_text() -> None:
     assert explain(vanilla, _trace((4, 5), (1.0,), 2, run_top[:2])).verdict == MISMATCH   # stops early
 
 
+def test_a_traces_divergence_is_checked_when_it_is_read() -> None:
+    """A trace carries its comparison with vanilla through JSON (trace.schema.json describes it);
+    one of another shape (an edited upload) is refused when read, naming the field, instead of
+    breaking the run summary and the "first divergence" jump after it loaded."""
+    from specviz.errors import TraceFormatError
+
+    top = [((t, 5.0), (0, 1.0)) for t in (4, 5, 6, 7)]
+    vanilla = _trace((4, 5, 6, 7), (1.0,) * 4, 1, top)
+    run = dataclasses.replace(_trace((4, 5, 8, 9), (1.0,) * 4, 1, top), output_pieces=("t4", "t5", "t8", "t9"),
+                              prompt_pieces=("t1",))
+    carried, d = divergence.with_divergence(run, vanilla)
+    assert divergence.of_trace(Trace.from_json(carried.to_json())) == d and d.position == 2
+    data = carried.to_dict()
+    for change, refusal in (({"position": "2"}, "divergence.position: expected integer or null"),
+                            ({"drift": "x"}, "divergence.drift: expected number or null"),
+                            ({"reference_top": [["a", 1.0]]}, r"divergence.reference_top\[0\]\[0\]: expected number"),
+                            ({"verdict": None}, "divergence.verdict: expected string")):
+        with pytest.raises(TraceFormatError, match=refusal):
+            Trace.from_dict({**data, "divergence": {**data["divergence"], **change}})
+    with pytest.raises(TraceFormatError, match="divergence: the field 'dtype' is missing"):
+        Trace.from_dict({**data, "divergence": {"verdict": "x", "position": 1, "shared_tokens": 1}})
+
+
 def test_the_drift_before_the_divergence_is_measured_and_said() -> None:
     """How far the two runs' logits of the same chosen token had already moved apart over the
     shared text: rounding that accumulates shows here (the first GPU run's bf16 mismatch)."""

@@ -296,6 +296,28 @@ def test_explorer_tab_draws_an_upload_beside_the_session_run(tmp_path, trace):
         draw_server_metrics(Session(), None, "", None)
 
 
+def test_explorer_tab_shows_the_sources_names_as_written(tmp_path, trace):
+    """The summary is a code block no source name can close (an uploaded trace's model id is
+    the session run's name; markup.md_block), the figure's labels plotly text (plot_text); the
+    k box is text (gradio's number box sent 0 when empty): blank is no k."""
+    import dataclasses
+
+    from specviz.ui.server_metrics_tab import draw_server_metrics, spec_tokens_of
+    from specviz.ui.session import Session
+    from specviz.viz.markup import plot_text
+
+    dump = tmp_path / "&lt;b&gt;.txt"
+    dump.write_text(VLLM_V1)
+    hostile = dataclasses.replace(trace, model_id="m\n````\n<b>bold</b>")
+    table, fig = draw_server_metrics(Session(trace=hostile), str(dump), "", "  ")
+    fence = table.splitlines()[0]
+    assert fence == "`````text" and table.endswith("\n`````") and table.count("`````") == 2
+    assert "````\n<b>bold</b>" in table and "&lt;b&gt;.txt" in table
+    labels = [t.name for t in fig.data if t.type == "scatter"]
+    assert any(plot_text("<b>bold</b>") in n for n in labels) and any(plot_text("&lt;b&gt;.txt") in n for n in labels)
+    assert spec_tokens_of("") is None and spec_tokens_of(" 4 ") == 4
+
+
 def test_explorer_tab_reads_only_allowed_hosts(server, monkeypatch):
     import gradio as gr
 

@@ -114,3 +114,20 @@ def test_retrieve_errors_are_readable() -> None:
         retrieve_handler(session, "default", QUESTION, 3)
     with pytest.raises(gr.Error, match="nothing retrieved yet"):
         use_context_handler(None)
+
+
+def test_errors_quote_what_they_name_as_written(tmp_path: Path) -> None:
+    """gradio's toasts render HTML: a message quoting the embedder box or a file's name shows it
+    as written (markup.toast_text: no tag can start); tests/test_browser_hostile.py sees the toast."""
+    img = '<img src=x onerror="window.__pwned=1">'
+    session = build()
+    with pytest.raises(gr.Error) as refused:
+        retrieve_handler(session, img, QUESTION, 3)
+    assert "the embedder box now says '&lt;img src=x onerror=\"window.__pwned=1\">'" in refused.value.message
+    binary = tmp_path / "<b>x.txt"
+    binary.write_bytes(b"\x00\x01")
+    with pytest.raises(gr.Error) as refused:
+        build(files=[str(binary)], use_demo=False)
+    assert refused.value.message.startswith("&lt;b>x.txt: looks binary")
+    with pytest.raises(gr.Error, match="nothing retrieved yet"):
+        use_context_handler(None)

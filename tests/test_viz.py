@@ -6,6 +6,7 @@ gave it, and checks the heatmap's matrix against them, step by step.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import numpy as np
@@ -250,6 +251,38 @@ def test_compare_rows_price_a_model_drafters_verify(tiny_lm_tok) -> None:
     assert row.expected_speedup == pytest.approx(drafted.draft_metrics()["expected_speedup"])
     assert row.expected_priced == pytest.approx(row.expected_speedup / ratio)
     assert len(row.cells()) == len(viz.CompareRow.columns())
+
+
+def test_compare_names_drafters_as_written() -> None:
+    """A drafter's name is a registry name (a plugin may register any string): the compare
+    status's Markdown sets it as inline code no backtick, tag or formula in it can leave
+    (markup.md_code), and the figure's bars are labelled with it as written (plot_text)."""
+    from specviz.viz.markup import md_code, plot_text
+
+    bad = '`<img src=x onerror="alert(1)">` **b** [x](javascript:alert(1)) $$x$$'
+    vanilla = dataclasses.replace(hand_trace("vanilla"), dtype="<b>bf16</b>")
+    runs = [[vanilla]] + [[dataclasses.replace(hand_trace(f"{bad} {verdict}"), divergence={
+        "verdict": verdict, "position": 1, "shared_tokens": 1, "dtype": "bfloat16"})]
+        for verdict in ("near-tie", "mismatch")]
+    notes = viz.divergence_notes(runs)
+    assert f"{md_code(bad + ' near-tie')} (#1)" in notes and f"{md_code(bad + ' mismatch')} (#1)." in notes
+    assert f"rounding in {md_code('<b>bf16</b>')}" in notes
+    for raw in ("<img", "<b>", "**b**", "[x]", "$$"):
+        assert raw not in notes, raw
+    assert re.search(r"(?<!\\)`", notes) is None                # every backtick escaped: no code span ends
+    rows = [viz.CompareRow(name, 1.0, 1.0, 1.0, 1, 1, "yes", "") for name in ("vanilla", bad)]
+    fig = viz.compare_figure(rows)
+    assert all(list(bars.x) == ["vanilla", plot_text(bad)] for bars in fig.data)
+    assert list(fig.data[0].marker.color) == ["#868e96", "#1c7ed6"]
+
+
+def test_md_block_cannot_be_closed_by_its_text() -> None:
+    from specviz.viz.markup import md_block
+
+    text = "a\n```\n<b>x</b>\n`````\n~~~"
+    block = md_block(text)
+    assert block == f"``````text\n{text}\n``````"
+    assert md_block("plain") == "```text\nplain\n```"
 
 
 def test_palette_has_a_stable_fallback_for_unknown_sources() -> None:

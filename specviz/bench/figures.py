@@ -1,6 +1,8 @@
 """Plotly figures of benchmark results (the rows of metrics.summarise); no gradio here.
 
-The HTML report and the explorer's results tab draw the same figures from a results file.
+The HTML report and the explorer's results tab draw the same figures from a results file, an
+upload there: its method names, categories, phase names and settings are shown as written
+(viz/markup.py: plot_text, and names in a hover through the trace's meta, never the template).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any, Sequence
 import plotly.colors
 import plotly.graph_objects as go
 
+from ..viz.markup import plot_text
 from ..viz.palette import FIGURE_TEMPLATE
 from .methods import BASELINE
 
@@ -29,11 +32,12 @@ def speedup_bars(rows: Sequence[dict[str, Any]]) -> go.Figure:
         mine = [r for r in rows if r["method"] == m]
         lo = [r["speedup"] - r["speedup_question_spread"][0] for r in mine]
         hi = [r["speedup_question_spread"][2] - r["speedup"] for r in mine]
-        fig.add_bar(name=m, x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
+        fig.add_bar(name=plot_text(m), x=[plot_text(r["category"]) for r in mine], y=[r["speedup"] for r in mine],
                     error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
-                    hovertemplate="%{x}: %{y:.2f}x<extra>" + m + "</extra>")
-    fig.add_hline(y=1.0, line_dash="dot", annotation_text=BASELINE)
-    fig.update_layout(template=FIGURE_TEMPLATE, title=f"Speedup vs {BASELINE} (whiskers: per-question min..max)", barmode="group",
+                    meta=plot_text(m), hovertemplate="%{x}: %{y:.2f}x<extra>%{meta}</extra>")
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text=plot_text(BASELINE))
+    fig.update_layout(template=FIGURE_TEMPLATE, barmode="group",
+                      title=f"Speedup vs {plot_text(BASELINE)} (whiskers: per-question min..max)",
                       yaxis_title="speedup (x)", legend_title="method")
     return fig
 
@@ -45,9 +49,9 @@ def phase_stack(rows: Sequence[dict[str, Any]], category: str = "all") -> go.Fig
     phases += sorted({p for r in sel for p in r["phase_seconds_per_token"]} - set(phases))
     fig = go.Figure()
     for p in phases:
-        fig.add_bar(name=p, x=[r["method"] for r in sel],
+        fig.add_bar(name=plot_text(p), x=[plot_text(r["method"]) for r in sel],
                     y=[1000 * r["phase_seconds_per_token"].get(p, 0.0) for r in sel],
-                    hovertemplate="%{x}: %{y:.2f} ms/token<extra>" + p + "</extra>")
+                    meta=plot_text(p), hovertemplate="%{x}: %{y:.2f} ms/token<extra>%{meta}</extra>")
     fig.update_layout(template=FIGURE_TEMPLATE, title=f"Time per token by phase ({category}; peers report no phases)",
                       barmode="stack", yaxis_title="ms per generated token")
     return fig
@@ -62,7 +66,7 @@ def accepted_histograms(rows: Sequence[dict[str, Any]], category: str = "all") -
         if not total or r["method"] == BASELINE:
             continue
         xs = sorted(hist)
-        fig.add_bar(name=r["method"], x=xs, y=[hist[x] / total for x in xs])
+        fig.add_bar(name=plot_text(r["method"]), x=xs, y=[hist[x] / total for x in xs])
     fig.update_layout(template=FIGURE_TEMPLATE, title=f"Tokens committed per step ({category})", barmode="group",
                       xaxis_title="tokens per step (bonus included)", yaxis_title="share of steps")
     return fig
@@ -74,7 +78,7 @@ def depth_acceptance_lines(rows: Sequence[dict[str, Any]], category: str = "all"
     for r in _rows(rows, category):
         rates = r["acceptance_by_depth"]
         if rates:
-            fig.add_scatter(name=r["method"], x=list(range(1, len(rates) + 1)), y=rates,
+            fig.add_scatter(name=plot_text(r["method"]), x=list(range(1, len(rates) + 1)), y=rates,
                             mode="lines+markers", customdata=r["depth_tested"],
                             hovertemplate="depth %{x}: %{y:.0%} of %{customdata} steps<extra></extra>")
     fig.update_layout(template=FIGURE_TEMPLATE, title=f"Acceptance rate by draft depth ({category})", xaxis_title="draft depth",
@@ -94,16 +98,16 @@ def position_lines(rows: Sequence[dict[str, Any]], category: str = "all") -> go.
             continue
         colour = palette[len(fig.data) // 2 % len(palette)]
         pos = list(range(len(sd["num_accepted_tokens_per_pos"])))
-        name = f"{r['method']} (mean acceptance length {sd['mean_acceptance_length']:.2f})"
+        method = plot_text(r["method"])
+        name = f"{method} (mean acceptance length {sd['mean_acceptance_length']:.2f})"
         fig.add_scatter(name=name, x=pos, y=sd["acceptance_rate_per_pos"], mode="lines+markers",
                         line={"color": colour}, legendgroup=r["method"], customdata=sd["num_accepted_tokens_per_pos"],
-                        hovertemplate="position %{x}: %{y:.0%} (%{customdata} of " + str(sd["num_drafts"])
-                                      + " drafts)<extra>" + r["method"] + "</extra>")
-        fig.add_scatter(name=f"{r['method']}, given earlier accepted", x=pos, y=sd["conditional_acceptance_per_pos"],
+                        meta=method, hovertemplate="position %{x}: %{y:.0%} (%{customdata} of " + str(sd["num_drafts"])
+                                                   + " drafts)<extra>%{meta}</extra>")
+        fig.add_scatter(name=f"{method}, given earlier accepted", x=pos, y=sd["conditional_acceptance_per_pos"],
                         mode="lines+markers", line={"dash": "dot", "color": colour}, legendgroup=r["method"],
-                        customdata=sd.get("num_tested_per_pos", []),
-                        hovertemplate="position %{x}: %{y:.0%} of %{customdata} that reached it<extra>"
-                                      + r["method"] + "</extra>")
+                        customdata=sd.get("num_tested_per_pos", []), meta=method,
+                        hovertemplate="position %{x}: %{y:.0%} of %{customdata} that reached it<extra>%{meta}</extra>")
     fig.update_layout(template=FIGURE_TEMPLATE,
                       title=f"Acceptance per draft position, vLLM's definition ({category}; solid: accepted / "
                             "num_drafts, dotted: given every earlier position accepted; mean acceptance length "
@@ -124,11 +128,12 @@ def reliability_lines(rows: Sequence[dict[str, Any]], category: str = "all") -> 
         if not cal or not cal["node"]["nodes"]:
             continue
         used = [b for b in cal["node"]["bins"] if b["count"]]
-        fig.add_scatter(name=f"{r['method']} ({cal['kind']}, ECE {cal['ece']:.3f})",
+        fig.add_scatter(name=plot_text(f"{r['method']} ({cal['kind']}, ECE {cal['ece']:.3f})"),
                         x=[b["mean_confidence"] for b in used], y=[b["accepted_share"] for b in used],
                         mode="lines+markers", customdata=[[b["accepted"], b["count"]] for b in used],
+                        meta=plot_text(r["method"]),
                         hovertemplate="confidence %{x:.2f}: accepted %{y:.0%} (%{customdata[0]} of "
-                                      "%{customdata[1]})<extra>" + r["method"] + "</extra>")
+                                      "%{customdata[1]})<extra>%{meta}</extra>")
     fig.update_layout(template=FIGURE_TEMPLATE,
                       title=f"Calibration of the drafters' confidence ({category}; tested nodes, accepted given "
                             "the parent accepted)", title_font_size=13,
@@ -148,11 +153,12 @@ def parse_label(label: str) -> tuple[str, dict[str, str]]:
     return m["name"], dict(kv.split("=", 1) for kv in m["settings"].split(";") if "=" in kv)
 
 
-def _num(v: str) -> Any:
+def _num(v: str) -> tuple[int, Any]:
+    """A sort key for a setting's value: numbers by value, then any text (an edited file's)."""
     try:
-        return float(v) if "." in v else int(v)
+        return (0, float(v) if "." in v else int(v))
     except ValueError:
-        return v
+        return (1, v)
 
 
 def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "speedup",
@@ -168,24 +174,28 @@ def sweep_figure(rows: Sequence[dict[str, Any]], drafter: str, metric: str = "sp
     # settings with one value in every point are fixed (named in the title), not axes
     fixed = {k: v for k, v in points[0][0].items() if all(s[k] == v for s, _ in points)}
     keys = sorted(k for k in points[0][0] if k not in fixed)
-    where = f"{category}" + "".join(f", {k}={v}" for k, v in sorted(fixed.items()))
+    # the file's names and values as written (plot_text); sorted and matched on the raw ones
+    where = plot_text(f"{category}" + "".join(f", {k}={v}" for k, v in sorted(fixed.items())))
     if not keys or len(keys) > 2:
         return None
     if len(keys) == 1:
         pts = sorted(points, key=lambda p: _num(p[0][keys[0]]))
-        fig = go.Figure(go.Bar(x=[str(s[keys[0]]) for s, _ in pts], y=[v for _, v in pts]))
-        fig.update_layout(template=FIGURE_TEMPLATE, title=f"{drafter}: {metric} by {keys[0]} ({where})", xaxis_title=keys[0],
-                          yaxis_title=metric)
+        fig = go.Figure(go.Bar(x=[plot_text(s[keys[0]]) for s, _ in pts], y=[v for _, v in pts]))
+        fig.update_layout(template=FIGURE_TEMPLATE,
+                          title=f"{plot_text(drafter)}: {plot_text(metric)} by {plot_text(keys[0])} ({where})",
+                          xaxis_title=plot_text(keys[0]), yaxis_title=plot_text(metric))
         return fig
     xs = sorted({s.get(keys[0], "") for s, _ in points}, key=_num)
     ys = sorted({s.get(keys[1], "") for s, _ in points}, key=_num)
     z: list[list[float | None]] = [[None] * len(xs) for _ in ys]
     for s, v in points:
         z[ys.index(s[keys[1]])][xs.index(s[keys[0]])] = v
-    fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale="Viridis", texttemplate="%{z:.2f}",
-                               colorbar={"title": metric}))
-    fig.update_layout(template=FIGURE_TEMPLATE, title=f"{drafter}: {metric} over {keys[0]} x {keys[1]} ({where})",
-                      xaxis_title=keys[0], yaxis_title=keys[1], xaxis_type="category",
+    fig = go.Figure(go.Heatmap(z=z, x=[plot_text(x) for x in xs], y=[plot_text(y) for y in ys], colorscale="Viridis",
+                               texttemplate="%{z:.2f}", colorbar={"title": plot_text(metric)}))
+    fig.update_layout(template=FIGURE_TEMPLATE,
+                      title=(f"{plot_text(drafter)}: {plot_text(metric)} over {plot_text(keys[0])} x "
+                             f"{plot_text(keys[1])} ({where})"),
+                      xaxis_title=plot_text(keys[0]), yaxis_title=plot_text(keys[1]), xaxis_type="category",
                       yaxis_type="category")
     return fig
 

@@ -16,7 +16,7 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import SpecvizError
 from ..files.json_schema import SchemaError, shipped_schema, validate
@@ -52,17 +52,22 @@ def _header(*cells: str) -> list[str]:
     return ["| " + " | ".join(cells) + " |", "|" + "---|" * len(cells)]
 
 
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+Text = Callable[[Any], str]
+"""How a file's string enters a Markdown table: `str` for summary.md and report.html (our own
+run's names), markup.md_text in the explorer (an upload's, shown as written)."""
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     lines = _header("category", "method", "tokens/s", "speedup", "per question min / median / max",
                     "of oracle", "mean accepted", "drafting", "identical", "near-tie / mismatch",
                     "speedup, shared text")
     for r in rows:
         lo, med, hi = r["speedup_question_spread"]
         lines.append(
-            f"| {r['category']} | {r['method']} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+            f"| {text(r['category'])} | {text(r['method'])} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
             f"{lo:.2f} / {med:.2f} / {hi:.2f} | {_fmt(r.get('fraction_of_oracle'), '.0%')} | "
             f"{_fmt(r['mean_accepted'], '.2f')} | {r['draft_overhead'] * 100:.1f}% | "
-            f"{r['identical_to_vanilla']} | {_differs(r)} | {_fmt(r.get('speedup_shared_prefix'), '.2f')} |")
+            f"{text(r['identical_to_vanilla'])} | {_differs(r)} | {_fmt(r.get('speedup_shared_prefix'), '.2f')} |")
     return "\n".join(lines)
 
 
@@ -78,7 +83,7 @@ def _differs(r: dict[str, Any]) -> str:
     return f"{r['near_ties']} / {len(r.get('mismatch_bugs') or ())}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def model_table(rows: Sequence[dict[str, Any]]) -> str:
+def model_table(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     """The model drafters' analytic view beside the measured speedup ('' if none ran)."""
     rows = [r for r in rows if r.get("alpha") is not None]
     if not rows:
@@ -86,14 +91,14 @@ def model_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = _header("category", "method", "alpha", "c", "gamma", "expected speedup", "verify / plain step",
                     "expected, verify priced", "measured speedup", "mean accepted")
     for r in rows:
-        lines.append(f"| {r['category']} | {r['method']} | {r['alpha']:.2f} | {r['cost_c']:.3f} | {r['gamma']} | "
-                     f"{r['expected_speedup']:.2f}x | {_fmt(r.get('verify_ratio'), '.2f')} | "
+        lines.append(f"| {text(r['category'])} | {text(r['method'])} | {r['alpha']:.2f} | {r['cost_c']:.3f} | "
+                     f"{r['gamma']} | {r['expected_speedup']:.2f}x | {_fmt(r.get('verify_ratio'), '.2f')} | "
                      f"{_fmt(r.get('expected_speedup_priced'), '.2f')}x | {r['speedup']:.2f}x | "
                      f"{_fmt(r['mean_accepted'], '.2f')} |")
     return "\n".join(lines)
 
 
-def position_table(rows: Sequence[dict[str, Any]]) -> str:
+def position_table(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     """Acceptance per draft position under vLLM's metric names, with each method's ECE where
     its drafter has a confidence ('' if no row kept the counts). Mean acceptance length
     = 1 + num_accepted_tokens / num_drafts: the bonus token counted, as vLLM and SGLang count it."""
@@ -108,7 +113,7 @@ def position_table(rows: Sequence[dict[str, Any]]) -> str:
         rates = " ".join(f"{x:.2f}" for x in sd["acceptance_rate_per_pos"])
         cond = " ".join(f"{x:.2f}" for x in sd["conditional_acceptance_per_pos"])
         per_pos = " ".join(str(x) for x in sd["num_accepted_tokens_per_pos"])
-        lines.append(f"| {r['category']} | {r['method']} | {sd['num_drafts']} | {sd['num_draft_tokens']} | "
+        lines.append(f"| {text(r['category'])} | {text(r['method'])} | {sd['num_drafts']} | {sd['num_draft_tokens']} | "
                      f"{sd['num_accepted_tokens']} | {per_pos} | {rates} | {cond} | "
                      f"{sd['mean_acceptance_length']:.2f} | {sd['draft_acceptance_rate']:.2f} | "
                      f"{_fmt(r.get('ece'), '.3f')} |")
@@ -138,27 +143,27 @@ def _html_table(markdown: str) -> str:
             "<p></p>")
 
 
-def disabled_markdown(rows: Sequence[dict[str, Any]]) -> str:
+def disabled_markdown(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     """The methods whose drafter raised and was turned off in some turns, with their errors
     (the 'all' rows; '' when none failed)."""
     rows = [r for r in rows if r["category"] == "all" and r.get("drafter_disabled")]
     lines = []
     for r in rows:
         errors = r.get("drafter_errors") or []
-        shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
-        lines.append(f"- {r['method']}: turned off after an error in {r['drafter_disabled']} turns "
+        shown = "; ".join(map(text, errors[:3])) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+        lines.append(f"- {text(r['method'])}: turned off after an error in {r['drafter_disabled']} turns "
                      f"(decoding went on without drafts): {shown}")
     return "\n".join(lines)
 
 
-def summary_markdown(rows: Sequence[dict[str, Any]]) -> str:
+def summary_markdown(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     """summary.md: the main table, then the model drafters' table when any ran, then acceptance
     per draft position (vLLM's names) when any row kept it, then the drafters that failed and
-    were turned off, when any did."""
-    model = model_table(rows)
-    positions = position_table(rows)
-    off = disabled_markdown(rows)
-    return (markdown_table(rows) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
+    were turned off, when any did. `text` puts the rows' strings in (see Text)."""
+    model = model_table(rows, text)
+    positions = position_table(rows, text)
+    off = disabled_markdown(rows, text)
+    return (markdown_table(rows, text) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
             + ("\n\nAcceptance per draft position (vLLM's metric names; mean acceptance length = 1 + "
                "accepted / drafts, the bonus token counted)\n\n" + positions if positions else "")
             + ("\n\nDrafters turned off after an error\n\n" + off if off else ""))

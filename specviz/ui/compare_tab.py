@@ -12,6 +12,7 @@ from ..core.decoding import DecodingConfig
 from ..analysis.divergence import with_divergence
 from ..drafters import baseline, ordered
 from ..core.trace import Trace
+from ..viz.markup import md_code, md_text
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu
@@ -68,7 +69,7 @@ def make_compare_handler(panel: SetupPanel):
             specs = {n: base.with_drafter(n, panel.drafter_form.values(n, values[4 + len(panel.decoding_form.components):]))
                      for n in names}
             prepared = {n: runner.prepare(specs[n]) for n in names}   # each checked once, before any load
-            yield f"… loading `{base.model_id}` and warming up...", gr.skip(), gr.skip(), gr.skip(), session
+            yield f"… loading {md_code(base.model_id)} and warming up...", gr.skip(), gr.skip(), gr.skip(), session
             runner.run_to_end(replace(base.with_drafter(base_name, {}),             # untimed warm-up
                                       decoding=DecodingConfig(max_new_tokens=WARMUP_TOKENS)))
             runs: dict[str, list[Trace]] = {n: [] for n in names}
@@ -78,21 +79,25 @@ def make_compare_handler(panel: SetupPanel):
                     if session.stop_requested:
                         break
                     done = sum(map(len, runs.values()))
-                    yield f"… round {r + 1}: running `{n}` ({done + 1}/{total})...", gr.skip(), gr.skip(), gr.skip(), session
+                    yield (f"… round {r + 1}: running {md_code(n)} ({done + 1}/{total})...", gr.skip(), gr.skip(),
+                           gr.skip(), session)
                     # a drafter that replays the baseline's output gets this round's (run first: names[0])
                     reference = runs[base_name][-1].output_ids if prepared[n].drafter.wants_reference else None
                     runs[n].append(runner.run_to_end(prepared[n], session.drafter_store, reference))
         done_runs = [runs[n] for n in names if runs[n]]
         if not done_runs or not runs[base_name]:
-            yield f"■ stopped before {base_name} finished: nothing to compare.", gr.skip(), gr.skip(), gr.skip(), session
+            yield (f"■ stopped before {md_code(base_name)} finished: nothing to compare.", gr.skip(), gr.skip(),
+                   gr.skip(), session)
             return
         k = min(len(v) for v in done_runs)
         ref = runs[base_name][0]
         done_runs = [[with_divergence(t, ref)[0] for t in v] for v in done_runs]   # each run carries it
         rows = viz.compare_rows([v[:k] for v in done_runs])
         session.compared = {v[0].drafter: v[0] for v in done_runs}
-        note = (f"✓ {k} round(s) on `{ref.model_id}` ({ref.device}, {ref.dtype}), {ref.totals.new_tokens} "
-                f"{base_name} tokens, one warm-up excluded." + (" Stopped early." if session.stop_requested else "")
+        # names as written (markup.py): a drafter's is a registry name (a plugin's: any string)
+        note = (f"✓ {k} round(s) on {md_code(ref.model_id)} ({md_text(ref.device)}, {md_text(ref.dtype)}), "
+                f"{ref.totals.new_tokens} {md_text(base_name)} tokens, one warm-up excluded."
+                + (" Stopped early." if session.stop_requested else "")
                 + viz.divergence_notes(done_runs))
         yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
                gr.update(choices=list(session.compared), value=None), session)

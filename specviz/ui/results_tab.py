@@ -1,5 +1,7 @@
 """The "Benchmark results" tab: open a results.json of `python -m specviz bench` (one shipped
-under benchmarks/, or an upload) and see the report's table and figures."""
+under benchmarks/, or an upload) and see the report's table and figures. An upload can hold any
+string (method names, categories, notes, the model's name): each is shown as written
+(viz/markup.py; the figures escape theirs in bench/figures.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from ..bench import load_results, results_figures, summary_markdown
+from ..viz.markup import md_code, md_text
 from .errors import shown_to_user
 from .uploads import TRACE_LIMIT_BYTES, UploadError
 
@@ -36,23 +39,26 @@ def build_results_tab() -> ResultsTab:
         shipped = gr.Dropdown(choices=shipped_results(), value=None, label="Shipped results",
                               elem_id="results-shipped")
         upload = gr.File(label=f"...or upload a results.json (max {TRACE_LIMIT_BYTES // 1_000_000} MB)",
-                         file_types=[".json"], file_count="single", height=100)
-    meta = gr.Markdown()
-    table = gr.Markdown()
-    plots = [gr.Plot(label=name) for name in ("Speedup", "Time by phase", "Tokens per step",
-                                                "Acceptance by depth", "Sweep")]
+                         file_types=[".json"], file_count="single", height=100, elem_id="results-upload")
+    meta = gr.Markdown(elem_id="results-meta")
+    table = gr.Markdown(elem_id="results-table")
+    plots = [gr.Plot(label=name, elem_id=f"results-{key}")
+             for key, name in (("speedup", "Speedup"), ("phases", "Time by phase"), ("steps", "Tokens per step"),
+                               ("depth", "Acceptance by depth"), ("sweep", "Sweep"))]
     return ResultsTab(shipped, upload, [meta, table, *plots])
 
 
 def _meta_markdown(meta: dict[str, Any]) -> str:
     keys = ("date", "command", "model", "device", "dtype", "cpu", "cores", "torch_threads", "max_new_tokens",
             "questions_measured", "repeats", "interrupted", "stop_reason")
-    lines = [f"- **{k}**: `{meta[k]}`" for k in keys if meta.get(k) not in (None, "")]
+    # the file's strings as written (markup.py): a results.json is an upload
+    lines = [f"- **{k}**: {md_code(meta[k])}" for k in keys if meta.get(k) not in (None, "")]
     sittings = meta.get("sittings") or []
     if len(sittings) > 1:                  # a run continued with --resume: say when each part ran
-        lines += [f"- sitting {i}: {s.get('date')}, {s.get('questions')} questions, commit `{s.get('commit')}`"
-                  for i, s in enumerate(sittings, 1)]
-    lines += [f"- note: {n}" for n in meta.get("notes", [])] + [f"- skipped: {s}" for s in meta.get("skipped", [])]
+        lines += [f"- sitting {i}: {md_text(s.get('date'))}, {md_text(s.get('questions'))} questions, "
+                  f"commit {md_code(s.get('commit'))}" for i, s in enumerate(sittings, 1)]
+    lines += [f"- note: {md_text(n)}" for n in meta.get("notes", [])]
+    lines += [f"- skipped: {md_text(s)}" for s in meta.get("skipped", [])]
     return "\n".join(lines)
 
 
@@ -68,4 +74,5 @@ def render_results(path: str | None) -> list[Any]:
             raise UploadError(f"results file {file.name!r} is larger than {TRACE_LIMIT_BYTES // 1_000_000} MB")
         meta, rows = load_results(file)
     main, sweep = results_figures(rows)
-    return [_meta_markdown(meta), summary_markdown(rows), *main, gr.Plot(value=sweep, visible=sweep is not None)]
+    return [_meta_markdown(meta), summary_markdown(rows, md_text), *main,
+            gr.Plot(value=sweep, visible=sweep is not None)]

@@ -12,7 +12,8 @@ names each chunk's source and character range, so a span leads back to its docum
 Each browser session keeps its own index in a gr.State; the only shared state is the cached
 embedding model (retrieval/embed.py). Nothing loads at build time: the model loads on the
 first "Build passage index". The handlers are plain functions (tested directly); user mistakes
-become a gr.Error with the message naming what was wrong.
+become a gr.Error with the message naming what was wrong, shown as written (its toast renders
+HTML, and a message may quote a file's name, a JSON line or the embedder box: markup.toast_text).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from ..retrieval.passages import MAX_K, build_passage_index, retrieve
 from ..retrieval.prompt import RetrievedContext, build_context
 from ..files.resources import data_path
 from ..core.settings import build
+from ..viz.markup import md_code, toast_text
 
 DEMO_DOCS = data_path("docs")
 UI_MAX_CHUNKS = 5000          # embedding runs on the server's CPU: keep one build to minutes
@@ -47,8 +49,8 @@ class SessionIndex:
     embedder_id: str
 
 
-def _error(err: SpecvizError) -> gr.Error:
-    return gr.Error(str(err), print_exception=False)
+def _error(err: SpecvizError | str) -> gr.Error:
+    return gr.Error(toast_text(err), print_exception=False)
 
 
 def _file_path(item: Any) -> Path:
@@ -87,7 +89,7 @@ def build_index_handler(files: Sequence[Any] | None, pasted: str, use_demo: bool
         raise _error(err) from None
     m = index.manifest
     status = (f"Passage index ready: **{m.n_chunks} chunks** from **{m.n_documents} documents**, "
-              f"embedded with `{m.model_id}` ({m.dim} dimensions), {m.index['kind']} index, "
+              f"embedded with {md_code(m.model_id)} ({m.dim} dimensions), {m.index['kind']} index, "
               f"built in {m.build_seconds:.1f} s.")
     return SessionIndex(index, embedder.model_id), status
 
@@ -118,7 +120,7 @@ def retrieve_handler(session: SessionIndex | None, embedder_id: str, question: s
 def use_context_handler(retrieved: RetrievedContext | None) -> tuple[str, str]:
     """"Use in explorer": (context box text, message box text)."""
     if retrieved is None:
-        raise gr.Error("nothing retrieved yet; ask a question and press Retrieve first", print_exception=False)
+        raise _error("nothing retrieved yet; ask a question and press Retrieve first")
     return retrieved.text, retrieved.message
 
 
@@ -137,20 +139,20 @@ def build_retrieval_tab(context: gr.Textbox, message: gr.Textbox) -> None:
         use_demo = gr.Checkbox(value=True, label=f"Include the demo collection ({DEMO_DOCS.name}/, "
                                                  "34 short original documents)")
         embedder = gr.Dropdown(choices=EMBEDDERS, value="default", allow_custom_value=True,
-                               label="Embedding model",
+                               label="Embedding model", elem_id="retrieval-embedder",
                                info="default: all-MiniLM-L6-v2 (offline); hashing: word features, no model; "
                                     "or a local sentence-transformers folder")
     with gr.Row():
         defaults = ChunkingConfig()
         chunk_chars = gr.Slider(100, 2000, value=defaults.chunk_chars, step=50, label="Chunk size (characters)")
         overlap = gr.Slider(0, 400, value=defaults.overlap_chars, step=10, label="Chunk overlap (characters)")
-    build_button = gr.Button("Build passage index", variant="primary")
-    status = gr.Markdown("No passage index yet.")
+    build_button = gr.Button("Build passage index", variant="primary", elem_id="retrieval-build")
+    status = gr.Markdown("No passage index yet.", elem_id="retrieval-status")
     with gr.Row():
-        question = gr.Textbox(label="Question", lines=1, scale=4,
+        question = gr.Textbox(label="Question", lines=1, scale=4, elem_id="retrieval-question",
                               placeholder="When is the Veldmoor Lantern Festival held?")
         k = gr.Slider(1, MAX_K, value=3, step=1, label="Chunks (k)", scale=1)
-    retrieve_button = gr.Button("Retrieve")
+    retrieve_button = gr.Button("Retrieve", elem_id="retrieval-retrieve")
     table = gr.Dataframe(headers=HEADERS, label="Retrieved chunks (score: cosine similarity)",
                          interactive=False, wrap=True)
     preview = gr.Textbox(label="Context that will be sent", lines=8, interactive=False)

@@ -18,6 +18,7 @@ from typing import Any
 import gradio as gr
 
 from ..analysis.server_metrics import MetricsImportError, read_source, summary_lines, trace_spec_metrics
+from ..viz.markup import md_block
 from ..viz.server_metrics import server_figure
 from .errors import shown_to_user
 from .session import Session
@@ -30,7 +31,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 class ServerMetricsTab:
     upload: gr.File
     url: gr.Textbox
-    spec_tokens: gr.Number
+    spec_tokens: gr.Textbox
     draw: gr.Button
     summary: gr.Markdown
     plot: gr.Plot
@@ -54,8 +55,9 @@ def check_url(url: str) -> None:
 
 
 def spec_tokens_of(value: Any) -> int | None:
-    """The k box's value as a whole number >= 1 (None when empty); MetricsImportError otherwise."""
-    if value in (None, ""):
+    """The k box's value (text, or a number through the API) as a whole number >= 1 (None when
+    empty); MetricsImportError otherwise."""
+    if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:
         k = float(value)
@@ -78,11 +80,13 @@ def build_server_metrics_tab() -> ServerMetricsTab:
         with gr.Column():
             url = gr.Textbox(label="...or a /metrics URL", placeholder="http://127.0.0.1:8000/metrics",
                              elem_id="metrics-url")
-            spec_tokens = gr.Number(label="k (vLLM V0 only: num_speculative_tokens)", value=None, precision=0,
-                                    minimum=1, elem_id="metrics-k")
+            # a text box: gradio's number box shows and sends 0 when empty, which its minimum
+            # refused before the handler ran (the tab could not draw without a k); spec_tokens_of checks it
+            spec_tokens = gr.Textbox(label="k (vLLM V0 only: num_speculative_tokens)", value="",
+                                     placeholder="empty for vLLM V1 and SGLang", elem_id="metrics-k")
     draw = gr.Button("Draw beside this session's runs", elem_id="metrics-draw")
     summary = gr.Markdown(elem_id="metrics-summary")
-    plot = gr.Plot(label="Server vs specviz")
+    plot = gr.Plot(label="Server vs specviz", elem_id="metrics-plot")
     return ServerMetricsTab(upload, url, spec_tokens, draw, summary, plot)
 
 
@@ -103,6 +107,7 @@ def draw_server_metrics(session: Any, upload: Any, url: str, spec_tokens: Any) -
         if isinstance(session, Session):
             runs = {id(t): t for t in ([session.trace] if session.trace else []) + list(session.compared.values())}
             items += [trace_spec_metrics(t) for t in runs.values() if any(len(s.tree) for s in t.steps)]
-        table = "\n".join(summary_lines(items))
-        return f"```text\n{table}\n```", server_figure(items)
+        # the sources' names come from the upload's file name and the session's traces (an
+        # uploaded trace's drafter and model id): shown as written (markup.py)
+        return md_block("\n".join(summary_lines(items))), server_figure(items)
 

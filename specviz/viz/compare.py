@@ -20,6 +20,7 @@ from ..analysis.divergence import IDENTICAL, MISMATCH, NEAR_TIE, SAMPLING, expla
 from ..core.draft_metrics import priced_speedup
 from ..core.trace import Trace
 from ..drafters import baseline
+from .markup import md_code, plot_text
 from .palette import FIGURE_TEMPLATE, show_token
 
 
@@ -104,18 +105,19 @@ def compare_rows(runs: Sequence[Sequence[Trace]]) -> list[CompareRow]:
 
 
 def divergence_notes(runs: Sequence[Sequence[Trace]]) -> str:
-    """A sentence for the compare status: which runs left vanilla's text and what that means
-    ('' when every run is identical or none carries a comparison)."""
+    """A sentence for the compare status (Markdown): which runs left vanilla's text and what that
+    means ('' when every run is identical or none carries a comparison). Drafters are named as
+    registered (md_code: a plugin's name can be any string)."""
     near, bugs = [], []
     for traces in runs[1:]:
         d = of_trace(traces[0])
         if d is not None and d.verdict == NEAR_TIE:
-            near.append(f"`{traces[0].drafter}` (#{d.position})")
+            near.append(f"{md_code(traces[0].drafter)} (#{d.position})")
         elif d is not None and d.verdict == MISMATCH:
-            bugs.append(f"`{traces[0].drafter}` (#{d.position})")
+            bugs.append(f"{md_code(traces[0].drafter)} (#{d.position})")
     out = ""
     if near:
-        out += (f" Left vanilla's text at a near-tie (rounding in {runs[0][0].dtype}, not a bug): "
+        out += (f" Left vanilla's text at a near-tie (rounding in {md_code(runs[0][0].dtype)}, not a bug): "
                 f"{', '.join(near)}; their speedup is also given over the shared text.")
     if bugs:
         out += f" ⚠️ Mismatch, a bug to report: {', '.join(bugs)}."
@@ -123,10 +125,10 @@ def divergence_notes(runs: Sequence[Sequence[Trace]]) -> str:
 
 
 def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
-    names = [r.drafter for r in rows]
     base = baseline().name
-    colours = ["#868e96" if n == base else "#1c7ed6" for n in names]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", f"speedup vs {base}",
+    colours = ["#868e96" if r.drafter == base else "#1c7ed6" for r in rows]
+    names = [plot_text(r.drafter) for r in rows]          # registered names, shown as written
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", f"speedup vs {plot_text(base)}",
                                                         "mean tokens per step"))
     for col, vals, fmt in ((1, [r.tokens_per_s for r in rows], "{:.1f}"),
                            (2, [r.speedup for r in rows], "{:.2f}x"),

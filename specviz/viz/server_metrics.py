@@ -14,12 +14,15 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis.server_metrics import SpecMetrics
+from .markup import plot_text
 from .palette import FIGURE_TEMPLATE
 
 
 def _label(m: SpecMetrics) -> str:
+    """The source's name as the figure shows it (plot_text: an upload's file name, a trace's
+    drafter and model id, as written)."""
     text = m.source if len(m.source) <= 40 else "..." + m.source[-37:]
-    return f"{m.engine}: {text}"
+    return plot_text(f"{m.engine}: {text}")
 
 
 def server_figure(items: Sequence[SpecMetrics]) -> go.Figure:
@@ -35,7 +38,8 @@ def server_figure(items: Sequence[SpecMetrics]) -> go.Figure:
         if m.per_position:
             fig.add_trace(go.Scatter(x=list(range(1, len(m.per_position) + 1)), y=list(m.per_position),
                                      mode="lines+markers", name=_label(m),
-                                     hovertemplate="position %{x}: %{y:.3f}<extra>" + m.engine + "</extra>"),
+                                     meta=plot_text(m.engine),
+                                     hovertemplate="position %{x}: %{y:.3f}<extra>%{meta}</extra>"),
                           row=1, col=2)
     fig.update_xaxes(showticklabels=False, row=1, col=1)
     fig.update_yaxes(title_text="tokens per verify", rangemode="tozero", row=1, col=1)
