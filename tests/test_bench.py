@@ -417,6 +417,19 @@ def test_load_results_refuses_other_files(tmp_path):
         load_results(tmp_path / "y.json")
 
 
+def test_load_results_refuses_a_row_lacking_what_the_tables_read(tmp_path):
+    """Every field the bench writes in every row is required: a row edited to lack one is refused
+    when loaded, naming it, instead of failing later in the tables (report, Benchmark results tab)."""
+    good = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "small" / "results.json").read_text())
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    assert load_results(tmp_path / "good.json")[1]
+    for field in ("tokens_per_s", "mean_accepted", "draft_overhead", "identical_to_vanilla"):
+        edited = {**good, "rows": [{k: v for k, v in good["rows"][0].items() if k != field}, *good["rows"][1:]]}
+        (tmp_path / "edited.json").write_text(json.dumps(edited))
+        with pytest.raises(ResultsFormatError, match=f"rows.*{field}"):
+            load_results(tmp_path / "edited.json")
+
+
 # ---- the explorer's results tab ---------------------------------------------------------------
 
 def test_results_tab_renders_a_results_file_and_refuses_a_bad_one(tmp_path):

@@ -91,8 +91,8 @@ def model_table(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     lines = _header("category", "method", "alpha", "c", "gamma", "expected speedup", "verify / plain step",
                     "expected, verify priced", "measured speedup", "mean accepted")
     for r in rows:
-        lines.append(f"| {text(r['category'])} | {text(r['method'])} | {r['alpha']:.2f} | {r['cost_c']:.3f} | "
-                     f"{r['gamma']} | {r['expected_speedup']:.2f}x | {_fmt(r.get('verify_ratio'), '.2f')} | "
+        lines.append(f"| {text(r['category'])} | {text(r['method'])} | {r['alpha']:.2f} | {_fmt(r.get('cost_c'), '.3f')} | "
+                     f"{_fmt(r.get('gamma'), '')} | {_fmt(r.get('expected_speedup'), '.2f')}x | {_fmt(r.get('verify_ratio'), '.2f')} | "
                      f"{_fmt(r.get('expected_speedup_priced'), '.2f')}x | {r['speedup']:.2f}x | "
                      f"{_fmt(r['mean_accepted'], '.2f')} |")
     return "\n".join(lines)
