@@ -249,8 +249,10 @@ def good_trace() -> dict[str, Any]:
     from specviz.models.prompts import build_prompt
 
     lm = load_model("tiny-random", device="cpu", dtype="float32")
-    trace = generate(lm, build_prompt(lm.tokenizer, "hi", context="a b c a b c a b c"), "ngram_trie", None,
-                     DecodingConfig(max_new_tokens=6))
+    # uncut by cost: on a busy machine a cost-sized tree can be empty, and the cases edit step 0's draft
+    trace = generate(lm, build_prompt(lm.tokenizer, "hi", context="a b c a b c a b c"), "ngram_trie",
+                     {"size_by_cost": False}, DecodingConfig(max_new_tokens=6))
+    assert trace.steps[0].tree.tokens, "step 0 drafted nothing: the cases below edit its draft"
     return trace.to_dict()
 
 
