@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +210,18 @@ def hostile_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     return {name: folder / f"{name}.json" for name in ("results", "refused")}
 
 
+@contextmanager
+def _watched_page(url: str) -> Iterator[Any]:
+    """The explorer open in chromium; no dialog (alert, confirm) may open while it is used."""
+    dialogs: list[str] = []
+    with playwright_api.sync_playwright() as p:
+        browser, page = _open(p, url)
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        yield page
+        browser.close()
+    assert dialogs == []
+
+
 def _clean(page: Any, where: str) -> None:
     assert page.evaluate(INJECTED_JS) == CLEAN, where
 
@@ -296,10 +310,7 @@ def _ticks_show(page: Any, sel: str, *texts: str) -> None:
 def test_a_hostile_trace_is_shown_as_text(app_url: str, hostile_files: dict[str, Path]) -> None:  # noqa: F811
     trace = Trace.from_json(hostile_files["named"].read_text(encoding="utf-8"))
     s0, last = trace.steps[0], len(trace.steps) - 1
-    dialogs: list[str] = []
-    with playwright_api.sync_playwright() as p:
-        browser, page = _open(p, app_url)
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with _watched_page(app_url) as page:
         page.wait_for_function("() => document.querySelectorAll('#accept-strip [data-step]').length > 0",
                                timeout=WAIT_MS)                                   # the landing run is shown
 
@@ -402,8 +413,6 @@ def test_a_hostile_trace_is_shown_as_text(app_url: str, hostile_files: dict[str,
         bars = " ".join(_bar_hover_texts(page, "#metrics-plot"))
         assert DUMP_NAME in bars and "<b>bold</b>$$k$$" in bars, bars
         _clean(page, "server metrics")
-        browser.close()
-    assert dialogs == []
 
 
 def _legend(page: Any, sel: str) -> str:
@@ -425,10 +434,7 @@ def test_a_hostile_results_file_is_shown_as_text(app_url: str, hostile_results: 
     with pytest.raises(ResultsFormatError) as refusal:
         load_results(hostile_results["refused"])
     assert f"got {IMG!r}" in str(refusal.value)
-    dialogs: list[str] = []
-    with playwright_api.sync_playwright() as p:
-        browser, page = _open(p, app_url)
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with _watched_page(app_url) as page:
         page.get_by_role("tab", name="Benchmark results").click()
         upload = page.locator("#results-upload input[type=file]")
 
@@ -482,5 +488,3 @@ def test_a_hostile_results_file_is_shown_as_text(app_url: str, hostile_results: 
         page.locator("#retrieval-retrieve").click()
         _toast(page, f"the embedder box now says {IMG!r}")
         _clean(page, "retrieval error")
-        browser.close()
-    assert dialogs == []

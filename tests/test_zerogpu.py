@@ -62,6 +62,7 @@ def test_a_preloaded_model_is_calibrated_by_its_first_use(monkeypatch: pytest.Mo
     real = models.calibrate
     monkeypatch.setattr(models, "calibrate", lambda model: ran.append(1) or real(model))
     monkeypatch.setattr(models, "_COSTS", models.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(models, "_TIMED", {})                  # no timing kept from a dropped model
     pre = models.load_model("tiny-random", device="cpu", dtype="float32", calibrate_cost=False)
     assert pre.verify_cost is None and ran == []               # no forward at import
     lm = models.load_model("tiny-random", device="cpu", dtype="float32")
