@@ -13,6 +13,7 @@ from ..drafters import baseline
 from ..core.settings import to_dict
 from ..models.token_pieces import PieceStream
 from ..core.trace import StepRecord, Trace
+from ..viz.markup import md_code
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu
@@ -75,7 +76,7 @@ def make_stream_handler(panel: SetupPanel):
         with shown_to_user():
             spec = panel.spec(values)
             prepared = runner.prepare(spec)          # bad settings fail here, before the loading note
-            yield gr.skip(), f"… loading `{spec.model_id}` and preparing `{spec.drafter}`...", session
+            yield gr.skip(), f"… loading {md_code(spec.model_id)} and preparing {md_code(spec.drafter)}...", session
             run = runner.start(prepared, session.drafter_store)
         pieces = PieceStream(run.lm.tokenizer)         # the output's text, token by token, in place
         vanilla = _vanilla_tps(session, run)
@@ -88,7 +89,7 @@ def make_stream_handler(panel: SetupPanel):
             pieces.extend(step.new_tokens)
             if time.perf_counter() - last > STREAM_EVERY_S:
                 last = time.perf_counter()
-                yield (*_live_view(run.steps, pieces.pieces, vanilla, f"… generating with `{spec.drafter}`..."), session)
+                yield (*_live_view(run.steps, pieces.pieces, vanilla, f"… generating with {md_code(spec.drafter)}..."), session)
         stopped = session.stop_requested
         runner.stop(run)
         trace = runner.finish(run)

@@ -6,6 +6,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from .markup import md_code
+
 
 def cost_curve_figure(report: Any) -> go.Figure:
     """Milliseconds per forward against rows fed (1..64): measured now and the cost model."""
@@ -26,7 +28,7 @@ def doctor_markdown(report: Any) -> str:
     """The set-up and the drafters' check as Markdown tables."""
     gpu = f" ({report.gpu_name})" if report.gpu_name else ""
     lines = ["| | |", "|---|---|",
-             f"| model | `{report.model_id}` |", f"| device | {report.device}{gpu} |",
+             f"| model | {md_code(report.model_id)} |", f"| device | {report.device}{gpu} |",
              f"| dtype | {report.dtype} |", f"| attention | {report.attention} |",
              f"| torch / transformers | {report.torch_version} ({report.torch_threads} threads) / "
              f"{report.transformers_version} |",
@@ -39,7 +41,7 @@ def doctor_markdown(report: Any) -> str:
               "| drafter | identical | near-tie | mismatch | speedup | speedup, shared text | mean accepted | per prompt |",
               "|---|---|---|---|---|---|---|---|"]
     for c in report.checks:
-        lines.append(f"| `{c.drafter}` | {c.identical}/{c.prompts} | {c.near_ties} | {c.mismatches} | "
+        lines.append(f"| {md_code(c.drafter)} | {c.identical}/{c.prompts} | {c.near_ties} | {c.mismatches} | "
                      f"{c.speedup:.2f}x | {c.shared_text} | {c.mean_accepted:.2f} | {', '.join(c.verdicts)} |")
     lines += ["", ("✓ no mismatch" if report.ok else "⚠️ **mismatch: a bug to report**")
               + f" · {report.seconds:.1f} s" + "".join(f" · {n}" for n in report.notes)]
