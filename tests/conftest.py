@@ -84,9 +84,9 @@ def panel() -> Any:
 
 
 def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
-            config: Any = None, **decoding: Any) -> tuple[list[int], list[StepRecord]]:
-    """Generate from token ids; returns (output ids, step records)."""
-    steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding)))
+            config: Any = None, recorder: str = "teach", **decoding: Any) -> tuple[list[int], list[StepRecord]]:
+    """Generate from token ids (`recorder`: engine/record.py's); returns (output ids, step records)."""
+    steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding), recorder=recorder))
     return [t for s in steps for t in s.new_tokens], steps
 
 

@@ -149,14 +149,15 @@ def test_prompt_beyond_the_model_context(capsys: pytest.CaptureFixture, context_
 
 def test_keyboard_interrupt_exits_130(capsys: pytest.CaptureFixture,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import specviz.engine
+    from specviz.engine import service
 
-    def interrupted(*args, **kwargs):
+    def interrupted(*args, **kwargs):             # Ctrl-C while the first step runs
         raise KeyboardInterrupt
+        yield                                     # (a generator, as the engine's steps are)
 
-    monkeypatch.setattr(specviz.engine, "generate_steps", interrupted)
+    monkeypatch.setattr(service, "generate_steps", interrupted)     # the name the run service steps with
     code, _, err = call(capsys, "generate", "--model", "tiny-random", "--prompt", "hi")
-    assert code == 130 and "interrupted" in err and "Traceback" not in err
+    assert code == 130 and "interrupted after 0 new tokens" in err and "Traceback" not in err
 
 
 def test_streamed_output_equals_the_trace(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:

@@ -149,6 +149,18 @@ def add_device_map_arguments(parser: Any) -> None:
     parser.add_argument("--offload-folder", default=None, metavar="DIR", help=OFFLOAD_HELP)
 
 
+def add_record_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """--record teach|bench|off: what each step keeps beyond the text (engine/record.py)."""
+    from ..engine.record import RECORDER_NAMES
+
+    parser.add_argument("--record", default=default, choices=RECORDER_NAMES,
+                        help="what each step records beyond the text: teach (everything the explorer shows: "
+                             "display probabilities, top logits, phase timings synchronised on a GPU), bench "
+                             "(what the bench and the divergence explainer read, at most one device "
+                             "synchronisation a step), off (the text only); recorded in the trace. "
+                             f"Default {default}")
+
+
 def add_cpu_linear_argument(parser: Any) -> None:
     from ..models import CPU_LINEAR_CHOICES
 

@@ -28,17 +28,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..core.decoding import DecodingConfig
-from ..core.settings import describe, to_dict
+from ..core.settings import Settings
 from ..core.trace import StepRecord, Trace
 from ..drafters.kit.base import REFERENCE_SETTING, DrafterSpec, baseline, get
-from ..drafters.kit.choice import DrafterChoice, parse_choice
-from ..errors import ConfigError
+from ..drafters.kit.choice import (DrafterChoice, DrafterPlan, Vet, parse_choice, plan, token_id_values,
+                                   validate)
+from ..drafters.kit.store import DrafterStore
 from ..models import EMBEDDED, LoadedModel, cpu_linear_option, load_model
 from ..models.prompts import Prompt, build_prompt
-from .loop import build_trace, generate
+from .loop import build_trace, generate_steps
+from .record import DEFAULT_RECORDER, recorder as recorder_named
 
-# checks a front end makes on the merged setting values before they are validated (the web policy)
-Vet = Callable[[DrafterSpec, Mapping[str, Any]], None]
+__all__ = ["DrafterPlan", "Run", "RunRequest", "Vet", "baseline_first", "load", "merged_values", "parse", "plan",
+           "prompt_of", "reference_config", "resolve", "run", "start", "token_id_values", "validate",
+           "with_reference"]
 
 
 @dataclass(frozen=True)
@@ -62,23 +65,14 @@ class RunRequest:
     device_map: str | None = None        # a strategy, a JSON file's path or the map as JSON text
     max_memory: str | None = None
     offload_folder: str | None = None
+    # what the run records beyond its text (engine/record.py): teach | bench | off
+    recorder: str = DEFAULT_RECORDER
+
+    def __post_init__(self) -> None:
+        recorder_named(self.recorder)    # ConfigError("recorder", ...) names the known ones
 
 
-@dataclass(frozen=True)
-class DrafterPlan:
-    """A drafter choice resolved: its spec, the merged setting values and the validated config."""
-    spec: DrafterSpec
-    label: str                               # the choice's canonical text, e.g. ngram_trie@paper[n=8]
-    values: tuple[tuple[str, Any], ...]
-    config: Any
-
-    @property
-    def wants_reference(self) -> bool:
-        """The drafter replays the baseline's output and was given none."""
-        return self.spec.wants_reference(to_dict(self.config))
-
-
-# ---- the drafter: parsed, merged and validated once ------------------------------------------
+# ---- the drafter: parsed, merged and validated once (drafters/kit/choice.py) -----------------
 
 def parse(text: str) -> DrafterChoice:
     """'NAME[@PRESET][[key=value;...]]' -> a DrafterChoice, not validated yet (`plan` does).
@@ -91,41 +85,6 @@ def merged_values(choice: DrafterChoice, settings: Mapping[str, Any] | None = No
     """The preset's values, the bracketed ones, then `settings`; a setting the brackets and
     `settings` give with different values is a DrafterChoiceError naming both (`source`)."""
     return choice.values(dict(settings or {}), source=source)
-
-
-def token_id_values(spec: DrafterSpec, values: Mapping[str, Any]) -> dict[str, Any]:
-    """A token-list setting (a tuple default, e.g. the oracle's `tokens`) given as text
-    ('3, 17, 9') -> a tuple of ints; ConfigError for text that is not."""
-    out = dict(values)
-    for info in describe(spec.config_cls):
-        if info.name in out and isinstance(info.default, tuple) and isinstance(out[info.name], str):
-            parts = [p.strip() for p in out[info.name].split(",") if p.strip()]
-            try:
-                out[info.name] = tuple(int(p) for p in parts)
-            except ValueError:
-                raise ConfigError(info.name, f"expected comma-separated integers (token ids), "
-                                             f"got {values[info.name]!r}") from None
-    return out
-
-
-def validate(spec: DrafterSpec, values: Mapping[str, Any]) -> Any:
-    """The drafter's config from `values`; ConfigError names the field. The one validation of a
-    request's drafter settings."""
-    return spec.config(values)
-
-
-def plan(choice: DrafterChoice | DrafterSpec, settings: Mapping[str, Any] | None = None,
-         source: str = "--set", vet: Vet | None = None) -> DrafterPlan:
-    """Merge and validate a parsed choice (or a spec the registry does not list, with its
-    values: a bench peer's). `vet` sees the merged values before they are validated."""
-    if isinstance(choice, DrafterSpec):
-        spec, label, values = choice, choice.name, dict(settings or {})
-    else:
-        spec, label, values = choice.spec, choice.label, merged_values(choice, settings, source)
-    if vet is not None:
-        vet(spec, values)
-    values = token_id_values(spec, values)
-    return DrafterPlan(spec, label, tuple(values.items()), validate(spec, values))
 
 
 def resolve(request: RunRequest, vet: Vet | None = None) -> DrafterPlan:
@@ -159,9 +118,22 @@ def with_reference(drafter: DrafterPlan, output_ids: Sequence[int]) -> DrafterPl
     return dataclasses.replace(drafter, values=values, config=config)
 
 
+def baseline_request(request: RunRequest) -> RunRequest:
+    """The same request with the baseline drafter (plain decoding) and no settings: what every
+    comparison runs first (generate --check, doctor, a drafter that replays its output)."""
+    return dataclasses.replace(request, drafter=baseline().name, settings=())
+
+
+def _to_the_end(lm: LoadedModel, prompt: Prompt, drafter: DrafterPlan, decoding: DecodingConfig,
+                recorder: str) -> Trace:
+    """One whole generation of a resolved drafter on a built prompt."""
+    steps = list(generate_steps(lm, prompt, drafter, None, decoding, recorder=recorder))
+    return build_trace(lm, prompt, drafter, None, decoding, steps, recorder=recorder)
+
+
 def baseline_first(lm: LoadedModel, prompt: Prompt, drafter: DrafterPlan, decoding: DecodingConfig,
-                   on_reference: Callable[[DrafterSpec], None] | None = None
-                   ) -> tuple[DrafterPlan, Trace | None]:
+                   on_reference: Callable[[DrafterSpec], None] | None = None,
+                   recorder: str = DEFAULT_RECORDER) -> tuple[DrafterPlan, Trace | None]:
     """A drafter that wants a reference gets the baseline's output on the same prompt and
     decoding, from a baseline run made here first (`on_reference` is told before it starts);
     returns the plan and the baseline's Trace (None when none was run)."""
@@ -170,14 +142,14 @@ def baseline_first(lm: LoadedModel, prompt: Prompt, drafter: DrafterPlan, decodi
     base = plan(baseline())
     if on_reference is not None:
         on_reference(base.spec)
-    reference = generate(lm, prompt, base.spec, base.config, decoding)
+    reference = _to_the_end(lm, prompt, base, decoding, recorder)
     return with_reference(drafter, reference.output_ids), reference
 
 
 def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
                      decoding: DecodingConfig | None = None,
                      on_reference: Callable[[DrafterSpec], None] | None = None,
-                     on_trace: Callable[[Trace], None] | None = None) -> Any:
+                     on_trace: Callable[[Trace], None] | None = None) -> Settings:
     """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
     (the oracle) and was given no continuation gets the baseline's output on the same prompt
     and decoding settings, from a baseline run made here first (`on_reference` is told
@@ -206,7 +178,7 @@ class Run:
     steps: list[StepRecord] = field(default_factory=list)
 
     @property
-    def config(self) -> Any:
+    def config(self) -> Settings:
         return self.drafter.config
 
     def __iter__(self) -> Iterator[StepRecord]:
@@ -228,12 +200,12 @@ class Run:
             close()
 
     def trace(self) -> Trace:
-        return build_trace(self.lm, self.prompt, self.drafter.spec, self.drafter.config,
-                           self.request.decoding, self.steps)
+        return build_trace(self.lm, self.prompt, self.drafter, None, self.request.decoding, self.steps,
+                           recorder=self.request.recorder)
 
 
 def start(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: LoadedModel | None = None,
-          store: Any = None, reference: Sequence[int] | None = None, vet: Vet | None = None,
+          store: DrafterStore | None = None, reference: Sequence[int] | None = None, vet: Vet | None = None,
           on_reference: Callable[[DrafterSpec], None] | None = None) -> Run:
     """Resolve the drafter (unless `drafter`: already resolved), load the target (unless `lm`),
     build the prompt, fill a reference-needing drafter's continuation (`reference`: the
@@ -247,10 +219,8 @@ def start(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: Loaded
     if reference is not None:
         drafter = with_reference(drafter, reference)
     else:
-        drafter, made = baseline_first(lm, prompt, drafter, request.decoding, on_reference)
-    from . import generate_steps as steps_of   # the engine's public entry, looked up per run (a
-    #                                            patch of specviz.engine.generate_steps reaches every front end)
-    steps = steps_of(lm, prompt, drafter.spec, drafter.config, request.decoding, store)
+        drafter, made = baseline_first(lm, prompt, drafter, request.decoding, on_reference, request.recorder)
+    steps = generate_steps(lm, prompt, drafter, None, request.decoding, store, recorder=request.recorder)
     return Run(request, drafter, lm, prompt, steps, made)
 
 
