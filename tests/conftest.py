@@ -30,6 +30,10 @@ from specviz.models import LoadedModel, load_model, tiny_random_model
 from specviz.core.trace import StepRecord, Totals, Trace
 from specviz.core.tree import DraftTree
 
+# No forward-cost curve kept on disk between tests (models/cost_cache.py): each test process times
+# its models once, as before the store; tests/test_cost_cache.py points the store at its own folders.
+os.environ.setdefault("SPECVIZ_COST_CURVES", "off")
+
 # The test models are tiny: one thread is ~10x faster than two when the other core is busy
 # (OpenMP threads spin waiting for each other). SPECVIZ_TEST_THREADS overrides.
 torch.set_num_threads(int(os.environ.get("SPECVIZ_TEST_THREADS", "1")))

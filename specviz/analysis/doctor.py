@@ -209,7 +209,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
                n_prompts: int = CHECK_PROMPTS, context_len: int | None = None,
                rows: Sequence[int] = ROWS, cpu_linear: bool | None = None,
                device_map: str | None = None, max_memory: str | None = None,
-               offload_folder: str | None = None) -> DoctorReport:
+               offload_folder: str | None = None, retime: bool = False) -> DoctorReport:
     """Load the model (cached) and measure; raises SpecvizError for a bad model, device,
     dtype or drafter name before measuring anything. `drafters`: None checks default_drafters()."""
     import torch
@@ -236,7 +236,8 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
         raise ConfigError("rows", f"must be rising whole numbers of at least 1, like {ROWS}, got {rows!r}")
     linear = {None: "auto", True: "on", False: "off"}[cpu_linear]
     target = RunRequest(model_id, device=device, dtype=dtype, cpu_linear=linear, device_map=device_map,
-                        max_memory=max_memory, offload_folder=offload_folder, recorder=CHECK_RECORDER)
+                        max_memory=max_memory, offload_folder=offload_folder, recorder=CHECK_RECORDER,
+                        retime=retime)
     lm = service.load(target)
     requests = [replace(target, message=message, context=context) for _, context, message in check_prompts(n_prompts)]
     prompts = [service.prompt_of(r, lm) for r in requests]

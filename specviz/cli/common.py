@@ -138,6 +138,10 @@ def add_runtime_arguments(parser: Any) -> None:
     parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     add_cpu_linear_argument(parser)
     add_device_map_arguments(parser)
+    parser.add_argument("--retime", action="store_true",
+                        help="time the target's forward passes again now (the cost curve that sizes drafts), "
+                             "instead of this machine's curve kept under the cache folder while it is under a "
+                             "week old (models/cost_cache.py)")
 
 
 def add_device_map_arguments(parser: Any) -> None:
@@ -178,13 +182,15 @@ def runtime_request(args: argparse.Namespace, model_id: str | None = None, dtype
     from ..engine.service import RunRequest
 
     device_map = getattr(args, "device_map", None)
+    retime = bool(getattr(args, "retime", False))
     if model_id is not None:
-        return RunRequest(model_id, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear)
+        return RunRequest(model_id, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear,
+                          retime=retime)
     if device_map is None and (getattr(args, "max_memory", None) or getattr(args, "offload_folder", None)):
         raise UsageError("--max-memory / --offload-folder budget a device map; add --device-map auto")
     return RunRequest(args.model, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear,
                       device_map=device_map, max_memory=getattr(args, "max_memory", None),
-                      offload_folder=getattr(args, "offload_folder", None))
+                      offload_folder=getattr(args, "offload_folder", None), retime=retime)
 
 
 def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:

@@ -21,7 +21,8 @@ drawn from what is left. Only two integers per row come back to the host (`follo
 them from the root, no vocabulary-wide row ever leaves the device). The walk reads each visited
 node's own uniform and the last row's own bonus draw; the draws of rows the walk never visits are
 independent of those it does and unused, so the committed tokens have exactly the distribution of
-the sequential rule.
+the sequential rule. (On a CPU this does the residuals of every row that has children, where the
+host walk did those of the rows it visited; benchmarks/step_overhead.py measures what that costs.)
 """
 from __future__ import annotations
 
@@ -75,11 +76,16 @@ def sibling_slots(tree: DraftTree) -> list[tuple[list[int], list[int]]]:
 
 def categorical(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One token per row of `probs` [R, V] (unnormalised allowed), drawn on its device without a
-    synchronisation: the argmax of p / E with E ~ Exp(1) per entry is distributed as p / sum(p)
-    (the exponential race; gpt-fast's multinomial_sample_one_no_sync). -> [R] long."""
-    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
-    race.clamp_min_(torch.finfo(race.dtype).tiny)              # a 0 draw would make 0/0 a NaN
-    return (probs / race).argmax(-1)
+    synchronisation: the inverse of each row's cumulative distribution (float64) at one uniform
+    per row, the first token whose cumulative mass exceeds u * total (so never a token of zero
+    probability). -> [R] long. (The exponential race, argmax p / E, is as exact but draws V
+    random numbers a row, which on a CPU costs more than the forward of a small model.)"""
+    cdf = probs.double().cumsum(-1)                                        # [R, V]
+    total = cdf[:, -1:]                                                    # [R, 1]
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
+    pick = torch.searchsorted(cdf, u * total, right=True)                  # [R, 1]: first cdf > u * total
+    last = (cdf < total).sum(-1, keepdim=True)                             # [R, 1]: the last token with mass
+    return torch.minimum(pick, last)[:, 0]
 
 
 def sample_rows(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> RowDraws:

@@ -67,6 +67,8 @@ class RunRequest:
     offload_folder: str | None = None
     # what the run records beyond its text (engine/record.py): teach | bench | off
     recorder: str = DEFAULT_RECORDER
+    # time the target's forward-cost curve again now, not the one this machine keeps (cost_cache.py)
+    retime: bool = False
 
     def __post_init__(self) -> None:
         recorder_named(self.recorder)    # ConfigError("recorder", ...) names the known ones
@@ -98,7 +100,8 @@ def load(request: RunRequest) -> LoadedModel:
     """The request's target (loaded once per process and options: models.load_model's cache)."""
     return load_model(request.model_id, request.device, request.dtype,
                       cpu_linear=cpu_linear_option(request.cpu_linear), device_map=request.device_map,
-                      max_memory=request.max_memory, offload_folder=request.offload_folder)
+                      max_memory=request.max_memory, offload_folder=request.offload_folder,
+                      retime_cost=request.retime)
 
 
 def prompt_of(request: RunRequest, lm: LoadedModel) -> Prompt:

@@ -27,6 +27,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from ..core.transfer import to_device
+
 # the transformers release this adapter's assumptions were last checked against (requirements.txt
 # pins it; tests/test_kvcache.py fails on another one, listing what to re-check)
 TRANSFORMERS_CHECKED = "5.23.0"
@@ -84,13 +86,15 @@ def commit(cache: Any, past_len: int, accepted: Sequence[int]) -> None:
     new_len = past_len + 1 + len(accepted)
     src = [past_len + 1 + node for node in accepted]        # row of node i is past_len + 1 + i
     dst = list(range(past_len + 1, new_len))
+    index: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}     # per device: copied once, not waited for
     for layer in _layers(cache):
         keys, values = layer.keys, layer.values              # [B, H_kv, S, D]
         if keys is None or keys.numel() == 0:
             continue
         if src != dst:
-            idx_src = torch.tensor(src, device=keys.device)
-            idx_dst = torch.tensor(dst, device=keys.device)
+            if keys.device not in index:
+                index[keys.device] = (to_device(src, keys.device), to_device(dst, keys.device))
+            idx_src, idx_dst = index[keys.device]
             keys[:, :, idx_dst] = keys[:, :, idx_src]
             values[:, :, idx_dst] = values[:, :, idx_src]
         layer.keys = keys[:, :, :new_len]
