@@ -77,11 +77,12 @@ def worker(tree: str, models: list[str], cases: list[str], max_new: int, threads
     assert Path(specviz.__file__).resolve().is_relative_to(Path(tree).resolve()), specviz.__file__
     extra = {} if recorder is None else {"recorder": recorder}
     out: dict = {}
+    forward: list[float] = []                     # seconds of each target forward, by hooks
+    starts: list[float] = []
     for model_id in models:
         lm = load_model(model_id, device="cpu", dtype="float32")
-        forward: list[float] = []                 # seconds of each target forward, by hooks
-        starts: list[float] = []
         pre = lm.model.register_forward_pre_hook(lambda *a: starts.append(time.perf_counter()))
+
         post = lm.model.register_forward_hook(lambda *a: forward.append(time.perf_counter() - starts.pop()))
         ids = list(lm.tokenizer(PROMPT)["input_ids"])
         for case in cases:

@@ -70,7 +70,7 @@ class RenamedFlag(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def renamed_flag(parser: Any, old: str, new: str, dest: str) -> None:
+def renamed_flag(parser: argparse._ActionsContainer, old: str, new: str, dest: str) -> None:
     """Accept `old` as a hidden alias of the flag `new` (stored in `dest`), with a warning."""
     parser.add_argument(old, dest=dest, action=RenamedFlag, new=new, default=argparse.SUPPRESS,
                         help=argparse.SUPPRESS)
@@ -130,7 +130,7 @@ def check_trace_path(path: str | None) -> None:
 
 # --- how the target runs: --device, --dtype, --cpu-linear (generate, bench, doctor) ----------
 
-def add_runtime_arguments(parser: Any) -> None:
+def add_runtime_arguments(parser: argparse._ActionsContainer) -> None:
     """--device, --dtype and --cpu-linear, as every command that loads a target model reads them."""
     from ..core.precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 
@@ -144,7 +144,7 @@ def add_runtime_arguments(parser: Any) -> None:
                              "week old (models/cost_cache.py)")
 
 
-def add_device_map_arguments(parser: Any) -> None:
+def add_device_map_arguments(parser: argparse._ActionsContainer) -> None:
     """--device-map, --max-memory, --offload-folder: the target split across devices (placement.py)."""
     from ..models.placement import DEVICE_MAP_HELP, MAX_MEMORY_HELP, OFFLOAD_HELP
 
@@ -153,7 +153,7 @@ def add_device_map_arguments(parser: Any) -> None:
     parser.add_argument("--offload-folder", default=None, metavar="DIR", help=OFFLOAD_HELP)
 
 
-def add_record_argument(parser: argparse.ArgumentParser, default: str) -> None:
+def add_record_argument(parser: argparse._ActionsContainer, default: str) -> None:
     """--record teach|bench|off: what each step keeps beyond the text (engine/record.py)."""
     from ..engine.record import RECORDER_NAMES
 
@@ -165,7 +165,7 @@ def add_record_argument(parser: argparse.ArgumentParser, default: str) -> None:
                              f"Default {default}")
 
 
-def add_cpu_linear_argument(parser: Any) -> None:
+def add_cpu_linear_argument(parser: argparse._ActionsContainer) -> None:
     from ..models import CPU_LINEAR_CHOICES
 
     parser.add_argument("--cpu-linear", default="auto", choices=CPU_LINEAR_CHOICES,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 from ..errors import ConfigError, SpecvizError
 from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, add_record_argument, add_runtime_arguments,
@@ -23,6 +23,8 @@ from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, add_record_argu
 from .errors import UsageError
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from ..core.trace import Trace
     from ..drafters.kit.store import DrafterStore
     from ..engine.service import DrafterPlan, Run
@@ -228,7 +230,7 @@ def summary_line(trace: Trace) -> str:
 class Streamer:
     """Print the output as it is committed, holding back an incomplete UTF-8 character."""
 
-    def __init__(self, tokenizer: Any, out: TextIO) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, out: TextIO) -> None:
         self.tokenizer, self.out = tokenizer, out
         self.ids: list[int] = []
         self.printed = ""

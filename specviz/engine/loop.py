@@ -87,7 +87,7 @@ def _apply_stops(new: list[int], budget: int, lm: LoadedModel, stops: StopText |
     return new, None
 
 
-def _first_forward(model: Any, cache: DynamicCache, buf: TreeBuffers, n_nodes: int) -> torch.Tensor:
+def _first_forward(model: torch.nn.Module, cache: DynamicCache, buf: TreeBuffers, n_nodes: int) -> torch.Tensor:
     """The first verify forward, where a model that cannot take the engine's 4-D (tree)
     attention mask fails: say so, naming the model class, instead of a stack trace."""
     try:
@@ -210,10 +210,24 @@ def _forward_and_judge(g: _Generation, tree: DraftTree, buf: TreeBuffers) -> Ver
         return (pending or _launch(g, tree, logits)).verdict()
 
 
+# The acceptance's random stream is the decoding seed's, but not the one a drafter seeds with the
+# same number (the model drafters' ChainLoop draws its tokens from Generator().manual_seed(seed)):
+# two generators seeded alike give the same bits, so the draft token and the uniform that judges
+# it would be functions of one draw, not independent, and the committed token's distribution
+# would lean (found by tests/test_model_drafters.py's chi-square test on seeds 0..999). The salt
+# is 2^64 / the golden ratio, a common choice for decorrelating seeds; any fixed odd constant does.
+ACCEPT_SEED_SALT = 0x9E3779B97F4A7C15
+
+
+def acceptance_seed(seed: int) -> int:
+    """The seed of the acceptance's generator for a decoding seed (distinct from the seed itself)."""
+    return (seed ^ ACCEPT_SEED_SALT) % (1 << 63)
+
+
 def _launch(g: _Generation, tree: DraftTree, logits: torch.Tensor) -> Pending:
     """verify.launch with this generation's sampling generator (made on the logits' device)."""
     if g.generator is None:
-        g.generator = torch.Generator(device=logits.device).manual_seed(g.decoding.seed)
+        g.generator = torch.Generator(device=logits.device).manual_seed(acceptance_seed(g.decoding.seed))
     return launch(tree, logits, g.decoding, g.generator, g.top_k, g.recorder)
 
 

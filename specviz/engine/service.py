@@ -227,9 +227,12 @@ def start(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: Loaded
     return Run(request, drafter, lm, prompt, steps, made)
 
 
-def run(request: RunRequest, **options: Any) -> Trace:
+def run(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: LoadedModel | None = None,
+        store: DrafterStore | None = None, reference: Sequence[int] | None = None, vet: Vet | None = None,
+        on_reference: Callable[[DrafterSpec], None] | None = None) -> Trace:
     """`start` (same options), run to the end, the Trace."""
-    live = start(request, **options)
+    live = start(request, drafter=drafter, lm=lm, store=store, reference=reference, vet=vet,
+                 on_reference=on_reference)
     for _ in live:
         pass
     return live.trace()

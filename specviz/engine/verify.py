@@ -17,9 +17,8 @@ recorder's (record.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
 import torch
+from transformers import DynamicCache
 
 from .accept import Acceptance, accept_greedy, follow, sample_rows
 from .record import TEACH, Display, Recorder
@@ -50,7 +49,7 @@ class Verdict:
 TOP_K = TOP_LOGITS  # what every drafter gets and a trace keeps; one that wants more sets `target_topk`
 
 
-def forward_tree(model: Any, cache: Any, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
+def forward_tree(model: torch.nn.Module, cache: DynamicCache, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
     """One forward over root + tree (+ pad rows); the fp32 logits of root and nodes, [N+1, V]."""
     out = model(input_ids=buffers.input_ids, position_ids=buffers.position_ids,
                 attention_mask=buffers.attention_mask, past_key_values=cache, use_cache=True)

@@ -57,10 +57,8 @@ def store_dir() -> Path | None:
     return Path(chosen).expanduser() if chosen else cache_dir() / "cost-curves"
 
 
-def processor_name(device: torch.device) -> str:
-    """The GPU's name on CUDA; the CPU's model name elsewhere (Linux /proc/cpuinfo, else platform)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo, else what platform says); the bench records it too."""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("model name"):
@@ -68,6 +66,11 @@ def processor_name(device: torch.device) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def processor_name(device: torch.device) -> str:
+    """The GPU's name on CUDA; the CPU's model name elsewhere."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
 
 
 def curve_key(fingerprint: str, device: torch.device, dtype: torch.dtype, cpu_linear: bool,

@@ -28,7 +28,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -42,6 +42,9 @@ from .cpu_linear import use_few_row_linear
 from ..errors import ModelLoadError
 from ..core.precision import DTYPE_CHOICES
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 EMBEDDED = "embedded"
 TINY = "tiny-random"
 EMBEDDED_GGUF = embedded.GGUF
@@ -51,8 +54,8 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, embedded)"
 @dataclass(frozen=True)
 class LoadedModel:
     model_id: str
-    model: Any                   # transformers PreTrainedModel, eval mode
-    tokenizer: Any
+    model: PreTrainedModel       # eval mode
+    tokenizer: PreTrainedTokenizerBase   # (None only for a test's model of token ids)
     device: torch.device
     dtype: torch.dtype
     max_positions: int           # the model's context length
@@ -99,7 +102,7 @@ class LoadedModel:
         return out
 
 
-_COSTS: "weakref.WeakKeyDictionary[Any, VerifyCost]" = weakref.WeakKeyDictionary()
+_COSTS: "weakref.WeakKeyDictionary[torch.nn.Module, VerifyCost]" = weakref.WeakKeyDictionary()
 _COST_LOCK = threading.Lock()
 _TIMED: dict[tuple[Any, ...], VerifyCost] = {}      # the cost models of dropped models, by load key
 
@@ -181,12 +184,12 @@ def uses_cpu_linear(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def cpu_linear_active(model: Any) -> bool:
+def cpu_linear_active(model: torch.nn.Module) -> bool:
     """Whether any linear layer of `model` runs the few-row form (cpu_linear.py)."""
     return any(hasattr(m, "few_rows_limit") for m in model.modules())
 
 
-def _load_embedded() -> tuple[Any, Any]:
+def _load_embedded() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     converted = cache_dir() / "embedded-smollm2-135m-instruct"
@@ -214,7 +217,7 @@ def _load_embedded() -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
+def tiny_random_model(vocab_size: int, seed: int = 0) -> PreTrainedModel:
     """A 2-layer Llama with random weights. Logits are made peaked (large init) so greedy
     decoding has clear winners and fp32 rounding cannot flip an argmax."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -227,7 +230,7 @@ def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
     return LlamaForCausalLM(config)
 
 
-def fp32_bytes(model: Any) -> int:
+def fp32_bytes(model: torch.nn.Module) -> int:
     """The model's parameters' size in float32."""
     return 4 * sum(p.numel() for p in model.parameters())
 
@@ -274,7 +277,7 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     eos: set[int] = set()
     for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
         if isinstance(source, int):
@@ -284,7 +287,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return eos
 
 
-def _load_embedded_tokenizer() -> tuple[None, Any]:
+def _load_embedded_tokenizer() -> tuple[None, PreTrainedTokenizerBase]:
     """The embedded tokenizer alone (parsing it from the GGUF takes ~8 s, so it is cached too)."""
     from transformers import AutoTokenizer
 

@@ -59,7 +59,7 @@ class DrafterChoice:
             out.update(extra)
         return out
 
-    def config(self, extra: dict[str, Any] | None = None) -> Any:
+    def config(self, extra: dict[str, Any] | None = None) -> Settings:
         """The validated config; ConfigError names the field."""
         return self.spec.config(self.values(extra))
 
@@ -176,8 +176,7 @@ def token_id_values(spec: DrafterSpec, values: Mapping[str, Any]) -> dict[str, A
 def validate(spec: DrafterSpec, values: Mapping[str, Any]) -> Settings:
     """The drafter's config from `values`; ConfigError names the field. The one validation of a
     request's drafter settings."""
-    config: Settings = spec.config(values)
-    return config
+    return spec.config(values)
 
 
 def plan(choice: DrafterChoice | DrafterSpec, settings: Mapping[str, Any] | None = None,

@@ -16,7 +16,7 @@ verifies the best nodes anyway (as many as cost what one costs).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from ...core.settings import Settings, setting
 from .sizing import EXPLORE_TESTS, TrustEstimate, best_prefix, free_prefix
@@ -92,7 +92,7 @@ class TreeCutter:
         self._last = None
 
     def cut(self, tree: DraftTree, ratios: Sequence[float], buckets: Sequence[Hashable],
-            verify_cost: Any, enabled: bool = True, info: dict | None = None,
+            verify_cost: Callable[[int], float], enabled: bool = True, info: dict | None = None,
             best_first: bool = False) -> tuple[DraftTree, list[float]]:
         """(the kept subtree, estimated path probability per kept node); `info` gets
         "explore": True on a step kept only to explore. `best_first`: the nodes are already
