@@ -218,20 +218,23 @@ def test_to_host_restores_ids_and_values_exactly():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_one_synchronisation_per_judge_on_cuda():
+@pytest.mark.parametrize("recorder", list(RECORDERS.values()), ids=list(RECORDERS))
+def test_one_synchronisation_per_judge_on_cuda(recorder):
     import warnings
 
     rng = random.Random(2)
     for decoding in DECODINGS[:2]:
         tree = _tree(rng, 500, 12, with_q=False)
         logits = _logits(0, 13, 500, ties=False).cuda()
-        judge(tree, logits, decoding, torch.Generator().manual_seed(0))   # warm-up (allocator, kernels)
+        # the sampling rule draws on the logits' device, with a generator there (the loop makes one)
+        judge(tree, logits, decoding, torch.Generator("cuda").manual_seed(0), recorder=recorder)   # warm-up
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                judge(tree, logits, decoding, torch.Generator().manual_seed(0))
+                judge(tree, logits, decoding, torch.Generator("cuda").manual_seed(0), recorder=recorder)
+
         finally:
             torch.cuda.set_sync_debug_mode("default")
         syncs = [w for w in caught if "synchroniz" in str(w.message)]

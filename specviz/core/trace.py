@@ -206,6 +206,9 @@ class Trace:
         d = asdict(self)
         d["steps"] = [s.to_dict() for s in self.steps]
         d["token_text"] = {str(k): v for k, v in self.token_text.items()}
+        for key in ("recorder", "cost_curve"):         # written when known: an older trace reads back as it was
+            if d[key] is None:
+                del d[key]
         # derived from the steps, written for other tools (vLLM's counter names); recomputed, not read
         d["spec_decode"] = self.position_metrics().to_dict()
         return d

@@ -215,6 +215,6 @@ def plan_of(drafter: "str | DrafterSpec | DrafterPlan", config: Mapping[str, Any
                                                 f"not {type(config).__name__}")
         return DrafterPlan(spec, choice.label if choice else spec.name, tuple(to_dict(config).items()), config)
     if config is not None and not isinstance(config, Mapping):
-        raise ConfigError("drafter_config", f"give a dict of settings or {spec.config_cls.__name__}, "
-                                            f"not {type(config).__name__}")
+        raise ConfigError("drafter_config", f"give the settings as a dict of name -> value, not "
+                                            f"{type(config).__name__} (or a {spec.config_cls.__name__})")
     return plan(choice if choice is not None else spec, config, source="drafter_config")
