@@ -9,11 +9,14 @@ one line naming what was wrong and what to do; nothing measured or written befor
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from specviz.index.store import IndexFileError, read_manifest
 from specviz.core.trace import Trace
 from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
 from specviz.ui.web_policy import NotAllowedError, check_model, check_path
-from tests.conftest import assert_one_line_refusal, run_cli_cases
+from tests.conftest import assert_one_line_refusal, run_cli_cases, run_cli_here
 from tests.serving import trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -735,3 +738,181 @@ def test_training_text_files_with_windows_line_ends_part_on_blank_lines(tmp_path
     path = tmp_path / "data.txt"
     path.write_bytes(b"one\r\nline\r\n\r\ntwo\r\n")
     assert [t.strip() for t in file_texts(path)] == ["one\nline", "two"]
+
+
+# ---- the one URL fetcher (files/fetch.py): real servers on loopback addresses ----------------------
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """/metrics: a dump; /redirect?to=URL: 302 there; /loop: 302 to itself; /trickle: a byte every 0.2 s (headers and
+    body); /trickle-head: the status line itself trickled; /huge: 4 MiB without a length;
+    /declared: a Content-Length of a terabyte; /reason: 404 with a secret reason phrase;
+    /foreign: 200 with a secret text that is no metrics page. Every request is counted."""
+    hits: list[str] = []
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:                    # the fetcher hung up (its deadline, its size cap): as meant
+            pass
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        type(self).hits.append(f"{self.server.server_address[0]}{self.path}")
+        path, _, query = self.path.partition("?")
+        if path == "/loop":
+            self.send_response(302)
+            self.send_header("Location", "/loop")
+            self.end_headers()
+        elif path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", query.removeprefix("to="))
+            self.end_headers()
+        elif path == "/trickle-head":
+            for byte in b"HTTP/1.1 200 OK\r\n":
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2)
+        elif path == "/trickle":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(1000):
+                self.wfile.write(b"#")
+                self.wfile.flush()
+                time.sleep(0.2)
+        elif path == "/huge":
+            self.send_response(200)
+            self.end_headers()
+            for _ in range(64):
+                self.wfile.write(b"# padding\n" * 6554)
+        elif path == "/declared":
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**12))
+            self.end_headers()
+        elif path == "/reason":
+            self.send_response(404, "SECRET-REASON")
+            self.end_headers()
+        elif path == "/foreign":
+            body = b"SECRET-TEXT root:x:0:0\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            body = b"sglang:spec_accept_length 2.6\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Any:
+    """Two servers: 127.0.0.1:A (the allowed one) and 127.0.0.2:B (the server's own network)."""
+    servers = [http.server.ThreadingHTTPServer((address, 0), _Hostile) for address in ("127.0.0.1", "127.0.0.2")]
+    for s in servers:
+        s.daemon_threads = True
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    yield tuple(f"{s.server_address[0]}:{s.server_address[1]}" for s in servers)
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _fetch(url: str, hosts: tuple[str, ...] | None, deadline: float = 5.0, max_bytes: int = 2**20) -> bytes:
+    from specviz.files.fetch import UrlPolicy, fetch
+    return fetch(url, UrlPolicy(hosts=hosts, deadline_s=deadline, max_bytes=max_bytes), "metrics")
+
+
+@pytest.mark.parametrize("path, words", [
+    ("/redirect?to=http://{inner}/secret", ("is not one of them",)),                    # to another loopback address
+    ("/redirect?to=http://169.254.169.254/latest/meta-data/", ("is not one of them",)),  # the cloud's metadata
+    ("/redirect?to=file:///etc/passwd", ("not an http(s) URL",)),
+    ("/loop", ("redirects more than 3 times",)),
+    ("/reason", ("answered HTTP 404 (Not Found)",)),
+    ("/declared", ("would send", "the limit is 1 MiB")),
+    ("/huge", ("sent more than 1 MiB",)),
+])
+def test_the_fetcher_checks_every_hop_and_never_quotes_the_answer(hosts: tuple[str, str], path: str,
+                                                                  words: tuple[str, ...]) -> None:
+    from specviz.files.fetch import FetchError
+
+    allowed, inner = hosts
+    _Hostile.hits.clear()
+    start = time.monotonic()
+    with pytest.raises(FetchError) as info:
+        _fetch(f"http://{allowed}{path.format(inner=inner)}", (allowed,))
+    message = str(info.value)
+    assert message.startswith("metrics: ") and "\n" not in message and all(w in message for w in words), message
+    assert "SECRET" not in message
+    assert not any(h.startswith("127.0.0.2") for h in _Hostile.hits), _Hostile.hits      # never reached
+    assert time.monotonic() - start < 4
+
+
+@pytest.mark.parametrize("path", ["/trickle", "/trickle-head"])
+def test_the_deadline_is_for_the_whole_fetch(hosts: tuple[str, str], path: str) -> None:
+    """A byte every 0.2 s never trips a per-read timeout; the total deadline (1 s) ends it."""
+    from specviz.files.fetch import FetchError
+
+    start = time.monotonic()
+    with pytest.raises(FetchError, match=r"did not answer in full within 1 s \(a limit on the whole fetch"):
+        _fetch(f"http://{hosts[0]}{path}", None, deadline=1.0)
+    assert time.monotonic() - start < 2.5
+
+
+def test_the_fetcher_reads_only_listed_hosts_and_inner_addresses_only_by_address(
+        hosts: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from specviz.files.fetch import FetchError
+
+    allowed, inner = hosts
+    port = allowed.rsplit(":", 1)[1]
+    assert _fetch(f"http://{allowed}/metrics", (allowed,)).startswith(b"sglang")
+    assert _fetch(f"http://{allowed}/redirect?to=/metrics", (allowed,)).startswith(b"sglang")     # same host
+    assert _fetch(f"http://localhost:{port}/metrics", ("localhost",)).startswith(b"sglang")
+    assert _fetch(f"http://{inner}/metrics", None).startswith(b"sglang")                 # the CLI: any host
+    with pytest.raises(FetchError, match="only from 127.0.0.1:1; "):                     # another port
+        _fetch(f"http://{allowed}/metrics", ("127.0.0.1:1",))
+    real = socket.getaddrinfo
+
+    def rebinding(host: str, *args: Any, **kwargs: Any) -> Any:      # a listed *name* that resolves inside
+        return real("127.0.0.1" if host == "metrics.example.org" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    with pytest.raises(FetchError, match="resolves to an address inside the server's own network"):
+        _fetch(f"http://metrics.example.org:{port}/metrics", ("metrics.example.org",))
+
+
+def test_the_web_tab_never_shows_another_servers_answer(hosts: tuple[str, str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gradio as gr
+
+    from specviz.ui.server_metrics_tab import draw_server_metrics
+    from specviz.ui.session import Session
+
+    allowed, inner = hosts
+    monkeypatch.setenv("SPECVIZ_METRICS_HOSTS", allowed)
+    for url in (f"http://{allowed}/foreign", f"http://{allowed}/reason", f"http://{allowed}/redirect?to=http://{inner}/"):
+        with pytest.raises(gr.Error) as info:
+            draw_server_metrics(Session(), None, url, None)
+        assert "SECRET" not in str(info.value) and "\n" not in str(info.value), info.value
+    assert "sglang" in draw_server_metrics(Session(), None, f"http://{allowed}/metrics", None)[0]
+
+
+def test_the_cli_refuses_a_trickling_url_in_its_time(hosts: tuple[str, str]) -> None:
+    start = time.monotonic()
+    done = run_cli_here("import-metrics", f"http://{hosts[0]}/trickle", "--timeout", "1")
+    assert_one_line_refusal(done, ("did not answer in full within 1 s",))
+    assert time.monotonic() - start < 2.5
+
+
+def test_the_metrics_event_waits_on_its_own_queue() -> None:
+    """A slow server holds only the Server metrics tab's own slots, not the queue every event shares."""
+    import app
+
+    demo = app.build_demo()
+    fns = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "draw_server_metrics"]
+    assert len(fns) == 1 and fns[0].concurrency_id == "network" and fns[0].concurrency_limit == 8

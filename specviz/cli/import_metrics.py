@@ -27,13 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.server_metrics import read_source, summary_lines, trace_spec_metrics
+    from ..analysis.server_metrics import MAX_POSITIONS, read_source, summary_lines, trace_spec_metrics
     from ..core.trace import Trace
     from ..files.user_files import check_output_file, read_text_file
     from .errors import UsageError
 
-    if args.spec_tokens is not None and args.spec_tokens < 1:
-        raise UsageError("--spec-tokens: must be at least 1")
+    if args.spec_tokens is not None and not 1 <= args.spec_tokens <= MAX_POSITIONS:
+        raise UsageError(f"--spec-tokens: must be a whole number from 1 to {MAX_POSITIONS} (the server's "
+                         "num_speculative_tokens)")
     if not 0 < args.timeout < 24 * 3600:               # nan and inf too: urllib cannot wait forever
         raise UsageError(f"--timeout: must be a number of seconds above 0 and below a day, got {args.timeout:g}")
     if args.html is not None:
