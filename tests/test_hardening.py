@@ -916,3 +916,162 @@ def test_the_metrics_event_waits_on_its_own_queue() -> None:
     demo = app.build_demo()
     fns = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "draw_server_metrics"]
     assert len(fns) == 1 and fns[0].concurrency_id == "network" and fns[0].concurrency_limit == 8
+
+
+# ---- the allow-list checks every file below a folder, links resolved -----------------------------
+
+_OPENED: list[str] = []
+_WATCHING: list[bool] = []
+
+
+def _watch_opens(event: str, args: tuple[Any, ...]) -> None:
+    if _WATCHING and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_watch_opens)           # every open() in this process, C readers' too, while watched
+
+
+def _linked_checkpoint(root: Path, outside: Path) -> dict[str, Path]:
+    """An allowed folder with EAGLE-like checkpoint folders whose files link outside it."""
+    allowed = root / "allowed"
+    cases = {}
+    for name, link, target in (("config", "config.json", outside / "secret.json"),
+                               ("passwd", "config.json", Path("/etc/passwd")),
+                               ("weights", "model.safetensors", outside / "weights.safetensors"),
+                               ("subfolder", "sub", outside),
+                               ("broken", "config.json", outside / "missing.json")):
+        folder = allowed / name
+        folder.mkdir(parents=True)
+        (folder / link).symlink_to(target)
+        cases[name] = folder
+    good = allowed / "hub-cache-like"                 # links that stay inside (a hub cache's blobs)
+    (good / "blobs").mkdir(parents=True)
+    (good / "blobs" / "abc").write_text("{}")
+    (good / "snapshot").mkdir()
+    (good / "snapshot" / "config.json").symlink_to(good / "blobs" / "abc")
+    (good / "snapshot" / "loop").symlink_to(good / "snapshot")
+    cases["good"] = good / "snapshot"
+    return cases
+
+
+def test_links_below_an_allowed_folder_are_resolved_one_by_one(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from specviz.ui.web_policy import check_request
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_text('{"hidden_size": "SECRET-VALUE"}')
+    (outside / "weights.safetensors").write_bytes(b"SECRET")
+    cases = _linked_checkpoint(tmp_path, outside)
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path / "allowed"))
+    _OPENED.clear()
+    _WATCHING.append(True)
+    try:
+        for name, folder in cases.items():
+            if name == "good":
+                check_request("embedded", "eagle", {"checkpoint": str(folder)})
+                continue
+            with pytest.raises(NotAllowedError) as info:
+                check_request("embedded", "eagle", {"checkpoint": str(folder)})
+            message = str(info.value)
+            assert message.startswith("checkpoint: ") and "a link that leads outside" in message, message
+            assert "SECRET" not in message and str(outside) not in message and "/etc" not in message
+        with pytest.raises(NotAllowedError, match="a link that leads outside"):     # a model folder too
+            check_model(str(cases["weights"]), "model")
+    finally:
+        _WATCHING.clear()
+    assert not [p for p in _OPENED if p.startswith((str(outside), "/etc/passwd"))], _OPENED
+
+
+def test_the_api_refuses_a_checkpoint_whose_config_links_outside(served: Any, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_text('{"hidden_size": "SECRET-VALUE"}')
+    cases = _linked_checkpoint(tmp_path, outside)
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path / "allowed"))
+    _, client = served
+    for drafter, name in (("eagle", "config"), ("medusa", "passwd")):
+        message = trace_refusal(client, drafter, {"checkpoint": str(cases[name])})
+        assert "a link that leads outside" in message and "SECRET" not in message and "root:" not in message
+
+
+# ---- no output may be one of the run's inputs ------------------------------------------------------
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, Path]:
+    folder = tmp_path / "x"
+    folder.mkdir()
+    for name, text in (("ctx.txt", "the user's document\n"), ("dump.txt", "sglang:spec_accept_length 2.6\n"),
+                       ("texts.txt", "one text\n\nanother\n"), ("run.json", "{}"), ("q.jsonl", "{}\n"),
+                       ("glide.pt", "not really a checkpoint")):
+        (folder / name).write_text(text)
+    (folder / "link.txt").symlink_to(folder / "ctx.txt")
+    os.link(folder / "ctx.txt", folder / "hard.txt")
+    (folder / "docs").mkdir()
+    (folder / "docs" / "a.md").write_text("a document\n")
+    return {"x": folder, **{p.stem.replace(".", "_"): p for p in folder.iterdir()}}
+
+
+GEN_TINY = ("generate", "--model", "tiny-random", "--max-new-tokens", "2", "--prompt", "hi")
+OUTPUT_IS_INPUT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "generate trace = context": ((*GEN_TINY, "--context-file", "{ctx}", "--trace", "{ctx}"),
+                                 ("--trace:", "the same file as the run's input --context-file")),
+    "generate trace = a symlink to the context": ((*GEN_TINY, "--context-file", "{ctx}", "--trace", "{link}"),
+                                                  ("--trace:", "the same file as")),
+    "generate trace = a hard link to the context": ((*GEN_TINY, "--context-file", "{ctx}", "--trace", "{hard}"),
+                                                    ("--trace:", "the same file as")),
+    "generate trace = a --set checkpoint": ((*GEN_TINY, "--drafter", "glide", "--set", "checkpoint={glide}",
+                                             "--trace", "{glide}"), ("--trace:", "input --set")),
+    "generate trace = a bracket checkpoint": ((*GEN_TINY, "--drafter", "glide[checkpoint={glide}]", "--trace",
+                                               "{glide}"), ("--trace:", "input --drafter")),
+    "import-metrics html = the dump": (("import-metrics", "{dump}", "--html", "{dump}"),
+                                       ("--html:", "input FILE|URL")),
+    "import-metrics html = a trace": (("import-metrics", "{dump}", "--trace", "{run}", "--html", "{run}"),
+                                      ("--html:", "input --trace")),
+    "bench out holds the questions": (("bench", "--model", "tiny-random", "--questions", "{q}", "--out", "{x}"),
+                                      ("--out:", "a folder holding the run's input --questions")),
+    "bench export = out": (("bench", "--model", "tiny-random", "--out", "{x}/new", "--export", "specbench",
+                            "{x}/new"), ("--export:", "the same path as --out")),
+    "index out = docs": (("index", "build", "--kind", "passages", "--docs", "{docs}", "--out", "{docs}"),
+                         ("--out:", "input --docs")),
+    "index out inside the docs": (("index", "build", "--kind", "passages", "--docs", "{x}", "--out", "{docs}"),
+                                  ("--out:", "an existing path inside the run's input --docs")),
+    "train-glide out = data": (("train-glide", "--model", "tiny-random", "--data", "{texts}", "--out", "{texts}"),
+                               ("--out:", "input --data")),
+    "train-heads export = data": (("train-heads", "--model", "tiny-random", "--data", "{texts}", "--export",
+                                   "{texts}"), ("--export:", "input --data")),
+    "train-eagle out holds the data": (("train-eagle", "--model", "tiny-random", "--data", "{texts}", "--out", "{x}"),
+                                       ("--out:", "a folder holding the run's input --data")),
+}
+
+
+@pytest.mark.parametrize("name", list(OUTPUT_IS_INPUT))
+def test_an_output_that_is_an_input_is_refused_before_anything_runs(name: str, inputs: dict[str, Path]) -> None:
+    args, words = OUTPUT_IS_INPUT[name]
+    before = {p: p.read_bytes() for p in inputs["x"].rglob("*") if p.is_file()}
+    start = time.monotonic()
+    done = run_cli_here(*(a.format(**inputs) for a in args))
+    assert_one_line_refusal(done, words)
+    assert time.monotonic() - start < 5                      # before any model is loaded
+    assert {p: p.read_bytes() for p in inputs["x"].rglob("*") if p.is_file()} == before      # nothing lost
+
+
+def test_every_command_says_which_paths_it_writes() -> None:
+    from specviz.cli import COMMANDS
+    from specviz.cli.run_files import OUTPUTS, run_paths
+    from specviz.cli import build_parser
+
+    assert set(OUTPUTS) == {name for name, *_ in COMMANDS}
+    args = build_parser().parse_args(["generate", "--prompt", "README.md", "--trace", "t.json"])
+    outputs, inputs = run_paths("generate", args)
+    assert outputs == [("--trace", "t.json")] and ("--prompt", "README.md") not in inputs    # text is no path
+
+
+def test_outputs_beside_their_inputs_are_fine(inputs: dict[str, Path]) -> None:
+    from specviz.files.user_files import check_outputs_apart
+
+    check_outputs_apart([("--trace", str(inputs["x"] / "new.json"))], [("--context-file", str(inputs["ctx"]))])
+    check_outputs_apart([("--trace", str(inputs["docs"] / "new.json"))], [("--model", str(inputs["docs"]))])
+    check_outputs_apart([("--trace", str(inputs["ctx"]))], [("--context-file", str(inputs["x"] / "missing"))])

@@ -26,6 +26,7 @@ from ..errors import RenamedWarning, SpecvizError
 from . import bench, doctor, drafters, generate, import_metrics, index, train_eagle, train_glide, train_heads
 from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, show_warning
 from .errors import UsageError
+from .run_files import check_run_files
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -87,6 +88,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        check_run_files(args)           # no output may be one of the run's inputs (run_files.py)
         code = args.handler(args)
         sys.stdout.flush()              # a closed pipe shows here, inside the handler below
         return code

@@ -21,8 +21,9 @@ import os
 import re
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import SpecvizError, not_unicode
 from .user_values import MAX_DIGITS
@@ -169,6 +170,61 @@ def check_output_dir(path: str | None, what: str) -> Path:
     except OSError as err:
         raise FileCheckError(f"{what}: cannot create {path!r} in {str(ancestor)!r} ({err.strerror or err})") from None
     return folder
+
+
+@dataclass(frozen=True)
+class _Place:
+    """A path a run names, as the file system sees it: resolved (links followed), and its
+    (device, inode) when it exists (a hard link is the same file under another name)."""
+    flag: str
+    given: str
+    real: Path
+    inode: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, flag: str, given: str) -> "_Place":
+        path = Path(given).expanduser()
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):
+            real = path.absolute()
+        try:
+            info = path.stat()
+            inode: tuple[int, int] | None = (info.st_dev, info.st_ino)
+        except (OSError, ValueError):
+            inode = None
+        return cls(flag, given, real, inode)
+
+    def exists(self) -> bool:
+        return self.inode is not None
+
+
+def check_outputs_apart(outputs: Sequence[tuple[str, str]], inputs: Sequence[tuple[str, str]]) -> None:
+    """FileCheckError `--out-flag: ...` when an output would replace one of the run's inputs:
+    the same file (links resolved, a hard link by its inode), an output folder holding an input,
+    or an existing output inside an input folder; or when two outputs are one path. `outputs` and
+    `inputs` are (flag, path) pairs; an input that does not exist is no input (its own check
+    says so later). Nothing is created or read."""
+    outs = [_Place.of(flag, path) for flag, path in outputs if str(path).strip()]
+    ins = [_Place.of(flag, path) for flag, path in inputs if str(path).strip()]
+    for out in outs:
+        for given in ins:
+            if not given.exists():
+                continue
+            if out.inode is not None and out.inode == given.inode or out.real == given.real:
+                how = "the same file as"
+            elif given.real.is_relative_to(out.real):
+                how = "a folder holding"
+            elif out.real.is_relative_to(given.real) and out.exists():
+                how = "an existing path inside"
+            else:
+                continue
+            raise FileCheckError(f"{out.flag}: {out.given!r} is {how} the run's input {given.flag} ({given.given!r}); "
+                                 "writing it would replace what the run reads: give the output another path")
+        for other in outs:
+            if other is not out and other.real == out.real and outs.index(other) > outs.index(out):
+                raise FileCheckError(f"{other.flag}: {other.given!r} is the same path as {out.flag}; give each "
+                                     "output its own path")
 
 
 def _mode_for(file: Path) -> int:
