@@ -1075,3 +1075,86 @@ def test_outputs_beside_their_inputs_are_fine(inputs: dict[str, Path]) -> None:
     check_outputs_apart([("--trace", str(inputs["x"] / "new.json"))], [("--context-file", str(inputs["ctx"]))])
     check_outputs_apart([("--trace", str(inputs["docs"] / "new.json"))], [("--model", str(inputs["docs"]))])
     check_outputs_apart([("--trace", str(inputs["ctx"]))], [("--context-file", str(inputs["x"] / "missing"))])
+
+
+# ---- device maps, budgets and disk offload ---------------------------------------------------------
+
+@pytest.mark.parametrize("budget, words", [
+    ("cpu=1e999GB", ("size '1e999GB' for cpu is not a size from 1 byte to 1 EiB",)),
+    ("cpu=infGB", ("size 'infGB'",)),
+    ("cpu=nanGB", ("size 'nanGB'",)),
+    ("cpu=-5GB", ("size '-5GB'",)),
+    ("cpu=0", ("size '0'",)),
+    ("cpu=" + "9" * 5000 + "GB", ("is not a size",)),
+    ("\u0661=1GB", ("unknown device '\u0661'",)),          # an Arabic-Indic one: no GPU 1
+    ("\u00b2=1GB", ("unknown device '\u00b2'",)),          # isdigit() says yes, int() says no
+])
+def test_memory_budgets_are_read_by_a_bounded_parser(budget: str, words: tuple[str, ...]) -> None:
+    from specviz.models.placement import DeviceMapError, parse_max_memory
+
+    with pytest.raises(DeviceMapError) as info:
+        parse_max_memory(budget)
+    assert str(info.value).startswith("max_memory: ") and all(w in str(info.value) for w in words), info.value
+    assert len(str(info.value)) < 300
+
+
+def test_memory_budgets_accelerate_would_misread_are_handed_on_in_bytes() -> None:
+    from accelerate.utils import convert_file_size_to_int
+
+    from specviz.models.placement import parse_max_memory
+
+    budget = parse_max_memory("cpu=1e9")
+    assert budget is not None and convert_file_size_to_int(budget["cpu"]) == 10**9        # the message offered it
+    kept = parse_max_memory("cpu=20GiB")
+    assert kept == {"cpu": "20GiB"}
+    lower = parse_max_memory("cpu=60gb")                                                 # bytes, not gigabits
+    assert lower is not None and convert_file_size_to_int(lower["cpu"]) == 60 * 10**9
+
+
+def test_a_map_of_everything_on_disk_is_one_line(tmp_path: Path) -> None:
+    done = run_cli_here("generate", "--model", "tiny-random", "--prompt", "hi", "--max-new-tokens", "2",
+                        "--device-map", '{"": "disk"}', "--offload-folder", str(tmp_path / "off"))
+    assert_one_line_refusal(done, ("device_map: it maps every module to 'disk'",))
+
+
+def test_disk_offload_leaves_no_copy_of_the_weights(tmp_path: Path) -> None:
+    """The offloaded weights' folder goes with its model (and at exit); one left by a killed run
+    (its process gone) is removed by the next offload; one of a running process is kept."""
+    import gc
+
+    from specviz.models import placement
+    from specviz.models.loading import tiny_random_model
+
+    base = tmp_path / "off"
+    base.mkdir()
+    (base / "specviz-offload-999999999-dead").mkdir()                   # a killed run's
+    (base / f"specviz-offload-{os.getppid()}-alive").mkdir()            # a running process's
+    model = tiny_random_model(64).eval()
+    model = placement.dispatch(model, {"": "cpu", "model.layers.1": "disk"}, str(base))
+    ours = [p for p in base.iterdir() if p.name.startswith(f"specviz-offload-{os.getpid()}-")]
+    assert len(ours) == 1 and any(ours[0].iterdir())                    # the weights were written there
+    assert not (base / "specviz-offload-999999999-dead").exists()
+    assert (base / f"specviz-offload-{os.getppid()}-alive").exists()
+    del model
+    gc.collect()
+    assert not ours[0].exists()
+
+
+def test_the_web_never_asks_a_visitor_for_an_offload_folder() -> None:
+    import gradio as gr
+
+    from specviz.core.decoding import DecodingConfig
+    from specviz.ui import runner
+    from specviz.ui.errors import shown_to_user
+    from specviz.ui.session import RunSpec
+
+    for device_map, budget in (('{"": "cpu", "model.layers.1": "disk"}', ""), ("sequential", "cpu=20MB"),
+                               ("sequential", "cpu=200KB")):
+        spec = RunSpec("tiny-random", "vanilla", (), DecodingConfig(max_new_tokens=2), "", "hi", "float32",
+                       device_map, budget)
+        with pytest.raises(gr.Error) as info:
+            with shown_to_user():
+                runner.start(spec)
+        message = str(info.value)
+        assert "--" not in message and ("does not offload weights to the server's disk" in message
+                                        or "holds none of the model (24.3 MiB of weights in float32" in message)
