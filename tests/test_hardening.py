@@ -1158,3 +1158,28 @@ def test_the_web_never_asks_a_visitor_for_an_offload_folder() -> None:
         message = str(info.value)
         assert "--" not in message and ("does not offload weights to the server's disk" in message
                                         or "holds none of the model (24.3 MiB of weights in float32" in message)
+
+
+# ---- Ray's address --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("address, env, words", [
+    ("", None, ("--ray: expected HOST:PORT", "got ''")),
+    ("127.0.0.1:\u00b2", None, ("--ray: expected HOST:PORT",)),            # isdigit() but no int()
+    ("127.0.0.1:\u0666\u0663\u0667\u0669", None, ("--ray: expected HOST:PORT",)),
+    ("127.0.0.1:0", None, ("--ray: expected HOST:PORT",)),
+    ("127.0.0.1:70000", None, ("--ray: expected HOST:PORT",)),
+    ("auto", "127.0.0.1:1", ("nothing answers at 127.0.0.1:1 (RAY_ADDRESS", "unset RAY_ADDRESS")),
+    ("auto", "nonsense", ("RAY_ADDRESS: expected HOST:PORT",)),
+])
+def test_ray_addresses_are_checked_before_ray_waits(address: str, env: str | None, words: tuple[str, ...],
+                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    start = time.monotonic()
+    done = run_cli_here("bench", "--model", "tiny-random", "--ray", address, "--limit", "1", "--out",
+                        str(tmp_path / "b"))
+    assert_one_line_refusal(done, words)
+    assert time.monotonic() - start < 30 and not (tmp_path / "b").exists()
