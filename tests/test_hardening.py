@@ -1183,3 +1183,22 @@ def test_ray_addresses_are_checked_before_ray_waits(address: str, env: str | Non
                         str(tmp_path / "b"))
     assert_one_line_refusal(done, words)
     assert time.monotonic() - start < 30 and not (tmp_path / "b").exists()
+
+
+# ---- Compare: each drafter once, rounds within the slider's range ----------------------------------
+
+def test_compare_runs_a_drafter_named_sixty_times_once(panel: Any) -> None:
+    import gradio as gr
+
+    from specviz.ui import compare_tab
+    from specviz.ui.session import Session
+    from tests.test_app import values
+
+    handler = compare_tab.make_compare_handler(panel)
+    out = list(handler(Session(), ["prompt_lookup"] * 60 + ["vanilla"] * 3, 1, *values(panel, max_new_tokens=4)))
+    note, table, *_ = out[-1]
+    assert [row[0] for row in table] == ["vanilla", "prompt_lookup"]
+    assert sum("running" in str(o[0]) for o in out) == 2                 # two runs, not 63
+    for rounds in (10**9, 0, 2.5, float("nan")):
+        with pytest.raises(gr.Error, match="rounds: must be a whole number from 1 to 5"):
+            list(handler(Session(), ["prompt_lookup"], rounds, *values(panel, max_new_tokens=4)))
