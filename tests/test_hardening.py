@@ -36,7 +36,7 @@ from specviz.core.trace import Trace
 from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
 from specviz.ui.web_policy import NotAllowedError, check_model, check_path
 from tests.conftest import assert_one_line_refusal, run_cli_cases, run_cli_here
-from tests.serving import trace_refusal
+from tests.serving import api_error, trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -1202,3 +1202,132 @@ def test_compare_runs_a_drafter_named_sixty_times_once(panel: Any) -> None:
     for rounds in (10**9, 0, 2.5, float("nan")):
         with pytest.raises(gr.Error, match="rounds: must be a whole number from 1 to 5"):
             list(handler(Session(), ["prompt_lookup"], rounds, *values(panel, max_new_tokens=4)))
+
+
+# ---- a bounded parser for the numbers and names a user gives --------------------------------------
+
+BIG = "7" * 5000                                     # past Python's 4,300-digit int() limit
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"a": ' + BIG + "}", "the JSON holds the number 777777777777...777777 (5000 characters)"),
+    ('{"a": 1' + "0" * 400 + "}", "(401 characters), beyond what any field holds"),
+    ('{"a": -123456789012345678901}', "-123456789012345678901"),
+    ('{"a": 1e400}', "the number 1e400"),
+    ('["x", ' + "1" * 25 + "]", "beyond what any field holds"),
+])
+def test_user_json_numbers_are_bounded(text: str, words: str) -> None:
+    with pytest.raises(FileCheckError) as info:
+        loads_json(text, "x")
+    assert str(info.value).startswith("x: ") and words in str(info.value) and len(str(info.value)) < 300
+    assert loads_json('{"a": 12345678901234567890, "b": "' + "9" * 50 + '", "c": 1e300}', "x")["a"] == 12345678901234567890
+
+
+@pytest.mark.parametrize("reader, words", [
+    ("results", "results.json"), ("device map", "device_map"), ("questions", "questions"),
+    ("manifest", "manifest"),
+])
+def test_every_json_reader_refuses_a_5000_digit_number_in_one_line(reader: str, words: str, tmp_path: Path) -> None:
+    from specviz.bench.questions import QuestionsError, read_questions
+    from specviz.models.placement import DeviceMapError, read_device_map
+
+    if reader == "results":
+        path = tmp_path / "results.json"
+        path.write_text('{"version": 1, "meta": {"seed": ' + BIG + '}, "runs": []}')
+        with pytest.raises(ResultsFormatError) as info:
+            load_results(path)
+    elif reader == "device map":
+        with pytest.raises(DeviceMapError) as info:
+            read_device_map('{"model.layers.0": ' + BIG + "}")
+    elif reader == "questions":
+        path = tmp_path / "q.jsonl"
+        path.write_text('{"question_id": ' + BIG + ', "category": "qa", "turns": ["hi"]}\n')
+        with pytest.raises(QuestionsError) as info:
+            read_questions(path)
+    else:
+        folder = _index(tmp_path / "index", '{"format": 1, "n": ' + BIG + "}")
+        with pytest.raises(IndexFileError) as info:
+            read_manifest(folder)
+    message = str(info.value)
+    assert words in message and "beyond what any field holds" in message and "\n" not in message, message
+    assert len(message.replace(str(tmp_path), "")) < 400                     # the number is named, not repeated
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--drafter", "oracle", "--set", "max_tokens=\u0665"), ("--set max_tokens: expected int, got '\u0665'",)),
+    (("--drafter", "oracle", "--set", "tokens=1,2,\u0663"), ("--set tokens: expected comma-separated integers",)),
+    (("--drafter", "oracle", "--set", "max_tokens=" + BIG), ("expected int", "(5,002 characters)")),
+    (("--drafter", "ngram_trie", "--set", "first_prior=\u0660.\u0665"), ("--set first_prior: expected float",)),
+])
+def test_settings_read_ascii_numbers_only(args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    done = run_cli_here("generate", "--model", "tiny-random", "--prompt", "hi", "--max-new-tokens", "2", *args)
+    assert_one_line_refusal(done, words)
+    assert len(done.stderr) < 400
+
+
+def test_a_question_id_in_other_digits_is_refused(tmp_path: Path) -> None:
+    from specviz.bench.questions import QuestionsError, read_questions
+
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question_id": "\u0663", "category": "qa", "turns": ["hi"]}\n')
+    with pytest.raises(QuestionsError, match="'question_id' must be a whole number, got '\u0663'"):
+        read_questions(path)
+
+
+def test_the_api_refuses_numbers_past_any_field(served: Any) -> None:
+    _, client = served
+    for settings, words in (('{"max_tokens": ' + BIG + "}", "beyond what any field holds"),
+                            ('{"tokens": "1,2,\u0663"}', "expected comma-separated integers")):
+        message = api_error(client, "tiny-random", "oracle", "hi", "", settings, 4, 0.0, 0)
+        assert words in message and "Traceback" not in message and len(message) < 600, message
+
+
+# ---- metrics dumps: values and positions a server never writes ------------------------------------
+
+V1_COUNTS = ("vllm:spec_decode_num_drafts_total 10\nvllm:spec_decode_num_draft_tokens_total 30\n"
+             "vllm:spec_decode_num_accepted_tokens_total 20\n")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("vllm:spec_decode_num_drafts_total " + "1" * 400 + "\n", "(402 characters) is not a number"),
+    ('{"num_drafts": 1' + "0" * 400 + ', "num_draft_tokens": 3, "num_accepted_tokens": 2}', "beyond what any field holds"),
+    (V1_COUNTS + 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="\u0660"} 8\n',
+     "position '\u0660'; a position is a whole number from 0 to 1023 in ASCII digits"),
+    (V1_COUNTS + 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="\u00b2"} 8\n', "position '\u00b2'"),
+    ("sglang:spec_accept_length 1e300\n", "mean acceptance length of 1e+300; no engine drafts more than 1024"),
+    ('{"draft_tokens": 30, "accepted_tokens": 20, "emitted_tokens": 25, "num_spec_tokens": 0.5}',
+     "num_spec_tokens must be a whole number from 1 to 1024, got 0.5"),
+    ('{"num_spec_tokens": 0.5, "num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 20}',
+     "num_spec_tokens must be a whole number from 1 to 1024"),
+])
+def test_metrics_numbers_are_bounded(text: str, words: str, tmp_path: Path) -> None:
+    path = tmp_path / "dump.txt"
+    path.write_text(text)
+    done = run_cli_here("import-metrics", str(path))
+    assert_one_line_refusal(done, (words,))
+    assert len(done.stderr) < 400
+
+
+def test_a_20_mb_dump_with_an_unclosed_label_is_refused_at_once(tmp_path: Path) -> None:
+    """The label regex took 3.7 GB on it; a line longer than any sample is refused before any
+    regex sees it, and a long label under the limit costs kilobytes (an unrolled loop)."""
+    import tracemalloc
+
+    from specviz.analysis.server_metrics import MAX_LINE, MetricsImportError, parse_prometheus
+
+    path = tmp_path / "dump.txt"
+    path.write_text('vllm:spec_decode_num_drafts_total{model="' + "a" * 20_000_000 + "} 1\n")
+    start = time.monotonic()
+    done = run_cli_here("import-metrics", str(path))
+    assert_one_line_refusal(done, ("line 1 is 20,000,",  "characters long; a Prometheus sample line is under 64 KB"))
+    assert time.monotonic() - start < 10
+    line = 'x{model="' + "a\\\\" * (MAX_LINE // 3 - 10) + '"} 1'
+    tracemalloc.start()
+    try:
+        assert parse_prometheus(line)[0].value == 1
+        with pytest.raises(MetricsImportError):
+            parse_prometheus(line.replace('"}', "}"))                     # unclosed
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2**20, peak                      # the alternation under a star took 11 MB here

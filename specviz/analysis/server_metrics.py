@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import SpecvizError
 from ..files.fetch import UrlPolicy, fetch
 from ..files.user_files import loads_json, read_text_file
-from ..files.user_values import ascii_int, finite_number, whole_number
+from ..files.user_values import ascii_int, finite_number, shown, whole_number
 
 URL_TIMEOUT_S = 10.0
 MAX_BYTES = 32 * 2**20            # a /metrics page is kilobytes; refuse anything absurd
@@ -123,7 +123,7 @@ def parse_prometheus(text: str) -> list[Sample]:
         value = _number(match.group(4)) if match else None
         labels = _labels(match.group(3) or "") if match else None
         if match is not None and labels is not None and value is None:
-            raise MetricsImportError(f"metrics: line {number}: the value {_cut(match.group(4))!r} is not a number "
+            raise MetricsImportError(f"metrics: line {number}: the value {shown(match.group(4), 40)} is not a number "
                                      "(a count or rate in decimal or exponent form, at most 64 characters)")
         if match is None or value is None or labels is None:
             cut = number == len(lines) and not text.endswith("\n")
@@ -132,10 +132,6 @@ def parse_prometheus(text: str) -> list[Sample]:
                 + ("; the dump looks truncated (its last line is cut)" if cut else ""))
         samples.append(Sample(match.group(1), labels, value))
     return samples
-
-
-def _cut(text: str, width: int = 24) -> str:
-    return text if len(text) <= width else f"{text[:width - 12]}...{text[-6:]} ({len(text)} characters)"
 
 
 def _number(text: str) -> float | None:
@@ -309,8 +305,7 @@ def _field(record: Mapping[str, Any], name: str, i: int) -> float:
     value = record.get(name)
     number = finite_number(value)
     if number is None or number < 0:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:30] + "..."
-        raise MetricsImportError(f"metrics: record {i}: {name} must be a non-negative number, got {shown}")
+        raise MetricsImportError(f"metrics: record {i}: {name} must be a non-negative number, got {shown(value, 40)}")
     return number
 
 

@@ -10,7 +10,9 @@ what a person means by a number here, and say None (or raise the caller's error)
 - `finite_number`: a JSON number (int or float, not bool) that is finite and within a bound, as
   a float (a 400-digit int is refused, not an OverflowError later);
 - `whole_number`: the same, and whole (0.5 is not a count);
-- `byte_size`: "20GiB", "500MB", "1e9" (bytes) as a number of bytes, finite and at most MAX_BYTES.
+- `byte_size`: "20GiB", "500MB", "1e9" (bytes) as a number of bytes, finite and at most MAX_BYTES;
+- `shown`: a value as an error message quotes it, cut to a readable length (a 5,000-digit number
+  or a megabyte of text is named, not repeated).
 """
 from __future__ import annotations
 
@@ -72,3 +74,11 @@ def byte_size(text: Any) -> int | None:
     if not (math.isfinite(number) and 1 <= number <= MAX_BYTES):
         return None
     return int(number)
+
+
+def shown(value: Any, width: int = 60) -> str:
+    """repr(value) for a one-line message, at most about `width` characters (its length said)."""
+    text = repr(value)
+    if len(text) <= width:
+        return text
+    return f"{text[:width - 20]}...{text[-8:]} ({len(text):,} characters)"
