@@ -1330,4 +1330,4 @@ def test_a_20_mb_dump_with_an_unclosed_label_is_refused_at_once(tmp_path: Path) 
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 2 * 2**20, peak                      # the alternation under a star took 11 MB here
+    assert peak < 2 * 2**20, peak                      # without possessive quantifiers: 4.3 MB; the old regex 11 MB
