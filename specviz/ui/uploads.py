@@ -24,7 +24,7 @@ CONTEXT_SUFFIXES = (".txt", ".md")
 CONTEXT_LIMIT_BYTES = user_files.CONTEXT_LIMIT_BYTES    # per file, as the CLI's --context-file
 TRACE_LIMIT_BYTES = 50_000_000
 UPLOAD_LIMIT = "50MB"                    # gradio's own cap on any upload (launch max_file_size)
-MAX_STEPS = next(i.high for i in describe(DecodingConfig) if i.name == "max_new_tokens")     # 8192
+MAX_STEPS = int(next(i.high or 0 for i in describe(DecodingConfig) if i.name == "max_new_tokens"))    # 8192
 MAX_TREE_NODES = 4096
 MAX_TRACE_NODES = 2**20
 
