@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "server's figures; repeat for several")
     parser.add_argument("--spec-tokens", type=int, default=None, metavar="K",
                         help="vLLM V0 only: the server's num_speculative_tokens (V0 dumps count no drafts)")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds to wait for a URL")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="seconds for the whole fetch of a URL, however slowly the server sends (default 10)")
     parser.add_argument("--html", metavar="FILE", help="write the figure (plotly HTML) to FILE")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
