@@ -1032,8 +1032,6 @@ OUTPUT_IS_INPUT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                       ("--html:", "input --trace")),
     "bench out holds the questions": (("bench", "--model", "tiny-random", "--questions", "{q}", "--out", "{x}"),
                                       ("--out:", "a folder holding the run's input --questions")),
-    "bench export = out": (("bench", "--model", "tiny-random", "--out", "{x}/new", "--export", "specbench",
-                            "{x}/new"), ("--export:", "the same path as --out")),
     "index out = docs": (("index", "build", "--kind", "passages", "--docs", "{docs}", "--out", "{docs}"),
                          ("--out:", "input --docs")),
     "index out inside the docs": (("index", "build", "--kind", "passages", "--docs", "{x}", "--out", "{docs}"),

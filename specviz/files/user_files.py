@@ -202,7 +202,8 @@ class _Place:
 def check_outputs_apart(outputs: Sequence[tuple[str, str]], inputs: Sequence[tuple[str, str]]) -> None:
     """FileCheckError `--out-flag: ...` when an output would replace one of the run's inputs:
     the same file (links resolved, a hard link by its inode), an output folder holding an input,
-    or an existing output inside an input folder; or when two outputs are one path. `outputs` and
+    or an existing output inside an input folder (two outputs on one path are each command's own
+    check: it knows which may share). `outputs` and
     `inputs` are (flag, path) pairs; an input that does not exist is no input (its own check
     says so later). Nothing is created or read."""
     outs = [_Place.of(flag, path) for flag, path in outputs if str(path).strip()]
@@ -221,10 +222,6 @@ def check_outputs_apart(outputs: Sequence[tuple[str, str]], inputs: Sequence[tup
                 continue
             raise FileCheckError(f"{out.flag}: {out.given!r} is {how} the run's input {given.flag} ({given.given!r}); "
                                  "writing it would replace what the run reads: give the output another path")
-        for other in outs:
-            if other is not out and other.real == out.real and outs.index(other) > outs.index(out):
-                raise FileCheckError(f"{other.flag}: {other.given!r} is the same path as {out.flag}; give each "
-                                     "output its own path")
 
 
 def _mode_for(file: Path) -> int:
