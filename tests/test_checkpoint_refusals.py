@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from specviz.eagle import checkpoint as eagle_ckpt
 from specviz.glide import checkpoint as glide_ckpt
-from specviz.glide.checkpoint import CheckpointError
+from specviz.netkit.files import CheckpointError
 from specviz.glide.model import GlideDraft, GlideSpec
 from specviz.heads import checkpoint as heads_ckpt
 

@@ -14,7 +14,7 @@ import torch
 
 from specviz.eagle import checkpoint as ckpt
 from specviz.engine import generate_steps
-from specviz.glide.checkpoint import CheckpointError
+from specviz.netkit.files import CheckpointError
 from specviz.heads.checkpoint import MedusaLayoutHeads
 
 from conftest import run_ids

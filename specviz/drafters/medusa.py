@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError
-from ..glide.checkpoint import CheckpointError
+from ..netkit.files import CheckpointError
 from ..heads.checkpoint import default_checkpoint, load, load_any, train_command
 from ..heads.model import DraftHeads
 from ..core.settings import setting

@@ -26,7 +26,7 @@ A checkpoint made for another target is refused before any step, naming what dif
 truncated one (a weight missing or of the wrong shape) is refused naming the weight. Every
 config.json field the head uses is checked (a positive size, a positive finite epsilon, a
 known activation and rope scaling...) and named when it is not, and the sizes it claims are
-checked against the weights' shapes before the head is allocated (glide/checkpoint.py
+checked against the weights' shapes before the head is allocated (netkit/checkpoint.py
 build_checked); weights of the wrong kind of dtype, with NaN or infinite values, or that the
 head has no place for are refused naming the tensor (float64 weights are cast, as fp16 ones are).
 """
@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-from ..glide.checkpoint import (CheckpointError, build_checked, check_fingerprint, check_identity,
-                                shown_value)
+from ..netkit.checkpoint import build_checked, check_fingerprint
+from ..netkit.files import CheckpointError, check_identity, shown_value
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device

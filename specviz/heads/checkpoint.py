@@ -3,7 +3,7 @@ the heads' architecture, training progress and held-out accuracy) and the heads'
 plus the shortlist ids, and while training the optimiser state and the data position
 (`--resume`). The manifest is also written beside it as JSON for people to read.
 
-As GLIDE's (glide/checkpoint.py, whose CheckpointError this raises): a checkpoint is read
+With the draft-network kit (netkit/files.py, netkit/checkpoint.py): a checkpoint is read
 with `torch.load(weights_only=True)` (never runs code the file carries), its manifest is
 checked field by field, and one trained for another target is refused with the command
 that trains one.
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ..glide.checkpoint import (CheckpointError, build_checked, check_blob, check_fingerprint, check_shortlist, load_blob,
-                                load_weights, slim, write_blob)
+from ..netkit.checkpoint import build_checked, check_fingerprint, check_shortlist, load_weights
+from ..netkit.files import CheckpointError, check_blob, load_blob, slim, write_blob
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
