@@ -24,7 +24,10 @@ class CheckpointError(SpecvizError):
 
 def shown_value(value: Any) -> str:
     """A value from a checkpoint's file as a message shows it: its repr, cut to 40 characters."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:                   # an integer past Python's 4300-digit limit for str()
+        return "a number of thousands of digits"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -40,20 +43,20 @@ def write_blob(path: str | Path, blob: dict[str, Any]) -> None:
 
 
 def load_blob(path: str | Path, what: str) -> Any:
-    """torch.load of a checkpoint file (weights_only=True: never runs code the file carries);
-    CheckpointError naming `what` it should be when it is missing or unreadable."""
+    """A checkpoint file specviz wrote (load_torch_file: weights_only=True, never runs code the
+    file carries; memory-mapped; no tensor claims more than it holds); CheckpointError naming
+    `what` it should be when it is missing or unreadable."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint: no such file {str(path)!r}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file, or one that asks to run code
-        if "Unsupported global" in str(err) or "GLOBAL" in str(err):   # the pickle names code to call
-            raise CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
-                                  "(checkpoints are read with torch.load(weights_only=True), never unpickled)") from None
-        why = (str(err).strip().splitlines() or [""])[0][:160]
+        return load_torch_file(path)
+    except CheckpointError as err:
+        if "cannot be read (" not in str(err):
+            raise
+        why = str(err).split("cannot be read (", 1)[1].rsplit("); it may be truncated", 1)[0]
         raise CheckpointError(f"checkpoint: {str(path)!r} is not a {what} checkpoint: torch.load cannot read it "
-                              f"({type(err).__name__}{': ' + why if why else ''})") from None
+                              f"({why})") from None
 
 
 def check_identity(manifest: Mapping[str, Any], where: str, prefix: str = "") -> None:
@@ -98,3 +101,133 @@ def slim(blob: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
     state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in blob["state"].items()}
     manifest = {**blob["manifest"], "exported_dtype": str(dtype).replace("torch.", "")}
     return {"manifest": manifest, "state": state, "training": None}
+
+
+# ---- paths and config files ---------------------------------------------------------------------------------
+
+def user_path(text: str | Path, what: str = "checkpoint") -> Path:
+    """A path as a user typed it, `~` and `~user` expanded; CheckpointError (not Python's
+    RuntimeError) for a `~user` that names no user of this machine."""
+    try:
+        return Path(str(text)).expanduser()
+    except RuntimeError:
+        user = str(text).split("/", 1)[0]
+        raise CheckpointError(f"{what}: {str(text)!r} starts with {user!r}, but there is no user "
+                              f"{user[1:]!r} on this machine whose home folder it could mean") from None
+
+
+def read_config(path: Path, where: str) -> dict[str, Any]:
+    """A checkpoint's config.json: a JSON object (read with the size and nesting limits of user
+    files); CheckpointError naming the file when it is missing, not JSON or not an object."""
+    from ..files.user_files import FileCheckError, read_json_file
+
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint: {where} has no {path.name}")
+    try:
+        cfg = read_json_file(path, f"checkpoint: {where}: {path.name}")
+    except FileCheckError as err:                  # not JSON, nested too deep, not a file
+        raise CheckpointError(str(err)) from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"checkpoint: {where}: {path.name} is not a JSON object (it holds a "
+                              f"{type(cfg).__name__}); a config is an object of fields")
+    return cfg
+
+
+# ---- weight files: shapes first, values after ------------------------------------------------------------------
+# A weight file is read in two stages, so that nothing is allocated for sizes a file merely claims:
+# weight_shapes() gives every tensor's shape and dtype (meta tensors) from the safetensors header,
+# or from a torch file mapped into memory (torch.load(mmap=True): no tensor data is read), to be
+# checked against the module a config describes; read_weights() then gives the values.
+
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def _unreadable(path: Path, err: Exception) -> CheckpointError:
+    why = (str(err).strip().splitlines() or [""])[0][:160]
+    if "Unsupported global" in str(err) or "GLOBAL" in str(err):   # a pickle naming code to call
+        return CheckpointError(f"checkpoint: {str(path)!r} holds Python objects besides tensors; refused "
+                               "(weights are read with torch.load(weights_only=True), never unpickled)")
+    return CheckpointError(f"checkpoint: {str(path)!r} cannot be read ({type(err).__name__}"
+                           f"{': ' + why if why else ''}); it may be truncated")
+
+
+def check_backed(state: Mapping[str, Any], path: Path) -> None:
+    """CheckpointError for a tensor whose shape claims more values than its storage holds (a torch
+    file can store a [50000, 50000] view with stride 0 over 4 bytes: the first copy of it would
+    allocate 10 GB). Tensors nested in lists and dicts are checked too."""
+    stack: list[Any] = list(state.items())
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.numel() * value.element_size() > value.untyped_storage().nbytes():
+                raise CheckpointError(f"checkpoint: {str(path)!r}: tensor {key!r} claims shape {tuple(value.shape)} "
+                                      f"({value.numel()} values) over {value.untyped_storage().nbytes()} bytes of "
+                                      "data; refused (a damaged or hostile file)")
+        elif isinstance(value, dict):
+            stack.extend((f"{key}.{k}", v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{key}.{i}", v) for i, v in enumerate(value))
+
+
+def load_torch_file(path: Path) -> Any:
+    """torch.load with weights_only=True (never runs code the file carries), memory-mapped where
+    the file's format allows it (tensor data is read when used, not now); every tensor checked
+    by check_backed. CheckpointError when it cannot be read or asks to run code."""
+    try:
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as err:
+            if "mmap" not in str(err):
+                raise
+            data = torch.load(path, map_location="cpu", weights_only=True)   # the pre-1.6 format: no mmap
+    except Exception as err:  # noqa: BLE001 - a truncated or foreign file, or one that asks to run code
+        raise _unreadable(path, err) from None
+    if isinstance(data, dict):
+        check_backed(data, path)
+    return data
+
+
+def weight_shapes(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a weight file (.safetensors, or a torch .bin/.pt holding a dict of
+    tensors) as a meta tensor of its shape and dtype; no tensor data is read."""
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            out = {}
+            with safe_open(str(path), "pt") as f:
+                for key in f.keys():
+                    piece = f.get_slice(key)
+                    dtype = _SAFETENSORS_DTYPES.get(piece.get_dtype())
+                    if dtype is None:
+                        raise CheckpointError(f"checkpoint: {str(path)!r}: tensor {key!r} is of dtype "
+                                              f"{piece.get_dtype()}, which draft heads do not use")
+                    out[key] = torch.empty(piece.get_shape(), dtype=dtype, device="meta")
+            return out
+        except CheckpointError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a truncated or foreign file
+            raise _unreadable(path, err) from None
+    state = load_torch_file(path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint: {str(path)!r} holds no weight dictionary")
+    return {k: torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
+            for k, v in state.items()}
+
+
+def read_weights(path: Path) -> dict[str, Any]:
+    """The tensors of a weight file (a torch file's memory-mapped); CheckpointError when it
+    cannot be read, holds no dictionary, or a tensor claims more than it holds."""
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors.torch import load_file
+            state: Any = load_file(str(path))
+        except Exception as err:  # noqa: BLE001 - a truncated or foreign file
+            raise _unreadable(path, err) from None
+    else:
+        state = load_torch_file(path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint: {str(path)!r} holds no weight dictionary")
+    return state
