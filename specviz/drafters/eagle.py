@@ -218,19 +218,25 @@ class EagleDrafter:
 
 _EAGLE = "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty"
 _EAGLE2 = "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees"
-_MT_BENCH = ("the authors' MT-bench scripts' setting, eagle/evaluation/gen_ea_answer_{vicuna,llama2chat,"
-             "llama3chat,mix,ds}.py: --total-token 60 --depth 5 --top-k 10, every node verified")
-_MT_BENCH_QWEN3 = ("the authors' MT-bench script for Qwen3 targets, eagle/evaluation/gen_ea_answer_qwen3.py: "
-                   "--total-token 32 --depth 8 --top-k 4, every node verified")
-PRESETS = {
-    "paper": Preset(
-        PAPER_TREE,
-        f"{_EAGLE} (the head: one decoder layer over fc([embedding; feature]), the target's LM head) with "
-        f"{_EAGLE2} (section 4: expand the top_k most confident nodes per level, rerank by cumulative "
-        "draft probability); the authors' package defaults, eagle/model/ea_model.py EaModel.from_pretrained: "
-        "total_token=60, depth=7, top_k=10, every node verified"),
-    "paper-mtbench": Preset(MT_BENCH_TREE, f"{_EAGLE} with {_EAGLE2}; {_MT_BENCH}"),
-    "paper-mtbench-qwen3": Preset(MT_BENCH_QWEN3_TREE, f"{_EAGLE} with {_EAGLE2}; {_MT_BENCH_QWEN3}")}
+
+
+def tree_presets(method: str) -> dict[str, Preset]:
+    """The presets of a head drafting EAGLE-2's tree (`method`: the head and tree, in words): the
+    authors' package defaults (`paper`) and their MT-bench scripts' settings."""
+    return {
+        "paper": Preset(PAPER_TREE, f"{method}; the authors' package defaults, eagle/model/ea_model.py "
+                                    "EaModel.from_pretrained: total_token=60, depth=7, top_k=10, every node verified"),
+        "paper-mtbench": Preset(MT_BENCH_TREE, f"{method}; the authors' MT-bench scripts, eagle/evaluation/"
+                                               "gen_ea_answer_{vicuna,llama2chat,llama3chat,mix,ds}.py: --total-token "
+                                               "60 --depth 5 --top-k 10, every node verified"),
+        "paper-mtbench-qwen3": Preset(MT_BENCH_QWEN3_TREE, f"{method}; the authors' MT-bench script for Qwen3 "
+                                                           "targets, eagle/evaluation/gen_ea_answer_qwen3.py: "
+                                                           "--total-token 32 --depth 8 --top-k 4, every node verified")}
+
+
+PRESETS = tree_presets(f"{_EAGLE} (the head: one decoder layer over fc([embedding; feature]), the target's LM head) "
+                       f"with {_EAGLE2} (section 4: expand the top_k most confident nodes per level, rerank by "
+                       "cumulative draft probability)")
 
 SPEC = register(DrafterSpec("eagle", EagleConfig, EagleDrafter,
                             "EAGLE head (one decoder layer on the target's features) drafting EAGLE-2's "

@@ -14,9 +14,9 @@ Published heads load as their authors ship them: `--set checkpoint=yuhuili/EAGLE
 """
 from __future__ import annotations
 
-from .kit.base import DrafterSpec, Preset, register
+from .kit.base import DrafterSpec, register
 from .kit.narration import narrate_size
-from .eagle import _MT_BENCH, _MT_BENCH_QWEN3, MT_BENCH_QWEN3_TREE, MT_BENCH_TREE, PAPER_TREE, EagleConfig, EagleDrafter
+from .eagle import EagleConfig, EagleDrafter, tree_presets
 
 
 class Eagle3Drafter(EagleDrafter):
@@ -25,14 +25,8 @@ class Eagle3Drafter(EagleDrafter):
 
 
 _PAPER = "EAGLE-3: Scaling up Inference Acceleration of Large Language Models via Training-Time Test"
-PRESETS = {
-    "paper": Preset(
-        PAPER_TREE,
-        f"{_PAPER}: the head (fc over the low/mid/high features, one decoder layer, its own LM head over "
-        "the draft vocabulary) on EAGLE-2's dynamic tree with the authors' package defaults, "
-        "eagle/model/ea_model.py EaModel.from_pretrained: total_token=60, depth=7, top_k=10, every node verified"),
-    "paper-mtbench": Preset(MT_BENCH_TREE, f"{_PAPER} on EAGLE-2's dynamic tree; {_MT_BENCH}"),
-    "paper-mtbench-qwen3": Preset(MT_BENCH_QWEN3_TREE, f"{_PAPER} on EAGLE-2's dynamic tree; {_MT_BENCH_QWEN3}")}
+PRESETS = tree_presets(f"{_PAPER}: the head (fc over the low/mid/high features, one decoder layer, its own LM head "
+                       "over the draft vocabulary) on EAGLE-2's dynamic tree")
 
 SPEC = register(DrafterSpec("eagle3", EagleConfig, Eagle3Drafter,
                             "EAGLE-3 head (fused low/mid/high target features, its own draft vocabulary) "

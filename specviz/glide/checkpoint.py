@@ -20,9 +20,8 @@ import torch
 
 from ..files.resources import data_path
 from ..models.placement import check_resident, execution_device
-from ..models.fingerprint import target_identity
-from ..netkit.checkpoint import build_checked, check_fingerprint, check_shortlist
-from ..netkit.files import CheckpointError, check_blob, load_blob, shown_value, slim, write_blob
+from ..netkit.checkpoint import VersionedFile, build_checked, check_shortlist
+from ..netkit.files import CheckpointError, shown_value, slim, write_blob
 from .model import GlideDraft, GlideSpec
 
 FORMAT = "specviz-glide/1"
@@ -33,16 +32,6 @@ def default_checkpoint(model_id: str) -> Path:
     """The shipped GLIDE draft for a target: specviz/data/checkpoints/glide-<model id>.pt."""
     slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in model_id)
     return CHECKPOINTS / f"glide-{slug}.pt"
-
-
-def manifest_for(draft: GlideDraft, target_id: str, **extra: Any) -> dict[str, Any]:
-    return {"format": FORMAT, "target": target_id, **target_identity(draft.target),
-            "glide": draft.spec.to_dict(), **extra}
-
-
-def save(path: str | Path, draft: GlideDraft, manifest: dict[str, Any],
-         training: dict[str, Any] | None = None) -> None:
-    write_blob(path, {"manifest": manifest, "state": draft.state_dict(), "training": training})
 
 
 _MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {"format": str, "target": str, "target_fingerprint": str,
@@ -74,16 +63,12 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> GlideSpec:
     return spec
 
 
-def read(path: str | Path) -> dict[str, Any]:
-    """The stored blob; never runs code from the file (weights_only=True)."""
-    blob = load_blob(path, "GLIDE")
-    check_manifest(check_blob(blob, path, FORMAT, _MANIFEST_FIELDS, "the draft's weights"), path)
-    return blob
-
-
-def check_target(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path) -> None:
-    check_fingerprint(manifest, target, target_id, path,
-                      f"train one with `python -m specviz train-glide --model {target_id}`")
+VERSIONED = VersionedFile(FORMAT, "glide", "GLIDE", _MANIFEST_FIELDS, "the draft's weights", check_manifest,
+                          lambda manifest, target_id: f"train one with `python -m specviz train-glide --model {target_id}`")
+manifest_for = VERSIONED.manifest_for    # a new file's manifest (target identity, the draft's spec, extra)
+save = VERSIONED.save                    # the draft under a manifest, written atomically
+read = VERSIONED.read                    # the stored blob, its manifest checked (never runs code from the file)
+check_target = VERSIONED.check_target    # refused when made for another target (its fingerprint)
 
 
 def check_spec(spec: GlideSpec, target: Any, target_id: str, path: str | Path) -> None:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
 from ..errors import SpecvizWarning
-from ..models.fingerprint import identity_mismatch
-from .files import CheckpointError, shown_value
+from ..models.fingerprint import identity_mismatch, target_identity
+from .files import CheckpointError, check_blob, load_blob, shown_value, write_blob
 
 M = TypeVar("M", bound=torch.nn.Module)
 
@@ -35,6 +36,42 @@ def check_fingerprint(manifest: dict[str, Any], target: Any, target_id: str, pat
             f"weights or another vocabulary: {why}); load the model it was trained for, or {advice}")
     raise CheckpointError(f"checkpoint: {where} was trained for target {name!r}, not for {target_id!r} "
                           f"({why}); {advice}")
+
+
+@dataclass(frozen=True)
+class VersionedFile:
+    """A checkpoint format of specviz's own (one torch file: a versioned manifest, the weights,
+    the training state): reading one (never running code, the manifest's `format`, fields and
+    recorded target identity checked, then the format's own `check` of its manifest) and checking
+    it against a target (its fingerprint; `advice(manifest, target_id)`: how to train one)."""
+    form: str                                         # the manifest's "format", e.g. "specviz-glide/1"
+    section: str                                      # the manifest field holding the module's spec ("glide")
+    what: str                                         # the checkpoint as messages call it ("GLIDE")
+    fields: Mapping[str, Any]                         # manifest fields every file has, and their types
+    weights: str                                      # what its 'state' holds, in words
+    check: Callable[[dict[str, Any], str | Path], Any]   # the format's own check of a manifest
+    advice: Callable[[dict[str, Any], str], str]      # how to train one for target_id
+
+    def manifest_for(self, module: Any, target_id: str, **extra: Any) -> dict[str, Any]:
+        """A new file's manifest: the format, the target and its identity (fingerprint, weight
+        sample), the module's spec, and `extra` (training progress, held-out figures...)."""
+        return {"format": self.form, "target": target_id, **target_identity(module.target),
+                self.section: module.spec.to_dict(), **extra}
+
+    def save(self, path: str | Path, module: torch.nn.Module, manifest: dict[str, Any],
+             training: dict[str, Any] | None = None) -> None:
+        """The module's weights under `manifest` (write_blob: atomic, the manifest beside it as JSON)."""
+        write_blob(path, {"manifest": manifest, "state": module.state_dict(), "training": training})
+
+    def read(self, path: str | Path) -> dict[str, Any]:
+        """The stored blob, its manifest checked; never runs code from the file."""
+        blob = load_blob(path, self.what)
+        self.check(check_blob(blob, path, self.form, dict(self.fields), self.weights), path)
+        return blob
+
+    def check_target(self, manifest: dict[str, Any], target: Any, target_id: str, path: str | Path) -> None:
+        """CheckpointError when the file was made for another target (check_fingerprint)."""
+        check_fingerprint(manifest, target, target_id, path, self.advice(manifest, target_id))
 
 
 def _dtype_kind(t: torch.Tensor) -> str:

@@ -127,6 +127,9 @@ def read_config(path: Path, where: str) -> dict[str, Any]:
         cfg = read_json_file(path, f"checkpoint: {where}: {path.name}")
     except FileCheckError as err:                  # not JSON, nested too deep, not a file
         raise CheckpointError(str(err)) from None
+    except ValueError as err:                      # a number of over 4300 digits (Python's limit)
+        raise CheckpointError(f"checkpoint: {where}: {path.name} cannot be read "
+                              f"({(str(err).splitlines() or [''])[0][:120]})") from None
     if not isinstance(cfg, dict):
         raise CheckpointError(f"checkpoint: {where}: {path.name} is not a JSON object (it holds a "
                               f"{type(cfg).__name__}); a config is an object of fields")
@@ -153,22 +156,39 @@ def _unreadable(path: Path, err: Exception) -> CheckpointError:
                            f"{': ' + why if why else ''}); it may be truncated")
 
 
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
 def check_backed(state: Mapping[str, Any], path: Path) -> None:
-    """CheckpointError for a tensor whose shape claims more values than its storage holds (a torch
-    file can store a [50000, 50000] view with stride 0 over 4 bytes: the first copy of it would
-    allocate 10 GB). Tensors nested in lists and dicts are checked too."""
+    """CheckpointError, before any tensor is used, for tensors that claim more values than the
+    file holds: one whose shape outgrows its storage (a [50000, 50000] view with stride 0 over 4
+    bytes), or all of them together claiming more than twice the file's size (4000 keys viewing
+    one 12 MB storage would ask 50 GB of whatever stacks or casts them; a published file with
+    tied weights stays under twice). Tensors nested in lists and dicts count too."""
+    claimed = 0
     stack: list[Any] = list(state.items())
     while stack:
         key, value = stack.pop()
         if isinstance(value, torch.Tensor):
-            if value.numel() * value.element_size() > value.untyped_storage().nbytes():
+            nbytes = value.numel() * value.element_size()
+            if nbytes > value.untyped_storage().nbytes():
                 raise CheckpointError(f"checkpoint: {str(path)!r}: tensor {key!r} claims shape {tuple(value.shape)} "
-                                      f"({value.numel()} values) over {value.untyped_storage().nbytes()} bytes of "
-                                      "data; refused (a damaged or hostile file)")
+                                      f"({_size(nbytes)}) over {_size(value.untyped_storage().nbytes())} of data; "
+                                      "refused (a damaged or hostile file)")
+            claimed += nbytes
         elif isinstance(value, dict):
             stack.extend((f"{key}.{k}", v) for k, v in value.items())
         elif isinstance(value, (list, tuple)):
             stack.extend((f"{key}.{i}", v) for i, v in enumerate(value))
+    size = path.stat().st_size
+    if claimed > 2 * size + 65536:
+        raise CheckpointError(f"checkpoint: {str(path)!r}: its tensors claim {_size(claimed)} of values, the file holds "
+                              f"{_size(size)} (tensors sharing their data); refused before allocating them")
 
 
 def load_torch_file(path: Path) -> Any:
