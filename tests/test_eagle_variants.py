@@ -508,3 +508,39 @@ def test_warnings_do_not_escape_a_clean_load(tiny_lm, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ckpt.load(folder, tiny_lm.model, tiny_lm.model_id, "eagle3")
+
+
+@pytest.mark.parametrize("case", ["two_layers", "trainer_defaults", "qwen3"])
+def test_the_drafters_cache_of_a_variant_equals_the_head_over_the_whole_sequence(tiny_lm, tmp_path, case,
+                                                                                   monkeypatch):
+    """As test_eagle's check for one-layer heads: after a generation, the drafter's cache (every
+    layer's keys and values, stacked by layer) and its last output (normed for norm_output heads:
+    what the next draft row is fed) equal the head run once over the final sequence."""
+    import dataclasses
+
+    from specviz.drafters.kit.base import REGISTRY, get
+    from specviz.models.hidden import HiddenCapture
+
+    folder, *_ = speculators_head(tiny_lm, tmp_path / "head", case)
+    spec, made = get("eagle3"), []
+    monkeypatch.setitem(REGISTRY, "eagle3", dataclasses.replace(
+        spec, factory=lambda config, setup: made.append(spec.factory(config, setup)) or made[-1]))
+    out, _ = run_ids(tiny_lm, PROMPT, "eagle3", {"checkpoint": folder, "size_by_cost": False}, max_new_tokens=20)
+    drafter = made[-1]
+    tokens, done = PROMPT + out, drafter.done
+    ids = torch.tensor([tokens])
+    capture = HiddenCapture(tiny_lm.model, drafter.needs.feature_layers)
+    with torch.no_grad(), capture:
+        tiny_lm.model(input_ids=ids)
+    feats = capture.rows(list(range(done)))[None]                                        # [1, done, F]
+    with torch.no_grad():
+        ref, (k, v) = drafter.draft(feats, ids[:, 1:done + 1], torch.arange(done), None,
+                                    torch.ones(done, done, dtype=torch.bool).tril(), committed=True)
+    layers = drafter.draft.spec.layers
+    assert k.shape[1] == layers * KV
+    torch.testing.assert_close(drafter.kv[0], k, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(drafter.kv[1], v, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(drafter.last, ref[0, -1], atol=1e-4, rtol=1e-4)
+    if drafter.draft.spec.norm_output:      # the fed-back output is the final norm's: weight x (RMS 1)
+        unit = drafter.last / drafter.draft.norm.weight.detach()
+        assert abs(float(unit.pow(2).mean().sqrt()) - 1) < 1e-3
