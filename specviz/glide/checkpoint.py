@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..files.resources import data_path
-from ..models.placement import check_resident, execution_device
+from ..models.placement import execution_device
 from ..netkit.checkpoint import VersionedFile, build_checked, check_shortlist
 from ..netkit.files import CheckpointError, shown_value, slim, write_blob
 from .model import GlideDraft, GlideSpec
@@ -101,9 +101,7 @@ def check_spec(spec: GlideSpec, target: Any, target_id: str, path: str | Path) -
 
 def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dict[str, Any]]:
     """The draft (eval mode, on the target's device and dtype) and the whole stored blob."""
-    blob = read(path)
-    check_resident(target, "GLIDE")
-    check_target(blob["manifest"], target, target_id, path)
+    blob = VERSIONED.read_for(path, target, target_id, "GLIDE")
     spec = spec_of(blob["manifest"], path)
     check_spec(spec, target, target_id, path)
     draft = build_checked(lambda: GlideDraft(spec, target), blob["state"], repr(str(path)), "its manifest")

@@ -22,7 +22,7 @@ from ..netkit.checkpoint import (VersionedFile, build_checked, check_finite, che
                                  check_shortlist, check_trained_for)
 from ..netkit.files import CheckpointError, read_config, read_weights, slim, user_path, weight_shapes, write_blob
 from ..models.hidden import final_norm
-from ..models.placement import check_resident, execution_device
+from ..models.placement import execution_device
 from ..files.resources import data_path
 from .model import KINDS, DraftHeads, HeadsSpec
 
@@ -77,9 +77,7 @@ def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
          ) -> tuple[DraftHeads, dict[str, Any]]:
     """The heads (eval mode, on the target's device and dtype) and the stored blob; `kind`:
     refuse heads of the other kind."""
-    blob = read(path)
-    check_resident(target, "draft heads")
-    check_target(blob["manifest"], target, target_id, path)
+    blob = VERSIONED.read_for(path, target, target_id, "draft heads")
     spec = spec_of(blob["manifest"], path)
     if kind is not None and spec.kind != kind:
         raise CheckpointError(f"checkpoint: {str(path)!r} holds {spec.kind} heads, not {kind} heads; "

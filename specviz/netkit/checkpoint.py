@@ -15,6 +15,7 @@ import torch
 
 from ..errors import SpecvizWarning
 from ..models.fingerprint import identity_mismatch, target_identity
+from ..models.placement import check_resident
 from .files import CheckpointError, check_blob, load_blob, shown_value, write_blob
 
 M = TypeVar("M", bound=torch.nn.Module)
@@ -72,6 +73,14 @@ class VersionedFile:
     def check_target(self, manifest: dict[str, Any], target: Any, target_id: str, path: str | Path) -> None:
         """CheckpointError when the file was made for another target (check_fingerprint)."""
         check_fingerprint(manifest, target, target_id, path, self.advice(manifest, target_id))
+
+    def read_for(self, path: str | Path, target: Any, target_id: str, module: str) -> dict[str, Any]:
+        """read, for a target that is resident (check_resident: `module`, in words, needs its weights
+        in memory) and that the file was made for."""
+        blob = self.read(path)
+        check_resident(target, module)
+        self.check_target(blob["manifest"], target, target_id, path)
+        return blob
 
 
 def _dtype_kind(t: torch.Tensor) -> str:
