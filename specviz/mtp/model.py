@@ -8,10 +8,11 @@ One module, for a target of L layers (DeepSeek-V3's parameter names, which specv
 
 - `h_j` is the target's hidden state of row j, the one its LM head reads: the output of its final
   norm (models/hidden.py FINAL). vLLM, SGLang and transformers (`MTPCandidateGenerator`) all feed
-  the final-norm output, and DeepSeek's own modeling_deepseek.py (shipped with the MTP checkpoints)
-  hands the MTP `self.norm(hidden_states)`. Drafted rows feed the module's own `out` back as h: the
-  output of `shared_head.norm` (SGLang's deepseek_nextn.py always did; vLLM since its PR #45895;
-  transformers' `MtpLayer.post_norm`), so every h the module reads is a normed state.
+  the final-norm output, and the modeling_deepseek.py shipped with DeepSeek-R1-0528-MXFP4-MTP
+  hands the MTP `self.norm(hidden_states)` (quoted in ROCm/ATOM#1764). Drafted rows feed the
+  module's own `out` back as h: the output of `shared_head.norm` (SGLang's deepseek_nextn.py
+  always did; vLLM since its PR #45895; transformers' `MtpLayer.post_norm`), so every h the
+  module reads is a normed state.
 - `e` is the target's input embedding (shared, never stored here). vLLM zeroes the embedding of
   the row at position 0 ("not needed by MTP") for DeepSeek-V3, GLM-4.5 and MiMo
   (`mask_first_position`); SGLang and vLLM's Qwen3-Next MTP do not.
