@@ -292,7 +292,7 @@ def test_missing_misshapen_and_nan_weights_are_named_as_the_file_names_them(tiny
         state = load_file(str(folder / "model.safetensors"))
         edit(state)
         save_file(state, str(folder / "model.safetensors"))
-        _refused(lambda: ckpt.load(str(folder), tiny_lm.model, "tiny-64"), *words)
+        _refused(lambda where=str(folder): ckpt.load(where, tiny_lm.model, "tiny-64"), *words)
 
 
 def test_save_writes_only_deepseeks_layout(tiny_lm, tmp_path):
