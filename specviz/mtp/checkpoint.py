@@ -245,15 +245,17 @@ def check_config(cfg: dict[str, Any], layout: str, target: Any, target_id: str, 
         raise CheckpointError(f"checkpoint: {where}: config.json field 'model_type' is {shown_value(cfg['model_type'])}: "
                               f"its MTP module is a layer of that architecture; the target {target_id!r} is "
                               f"{tc.model_type!r}")
-    t_vocab = int(target.get_input_embeddings().weight.shape[0])
-    for key, have in (("hidden_size", int(tc.hidden_size)), ("vocab_size", t_vocab),
-                      ("num_hidden_layers", int(tc.num_hidden_layers))):
+    # the vocabulary: the target config's, or its embedding's rows (specviz writes those; they differ
+    # when a model's embedding was resized)
+    rows = int(target.get_input_embeddings().weight.shape[0])
+    for key, have in (("hidden_size", (int(tc.hidden_size),)), ("vocab_size", (rows, int(getattr(tc, "vocab_size", rows)))),
+                      ("num_hidden_layers", (int(tc.num_hidden_layers),))):
         value = cfg.get(key)
         if value is None:
             raise CheckpointError(f"checkpoint: {where}: config.json field {key!r} is missing")
-        if value != have:
+        if value not in have:
             raise CheckpointError(f"checkpoint: {where}: config.json field {key!r} is {shown_value(value)}, the "
-                                  f"target {target_id!r} has {have}: the module was made for another target")
+                                  f"target {target_id!r} has {have[0]}: the module was made for another target")
     own = cfg.get("specviz")
     if own is not None:
         if not isinstance(own, dict):
