@@ -300,3 +300,22 @@ def test_save_writes_only_deepseeks_layout(tiny_lm, tmp_path):
     object.__setattr__(head.spec, "layout", "mimo")
     with pytest.raises(ValueError, match="DeepSeek's layout"):
         ckpt.save(tmp_path / "x", head, {})
+
+
+@pytest.mark.slow
+def test_a_module_for_the_embedded_model(embedded_lm, tmp_path):
+    """The embedded SmolLM2-135M (30 Llama layers): the module a trainer starts from is one more
+    LlamaDecoderLayer of its shape, saved under DeepSeek's names for layer 30, read back by the
+    drafter, greedy-identical to vanilla."""
+    from specviz.models.prompts import build_prompt
+
+    head = MTPHead.for_target(embedded_lm.model)
+    assert type(head.mtp_block).__name__ == "LlamaDecoderLayer" and head.spec.target_layers == 30
+    ckpt.save(tmp_path / "m", head, ckpt.specviz_entry(head, embedded_lm.model, embedded_lm.model_id))
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "m" / "model.safetensors"), "pt") as f:
+        assert {"model.layers.30.eh_proj.weight", "model.layers.30.self_attn.q_proj.weight"} <= set(f.keys())
+    prompt = build_prompt(embedded_lm.tokenizer, "Explain what a hash table is.").ids
+    vanilla, _ = run_ids(embedded_lm, prompt, max_new_tokens=16)
+    out, _ = run_ids(embedded_lm, prompt, "mtp", {"checkpoint": str(tmp_path / "m")}, max_new_tokens=16)
+    assert out == vanilla
