@@ -181,6 +181,17 @@ def test_the_chain_has_num_speculative_tokens_and_the_tree_num_draft_tokens(tiny
     assert max(tree.depths) <= 3 and sum(1 for p in tree.parents if p == -1) <= 3
 
 
+def test_the_drafter_holds_every_state_eagles_drafting_reads(tiny_lm, heads, tmp_path):
+    """MTPDrafter reuses EagleDrafter's drafting but not its __init__ (which loads an EAGLE head):
+    whatever state EagleDrafter's __init__ sets, MTPDrafter's must set too."""
+    from test_eagle import save_random as save_eagle
+
+    eagle = get("eagle").make(get("eagle").config({"checkpoint": save_eagle(tiny_lm, "eagle", tmp_path / "e")}),
+                              _setup(tiny_lm))
+    mtp = get("mtp").make(MTPConfig(checkpoint=heads["random"]), _setup(tiny_lm))
+    assert set(vars(eagle)) <= set(vars(mtp)), set(vars(eagle)) - set(vars(mtp))
+
+
 def test_config_maps_to_eagle2s_tree():
     assert MTPConfig().tree().top_k == 1 and MTPConfig().tree().depth == 2 and MTPConfig().tree().total_tokens == 4
     t = MTPConfig(topk=4, num_speculative_tokens=5, num_draft_tokens=8).tree()

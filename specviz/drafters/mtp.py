@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from ..core.settings import setting
 from ..errors import ConfigError
+from ..models.cpu_linear import use_few_row_linear
 from ..models.hidden import FINAL
 from ..mtp import checkpoint as ckpt
 from .eagle import EagleConfig, EagleDrafter
@@ -84,7 +85,8 @@ class MTPDrafter(EagleDrafter):
     source = "mtp-module"
 
     def __init__(self, config: MTPConfig, setup: DraftSetup) -> None:
-        # EagleDrafter's state (the tree's settings, the committed rows' cache), the MTP module
+        # EagleDrafter's state (the tree's settings, the committed rows' cache; tests/test_mtp.py
+        # checks that every attribute its __init__ sets is set here too), and the MTP module
         target = setup.require_target(self.kind)
         if _linear_attention(target.model.config):
             raise ConfigError("target", f"{target.model_id!r} has linear-attention layers (config.layer_types holds "
@@ -94,8 +96,7 @@ class MTPDrafter(EagleDrafter):
         self.config = config.tree()
         # the module has EagleDraft's drafting interface (forward, logits, to_target, fc), not its class
         self.draft, self.loaded = ckpt.load(config.checkpoint, target.model, target.model_id)  # type: ignore[assignment]
-        if target.cpu_linear:
-            from ..models.cpu_linear import use_few_row_linear
+        if target.cpu_linear:                       # as load_model does for the target's own layers
             use_few_row_linear(self.draft)
         self.needs = DrafterNeeds(feature_layers=(FINAL,))
         self.cutter = self.config.cutter()
