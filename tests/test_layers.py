@@ -33,7 +33,8 @@ from conftest import drafter_literals, shown_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
-ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.netkit", "specviz.glide", "specviz.heads", "specviz.eagle",
+ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.netkit", "specviz.glide", "specviz.heads",
+          "specviz.eagle", "specviz.mtp",
           "specviz.models", "specviz.core", "specviz.engine", "specviz.drafters", "specviz.analysis", "specviz.viz")
 
 # The house, bottom rung first: a module imports its own folder and the rungs below, never above
@@ -51,6 +52,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # its move to netkit/ lands (the train branch); then glide/ joins heads/, eagle/ (and mtp/) on one rung
     ("specviz.glide",),
     ("specviz.heads", "specviz.eagle"),
+    # mtp/ reads configs with eagle/checkpoint.py until netkit/checkpoint.py holds that; then it
+    # joins heads/ and eagle/ on their rung
+    ("specviz.mtp",),
     ("specviz.drafters.kit",),                      # what drafters share: protocol, registry, chain loop
     ("specviz.drafters",),                          # one module per method, and the registry package
     ("specviz.engine",),                            # the loop, verify, accept
