@@ -123,11 +123,12 @@ def _rope_fields(scaling: dict[str, Any], kind: str, where: str, name: str, head
                                       "numbers (head_dim / 2)")
 
 
-def _one_rope(value: Any, where: str, name: str, head_dim: int, theta_inside: bool) -> tuple[float | None, str]:
-    """(rope_theta or None, the scaling as JSON, "" for none) from `rope_parameters` (theta
-    inside) or `rope_scaling`; CheckpointError naming the field."""
+def _one_rope(value: Any, where: str, name: str, head_dim: int, theta_inside: bool
+              ) -> tuple[float | None, dict[str, Any]]:
+    """(rope_theta or None, the scaling, {} for none) from `rope_parameters` (theta inside) or
+    `rope_scaling`; CheckpointError naming the field."""
     if value is None:
-        return None, ""
+        return None, {}
     if not isinstance(value, dict):
         raise CheckpointError(f"checkpoint: {where}: config.json field '{name}' is {shown_value(value)}; it must be "
                               "null or an object")
@@ -141,8 +142,7 @@ def _one_rope(value: Any, where: str, name: str, head_dim: int, theta_inside: bo
     theta = number(value, "rope_theta", where, None, prefix=name + ".") if theta_inside and \
         value.get("rope_theta") is not None else None
     _rope_fields(value, kind, where, name, head_dim)
-    scaling = {k: v for k, v in value.items() if k != "rope_theta"}
-    return theta, "" if kind == "default" else json.dumps(scaling, sort_keys=True)
+    return theta, {} if kind == "default" else {k: v for k, v in value.items() if k != "rope_theta"}
 
 
 def rope(cfg: Mapping[str, Any], where: str, head_dim: int, prefix: str = "") -> tuple[float, str]:
@@ -156,15 +156,20 @@ def rope(cfg: Mapping[str, Any], where: str, head_dim: int, prefix: str = "") ->
     legacy_theta = number(cfg, "rope_theta", where, None, prefix=prefix) if cfg.get("rope_theta") is not None else None
     _, scaling_l = _one_rope(cfg.get("rope_scaling"), where, prefix + "rope_scaling", head_dim, False)
     if params is None:
-        return (legacy_theta if legacy_theta is not None else DEFAULT_THETA), scaling_l
+        return (legacy_theta if legacy_theta is not None else DEFAULT_THETA), _json(scaling_l)
     theta = theta_p if theta_p is not None else DEFAULT_THETA
     if legacy_theta is not None and legacy_theta != theta:
         raise CheckpointError(f"checkpoint: {where}: config.json gives '{prefix}rope_parameters' with rope_theta "
                               f"{theta:g} and '{prefix}rope_theta' {legacy_theta:g}; they disagree, so the head's "
                               "rotary embedding is not known (fix one of them)")
-    if cfg.get("rope_scaling") is not None and json.loads(scaling_l or "{}") != json.loads(scaling_p or "{}"):
+    if cfg.get("rope_scaling") is not None and scaling_l != scaling_p:
         raise CheckpointError(f"checkpoint: {where}: config.json gives '{prefix}rope_parameters' and "
                               f"'{prefix}rope_scaling' that disagree ({shown_value(params)} against "
                               f"{shown_value(cfg.get('rope_scaling'))}), so the head's rotary embedding is not "
                               "known (fix one of them)")
-    return theta, scaling_p
+    return theta, _json(scaling_p)
+
+
+def _json(scaling: dict[str, Any]) -> str:
+    """The scaling as EagleSpec keeps it: JSON, "" for none."""
+    return json.dumps(scaling, sort_keys=True) if scaling else ""
