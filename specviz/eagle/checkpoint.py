@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ from ..netkit import fields
 from ..netkit.checkpoint import (check_fingerprint, check_finite, check_fit, check_made_for, check_trained_for,
                                  meta_state)
 from ..netkit.files import (CheckpointError, check_identity, read_config as read_config_file, read_weights,
-                            shown_value, user_path, weight_shapes)
+                            shown_value, user_path, weight_shapes, write_folder)
 from .model import EagleDraft, EagleSpec, default_aux_layers
 
 FORMAT = "specviz-eagle/1"
@@ -139,11 +138,8 @@ def _aux_layers(cfg: dict[str, Any], target_layers: int, where: str) -> tuple[in
     the authors' default three. Two that disagree are refused."""
     top = cfg.get("eagle_aux_hidden_state_layer_ids")
     found = fields.layer_ids(top, "eagle_aux_hidden_state_layer_ids", where) if top not in (None, []) else None
-    eagle_config = cfg.get("eagle_config")
+    eagle_config = fields.section(cfg, "eagle_config", where, "an object (SpecForge's)")
     if eagle_config is not None:
-        if not isinstance(eagle_config, dict):
-            raise CheckpointError(f"checkpoint: {where}: config.json field 'eagle_config' is "
-                                  f"{shown_value(eagle_config)}; it must be an object (SpecForge's)")
         if not fields.flag(eagle_config, "use_aux_hidden_state", where, True, "eagle_config."):
             raise CheckpointError(f"checkpoint: {where}: config.json field 'eagle_config.use_aux_hidden_state' is "
                                   "false: a head that reads the target's final state alone is not EAGLE-3's; not "
@@ -190,10 +186,10 @@ def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tup
     ("authors", "speculators" or "specviz"; SpecForge's is the authors'). CheckpointError naming
     the first field the head uses that is missing or makes no head (sizes are checked against
     the weights later, in load). Whether the head has its own embedding is the weights' to say."""
-    own = cfg.get("specviz", {})
-    if not isinstance(own, dict):
-        raise CheckpointError(f"checkpoint: {where}: config.json field 'specviz' is {shown_value(own)}; it must be "
-                              "specviz's entry (an object), or be left out in the authors' layout")
+    if "specviz" in cfg and cfg["specviz"] is None:
+        raise CheckpointError(f"checkpoint: {where}: config.json field 'specviz' is None; it must be specviz's "
+                              "entry (an object), or be left out in the authors' layout")
+    fields.section(cfg, "specviz", where, "specviz's entry (an object), or be left out in the authors' layout")
     layout = "specviz" if "specviz" in cfg else "authors"
     layer, prefix = cfg, ""
     if "speculators_model_type" in cfg:
@@ -415,25 +411,10 @@ def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],
          training: dict[str, Any] | None = None, dtype: torch.dtype | None = None) -> None:
     """Write the head in the authors' layout (config.json + model.safetensors, `dtype` for the
     weights if given), with specviz's entry `extra`; `training` (optimiser state, step...) to
-    training.pt. Each file is written to a temporary name and renamed: a Ctrl-C never leaves
-    half a checkpoint."""
-    from safetensors.torch import save_file
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    training.pt (netkit/files.write_folder: each file written whole or not at all)."""
     state = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
              for k, v in draft.state_dict().items()}
-    tmp = folder / "model.safetensors.tmp"
-    save_file(state, str(tmp))
-    os.replace(tmp, folder / "model.safetensors")
-    os.chmod(folder / "model.safetensors", 0o644)          # safetensors writes 0600
-    tmp = folder / "config.json.tmp"
-    tmp.write_text(json.dumps(config_of(draft.spec, extra), indent=2) + "\n")
-    os.replace(tmp, folder / "config.json")
-    if training is not None:
-        tmp = folder / "training.pt.tmp"
-        torch.save(training, tmp)
-        os.replace(tmp, folder / "training.pt")
+    write_folder(folder, "model.safetensors", state, config_of(draft.spec, extra), training)
 
 
 def specviz_entry(draft: EagleDraft, target: Any, target_id: str, **more: Any) -> dict[str, Any]:

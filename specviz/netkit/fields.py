@@ -73,6 +73,14 @@ def flag(cfg: Mapping[str, Any], key: str, where: str, default: bool, prefix: st
     return value
 
 
+def section(cfg: Mapping[str, Any], key: str, where: str, what: str) -> dict[str, Any] | None:
+    """config field `key`, an object (`what` it should be, in words) or absent (None)."""
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise CheckpointError(f"{_field(where, key)} is {shown_value(value)}; it must be {what}")
+    return value
+
+
 def layer_ids(value: Any, name: str, where: str) -> tuple[int, ...]:
     """A list of target layer indices (whole numbers, 0 or more) from config field `name`."""
     if not isinstance(value, list) or not value or \

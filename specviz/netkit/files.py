@@ -42,6 +42,29 @@ def write_blob(path: str | Path, blob: dict[str, Any]) -> None:
     path.with_suffix(".json").write_text(json.dumps(blob["manifest"], indent=2, sort_keys=True) + "\n")
 
 
+def write_folder(folder: str | Path, weights: str, state: Mapping[str, torch.Tensor], config: Mapping[str, Any],
+                 training: dict[str, Any] | None = None, metadata: dict[str, str] | None = None) -> None:
+    """A head as a folder, the layout published heads have: `weights` (a .safetensors file of
+    `state`, readable by everyone), config.json, and with `training` (optimiser state, step...)
+    training.pt for resuming. Each file is written to a temporary name and renamed: a Ctrl-C
+    never leaves half a checkpoint."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{weights}.tmp"
+    save_file(dict(state), str(tmp), metadata=metadata)
+    os.replace(tmp, folder / weights)
+    os.chmod(folder / weights, 0o644)                      # safetensors writes 0600
+    tmp = folder / "config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp, folder / "config.json")
+    if training is not None:
+        tmp = folder / "training.pt.tmp"
+        torch.save(training, tmp)
+        os.replace(tmp, folder / "training.pt")
+
+
 def load_blob(path: str | Path, what: str) -> Any:
     """A checkpoint file specviz wrote (load_torch_file: weights_only=True, never runs code the
     file carries; memory-mapped; no tensor claims more than it holds); CheckpointError naming
