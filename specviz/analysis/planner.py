@@ -42,6 +42,7 @@ kept as measured. A tree drafter is predicted as it ran.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -155,6 +156,9 @@ class LoadProfile:
     draft_length: int | None = None    # a cut chain's draft length (None: as it ran)
     measured: tuple[tuple[int, float, float | None], ...] = ()   # (batch size, speedup, latency speedup) measured
     notes: tuple[str, ...] = ()
+    # the draft sizes are not known (an older results row): infer them from the measured verify
+    # forward per step against the surface (`resolved`), before any prediction
+    sizes_from_verify: bool = False
 
     def __post_init__(self) -> None:
         for name in ("draft_s", "overhead_s", "prefill_s"):
@@ -173,6 +177,49 @@ class LoadProfile:
     def at_length(self, k: int) -> "LoadProfile":
         """This chain drafter allowed at most k draft tokens (its measured figures do not apply)."""
         return replace(self, steps=self.steps.cut(k), draft_length=k, measured=())
+
+
+def resolved(profile: LoadProfile, surface: CostSurface, scale: float) -> LoadProfile:
+    """A profile whose draft sizes are unknown (`sizes_from_verify`) with them inferred: the row count
+    m whose forward, scale * F(1, m) on the surface (linear between measured counts), costs what
+    its verify forward per step measured; each step then drafts m - 1 nodes on average (spread over
+    the two whole numbers around it, never fewer than it accepted). Other profiles as they are."""
+    if not profile.sizes_from_verify:
+        return profile
+    if profile.verify_s is None:
+        raise PlanError(f"{profile.label}: neither its draft sizes nor its verify time were kept")
+    target = profile.verify_s / scale
+    lo, hi = 1.0, float(max(surface.rows) * 4)
+    if surface.at(1, 1) >= target:
+        rows = 1.0
+    else:
+        for _ in range(60):                        # at(1, m) grows with m: bisect for the crossing
+            mid = (lo + hi) / 2
+            if _at_rows(surface, mid) < target:
+                lo = mid
+            else:
+                hi = mid
+        rows = (lo + hi) / 2
+    nodes = rows - 1.0
+    weights: dict[Step, float] = {}
+    for (_, _, a), w in profile.steps.weights:
+        for n, wn in ((math.floor(nodes), 1 - (nodes - math.floor(nodes))), (math.floor(nodes) + 1, nodes - math.floor(nodes))):
+            if wn <= 0:
+                continue
+            n = max(int(n), a - 1)
+            weights[(n, n, a)] = weights.get((n, n, a), 0.0) + w * wn
+    note = (f"{profile.label}: its results row kept no draft sizes (written before they were): a step's draft "
+            f"is taken as {nodes:.1f} nodes, the size whose forward on the surface costs what its verify "
+            "forward measured, and a chain")
+    return replace(profile, steps=StepDistribution(tuple(sorted(weights.items()))), sizes_from_verify=False,
+                   notes=(*profile.notes, note))
+
+
+def _at_rows(surface: CostSurface, rows: float) -> float:
+    """surface.at(1, .) between whole row counts, linearly."""
+    lo = max(1, math.floor(rows))
+    frac = rows - lo
+    return (1 - frac) * surface.at(1, lo) + frac * surface.at(1, lo + 1)
 
 
 def vanilla_like(profile: LoadProfile, label: str = "vanilla") -> LoadProfile:
@@ -237,10 +284,12 @@ class BatchTimes:
     tokens_per_step: float     # E[a] per request
 
 
-def batch_times(profile: LoadProfile, surface: CostSurface, batch: int, scale: float = 1.0) -> BatchTimes:
-    """The static batch of the module doc: B requests started together, each leaving when done."""
-    q = survival(profile.steps.tokens_pmf(), profile.request_tokens)
-    g = group_seconds(profile, surface, batch, scale)
+def batch_times(profile: LoadProfile, surface: CostSurface, batch: int, scale: float = 1.0,
+                q: np.ndarray | None = None, g: np.ndarray | None = None) -> BatchTimes:
+    """The static batch of the module doc: B requests started together, each leaving when done.
+    `q` (survival) and `g` (group_seconds up to at least `batch`) may be given, computed once."""
+    q = survival(profile.steps.tokens_pmf(), profile.request_tokens) if q is None else q
+    g = group_seconds(profile, surface, batch, scale) if g is None else g[: batch + 1]
     prefill = batch * profile.prefill_s
     if len(q) == 0:
         return BatchTimes(prefill, prefill, float(g[batch]), profile.steps.mean_tokens)
@@ -291,11 +340,16 @@ def predict(profile: LoadProfile, vanilla: LoadProfile, surface: CostSurface, ba
     """`profile` at each batch size, against `vanilla` at the same batch size."""
     scale = context_scale(vanilla, surface) if scale is None else scale
     measured = {b: (s, lat) for b, s, lat in profile.measured}
+    if any(b < 1 for b in batch_sizes):
+        raise PlanError(f"batch sizes {list(batch_sizes)}: each must be >= 1")
+    top = max(batch_sizes, default=1)
+    q_mine = survival(profile.steps.tokens_pmf(), profile.request_tokens)
+    q_base = survival(vanilla.steps.tokens_pmf(), vanilla.request_tokens)
+    g_mine, g_base = group_seconds(profile, surface, top, scale), group_seconds(vanilla, surface, top, scale)
     out = []
     for b in batch_sizes:
-        if b < 1:
-            raise PlanError(f"batch size {b}: must be >= 1")
-        mine, base = batch_times(profile, surface, b, scale), batch_times(vanilla, surface, b, scale)
+        mine = batch_times(profile, surface, b, scale, q_mine, g_mine)
+        base = batch_times(vanilla, surface, b, scale, q_base, g_base)
         steady = mine.tokens_per_step * base.step_s / (base.tokens_per_step * mine.step_s)
         tokens = b * profile.mean_request_tokens
         got = measured.get(b, (None, None))
@@ -320,6 +374,7 @@ def plan(profiles: Sequence[LoadProfile], vanilla: LoadProfile, surface: CostSur
     scale = context_scale(vanilla, surface)
     out: list[Prediction] = []
     for p in profiles:
+        p = resolved(p, surface, scale)
         lengths = draft_lengths(p) if all_lengths else [None]
         deepest = p.steps.max_depth if p.steps.is_chain else None
         for k in lengths:
@@ -412,9 +467,15 @@ def profile_from_row(row: Mapping[str, Any], baseline: str) -> tuple[LoadProfile
         steps, note = _histogram_steps(row["draft_step_histogram"]), None
     else:
         fallback = _fallback_steps(row)
-        if fallback is None:
-            return None, f"{method}: its results row keeps neither per-step draft sizes nor spec_decode: not planned"
-        steps, note = fallback
+        if fallback is not None:
+            steps, note = fallback
+        elif row.get("accepted_length_histogram") and (row.get("phase_seconds_per_token") or {}).get("verify.forward"):
+            hist = row["accepted_length_histogram"]
+            steps = StepDistribution(tuple(sorted(((int(a) - 1, int(a) - 1, int(a)), float(c))
+                                                  for a, c in hist.items())))
+            note = None                          # resolved() says how its sizes were inferred
+        else:
+            return None, f"{method}: its results row keeps neither draft sizes nor a verify time: not planned"
     tokens = int(row["new_tokens"])
     n_steps = tokens / row["mean_accepted"] if row.get("mean_accepted") else tokens
     per_token = row.get("phase_seconds_per_token") or {}
@@ -425,16 +486,18 @@ def profile_from_row(row: Mapping[str, Any], baseline: str) -> tuple[LoadProfile
     draft = sum(phase.get(k, 0.0) for k in DRAFTING)
     other = max(0.0, float(row["seconds"]) - prefill - (verify or 0.0) - draft)
     name = method.split("[", 1)[0].split("@", 1)[0]
+    infer = (method != baseline and not row.get("draft_step_histogram")
+             and _fallback_steps(row) is None)
     return LoadProfile(method, steps, draft / n_steps if n_steps else 0.0, other / n_steps if n_steps else 0.0,
                        prefill / requests, _request_tokens(row, requests),
                        verify / n_steps if verify is not None and n_steps else None, "bench results", name,
-                       notes=(note,) if note else ()), note
+                       notes=(note,) if note else (), sizes_from_verify=infer), note
 
 
 def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None = None
                        ) -> tuple[LoadProfile, list[LoadProfile], list[str]]:
     """(vanilla, the drafters, notes) from a results.json's rows: each method's 'all' row at batch
-    size 1 (the smallest measured) gives its profile; the rows at larger batch sizes give the
+    size 1 gives its profile; the rows at larger batch sizes give the
     measured speedups the predictions are set beside. PlanError without a vanilla row."""
     if baseline is None:
         from ..drafters import baseline as registered_baseline
@@ -442,8 +505,10 @@ def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None =
     everything = [r for r in rows if r.get("category") == "all"]
     if not everything:
         raise PlanError("results: no 'all' rows (a results.json of `specviz bench` has one per method)")
-    smallest = min(int(r.get("batch_size", 1)) for r in everything)
-    base_rows = [r for r in everything if int(r.get("batch_size", 1)) == smallest]
+    base_rows = [r for r in everything if int(r.get("batch_size", 1)) == 1]
+    if not base_rows:
+        raise PlanError("results: no runs at batch size 1: the planner takes each request's costs and steps from "
+                        "them (run `specviz bench --batch-sizes 1,...`)")
     measured: dict[str, list[tuple[int, float, float | None]]] = {}
     for r in everything:
         measured.setdefault(str(r["method"]), []).append(
@@ -465,7 +530,7 @@ def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None =
     if vanilla is None:
         raise PlanError(f"results: no {baseline} row; the planner prices every drafter against it")
     if not drafters:
-        raise PlanError("results: no drafter with speculative steps to plan")
+        raise PlanError("results: no drafter with speculative steps to plan" + (f" ({notes[0]})" if notes else ""))
     return vanilla, drafters, notes
 
 
@@ -499,8 +564,8 @@ def profiles_from_traces(traces: Sequence[Any], baseline: str | None = None
         verify = phases.get("verify.forward")
         draft = sum(phases.get(k, 0.0) for k in DRAFTING)
         other = max(0.0, wall - prefill - (verify or 0.0) - draft)
-        tokens = tuple(sorted({(n, float(sum(1 for t in group if len(t.output_ids) == n)))
-                               for n in (len(t.output_ids) for t in group)}))
+        lengths = Counter(len(t.output_ids) for t in group)
+        tokens = tuple(sorted((n, float(c)) for n, c in lengths.items()))
         is_base = group[0].drafter == baseline
         profile = LoadProfile(label, PLAIN if is_base else dist, draft / len(steps), other / len(steps),
                               prefill / len(group), tokens, verify / len(steps) if verify is not None else None,

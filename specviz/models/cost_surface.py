@@ -78,6 +78,7 @@ class CostSurface:
             problem = f"context_len must be a whole number >= 0, got {self.context_len!r}"
         if problem is not None:
             raise SurfaceError(f"cost surface: {problem}")
+        object.__setattr__(self, "_memo", {})      # forward(b, m), computed once each (the planner asks often)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -118,7 +119,11 @@ class CostSurface:
     def forward(self, batch: int, rows: int) -> float:
         """Seconds of a batched verify whose longest request has `rows` rows, padded as the
         verifier pads (padded_rows)."""
-        return self.at(batch, self.padded_rows(batch, rows))
+        memo: dict[tuple[int, int], float] = self._memo      # type: ignore[attr-defined]
+        key = (batch, rows)
+        if key not in memo:
+            memo[key] = self.at(batch, self.padded_rows(batch, rows))
+        return memo[key]
 
     def per_row(self, batch: int = 1) -> VerifyCost:
         """The per-row curve at one batch size, as cost.py's VerifyCost (for a batch measured)."""
@@ -205,9 +210,9 @@ def save_surface(surface: CostSurface, path: Path | str) -> Path:
     return write_text_atomic(file, json.dumps(surface.to_dict(), indent=1) + "\n", "--surface")
 
 
-def default_path(model: str, device: str, dtype: str) -> Path:
-    """Where `plan --measure` keeps the surface of this model on this device in this dtype."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model}-{device}-{dtype}").strip("_") or "model"
+def default_path(model: str, device: str) -> Path:
+    """Where `plan --measure` keeps the surface of this model on this device (its dtype is inside)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model}-{device}").strip("_") or "model"
     return cache_dir() / "cost_surfaces" / f"{slug}.json"
 
 
@@ -279,8 +284,12 @@ def check_memory(config: Any, dtype: torch.dtype, device: torch.device, batch: i
     free = free_memory(device) if free is None else free
     if free is not None and need > 0.9 * free:
         raise SurfaceError(f"{flag}: a batch of {batch} does not fit: {batch} requests of {length} tokens need about "
-                           f"{need / 2**30:.1f} GiB for their KV cache and logits, and {device} has "
-                           f"{free / 2**30:.1f} GiB free; give a smaller batch size")
+                           f"{_size(need)} for their KV cache and logits, and {device} has {_size(free)} free; give a "
+                           "smaller batch size")
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 # --- measuring ------------------------------------------------------------------------------------

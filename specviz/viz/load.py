@@ -4,18 +4,20 @@ each drafter's crossover; and one drafter's predicted speedup by draft length an
 
     fig = load_figure(rows, predictions)            # either may be empty
     fig = length_figure(predictions, "prompt_lookup")
+    text = drafter_markdown(profile, predictions, (1, 2, 4, 8, 16))   # the table, crossover, settings
 
 No gradio here: the bench's HTML report and the explorer's "Under load" tab draw the same
 figures. Method names come from a results file or an upload and are shown as written (plot_text).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import plotly.colors
 import plotly.graph_objects as go
 
-from ..analysis.planner import Prediction, crossover
+from ..analysis.planner import LoadProfile, Prediction, best_length, crossover
+from ..analysis.server_settings import schedule, sglang_settings, vllm_settings
 from .markup import plot_text
 from .palette import FIGURE_TEMPLATE
 
@@ -102,3 +104,47 @@ def length_figure(predictions: Sequence[Prediction], drafter: str) -> go.Figure 
                       xaxis_title="batch size", yaxis_title="speedup (x)", xaxis_type="log", xaxis_dtick=0.30103,
                       legend_title="at most k draft tokens")
     return fig
+
+
+def drafter_markdown(profile: LoadProfile, predictions: Sequence[Prediction], shown: Sequence[int],
+                     text: Callable[[Any], str] = str) -> str:
+    """One drafter's predictions as Markdown: a table by batch size (throughput and latency speedup
+    of a batch started together, a full server batch's, the best draft length there, the measured
+    speedup), the crossover, and the vLLM and SGLang settings with their notes. `text` sets the
+    source's strings (str for the terminal, markup.md_text in the explorer)."""
+    mine = [p for p in predictions if p.drafter == profile.label]
+    ran = as_run(mine).get(profile.label, [])
+    kind = (f"chain, up to {profile.steps.max_depth} draft tokens" if profile.steps.is_chain
+            else f"tree, {profile.steps.mean_nodes:.1f} nodes a step")
+    lines = [f"**{text(profile.label)}** ({kind}; {profile.steps.mean_tokens:.2f} tokens a step, the bonus "
+             f"counted; from {text(profile.source)})", "",
+             "| batch | speedup | latency speedup | full server batch | best k (server) | measured |",
+             "|---|---|---|---|---|---|"]
+    for p in ran:
+        if p.batch_size not in shown:
+            continue
+        best = best_length(mine, p.batch_size)
+        if best is None or best.steady_state_speedup <= 1:
+            best_k = "none beats vanilla"
+        elif best.draft_length is None:
+            best_k = f"as run ({best.steady_state_speedup:.2f}x)"
+        else:
+            best_k = f"{best.draft_length} ({best.steady_state_speedup:.2f}x)"
+        measured = f"{p.measured_speedup:.2f}x" if p.measured_speedup is not None else ""
+        extra = " (extrapolated)" if p.extrapolated else ""
+        lines.append(f"| {p.batch_size}{extra} | {p.predicted_speedup:.2f}x | {p.predicted_latency_speedup:.2f}x | "
+                     f"{p.steady_state_speedup:.2f}x | {best_k} | {measured} |")
+    shown_mine = [p for p in mine if p.batch_size in shown]
+    cross, server = crossover(shown_mine), crossover(mine, "steady_state_speedup")
+    largest = max((p.batch_size for p in shown_mine), default=0)
+    lines += ["", "crossover: " + (f"from batch {cross} no draft length beats vanilla" if cross
+                                   else f"none up to batch {largest}")
+              + " (a full server batch: " + (f"from {server})" if server else
+                                             f"none up to {max((p.batch_size for p in mine), default=0)})")]
+    plan = schedule(mine)
+    vllm = vllm_settings(profile.drafter, plan)
+    sglang = sglang_settings(profile.drafter, plan, profile.steps.max_depth, profile.steps.mean_nodes)
+    lines += ["", "- vLLM: " + (f"`{vllm['command']}`" if vllm.get("command") else "no speculation"),
+              "- SGLang: " + (f"`{sglang['command']}`" if sglang.get("command") else "no speculation")]
+    lines += [f"- note: {text(n)}" for n in dict.fromkeys([*vllm["notes"], *sglang["notes"], *profile.notes])]
+    return "\n".join(lines)
