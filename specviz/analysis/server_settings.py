@@ -120,6 +120,7 @@ def sglang_settings(drafter: str, plan: Schedule, deepest: int | None, mean_node
     if first == 0:
         notes.append("speculation loses at every batch size planned: run SGLang without --speculative-algorithm")
         return {"flags": None, "notes": notes}
+    flags: dict[str, Any]
     if plan.tree:
         depth = deepest or first
         nodes = max(depth, round(mean_nodes))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TypedDict
 
 from ..core.calibration import Calibration
 from ..core.draft_metrics import Tally, priced_speedup
@@ -137,7 +137,12 @@ def depth_acceptance(steps: Sequence[StepRecord]) -> tuple[tuple[int, ...], tupl
     return tuple(t for t, _ in stats.values()), tuple(a for _, a in stats.values())
 
 
-def tree_shape(steps: Sequence[StepRecord]) -> dict[str, tuple[int, ...]]:
+class TreeShape(TypedDict):
+    tree_sizes: tuple[int, ...]
+    tree_depths: tuple[int, ...]
+
+
+def tree_shape(steps: Sequence[StepRecord]) -> TreeShape:
     """A run's per-step draft tree nodes and depths (Run.tree_sizes, Run.tree_depths)."""
     return {"tree_sizes": tuple(len(s.tree) for s in steps),
             "tree_depths": tuple(max(s.tree.depths, default=0) for s in steps)}

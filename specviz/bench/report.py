@@ -254,7 +254,7 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
         data = read_json_file(file, f"results: {file.name}")
     except FileCheckError as err:
         raise ResultsFormatError(str(err)) from None
-    if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
+    if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION or not {"rows", "meta"} <= set(data):
         raise ResultsFormatError(f"results: {file.name} is not a specviz results file of version "
                                  f"{RESULTS_VERSION} (written by `python -m specviz bench`)")
     schema = shipped_schema(SCHEMA_FILE)

@@ -100,7 +100,8 @@ def measure_surface(args: argparse.Namespace, sizes: tuple[int, ...]) -> Any:
     hf_logging.disable_progress_bar()
     lm = load_target(args)
     try:
-        check_memory(lm.model.config, lm.dtype, lm.device, max(sizes), context, max(rows), "--batch-sizes")
+        check_memory(lm.model.config, lm.dtype, lm.device, sum(sizes), context, max(rows),
+                     "--batch-sizes (every batch size's cache is held while the grid is timed)")
     except SurfaceError as err:
         raise UsageError(str(err)) from None
     dtype = str(lm.dtype).replace("torch.", "")
@@ -149,14 +150,16 @@ def surface_table(surface: Any) -> list[str]:
 
 def read_sources(args: argparse.Namespace) -> tuple[Any, list[Any], list[str]]:
     """(vanilla, drafter profiles, notes) from the results / traces / stats given."""
-    from ..analysis.planner import PlanError, profiles_from_rows, profiles_from_traces, vanilla_like
+    from ..analysis.planner import LoadProfile, PlanError, profiles_from_rows, profiles_from_traces, vanilla_like
     from ..analysis.server_stats import StatsFormatError, read_stats
     from ..bench import load_results
     from ..bench.report import ResultsFormatError
     from ..core.trace import Trace
     from ..files.user_files import FileCheckError, read_text_file, loads_json
 
-    vanilla, drafters, notes = None, [], []
+    vanilla: LoadProfile | None = None
+    drafters: list[LoadProfile] = []
+    notes: list[str] = []
     traces = []
     try:
         for source in args.sources:
@@ -176,8 +179,8 @@ def read_sources(args: argparse.Namespace) -> tuple[Any, list[Any], list[str]]:
                 raise UsageError(f"plan: {Path(source).name} is neither a results.json of `specviz bench` nor a "
                                  "specviz trace")
         if traces:
-            base, mine = profiles_from_traces(traces)
-            vanilla = vanilla or base
+            from_traces, mine = profiles_from_traces(traces)
+            vanilla = vanilla or from_traces
             drafters += mine
         labels = list(args.label)
         if len(labels) > len(args.stats):

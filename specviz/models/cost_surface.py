@@ -335,8 +335,8 @@ def measure(model: Any, batch_sizes: Sequence[int] = BATCH_GRID, rows: Sequence[
             dtype_name: str = "", note: str = "", on_forward: Callable[[], None] | None = None) -> CostSurface:
     """Time batched verify forwards over every (batch size, row count) of the grids, over a cache of
     `past_len` random tokens per request (shortened where the model's context cannot hold it and
-    the largest row count): per batch size, a warm-up round over the row counts, then `repeats`
-    rounds, the fastest kept (as cost.calibrate). `on_forward` is called after each forward (a
+    the largest row count): a warm-up round over the whole grid, then `repeats` rounds over it, the
+    fastest of each cell kept (as cost.calibrate), the caches of every batch size held at once. `on_forward` is called after each forward (a
     progress bar)."""
     from .kvcache import crop_to, new_cache
     from .placement import input_device
@@ -361,27 +361,25 @@ def measure(model: Any, batch_sizes: Sequence[int] = BATCH_GRID, rows: Sequence[
     except TypeError:                  # a model whose forward takes no logits_to_keep
         crop_to(one, 0)
         model(input_ids=prefill, past_key_values=one, use_cache=True)
-    table: list[tuple[float, ...]] = []
+    caches = {b: _batched(one, config, b) for b in batch_sizes}     # every batch's cache at once: ...
+    inputs = {}
     for b in batch_sizes:
-        cache = _batched(one, config, b)
-        inputs = []
         for r in rows:
             ids = torch.randint(0, vocab, (b, r), generator=gen).to(device)             # [B, R]
             positions, mask = batch_mask(b, r, past_len, dtype, device)
-            inputs.append((ids, positions, mask))
-        best = [math.inf] * len(rows)
-        for rep in range(repeats + 1):                    # round 0 is a warm-up
-            for k, (ids, positions, mask) in enumerate(inputs):
-                _sync(device)
-                start = time.perf_counter()
-                model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache,
-                      use_cache=True)
-                _sync(device)
-                if rep > 0:
-                    best[k] = min(best[k], time.perf_counter() - start)
-                crop_to(cache, past_len)                  # drop the rows just added
-                if on_forward is not None:
-                    on_forward()
-        table.append(tuple(best))
-        del cache, inputs
-    return CostSurface(batch_sizes, rows, tuple(table), past_len, model_id, str(device), dtype_name, note)
+            inputs[b, r] = (ids, positions, mask)
+    best = {key: math.inf for key in inputs}
+    for rep in range(repeats + 1):       # ... so that each round times the whole grid (round 0: a warm-up),
+        for (b, r), (ids, positions, mask) in inputs.items():   # and a slow spell hits every cell alike
+            _sync(device)
+            start = time.perf_counter()
+            model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=caches[b],
+                  use_cache=True)
+            _sync(device)
+            if rep > 0:
+                best[b, r] = min(best[b, r], time.perf_counter() - start)
+            crop_to(caches[b], past_len)                  # drop the rows just added
+            if on_forward is not None:
+                on_forward()
+    table = tuple(tuple(best[b, r] for r in rows) for b in batch_sizes)
+    return CostSurface(batch_sizes, rows, table, past_len, model_id, str(device), dtype_name, note)
