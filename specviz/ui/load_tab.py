@@ -1,8 +1,8 @@
 """The "Under load" tab: speculative decoding's speedup against batch size, per drafter, measured
 (a results.json of `bench --batch-sizes`) and predicted (analysis/planner.py over a cost surface of
 the forward), the crossover past which speculation loses, and the vLLM / SGLang settings. It opens
-a shipped benchmark or an uploaded results.json, with the shipped cost surface of the embedded
-model on a CPU or an uploaded one (`specviz plan --measure` writes it). An upload's strings are
+a shipped benchmark or an uploaded results.json, with an uploaded cost surface (`specviz plan
+--measure` writes one) or the one shipped for the embedded model on a CPU, where the install has it. An upload's strings are
 shown as written (viz/markup.py)."""
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def build_load_tab() -> LoadTab:
                               label="Shipped results", elem_id="load-shipped")
         upload = gr.File(label=f"...or upload a results.json (max {TRACE_LIMIT_BYTES // 1_000_000} MB)",
                          file_types=[".json"], file_count="single", height=100, elem_id="load-upload")
-        surface = gr.File(label="cost surface (default: the embedded model on a CPU, shipped)", file_types=[".json"],
+        surface = gr.File(label="cost surface (`specviz plan --measure` writes one; default: the shipped one, if any)",
+                          file_types=[".json"],
                           file_count="single", height=100, elem_id="load-surface")
     with gr.Row():
         sizes = gr.Textbox(label="batch sizes", value=DEFAULT_SIZES, elem_id="load-sizes")
@@ -98,7 +99,8 @@ def _surface(upload: Any) -> CostSurface:
     if given:
         return load_surface(given)
     if not SHIPPED_SURFACE.is_file():
-        raise UploadError("cost surface: none shipped with this install; upload one (`specviz plan --measure`)")
+        raise UploadError("cost surface: none ships with this install; upload the one `python -m specviz plan "
+                          "--measure` writes for your model and device (docs/under-load.md)")
     return load_surface(SHIPPED_SURFACE)
 
 
