@@ -47,7 +47,8 @@ def fake_run_batch(requests, *, drafter, lm, store, references):
     ("1,1", "--batch-sizes: 1 is given twice"), ("one", "--batch-sizes: 'one' is not a whole number"),
     ("2", "need the batched engine"),                           # none yet: refused before anything loads
 ])
-def test_batch_sizes_are_refused_in_one_line(tmp_path, capsys, value, words):
+def test_batch_sizes_are_refused_in_one_line(tmp_path, capsys, monkeypatch, value, words):
+    monkeypatch.delattr(service, "run_batch", raising=False)          # the engine as it is today
     code = main(["bench", "--model", "tiny-random", "--questions", str(_questions(tmp_path)), "--categories", "qa",
                  "--batch-sizes", value, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
@@ -81,14 +82,17 @@ def test_a_batch_beyond_memory_is_refused_before_anything_is_measured(tmp_path, 
     assert not (tmp_path / "out" / "results.json").exists()
 
 
-def test_the_remainder_of_the_questions_is_left_out_and_said():
-    notes = batched.check_batch_sizes((1, 2, 4), 10) if batched.batched_engine() else None
+def test_without_the_batched_engine_batch_sizes_above_one_are_refused(monkeypatch):
+    monkeypatch.delattr(service, "run_batch", raising=False)          # the engine as it is today
+    assert batched.batched_engine() is None
+    assert batched.check_batch_sizes((1,), 10) == []                 # batch size 1 needs no batched engine
+    with pytest.raises(batched.BatchError, match="need the batched engine"):
+        batched.check_batch_sizes((1, 2), 10)
+    with pytest.raises(batched.BatchError, match="need the batched engine"):
+        batched.run_batch(None, [], None, None, None)
     qs = [Question(i, "qa", ("x",)) for i in range(10)]
     whole, left = batched.batches_of(qs, 4)
     assert [len(b) for b in whole] == [4, 4] and [q.question_id for q in left] == [8, 9]
-    assert notes is None                                          # no engine yet: check_batch_sizes refuses
-    with pytest.raises(batched.BatchError, match="need the batched engine"):
-        batched.check_batch_sizes((1, 2), 10)
 
 
 def test_the_remainder_note(monkeypatch):

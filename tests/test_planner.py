@@ -14,7 +14,8 @@ import torch
 
 from conftest import assert_one_line_refusal, run_cli_here
 from specviz.analysis.planner import (PLAIN, LoadProfile, PlanError, Prediction, StepDistribution, batch_times,
-                                      crossover, group_seconds, plan, predict, profiles_from_rows, resolved, survival)
+                                      crossover, draft_lengths, group_seconds, plan, predict, profiles_from_rows,
+                                      resolved, survival)
 from specviz.analysis.server_settings import schedule, sglang_settings, vllm_settings
 from specviz.models.cost_surface import (CostSurface, SurfaceError, batch_mask, check_memory, kv_bytes, load_surface,
                                          measure, parse_grid, save_surface)
@@ -179,6 +180,8 @@ def test_profiles_from_older_rows_say_how_their_sizes_were_taken():
     vanilla, (x,), notes = profiles_from_rows([base, old])
     assert x.steps.mean_nodes == pytest.approx(2.0) and x.steps.mean_tokens == pytest.approx(2.2)
     assert "2.0 nodes on average" in notes[0]
+    assert not x.sizes_known and draft_lengths(x) == [None]             # whether it drafted chains is unknown
+    assert {p.draft_length for p in plan([x], vanilla, toy_surface(), (1,))} == {None}
     older = {k: v for k, v in old.items() if k != "spec_decode"}
     _, (y,), _ = profiles_from_rows([base, older])
     assert y.sizes_from_verify

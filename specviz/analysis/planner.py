@@ -159,6 +159,9 @@ class LoadProfile:
     # the draft sizes are not known (an older results row): infer them from the measured verify
     # forward per step against the surface (`resolved`), before any prediction
     sizes_from_verify: bool = False
+    # the per-step draft sizes are the source's own (False: built from a mean, so whether the drafter
+    # drafted chains is unknown, and its draft length is not cut)
+    sizes_known: bool = True
 
     def __post_init__(self) -> None:
         for name in ("draft_s", "overhead_s", "prefill_s"):
@@ -212,7 +215,7 @@ def resolved(profile: LoadProfile, surface: CostSurface, scale: float) -> LoadPr
             f"is taken as {nodes:.1f} nodes, the size whose forward on the surface costs what its verify "
             "forward measured, and a chain")
     return replace(profile, steps=StepDistribution(tuple(sorted(weights.items()))), sizes_from_verify=False,
-                   notes=(*profile.notes, note))
+                   sizes_known=False, notes=(*profile.notes, note))
 
 
 def _at_rows(surface: CostSurface, rows: float) -> float:
@@ -363,7 +366,7 @@ def predict(profile: LoadProfile, vanilla: LoadProfile, surface: CostSurface, ba
 def draft_lengths(profile: LoadProfile) -> list[int | None]:
     """The draft lengths a profile is predicted at: 1 .. its deepest for a chain drafter (the deepest
     being the drafter as it ran), None (as it ran) for a tree drafter."""
-    if profile.steps.is_chain and profile.steps.max_depth >= 1 and profile.draft_length is None:
+    if profile.sizes_known and profile.steps.is_chain and profile.steps.max_depth >= 1 and profile.draft_length is None:
         return list(range(1, profile.steps.max_depth + 1))
     return [None]
 
@@ -376,7 +379,7 @@ def plan(profiles: Sequence[LoadProfile], vanilla: LoadProfile, surface: CostSur
     for p in profiles:
         p = resolved(p, surface, scale)
         lengths = draft_lengths(p) if all_lengths else [None]
-        deepest = p.steps.max_depth if p.steps.is_chain else None
+        deepest = p.steps.max_depth if p.steps.is_chain and p.sizes_known else None
         for k in lengths:
             if k is None or k == deepest:        # the drafter as it ran (a chain: its deepest length)
                 variant = replace(p, draft_length=deepest) if deepest else p
@@ -486,12 +489,12 @@ def profile_from_row(row: Mapping[str, Any], baseline: str) -> tuple[LoadProfile
     draft = sum(phase.get(k, 0.0) for k in DRAFTING)
     other = max(0.0, float(row["seconds"]) - prefill - (verify or 0.0) - draft)
     name = method.split("[", 1)[0].split("@", 1)[0]
-    infer = (method != baseline and not row.get("draft_step_histogram")
-             and _fallback_steps(row) is None)
+    from_histogram = method == baseline or bool(row.get("draft_step_histogram"))
+    infer = not from_histogram and _fallback_steps(row) is None
     return LoadProfile(method, steps, draft / n_steps if n_steps else 0.0, other / n_steps if n_steps else 0.0,
                        prefill / requests, _request_tokens(row, requests),
                        verify / n_steps if verify is not None and n_steps else None, "bench results", name,
-                       notes=(note,) if note else (), sizes_from_verify=infer), note
+                       notes=(note,) if note else (), sizes_from_verify=infer, sizes_known=from_histogram), note
 
 
 def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None = None

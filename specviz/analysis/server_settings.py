@@ -40,7 +40,7 @@ class Schedule:
     """The best draft length by batch size: ((first batch size, last, K), ...); K = 0: no speculation."""
     ranges: tuple[tuple[int, int, int], ...]
     largest_measured: int
-    tree: bool = False                 # a tree drafter: K is its depth as it ran, not a cut length
+    tree: bool = False                 # not cut (a tree, or sizes known as a mean): K is its mean size as it ran
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -95,8 +95,9 @@ def vllm_settings(drafter: str, plan: Schedule) -> dict[str, Any]:
     if method is None:
         notes.append(f"vLLM has no method for {drafter}: the numbers below are for a vLLM method with its acceptance")
     if plan.tree:
-        notes.append(f"{drafter} drafts trees: vLLM's num_speculative_tokens counts a chain's tokens; the K below is "
-                     "its mean tree size as it ran")
+        notes.append(f"{drafter}'s draft length is not cut (it drafts trees, or its draft sizes are known only as a "
+                     "mean): vLLM's num_speculative_tokens counts a chain's tokens; the K below is its mean draft size "
+                     "as it ran")
     config: dict[str, Any] = {"method": method} if method else {}
     if plan.max_k == 0:
         notes.append("speculation loses at every batch size planned: run vLLM without --speculative-config")

@@ -91,7 +91,7 @@ class ServerStats:
                 + (f" (drafting priced at {draft_s * 1000:.2f} ms a step, as given)" if draft_s else " (priced at 0)"))
         return LoadProfile(label or f"{self.engine} stats", self.distribution(), draft_s, overhead_s, 0.0,
                            tuple(sorted(counts.items())), None, f"{self.engine} per-request statistics ({self.source})",
-                           "", notes=(note,))
+                           "", notes=(note,), sizes_known=self.exact)
 
     def summary_line(self) -> str:
         dist = self.distribution()

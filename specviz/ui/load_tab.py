@@ -126,7 +126,7 @@ def render_load(shipped: str | None, upload: Any, surface_upload: Any, sizes_tex
     parts = [head, *(drafter_markdown(p, predictions, sizes, md_text) for p in drafters)]
     parts += [f"- note: {md_text(n)}" for n in notes]
     shown = [p for p in predictions if p.batch_size in sizes]
-    chain = next((p.label for p in drafters if p.steps.is_chain and p.steps.max_depth > 1), None)
+    chain = next((p.label for p in drafters if p.sizes_known and p.steps.is_chain and p.steps.max_depth > 1), None)
     lengths = length_figure(predictions, chain) if chain else None
     return ["\n\n".join(parts), load_figure(rows, shown, vanilla.label),
             gr.Plot(value=lengths, visible=lengths is not None)]

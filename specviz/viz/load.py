@@ -114,8 +114,12 @@ def drafter_markdown(profile: LoadProfile, predictions: Sequence[Prediction], sh
     source's strings (str for the terminal, markup.md_text in the explorer)."""
     mine = [p for p in predictions if p.drafter == profile.label]
     ran = as_run(mine).get(profile.label, [])
-    kind = (f"chain, up to {profile.steps.max_depth} draft tokens" if profile.steps.is_chain
-            else f"tree, {profile.steps.mean_nodes:.1f} nodes a step")
+    if not profile.sizes_known:
+        kind = f"{profile.steps.mean_nodes:.1f} draft tokens a step on average"
+    elif profile.steps.is_chain:
+        kind = f"chain, up to {profile.steps.max_depth} draft tokens"
+    else:
+        kind = f"tree, {profile.steps.mean_nodes:.1f} nodes a step"
     lines = [f"**{text(profile.label)}** ({kind}; {profile.steps.mean_tokens:.2f} tokens a step, the bonus "
              f"counted; from {text(profile.source)})", "",
              "| batch | speedup | latency speedup | full server batch | best k (server) | measured |",
