@@ -17,6 +17,7 @@ from specviz.bench.questions import Question
 from specviz.bench.report import load_results, markdown_table
 from specviz.cli import main
 from specviz.engine import service
+from specviz.files.json_schema import shipped_schema, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = [json.dumps({"question_id": i, "category": "qa", "turns": [f"Question {i}: what is {i} plus {i}?"]})
@@ -178,6 +179,7 @@ def test_the_bench_under_load_end_to_end(tmp_path, monkeypatch, capsys):
     meta, rows = load_results(out / "results.json")
     assert meta["batch_sizes"] == [1, 2]
     data = json.loads((out / "results.json").read_text())
+    validate(data, shipped_schema("results.schema.json"))              # the whole file, runs included
     batched_runs = [r for r in data["runs"] if r["batch_size"] == 2]
     assert {r["batch_index"] for r in batched_runs} == {0, 1} and len(batched_runs) == 3 * 4
     assert all(0 < r["seconds"] <= r["batch_seconds"] for r in batched_runs)
