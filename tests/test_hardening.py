@@ -1036,6 +1036,8 @@ OUTPUT_IS_INPUT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                          ("--out:", "input --docs")),
     "index out inside the docs": (("index", "build", "--kind", "passages", "--docs", "{x}", "--out", "{docs}"),
                                   ("--out:", "an existing path inside the run's input --docs")),
+    "plan --measure --surface = a source": (("plan", "{run}", "--measure", "--surface", "{run}"),
+                                            ("--surface:", "input RESULTS.json|TRACE.json")),
     "train-glide out = data": (("train-glide", "--model", "tiny-random", "--data", "{texts}", "--out", "{texts}"),
                                ("--out:", "input --data")),
     "train-heads export = data": (("train-heads", "--model", "tiny-random", "--data", "{texts}", "--export",

@@ -30,11 +30,14 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "train-eagle": ("out", "export"),
     "doctor": (),
     "import-metrics": ("html",),
+    "plan": ("surface",),
 }
+# an output only with another flag (plan --surface is read, or with --measure written): dest -> that flag
+WRITTEN_WITH = {("plan", "surface"): "measure"}
 TEXT = frozenset({"prompt", "question", "stop", "command", "handler", "categories", "embedder", "rerank",
                   "index_command", "kind"})
 NEITHER = frozenset({"target_cache", "offload_folder"})
-POSITIONAL = {"source": "FILE|URL"}
+POSITIONAL = {"source": "FILE|URL", "sources": "RESULTS.json|TRACE.json"}
 _PARTS = re.compile(r"[\[\],;=]")
 
 
@@ -70,7 +73,8 @@ def _exists(text: str) -> bool:
 
 def run_paths(command: str, args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(outputs, inputs) of a parsed command line, as (flag, path) pairs."""
-    out_dests = OUTPUTS[command]
+    out_dests = tuple(d for d in OUTPUTS[command]
+                      if getattr(args, WRITTEN_WITH.get((command, d), d), None) not in (None, False))
     outputs = [(_flag(dest), text) for dest in out_dests
                for text in list(_texts(getattr(args, dest, None)))[-1:]]      # --export FORMAT DIR: the DIR
     inputs = [(_flag(dest), text) for dest, value in vars(args).items()

@@ -22,6 +22,7 @@ from . import runner  # noqa: E402
 from .compare_tab import build_compare_tab, make_compare_handler, pick_compared, render_compare_strips  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
+from .load_tab import build_load_tab  # noqa: E402
 from .machine_tab import build_machine_tab, make_doctor_handler  # noqa: E402
 from .inspector import (EMPTY_VALUES, PAUSE, PLAY, build_inspector, clamp, most_accepted_step, render_step,  # noqa: E402
                         views as step_views, wire_browser_stepping)  # noqa: E402
@@ -117,6 +118,7 @@ def build_demo() -> gr.Blocks:
                 ("Compare drafters", build_compare_tab), ("Export / replay", build_replay_tab),
                 ("Benchmark results", build_results_tab), ("Machine", build_machine_tab))]
             server_metrics = _tab("Server metrics", build_server_metrics_tab)    # a vLLM / SGLang server's
+            _tab("Under load", build_load_tab)          # speedup by batch size, predicted (wires itself)
         inspector, summary, compare, replay, results, machine = tabs
 
         # ---- views: everything below the run reads session.trace ------------------------------
