@@ -1141,20 +1141,18 @@ def test_disk_offload_leaves_no_copy_of_the_weights(tmp_path: Path) -> None:
 
 
 def test_the_web_never_asks_a_visitor_for_an_offload_folder() -> None:
+    """The explorer loads with no offload folder (its device-map box reaches load_model so); its
+    errors pass through shown_to_user, which shows the error's web wording."""
     import gradio as gr
 
-    from specviz.core.decoding import DecodingConfig
-    from specviz.ui import runner
+    from specviz.models import load_model
     from specviz.ui.errors import shown_to_user
-    from specviz.ui.session import RunSpec
 
-    for device_map, budget in (('{"": "cpu", "model.layers.1": "disk"}', ""), ("sequential", "cpu=20MB"),
+    for device_map, budget in (('{"": "cpu", "model.layers.1": "disk"}', None), ("sequential", "cpu=20MB"),
                                ("sequential", "cpu=200KB")):
-        spec = RunSpec("tiny-random", "vanilla", (), DecodingConfig(max_new_tokens=2), "", "hi", "float32",
-                       device_map, budget)
         with pytest.raises(gr.Error) as info:
             with shown_to_user():
-                runner.start(spec)
+                load_model("tiny-random", dtype="float32", device_map=device_map, max_memory=budget)
         message = str(info.value)
         assert "--" not in message and ("does not offload weights to the server's disk" in message
                                         or "holds none of the model (24.3 MiB of weights in float32" in message)
