@@ -185,8 +185,8 @@ def test_closed_stdout_ends_quietly() -> None:
 
 
 def test_ctrl_c_keeps_the_text_and_writes_a_stopped_trace(tmp_path: Path) -> None:
-    """SIGINT to `generate --trace t.json --no-stream` mid-run: the text so far on stdout,
-    t.json a trace marked stopped, exit 130."""
+    """SIGINT (three times, 20 ms apart) to `generate --trace t.json --no-stream` mid-run: the
+    text so far on stdout, t.json a trace marked stopped, exit 130, no traceback."""
     trace_path = tmp_path / "t.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([PY, "-m", "specviz", *GEN[:3], "--max-new-tokens", "4000", "--no-stream",
@@ -199,7 +199,9 @@ def test_ctrl_c_keeps_the_text_and_writes_a_stopped_trace(tmp_path: Path) -> Non
         line = proc.stderr.readline()                         # printed when the generation starts
         assert line.startswith("specviz: generating"), line
         time.sleep(3.0)                                       # let some steps run (a wait, not a timing check)
-        proc.send_signal(signal.SIGINT)
+        for _ in range(3):                                    # three quick Ctrl-Cs: the first stops, the others
+            proc.send_signal(signal.SIGINT)                   # must neither raise in a handler's message nor
+            time.sleep(0.02)                                  # lose the trace
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -235,30 +237,6 @@ def test_ctrl_c_during_start_up_exits_130(tmp_path: Path) -> None:
     err = "\n".join(line for line in err.splitlines() if not line.startswith("import time:"))
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "specviz: interrupted", err[-2000:]
-
-
-def test_three_quick_ctrl_cs_keep_the_trace_and_exit_130(tmp_path: Path) -> None:
-    """Ctrl-C three times, 20 ms apart, mid-run: the first stops and keeps the text and the
-    trace; the others neither raise inside a handler's message nor lose the trace."""
-    trace_path = tmp_path / "t.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([PY, "-m", "specviz", *GEN[:3], "--max-new-tokens", "4000", "--no-stream",
-                             "--drafter", "vanilla", "--prompt", "Tell a long story.", "--trace", str(trace_path)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_sigint)
-    try:
-        assert proc.stderr.readline().startswith("specviz: generating")
-        time.sleep(2.0)                                       # some steps (a wait, not a timing check)
-        for _ in range(3):
-            proc.send_signal(signal.SIGINT)
-            time.sleep(0.02)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, (proc.returncode, err)
-    assert "Traceback" not in err and "interrupted after" in err, err
-    assert Trace.from_json(trace_path.read_text(encoding="utf-8")).stop_reason == "stopped"
 
 
 def test_malicious_pickle_never_runs(tmp_path: Path) -> None:
