@@ -459,3 +459,38 @@ def test_eagle_sampling_is_lossless(lm, kind, tmp_path, recorder):
     s = assert_lossless_sampling(lm, kind, {"checkpoint": folder, "top_k": 3, "depth": 2, "total_tokens": 8,
                                             "size_by_cost": False}, recorder=recorder)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
+
+
+@every_recorder
+def test_mtp_sampling_is_lossless(lm, tmp_path, recorder):
+    """mtp with a module that repeats the last token (tests/test_mtp.py; as a chain its drafts are
+    accepted about one time in twelve here, a random module's one in a hundred), drafting SGLang's tree
+    (topk 3, 2 steps): siblings, and below the first the chain vLLM drafts (the same EAGLE-2
+    drafting with topk 1; a second 1000-sample run for it would add a minute and no new path).
+    The first two tokens' distributions are the target's."""
+    from test_mtp import save_random
+
+    folder = save_random(lm, tmp_path / "mtp", copy=True)
+    s = assert_lossless_sampling(lm, "mtp", {"checkpoint": folder, "topk": 3, "num_speculative_tokens": 2,
+                                             "num_draft_tokens": 8, "size_by_cost": False}, recorder=recorder)
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
+
+
+# ---- the drafters whose own tests sit beside their networks, in the other recorders ---------------
+
+@pytest.mark.parametrize("recorder", ["bench", "off"])
+@pytest.mark.parametrize("kind", ["glide", "medusa", "hydra"])
+def test_network_drafters_sample_the_target_in_every_recorder(lm, kind, recorder, tmp_path, tmp_path_factory):
+    """glide (tests/test_glide.py), medusa and hydra (tests/test_heads.py) are checked there in the
+    teaching recorder; here in bench and off, with a quickly made checkpoint of each: the first two
+    tokens' distributions are the target's."""
+    if kind == "glide":
+        from test_glide import _trained
+
+        config = {"checkpoint": str(_trained(lm, tmp_path_factory, "glide-tiny", 6)), "gamma": 2}
+    else:
+        from test_heads import _random_ckpt
+
+        config = {"checkpoint": str(_random_ckpt(lm, tmp_path / f"{kind}.pt", kind))}
+    s = assert_lossless_sampling(lm, kind, config, recorder=recorder)
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50

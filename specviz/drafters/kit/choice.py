@@ -20,6 +20,8 @@ from typing import Any
 
 from ...core.settings import Settings, describe, to_dict
 from ...errors import ConfigError, SpecvizError
+from ...files.user_values import ascii_int, shown
+
 from .base import DrafterSpec, Preset, get
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")     # a drafter's or preset's name, as a choice names it
@@ -164,12 +166,11 @@ def token_id_values(spec: DrafterSpec, values: Mapping[str, Any]) -> dict[str, A
     out = dict(values)
     for info in describe(spec.config_cls):
         if info.name in out and isinstance(info.default, tuple) and isinstance(out[info.name], str):
-            parts = [p.strip() for p in out[info.name].split(",") if p.strip()]
-            try:
-                out[info.name] = tuple(int(p) for p in parts)
-            except ValueError:
+            parts = [ascii_int(p, signed=True) for p in out[info.name].split(",") if p.strip()]
+            if any(p is None for p in parts):          # ASCII digits only: "٣" is no token id
                 raise ConfigError(info.name, f"expected comma-separated integers (token ids), "
-                                             f"got {values[info.name]!r}") from None
+                                             f"got {shown(values[info.name])}")
+            out[info.name] = tuple(parts)
     return out
 
 
