@@ -87,6 +87,18 @@ def panel() -> Any:
     return p
 
 
+def network_drafter_config(lm: LoadedModel, kind: str, tmp_path: Path, tmp_path_factory: Any) -> dict[str, Any]:
+    """A drafter config with a quickly made checkpoint for glide (trained 6 steps, tests/test_glide.py)
+    or medusa / hydra (random heads, tests/test_heads.py), for the tests that run them in every recorder."""
+    if kind == "glide":
+        from test_glide import _trained
+
+        return {"checkpoint": str(_trained(lm, tmp_path_factory, "glide-tiny", 6)), "gamma": 2}
+    from test_heads import _random_ckpt
+
+    return {"checkpoint": str(_random_ckpt(lm, tmp_path / f"{kind}.pt", kind))}
+
+
 def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
             config: Any = None, recorder: str = "teach", **decoding: Any) -> tuple[list[int], list[StepRecord]]:
     """Generate from token ids (`recorder`: engine/record.py's); returns (output ids, step records)."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from conftest import run_ids
+from conftest import network_drafter_config, run_ids
 from specviz.models.cost import VerifyCost
 from specviz.drafters import REGISTRY
 from specviz.core.tree import DraftTree
@@ -315,14 +315,7 @@ def test_greedy_mtp_equals_vanilla(tiny_lm, cases, mtp_module, config, cost, rec
 def test_network_drafters_equal_vanilla_in_every_recorder(tiny_lm, cases, kind, recorder, tmp_path, tmp_path_factory):
     """glide (tests/test_glide.py), medusa and hydra (tests/test_heads.py) are checked there in the
     teaching recorder; here in bench and off, with a quickly made checkpoint of each."""
-    if kind == "glide":
-        from test_glide import _trained
-
-        config = {"checkpoint": str(_trained(tiny_lm, tmp_path_factory, "glide-tiny", 6)), "gamma": 3}
-    else:
-        from test_heads import _random_ckpt
-
-        config = {"checkpoint": str(_random_ckpt(tiny_lm, tmp_path / f"{kind}.pt", kind))}
+    config = network_drafter_config(tiny_lm, kind, tmp_path, tmp_path_factory)
     for name, (prompt, vanilla) in cases.items():
         out, steps = run_ids(tiny_lm, prompt, kind, config, recorder, max_new_tokens=NEW)
         assert out == vanilla, (kind, recorder, name)

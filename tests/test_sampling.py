@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
+from conftest import network_drafter_config
 from scipy.stats import chisquare
 
 import specviz.engine.verify as verify
@@ -484,13 +485,6 @@ def test_network_drafters_sample_the_target_in_every_recorder(lm, kind, recorder
     """glide (tests/test_glide.py), medusa and hydra (tests/test_heads.py) are checked there in the
     teaching recorder; here in bench and off, with a quickly made checkpoint of each: the first two
     tokens' distributions are the target's."""
-    if kind == "glide":
-        from test_glide import _trained
-
-        config = {"checkpoint": str(_trained(lm, tmp_path_factory, "glide-tiny", 6)), "gamma": 2}
-    else:
-        from test_heads import _random_ckpt
-
-        config = {"checkpoint": str(_random_ckpt(lm, tmp_path / f"{kind}.pt", kind))}
+    config = network_drafter_config(lm, kind, tmp_path, tmp_path_factory)
     s = assert_lossless_sampling(lm, kind, config, recorder=recorder)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
