@@ -38,14 +38,9 @@ def test_build_demo_loads_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def values(panel: SetupPanel, model: str = "tiny-random", drafter: str = "ngram_trie",
-           context: str = CONTEXT, message: str = "Repeat.", **overrides: Any) -> list[Any]:
-    """The inputs' values as the page would send them: defaults, with some overridden."""
-    flat = [model, drafter, context, message]
-    for comp, (group, name) in zip([*panel.decoding_form.components, *panel.drafter_form.components],
-                                   [*panel.decoding_form.keys, *panel.drafter_form.keys]):
-        key = name if group in ("decoding", drafter) else None
-        flat.append(overrides.get(key, comp.value))
-    return flat
+           context: str = CONTEXT, message: str = "Repeat.", **overrides: Any) -> dict[str, Any]:
+    """The inputs' values by name as the page would send them: defaults, with some overridden."""
+    return panel.form(model=model, drafter=drafter, context=context, message=message, **overrides)
 
 
 def test_every_drafter_gets_its_settings_from_its_config(panel: SetupPanel) -> None:
@@ -75,7 +70,7 @@ def test_a_newly_registered_drafter_is_rendered_without_ui_code(monkeypatch: pyt
 
 
 def _run(panel: SetupPanel, session: Session, **kw: Any) -> list[tuple]:
-    return list(run_panel.make_stream_handler(panel)(session, *values(panel, **kw)))
+    return list(run_panel.make_stream_handler(panel)(session, **values(panel, **kw)))
 
 
 def test_generate_streams_every_step_and_keeps_the_trace(panel: SetupPanel, monkeypatch) -> None:
@@ -93,7 +88,7 @@ def test_generate_streams_every_step_and_keeps_the_trace(panel: SetupPanel, monk
 def test_stop_keeps_what_was_generated(panel: SetupPanel, monkeypatch) -> None:
     monkeypatch.setattr(run_panel, "STREAM_EVERY_S", -1.0)
     session = Session()
-    handler = run_panel.make_stream_handler(panel)(session, *values(panel, drafter="vanilla", max_new_tokens=40))
+    handler = run_panel.make_stream_handler(panel)(session, **values(panel, drafter="vanilla", max_new_tokens=40))
     next(handler)                                   # loading
     for _ in range(3):
         next(handler)                               # three steps
@@ -120,14 +115,14 @@ def test_teaching_mode_runs_one_step_per_click(panel: SetupPanel) -> None:
     teach = run_panel.make_teach_handler(panel)
     args = values(panel, drafter="prompt_lookup", max_new_tokens=5)
     for n in (1, 2, 3):
-        html, counters, session = teach(session, *args)
+        html, counters, session = teach(session, **args)
         assert len(session.trace.steps) == n and f"step {n - 1} done" in counters
     first_ids = session.trace.output_ids
-    html, counters, session = teach(session, *values(panel, drafter="vanilla", max_new_tokens=5))
+    html, counters, session = teach(session, **values(panel, drafter="vanilla", max_new_tokens=5))
     assert len(session.trace.steps) == 1                         # a changed input starts again
     assert session.trace.output_ids == first_ids[:1]
     _, note, session = run_panel.teach_reset(session)
-    assert session.live is None and "reset" in note
+    assert session.live is None and session.trace is None and "reset" in note
 
 
 @pytest.mark.parametrize("kw, words", [
@@ -145,11 +140,11 @@ def test_bad_input_is_shown_to_the_user(panel: SetupPanel, kw: dict, words: str)
 def test_compare_runs_vanilla_and_the_chosen_drafters(panel: SetupPanel) -> None:
     session = Session()
     handler = compare_tab.make_compare_handler(panel)
-    out = list(handler(session, ["prompt_lookup", "oracle"], 1, *values(panel, max_new_tokens=10)))
+    out = list(handler(session, ["prompt_lookup", "oracle"], 1, **values(panel, max_new_tokens=10)))
     note, table, fig, pick, session = out[-1]
     assert [row[0] for row in table] == ["vanilla", "prompt_lookup", "oracle"]
     assert [row[6] for row in table] == ["yes", "yes", "yes"]       # greedy: identical to vanilla
-    assert table[0][2] == 1.0 and "1 round" in note
+    assert table[0][2] == 1.0 and "1 round" in note and "One round: each tokens/s is a single run" in note
     assert set(session.compared) == {"vanilla", "prompt_lookup", "oracle"}
     assert compare_tab.pick_compared(session, "oracle").trace.drafter == "oracle"
 
@@ -227,11 +222,13 @@ def test_embedded_model_drafts_a_summary_from_its_context(panel: SetupPanel) -> 
 
 def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """The page opens on a recorded summarization with bushy trees: read from the package
-    data, drawn without loading a model; a new session shows it, a new run replaces it."""
+    data, drawn without loading a model, once per process (every visitor gets the same values);
+    a new session shows it; the set-up panel opens on its settings and its input."""
     from specviz import viz
     from specviz.files.resources import data_path
     from specviz.ui import landing
-    from specviz.ui.inspector import most_accepted_step, render_step
+    from specviz.ui.inspector import build_inspector, most_accepted_step
+    from specviz.ui.views import Page, RunViews
 
     path = data_path("traces", "landing.json")
     assert path.is_file() and path.stat().st_size < 300_000
@@ -245,13 +242,30 @@ def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.M
     k = landing.landing_step(trace)                                 # opens on a bushy step
     assert len(trace.steps[k].tree.leaves()) > 2 and len(trace.steps[k].accepted) >= 2
     assert len(trace.steps[k].accepted) <= len(trace.steps[most_accepted_step(trace)].accepted)
-    values = render_step(trace, k)
-    assert values[2].to_json() == viz.tree_figure(trace, k).to_json()   # step k's tree and mask
-    assert values[3].to_json() == viz.mask_figure(trace, k).to_json()
-    assert values[-1].startswith(f"### What happened at step {k}")
+    views = RunViews()
+    with gr.Blocks():
+        build_inspector(Page(gr.State(), None, views, lambda event, where: event))
+    monkeypatch.setattr(landing, "_DRAWN", {})
+    drawn = landing.landing_views(views)
+    bundle = drawn["inspector.views"]
+    assert drawn["inspector.slider"]["value"] == k and bundle["n"] == len(trace.steps)
+    assert bundle["steps"][k]["tree"] == viz.figure_json(viz.tree_figure(trace, k))   # step k's tree and mask
+    assert bundle["steps"][k]["mask"] == viz.figure_json(viz.mask_figure(trace, k))
+    assert bundle["steps"][k]["narrative"].startswith(f"### What happened at step {k}")
+    assert landing.landing_views(views)["inspector.views"] is bundle         # drawn once per process
     assert "recorded run" in landing.landing_note(trace)
     assert landing.new_landing_session().trace is trace
     assert viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)).count("sv-token") == trace.totals.new_tokens
+    # the panel opens on the run's own settings (the paper's trees: sizing by cost off) and input
+    opening = landing.opening()
+    assert (opening.model, opening.drafter, opening.settings["size_by_cost"]) == ("embedded", "ngram_trie", False)
+    assert opening.decoding["max_new_tokens"] == trace.decoding["max_new_tokens"] and "size_by_cost" in opening.note
+    context, message = landing.opening_text()
+    assert context and context in trace.prompt_text and message and message in trace.prompt_text
+    with gr.Blocks():
+        panel = build_setup_panel(opening)
+    size = panel.drafter_form.named["ngram_trie__size_by_cost"]
+    assert panel.drafter.value == "ngram_trie" and size.value is False
 
 
 def test_tracked_handlers_take_a_progress_and_keep_their_own_signature() -> None:
@@ -280,7 +294,7 @@ def test_moving_between_steps_is_wired_to_the_browser_only() -> None:
     """The slider, Previous / Next, the jumps and Play have no Python function: their `js=`
     redraws from the step views sent with the run (the browser test checks the page)."""
     from specviz.ui import build_demo
-    from specviz.ui.keyboard import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
+    from specviz.ui.inspector import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
 
     demo = build_demo()
     ids = {c["props"].get("elem_id"): c["id"] for c in demo.config["components"] if c["props"].get("elem_id")}

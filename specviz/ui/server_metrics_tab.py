@@ -22,6 +22,7 @@ from ..viz.markup import md_block
 from ..viz.server_metrics import server_figure
 from .errors import shown_to_user
 from .session import Session
+from .views import Page
 
 HOSTS_ENV = "SPECVIZ_METRICS_HOSTS"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -68,7 +69,7 @@ def spec_tokens_of(value: Any) -> int | None:
     return int(k)
 
 
-def build_server_metrics_tab() -> ServerMetricsTab:
+def build_server_metrics_tab(page: Page) -> ServerMetricsTab:
     gr.Markdown("Your own vLLM or SGLang server's speculative decoding, beside specviz's run of the same "
                 "drafter: **acceptance length** (the bonus token counted, as both engines count it) and the "
                 "**per-position acceptance rate** (vLLM V1 only). Upload a `/metrics` dump (`curl -s "
@@ -87,6 +88,8 @@ def build_server_metrics_tab() -> ServerMetricsTab:
     draw = gr.Button("Draw beside this session's runs", elem_id="metrics-draw")
     summary = gr.Markdown(elem_id="metrics-summary")
     plot = gr.Plot(label="Server vs specviz", elem_id="metrics-plot")
+    draw.click(draw_server_metrics, [page.session, upload, url, spec_tokens], [summary, plot],
+               api_visibility="private")
     return ServerMetricsTab(upload, url, spec_tokens, draw, summary, plot)
 
 
