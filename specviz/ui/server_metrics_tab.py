@@ -9,10 +9,12 @@ and none on a Hugging Face Space (SPACE_ID set): there, upload a dump instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -100,7 +102,8 @@ def draw_server_metrics(session: Any, upload: Any, url: str, spec_tokens: Any) -
         path = upload if isinstance(upload, str) else getattr(upload, "name", None)
         url = (url or "").strip()
         if path:
-            server = read_source(path, k)
+            # named by the file's own name, not the upload's temporary path
+            server = dataclasses.replace(read_source(path, k), source=Path(path).name)
         elif url:
             check_url(url)
             server = read_source(url, k)

@@ -134,7 +134,9 @@ def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
                            (2, [r.speedup for r in rows], "{:.2f}x"),
                            (3, [r.mean_accepted for r in rows], "{:.2f}")):
         fig.add_trace(go.Bar(x=names, y=vals, marker_color=colours, showlegend=False,
-                             text=[fmt.format(v) for v in vals], textposition="auto"), row=1, col=col)
+                             text=[fmt.format(v) for v in vals], textposition="outside", cliponaxis=False),
+                      row=1, col=col)
+        fig.update_yaxes(range=[0, 1.25 * max(vals, default=1.0)], row=1, col=col)    # room for the numbers
     fig.add_hline(y=1.0, line_dash="dot", line_color="#868e96", row=1, col=2)
     fig.update_layout(template=FIGURE_TEMPLATE, height=340, margin=dict(l=20, r=20, t=50, b=30))
     return fig

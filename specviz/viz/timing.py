@@ -38,14 +38,16 @@ def timing_by_step(trace: Trace) -> dict[str, list[float]]:
 def step_timing_figure(trace: Trace, step_index: int) -> go.Figure:
     phases = _phases(trace.steps[step_index])
     names = [k for k, v in phases.items() if v > 0]
+    longest = max((phases[k] * 1e3 for k in names), default=1.0)
     fig = go.Figure(go.Bar(     # phase names come from the trace (any key): shown as written
         x=[phases[k] * 1e3 for k in names], y=[plot_text(k) for k in names], orientation="h",
         marker_color=[PHASE_COLOURS.get(k, "#adb5bd") for k in names],
-        text=[f"{phases[k] * 1e3:.2f} ms" for k in names], textposition="auto"))
+        # beside its bar, in the text colour: inside, a pale bar's white text could not be read
+        text=[f"{phases[k] * 1e3:.2f} ms" for k in names], textposition="outside", cliponaxis=False))
     fig.update_layout(title=dict(text=f"Step {step_index}: time by phase "
                                       f"({trace.steps[step_index].wall * 1e3:.1f} ms in all)", font=dict(size=14)),
                       template=FIGURE_TEMPLATE, height=280, margin=dict(l=20, r=20, t=40, b=30),
-                      xaxis_title="milliseconds", yaxis=dict(autorange="reversed"))
+                      xaxis=dict(title="milliseconds", range=[0, 1.3 * longest]), yaxis=dict(autorange="reversed"))
     return fig
 
 
@@ -69,7 +71,9 @@ def phase_totals_figure(trace: Trace) -> go.Figure:
     whole = sum(totals.values()) or 1.0
     fig = go.Figure(go.Bar(x=[plot_text(k) for k in totals], y=[v * 1e3 for v in totals.values()],
                            marker_color=[PHASE_COLOURS.get(k, "#adb5bd") for k in totals],
-                           text=[f"{v / whole:.0%}" for v in totals.values()], textposition="auto"))
+                           text=[f"{v / whole:.0%}" for v in totals.values()], textposition="outside",
+                           cliponaxis=False))
     fig.update_layout(title=dict(text="Total time by phase", font=dict(size=14)), template=FIGURE_TEMPLATE,
-                      height=320, margin=dict(l=20, r=20, t=40, b=30), yaxis_title="ms")
+                      height=320, margin=dict(l=20, r=20, t=40, b=30),
+                      yaxis=dict(title="ms", range=[0, 1.2 * max(totals.values(), default=0.001) * 1e3]))
     return fig
