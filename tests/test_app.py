@@ -142,9 +142,11 @@ def test_compare_runs_vanilla_and_the_chosen_drafters(panel: SetupPanel) -> None
     handler = compare_tab.make_compare_handler(panel)
     out = list(handler(session, ["prompt_lookup", "oracle"], 1, **values(panel, max_new_tokens=10)))
     note, table, fig, pick, session = out[-1]
-    assert [row[0] for row in table] == ["vanilla", "prompt_lookup", "oracle"]
-    assert [row[6] for row in table] == ["yes", "yes", "yes"]       # greedy: identical to vanilla
-    assert table[0][2] == 1.0 and "1 round" in note and "One round: each tokens/s is a single run" in note
+    rows = table["data"]
+    assert [row[0] for row in rows] == ["vanilla", "prompt_lookup", "oracle"]
+    assert [row[6] for row in rows] == ["yes", "yes", "yes"]        # greedy: identical to vanilla
+    assert "first differing token" not in table["headers"] and "alpha" not in table["headers"]   # none filled
+    assert rows[0][2] == 1.0 and "1 round" in note and "One round: each tokens/s is a single run" in note
     assert set(session.compared) == {"vanilla", "prompt_lookup", "oracle"}
     assert compare_tab.pick_compared(session, "oracle").trace.drafter == "oracle"
 
@@ -252,7 +254,9 @@ def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.M
     assert bundle["steps"][k]["tree"] == viz.figure_json(viz.tree_figure(trace, k))   # step k's tree and mask
     assert bundle["steps"][k]["mask"] == viz.figure_json(viz.mask_figure(trace, k))
     assert bundle["steps"][k]["narrative"].startswith(f"### What happened at step {k}")
-    assert landing.landing_views(views)["inspector.views"] is bundle         # drawn once per process
+    again = landing.landing_views(views)
+    assert again["inspector.views"] is bundle                              # drawn once per process
+    assert again["inspector.slider"] is not drawn["inspector.slider"]       # an update is used up when sent: a copy each
     assert "recorded run" in landing.landing_note(trace)
     assert landing.new_landing_session().trace is trace
     assert viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)).count("sv-token") == trace.totals.new_tokens

@@ -424,8 +424,15 @@ def test_a_hostile_trace_is_shown_as_text(app_url: str, hostile_files: dict[str,
         legend = page.evaluate("() => Array.from(document.querySelectorAll('#metrics-plot .legendtext'))"
                                ".map(e => e.textContent)")
         assert any(DUMP_NAME in t for t in legend) and any("<b>bold</b>$$k$$" in t for t in legend), legend
-        bars = " ".join(_bar_hover_texts(page, "#metrics-plot"))
-        assert DUMP_NAME in bars and "<b>bold</b>$$k$$" in bars, bars
+        # a bar per source, each named: hovered one by one
+        curves = page.evaluate("() => document.querySelector('#metrics-plot .js-plotly-plot').data"
+                               ".map((t, i) => t.type === 'bar' ? i : -1).filter(i => i >= 0)")
+        hovers = []
+        for c in curves:
+            page.evaluate("() => window.Plotly.Fx.unhover(document.querySelector('#metrics-plot .js-plotly-plot'))")
+            hovers.append(_hover(page, "#metrics-plot", c, 0))
+        bars = " ".join(hovers)
+        assert len(curves) == 2 and DUMP_NAME in bars and "<b>bold</b>$$k$$" in bars, bars
         _clean(page, "server metrics")
 
 

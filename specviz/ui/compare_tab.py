@@ -52,7 +52,8 @@ def build_compare_tab(page: Page) -> CompareTab:
                            info="each round runs every drafter once")
     run = gr.Button("Compare", variant="primary", elem_id="compare-btn")
     status = gr.Markdown(elem_id="compare-status")
-    table = gr.Dataframe(headers=viz.CompareRow.columns(), interactive=False, elem_id="compare-table")
+    # wrapped: every column in the tab's width (unwrapped, the last ones ran past its edge)
+    table = gr.Dataframe(headers=viz.CompareRow.columns(), interactive=False, wrap=True, elem_id="compare-table")
     plot = gr.Plot(label="Comparison")
     strips = gr.HTML(elem_id="compare-strips")
     pick = gr.Dropdown([], label="Open a compared run in the inspector and summary", interactive=True,
@@ -123,7 +124,7 @@ def make_compare_handler(panel: SetupPanel):
                 f"{ref.totals.new_tokens} {md_text(base_name)} tokens, one warm-up excluded."
                 + (" Stopped early." if session.stop_requested else "")
                 + viz.divergence_notes(done_runs) + noise_note(k))
-        yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
+        yield (note, viz.CompareRow.table(rows), viz.compare_figure(rows),
                gr.update(choices=list(session.compared), value=None), session)
 
     return compare

@@ -145,7 +145,9 @@ def landing_views(views: RunViews) -> dict[str, Any]:
         missing = [n for n, v in views.items.items() if v.draw is not None and n not in _DRAWN]
         if missing:
             _DRAWN.update(views.values(trace, landing_step(trace), names=missing))
-        return {n: _DRAWN[n] for n in views.items if n in _DRAWN}
+        # a gradio update (the slider's) is consumed as it is sent: each visitor gets a copy
+        return {n: dict(_DRAWN[n]) if isinstance(_DRAWN[n], dict) and _DRAWN[n].get("__type__") == "update"
+                else _DRAWN[n] for n in views.items if n in _DRAWN}
 
 
 def warm_landing(views: RunViews, background: bool = True) -> threading.Thread | None:

@@ -56,6 +56,8 @@ CSS = """
 #intro h1 {font-size: 1.6em; margin-bottom: 0.2em}
 /* the views' tab titles: tighter, so that the seven fit on one line beside the set-up */
 #view-tabs .tab-container > button {padding-left: 10px !important; padding-right: 10px !important}
+/* the compare table's headers wrap between words, not inside them */
+#compare-table th, #compare-table td {word-break: normal !important; overflow-wrap: normal !important}
 /* rows of figures go to the next line rather than squeeze (their min_width) */
 .sv-wrap-row {flex-wrap: wrap !important}
 /* stacked on a narrow screen: the run and its views first, the set-up under them */

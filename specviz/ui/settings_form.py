@@ -6,6 +6,7 @@ drafter appears in the page by registering itself.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -41,6 +42,11 @@ def component_for(info: SettingInfo, overrides: Mapping[str, Any] | None = None)
     return gr.Textbox(**kw)
 
 
+def element_id(group: str, setting: str) -> str:
+    """The page's id of a setting's input: set-GROUP-SETTING (e.g. set-decoding-max_new_tokens)."""
+    return "set-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{group}-{setting}")
+
+
 def input_name(group: str, setting: str) -> str:
     """The keyword a form's input is passed to a handler by (gradio's inputs_kwargs)."""
     return f"{group}__{setting}"
@@ -65,7 +71,7 @@ class SettingsForm:
             if not infos:
                 gr.Markdown("*No settings.*")
             for info in infos:
-                look = dict((overrides or {}).get(info.name, {}))
+                look = {"elem_id": element_id(name, info.name), **(overrides or {}).get(info.name, {})}
                 if values is not None and info.name in values:
                     look["value"] = values[info.name]
                 self.components.append(component_for(info, look))

@@ -51,6 +51,15 @@ class CompareRow:
                 "first differing token", "alpha",
                 "expected speedup", "expected, verify priced"]
 
+    @staticmethod
+    def table(rows: Sequence["CompareRow"]) -> dict[str, list]:
+        """The rows as a table ({"headers", "data"}, gr.Dataframe's value) without the columns
+        no row fills (the model drafters' columns when none was compared, the differences when
+        every output is identical): what is left fits the tab's width."""
+        cells = [r.cells() for r in rows]
+        keep = [i for i, _ in enumerate(CompareRow.columns()) if i < 7 or any(c[i] not in ("", None) for c in cells)]
+        return {"headers": [CompareRow.columns()[i] for i in keep], "data": [[c[i] for i in keep] for c in cells]}
+
     def cells(self) -> list:
         return [self.drafter, round(self.tokens_per_s, 1), round(self.speedup, 2),
                 round(self.mean_accepted, 2), self.steps, self.new_tokens, self.identical,

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from ..core.calibration import Calibration, Reliability
 from ..core.position_metrics import ACCEPTANCE_LENGTH_NOTE, PositionCounts
 from ..core.trace import Trace
-from .palette import FIGURE_TEMPLATE
+from .palette import FIGURE_TEMPLATE, wrapped
 
 KIND_WORDS = {"probability": "the draft probability given the parent",
               "path_probability": "the draft probability given the parent (from the path probability)",
@@ -60,18 +60,6 @@ def reliability_figure(cal: Calibration | None, title: str = "") -> go.Figure:
 def calibration_figure(trace: Trace) -> go.Figure:
     """The run's reliability diagram."""
     return reliability_figure(trace.calibration())
-
-
-def wrapped(text: str, width: int = 48) -> str:
-    """Our own text for a plotly title, broken into lines of at most about `width` characters
-    (`<br>`), so that a narrow plot does not cut it."""
-    lines: list[str] = []
-    for word in text.split(" "):
-        if lines and len(lines[-1]) + 1 + len(word) <= width:
-            lines[-1] += " " + word
-        else:
-            lines.append(word)
-    return "<br>".join(lines)
 
 
 def conditional_cells(counts: PositionCounts) -> list[float | None]:

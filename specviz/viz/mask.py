@@ -61,11 +61,11 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     n = view.shape[0]
     pads = n - 1 - len(step.tree)
     fig.update_layout(
-        title=dict(text=f"blue = may attend · first column: the {past_len} committed tokens"
+        title=dict(text=f"blue = may attend<br>first column: the {past_len} committed tokens"
                         + (f" · {pads} inert pad rows" if pads else ""), font=dict(size=12), y=0.01,
                    yanchor="bottom"),
-        template=FIGURE_TEMPLATE, height=max(300, min(900, 16 * n + 200)),
-        margin=dict(l=20, r=20, t=90, b=50),
+        template=FIGURE_TEMPLATE, height=max(300, min(900, 16 * n + 215)),
+        margin=dict(l=20, r=20, t=90, b=65),
         xaxis=dict(tickmode="array", tickvals=list(range(len(cols))), ticktext=cols, side="top",
                    tickangle=-60, tickfont=dict(size=10)),
         yaxis=dict(tickmode="array", tickvals=list(range(n)), ticktext=rows, autorange="reversed",

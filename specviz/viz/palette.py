@@ -142,6 +142,18 @@ def _template() -> go.layout.Template:
 FIGURE_TEMPLATE = _template()
 
 
+def wrapped(text: str, width: int = 48) -> str:
+    """Our own text for a plotly title, broken into lines of at most about `width` characters
+    (`<br>`), so that a narrow plot does not cut it (plotly does not wrap titles)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
 def show_token(piece: str) -> str:
     """A token's text made visible in labels: spaces and newlines get symbols."""
     out = piece.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "␣")

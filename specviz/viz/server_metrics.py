@@ -48,7 +48,7 @@ def server_figure(items: Sequence[SpecMetrics]) -> go.Figure:
     """A bar of acceptance length and a line of per-position rates per source, in one colour per
     source, named in the legend (its tick under the bar: the engine)."""
     fig = make_subplots(rows=1, cols=2, column_widths=[0.35, 0.65],
-                        subplot_titles=("acceptance length (bonus counted)", "per-position acceptance rate"))
+                        subplot_titles=("acceptance length<br>(bonus counted)", "per-position acceptance rate"))
     ticks = _ticks(items)
     lengths = [m.acceptance_length for m in items if m.acceptance_length is not None]
     for i, m in enumerate(items):
@@ -70,6 +70,6 @@ def server_figure(items: Sequence[SpecMetrics]) -> go.Figure:
     fig.update_xaxes(title_text="draft position (0 = the first draft token, as vLLM numbers them)", dtick=1,
                      row=1, col=2)
     fig.update_yaxes(title_text="rate", range=[0, 1.05], row=1, col=2)
-    fig.update_layout(template=FIGURE_TEMPLATE, height=400, margin=dict(l=40, r=20, t=50, b=40), barmode="group",
+    fig.update_layout(template=FIGURE_TEMPLATE, height=400, margin=dict(l=40, r=20, t=65, b=40), barmode="group",
                       legend=dict(orientation="h", y=-0.25))
     return fig

@@ -59,7 +59,7 @@ def acceptance_strip_html(trace: Trace | None) -> str:
             + "".join(cells) + "</div></div>")
 
 
-COMPARE_LINE_CHARS = 48      # vanilla's text per block of the compare strips (each block labels its rows)
+COMPARE_LINE_CHARS = 64      # vanilla's text per block of the compare strips (each block labels its rows)
 # the compare strips' cells: a thin rule between tokens, a drafter's name right of its row
 CELL = "padding:0 1px;border-left:1px solid rgba(134,142,150,0.5);white-space:pre;vertical-align:middle"
 ROW_NAME = "font-weight:normal;font-size:0.8em;text-align:right;padding:0 6px 0 0;white-space:nowrap;opacity:0.85"

@@ -58,9 +58,9 @@ def timing_stack_figure(trace: Trace) -> go.Figure:
     fig = go.Figure([go.Bar(x=steps, y=[v * 1e3 for v in vals], name=plot_text(k),
                             marker_color=PHASE_COLOURS.get(k, "#adb5bd"))
                      for k, vals in data.items() if any(vals)])
-    fig.update_layout(barmode="stack", title=dict(text="Time per step by phase (step 0 includes the prefill)",
+    fig.update_layout(barmode="stack", title=dict(text="Time per step by phase<br><sup>step 0 includes the prefill</sup>",
                                                   font=dict(size=14)),
-                      template=FIGURE_TEMPLATE, height=320, margin=dict(l=20, r=20, t=40, b=30),
+                      template=FIGURE_TEMPLATE, height=340, margin=dict(l=20, r=20, t=55, b=30),
                       xaxis_title="step", yaxis_title="ms", legend=dict(orientation="h", y=-0.25))
     return fig
 
