@@ -98,7 +98,7 @@ def build_inspector(page: Page) -> Inspector:
             parts["narrative"] = gr.Markdown(EMPTY_NARRATIVE, elem_id=PLACES["narrative"][0], container=True)
     with gr.Row():
         with gr.Column(scale=3, min_width=340):
-            parts["mask"] = gr.Plot(label="Tree-attention mask", elem_id=PLACES["mask"][0])
+            parts["mask"] = gr.Plot(label="Tree-attention mask", show_label=False, elem_id=PLACES["mask"][0])
         with gr.Column(scale=2, min_width=280):
             gr.Markdown("**Where the draft came from** (in the context)")
             parts["context"] = gr.HTML(elem_id=PLACES["context"][0])

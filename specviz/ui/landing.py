@@ -100,8 +100,8 @@ def landing_note(trace: Trace | None) -> str:
     recorded = recording_note(landing_recording()).strip()
     return (f"**A recorded run**: `{trace.drafter}` on `{trace.model_id}`, summarizing the bakery example: "
             f"**{t.new_tokens}** tokens in **{t.steps}** steps, **{t.mean_accepted:.2f}** per step. "
-            "Step through it below (← → keys, or Play), or Generate to replace it with your own run (the panel "
-            "on the left holds its input and settings)."
+            "Step through it below (← → keys, or Play), or Generate to replace it with your own run (the set-up "
+            "panel holds its input and settings)."
             + (f"\n\n<details><summary>How it was recorded</summary>\n\n{recorded}\n\n</details>" if recorded else ""))
 
 

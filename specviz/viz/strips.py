@@ -55,7 +55,7 @@ def acceptance_strip_html(trace: Trace | None) -> str:
                      f'style="flex:1 1 0;min-width:3px;height:14px;background:{accept_colour(acc)};cursor:pointer"></span>')
     return ('<div class="sv-strip" id="sv-accept-strip"><div style="font-size:0.85em">Each output token, coloured '
             'by how many draft tokens its step accepted (click a cell to open its step)'
-            + strip_legend_html() + '</div><div style="display:flex;gap:1px;margin:2px 0 6px 0">'
+            + strip_legend_html() + '</div><div style="display:flex;flex-wrap:wrap;gap:1px;margin:2px 0 6px 0">'
             + "".join(cells) + "</div></div>")
 
 

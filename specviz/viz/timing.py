@@ -12,6 +12,7 @@ from ..core.trace import StepRecord, Trace
 from .markup import plot_text
 from .palette import FIGURE_TEMPLATE
 
+PHASE_CHARS = 22        # a phase name's longest text on a tick (its hover has it whole)
 PHASE_COLOURS = {
     "prefill": "#868e96", "draft.search": "#4dabf7", "draft.tree": "#a5d8ff",
     "verify.forward": "#f76707", "verify.accept": "#ffc078", "cache.commit": "#9775fa",
@@ -44,10 +45,16 @@ def step_timing_figure(trace: Trace, step_index: int) -> go.Figure:
         marker_color=[PHASE_COLOURS.get(k, "#adb5bd") for k in names],
         # beside its bar, in the text colour: inside, a pale bar's white text could not be read
         text=[f"{phases[k] * 1e3:.2f} ms" for k in names], textposition="outside", cliponaxis=False))
+    # margins from the labels, not plotly's automargin (a second layout on every step drawn in
+    # the page); a long phase name is cut on its tick, whole in its hover
+    ticks = [plot_text(k if len(k) <= PHASE_CHARS else k[: PHASE_CHARS - 1] + "…") for k in names]
+    left = 16 + 7 * max((len(k) if len(k) <= PHASE_CHARS else PHASE_CHARS for k in names), default=5)
     fig.update_layout(title=dict(text=f"Step {step_index}: time by phase "
                                       f"({trace.steps[step_index].wall * 1e3:.1f} ms in all)", font=dict(size=14)),
-                      template=FIGURE_TEMPLATE, height=280, margin=dict(l=20, r=20, t=40, b=30),
-                      xaxis=dict(title="milliseconds", range=[0, 1.3 * longest]), yaxis=dict(autorange="reversed"))
+                      template=FIGURE_TEMPLATE, height=280, margin=dict(l=left, r=20, t=40, b=45),
+                      xaxis=dict(title="milliseconds", range=[0, 1.3 * longest], automargin=False),
+                      yaxis=dict(autorange="reversed", automargin=False, tickmode="array",
+                                 tickvals=[plot_text(k) for k in names], ticktext=ticks))
     return fig
 
 

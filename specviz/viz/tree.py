@@ -183,8 +183,10 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)), template=FIGURE_TEMPLATE,
         height=max(300, min(900, 30 * (depth + 1) + 90)), hovermode="closest",
-        margin=dict(l=20, r=20, t=40, b=20), showlegend=False, meta={"fit_labels": fit},
-        xaxis=dict(visible=False, range=x_range),
-        yaxis=dict(title="draft depth", tickmode="array", tickvals=[-d for d in range(depth + 1)],
-                   ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], zeroline=False))
+        # fixed margins, not plotly's automargin (a second layout on every step drawn in the page)
+        margin=dict(l=56, r=20, t=40, b=20), showlegend=False, meta={"fit_labels": fit},
+        xaxis=dict(visible=False, range=x_range, automargin=False),
+        yaxis=dict(title=dict(text="draft depth", standoff=8), tickmode="array", tickvals=[-d for d in range(depth + 1)],
+                   ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], zeroline=False,
+                   automargin=False))
     return fig

@@ -121,7 +121,8 @@
     if (!fig || !gd || !window.Plotly) return plot(fig, template);
     var margin = Object.assign({}, fig.layout.margin, {autoexpand: true});
     // as gradio's Plot: a title under the Plot's label gets room for it
-    if (fig.layout.title && gd.closest(".block") && gd.closest(".block").querySelector("[data-testid=block-label]")) {
+    var block = gd.closest(".block"), label = block && block.querySelector("[data-testid=block-label]");
+    if (fig.layout.title && label && getComputedStyle(label).display !== "none") {
       margin.t = Math.max(100, margin.t || 0);
     }
     var layout = Object.assign({}, fig.layout, {template: template, autosize: true, margin: margin});
