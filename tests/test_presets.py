@@ -230,7 +230,7 @@ def test_explorer_api_accepts_a_preset(tiny_lm):
     from specviz.engine.service import RunRequest
     from specviz.ui import runner
 
-    request = RunRequest("tiny-random", "ngram_trie@paper", (("num_draft", 4),), "settings_json",
+    request = RunRequest("tiny-random", "ngram_trie@paper", (("num_draft", 4),), "settings",
                          DecodingConfig(max_new_tokens=5), "hello")
     plan = runner.prepare(request)
     assert plan.spec.name == "ngram_trie" and dict(plan.values)["num_draft"] == 4

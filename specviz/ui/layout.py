@@ -43,7 +43,7 @@ from .retrieval_tab import build_retrieval_tab  # noqa: E402
 from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
 from .server_metrics_tab import build_server_metrics_tab  # noqa: E402
 from .session import Session, close_session  # noqa: E402
-from .setup_panel import build_setup_panel  # noqa: E402
+from .setup_panel import SETTINGS_SOURCE, build_setup_panel  # noqa: E402
 from .summary_tab import build_summary  # noqa: E402
 from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
 from .views import MODEL_SLOT, VIEWS_EVENT, Page, RunViews  # noqa: E402
@@ -97,7 +97,7 @@ def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, messag
             raise gr.Error("settings_json: must be a JSON object of drafter settings", print_exception=False)
         decoding = runner.decoding_of({"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed})
         request = RunRequest(model_id=model or "embedded", drafter=drafter or "", settings=tuple(settings.items()),
-                             settings_source="settings_json", decoding=decoding, message=message or "",
+                             settings_source=SETTINGS_SOURCE, decoding=decoding, message=message or "",
                              context=context or "")
         return runner.run_to_end(request).to_json()
 
@@ -140,14 +140,15 @@ def build_demo() -> gr.Blocks:
                 run = build_run_panel()
 
                 def show_run(event: Any, where: str, keep: tuple[Any, ...] = (), success: bool = False) -> Any:
-                    """Chain drawing the session's run after `event`: "building" at once, then the views;
-                    then the browser draws the step (views.after_drawn)."""
+                    """Chain drawing the session's run after `event`: "building" at once (every view but
+                    those in `keep`, which `event` set for this run itself: Generate's output and
+                    counters), then the views; then the browser draws the step (views.after_drawn)."""
                     def draw(s: Session) -> Iterator[dict[Any, Any]]:
                         trace = s.trace if isinstance(s, Session) else None
                         if trace is None or not trace.steps:
                             yield views.cleared(keep=keep)
                             return
-                        yield views.cleared(building_note(trace), keep=(*keep, run.output, run.counters))
+                        yield views.cleared(building_note(trace), keep=keep)
                         k = {"last": len(trace.steps) - 1}.get(where, most_accepted_step(trace))
                         yield views.by_component({n: v for n, v in views.values(trace, clamp(trace, k)).items()
                                                   if views.component(n) not in keep})
@@ -188,12 +189,12 @@ def build_demo() -> gr.Blocks:
         gen = run.generate.click(tracked(make_stream_handler(panel), 1, "loading the model"),
                                  outputs=[run.output, run.counters, session], api_name="generate", **inputs,
                                  **MODEL_SLOT)
-        show_run(gen, "best", keep=(run.counters,))
+        show_run(gen, "best", keep=(run.output, run.counters))
         run.stop.click(request_stop, session, None, concurrency_limit=None, api_visibility="private")
         teach = run.step.click(tracked(make_teach_handler(panel), 1, "loading the model"),
                                outputs=[run.output, run.counters, session], api_name="teach_step", **inputs,
                                **MODEL_SLOT)
-        show_run(teach, "last", keep=(run.counters,), success=True)
+        show_run(teach, "last", keep=(run.output, run.counters), success=True)
         run.reset.click(teach_reset, session, [run.output, run.counters, session], api_visibility="private") \
             .then(lambda: views.cleared(RESET, keep=(run.output, run.counters)), None, views.outputs,
                   queue=False, api_visibility="private")
