@@ -124,8 +124,8 @@ def build_demo() -> gr.Blocks:
                         context = gr.Textbox(context_text, label="Context (optional)", lines=5, max_lines=12,
                                              elem_id="context", placeholder="A document to summarise, passages "
                                                                             "to answer from, code to edit...")
-                        files = gr.File(label=f"...or upload .txt / .md files (max {CONTEXT_LIMIT_BYTES // 1_000_000} MB each)",
-                                        file_types=[".txt", ".md"], file_count="multiple", height=120)
+                        files = gr.File(label=f"...or upload .txt / .md (≤ {CONTEXT_LIMIT_BYTES // 1_000_000} MB each)",
+                                        file_types=[".txt", ".md"], file_count="multiple", height=170, elem_id="context-files")
                         message = gr.Textbox(message_text, label="Message", lines=2, elem_id="message",
                                              placeholder="Summarise the text above.")
                     with gr.Tab("Retrieve"):

@@ -40,7 +40,7 @@ def build_results_tab(page: Page) -> ResultsTab:
         shipped = gr.Dropdown(choices=shipped_results(), value=None, label="Shipped results",
                               elem_id="results-shipped")
         upload = gr.File(label=f"...or upload a results.json (max {TRACE_LIMIT_BYTES // 1_000_000} MB)",
-                         file_types=[".json"], file_count="single", height=150, elem_id="results-upload")
+                         file_types=[".json"], file_count="single", height=180, elem_id="results-upload")
     meta = gr.Markdown(elem_id="results-meta")
     table = gr.Markdown(elem_id="results-table")
     plots = [gr.Plot(label=name, elem_id=f"results-{key}")

@@ -79,7 +79,7 @@ def build_server_metrics_tab(page: Page) -> ServerMetricsTab:
                 "`specviz import-metrics` does the same on the command line (docs/interop.md).")
     with gr.Row():
         upload = gr.File(label="Prometheus dump or vLLM stats JSON", file_types=[".txt", ".prom", ".json", ".jsonl"],
-                         height=120, elem_id="metrics-upload")
+                         height=180, elem_id="metrics-upload")
         with gr.Column():
             url = gr.Textbox(label="...or a /metrics URL", placeholder="http://127.0.0.1:8000/metrics",
                              elem_id="metrics-url")
