@@ -408,7 +408,7 @@ def test_stepping_runs_in_the_browser_and_draws_pythons_figures(app_url: str) ->
 # ---- every figure fits its box; views never stale; debugging views say what they did not measure
 
 TABS = ("Inspect a step", "Run summary", "Compare drafters", "Export / replay", "Benchmark results", "Machine",
-        "Server metrics")
+        "Server metrics", "Under load")
 # each visible figure: what is wrong with it (an svg wider than its box or out of its block, a title
 # or a subplot title cut at the svg's edge); titles only where asked (a 390 px phone shrinks them)
 FIGURES_JS = """(titles) => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g.offsetParent !== null)

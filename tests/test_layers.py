@@ -33,7 +33,8 @@ from conftest import drafter_literals, shown_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
-ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.glide", "specviz.heads", "specviz.eagle",
+ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.netkit", "specviz.glide", "specviz.heads",
+          "specviz.eagle", "specviz.mtp",
           "specviz.models", "specviz.core", "specviz.engine", "specviz.drafters", "specviz.analysis", "specviz.viz")
 
 # The house, bottom rung first: a module imports its own folder and the rungs below, never above
@@ -46,8 +47,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specviz.core",),                              # the data: tree, trace, settings, decoding, timing
     ("specviz.models",),                            # the target model: loading, KV cache, hidden states, cost
     ("specviz.index", "specviz.retrieval"),         # what model-free drafters look text up in
-    ("specviz.glide",),                             # draft networks: GLIDE's training kit, which heads/eagle reuse
+    ("specviz.netkit",),                            # the draft-network kit: checkpoints (and training) GLIDE, heads, EAGLE, MTP share
+    # glide/ still holds the training kit heads/ and eagle/ import (data, target_pass, train_kit) until
+    # its move to netkit/ lands (the train branch); then glide/ joins heads/, eagle/ (and mtp/) on one rung
+    ("specviz.glide",),
     ("specviz.heads", "specviz.eagle"),
+    # mtp/ reads configs with eagle/checkpoint.py until netkit/checkpoint.py holds that; then it
+    # joins heads/ and eagle/ on their rung
+    ("specviz.mtp",),
     ("specviz.drafters.kit",),                      # what drafters share: protocol, registry, chain loop
     ("specviz.drafters",),                          # one module per method, and the registry package
     ("specviz.engine",),                            # the loop, verify, accept

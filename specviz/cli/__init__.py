@@ -1,5 +1,5 @@
 """Command line: `python -m specviz generate | drafters | bench | index build | train-glide |
-train-heads | train-eagle | doctor | import-metrics`.
+train-heads | train-eagle | doctor | import-metrics | plan`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -8,7 +8,7 @@ train-heads | train-eagle | doctor | import-metrics`.
     python -m specviz generate --passage-index out/demo-index --question "What do honeybees dance about?" --k 3
 
 One module per command (generate.py, drafters.py, bench.py, index.py, train_glide.py,
-train_heads.py, doctor.py), each with add_arguments(parser) and run(args); common.py holds
+train_heads.py, doctor.py, plan.py, ...), each with add_arguments(parser) and run(args); common.py holds
 what they share. This package imports the engine, never the other way round.
 
 Bad input (an empty prompt, a setting out of range, an unknown drafter or model, a context
@@ -23,7 +23,7 @@ import warnings
 from typing import Sequence
 
 from ..errors import RenamedWarning, SpecvizError
-from . import bench, doctor, drafters, generate, import_metrics, index, train_eagle, train_glide, train_heads
+from . import bench, doctor, drafters, generate, import_metrics, index, plan, train_eagle, train_glide, train_heads
 from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, show_warning
 from .errors import UsageError
 
@@ -54,6 +54,10 @@ COMMANDS = (
     ("import-metrics", import_metrics, "read a vLLM or SGLang server's speculative-decoding metrics",
      "Read a Prometheus dump, vLLM's speculative-decoding stats (JSON) or a /metrics URL; print "
      "acceptance length and per-position rates and draw them beside specviz traces (docs/interop.md)."),
+    ("plan", plan, "predict speculation's speedup under load and the vLLM / SGLang settings",
+     "From a bench's results.json, traces or a server's per-request stats and a measured cost surface "
+     "of the forward (--measure), predict each drafter's speedup by draft length and batch size, the "
+     "crossover past which speculation loses, and vLLM's and SGLang's settings (docs/under-load.md)."),
 )
 
 

@@ -33,6 +33,7 @@ from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
 from .inspector import browser_config, build_inspector, clamp, most_accepted_step  # noqa: E402
 from .landing import landing_note, landing_views, new_landing_session, opening, opening_text  # noqa: E402
+from .load_tab import build_load_tab  # noqa: E402
 from .machine_tab import build_machine_tab  # noqa: E402
 from .page_head import head  # noqa: E402
 from .presets import load_presets  # noqa: E402
@@ -70,11 +71,13 @@ INTRO = """# specviz: speculative decoding, step by step
 A cheap **drafter** guesses the next tokens (a chain or a tree); the model checks every guess in **one**
 forward pass, keeps the longest run it agrees with and adds one token of its own (the **bonus** token)."""
 
-# the tabs under the run, in order: (title, builder); see the module's doc to add one
+# the tabs under the run, in order: (title, builder); see the module's doc to add one (a builder
+# that needs nothing of the page, e.g. one that reads uploads only, takes it and leaves it)
 TABS: tuple[tuple[str, Callable[[Page], Any]], ...] = (
     ("Inspect a step", build_inspector), ("Run summary", build_summary), ("Compare drafters", build_compare_tab),
     ("Export / replay", build_replay_tab), ("Benchmark results", build_results_tab), ("Machine", build_machine_tab),
     ("Server metrics", build_server_metrics_tab),
+    ("Under load", lambda page: build_load_tab()),      # speedup by batch size, predicted (wires itself)
 )
 GENERATING = "*⏳ Generating: this run's views appear here when it is done.*"
 RESET = "*Teaching run reset: Step ▶ starts again from the prompt, Generate runs it all.*"

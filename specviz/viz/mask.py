@@ -54,7 +54,7 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     accepted = {i + 1 for i in step.accepted}
     n = view.shape[0]
     pads = n - 1 - len(step.tree)
-    rows = [plot_text(("✓ " if r in accepted else "") + _cut(lab)) for r, lab in enumerate(raw)]   # as written
+    rows = [plot_text(("✓ " if r in accepted else "") + cut_label(lab)) for r, lab in enumerate(raw)]   # as written
     names = [plot_text(("✓ " if r in accepted else "") + lab) for r, lab in enumerate(raw)]
     cols = ["P", "R", *(str(i) for i in range(len(step.tree))), *(f"p{k}" for k in range(pads))]
     whole = [f"the prefix ({past_len} committed tokens)", *names]
@@ -67,7 +67,7 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     # margins sized from the labels here, not by plotly's automargin, which lays the figure out a
     # second time on every draw (the largest cost of stepping in the page); the columns are named
     # by short numbers (a column is the row of that number), so their ticks need no rotation
-    left = 14 + TICK_CHAR_PX * max((len(t) for t in (_cut(lab) for lab in raw)), default=4) + (12 if accepted else 0)
+    left = 14 + TICK_CHAR_PX * max((len(t) for t in (cut_label(lab) for lab in raw)), default=4) + (12 if accepted else 0)
     fig.update_layout(
         title=dict(text=f"Tree-attention mask: blue = may attend<br>column P: the {past_len} committed tokens, "
                         "R: the root" + (f" · {pads} inert pad rows" if pads else ""), font=dict(size=12), y=0.01,
@@ -85,5 +85,5 @@ LABEL_CHARS = 24          # a row label's longest text on the mask (the hover ha
 TICK_CHAR_PX = 6.2        # a tick character at 10 px (a generous average)
 
 
-def _cut(label: str) -> str:
+def cut_label(label: str) -> str:
     return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…"

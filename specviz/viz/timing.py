@@ -44,7 +44,9 @@ def step_timing_figure(trace: Trace, step_index: int) -> go.Figure:
         x=[phases[k] * 1e3 for k in names], y=[plot_text(k) for k in names], orientation="h",
         marker_color=[PHASE_COLOURS.get(k, "#adb5bd") for k in names],
         # beside its bar, in the text colour: inside, a pale bar's white text could not be read
-        text=[f"{phases[k] * 1e3:.2f} ms" for k in names], textposition="outside", cliponaxis=False))
+        text=[f"{phases[k] * 1e3:.2f} ms" for k in names], textposition="outside", cliponaxis=False,
+        # the phase's whole name (its tick may be cut), in the hover
+        customdata=[plot_text(k) for k in names], hovertemplate="%{customdata}: %{x:.2f} ms<extra></extra>"))
     # margins from the labels, not plotly's automargin (a second layout on every step drawn in
     # the page); a long phase name is cut on its tick, whole in its hover
     ticks = [plot_text(k if len(k) <= PHASE_CHARS else k[: PHASE_CHARS - 1] + "…") for k in names]
