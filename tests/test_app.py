@@ -325,3 +325,61 @@ def test_the_landing_note_says_where_and_how_the_run_was_recorded() -> None:
                  "a busy machine"):
         assert part in note
     assert landing.recording_note(None) == ""
+
+
+def test_run_views_are_drawn_and_cleared_by_name() -> None:
+    """One registry of the run's views: each drawn by its own function, emptied together (a note
+    where a view shows notes), a view kept where asked; names are unique."""
+    from specviz.ui.views import RunViews
+    from specviz.viz import timing_stack_figure as stack
+
+    views = RunViews()
+    with gr.Blocks():
+        about, plot, strip = gr.Markdown(), gr.Plot(), gr.HTML()
+    views.add("about", about, draw=lambda trace, k: f"{len(trace.steps)} steps at {k}", empty="none", note=True)
+    views.add("plot", plot, draw=lambda trace, k: stack(trace), empty=None)
+    views.add("strip", strip, empty="")                                  # drawn in the browser
+    with pytest.raises(ValueError, match="registered already"):
+        views.add("about", about)
+    from conftest import hand_trace
+
+    trace = hand_trace("ngram_trie")
+    drawn = views.drawn(trace, 0)
+    assert drawn[about] == "1 steps at 0" and strip not in drawn
+    assert drawn[plot].type == "plotly"                                  # made once, sent as it is
+    assert views.cleared("building...") == {about: "building...", plot: None, strip: ""}
+    assert views.cleared("x", keep=(strip,)) == {about: "x", plot: None}
+    assert views.drawn(None, 0, "gone") == views.cleared("gone")
+
+
+def test_the_form_builds_the_services_request_by_name(panel: SetupPanel) -> None:
+    """The run's inputs go to a handler by name (gradio's inputs_kwargs) and come back as the run
+    service's RunRequest; a setting is looked up by its drafter's group, never by position."""
+    from specviz.engine.service import RunRequest
+
+    assert set(panel.inputs) >= {"model", "drafter", "context", "message", "dtype", "decoding__max_new_tokens",
+                                 "ngram_trie__num_draft", "prompt_lookup__max_ngram"}
+    request = panel.request(panel.form(model=" tiny-random ", drafter="prompt_lookup", max_ngram=2,
+                                       max_new_tokens=7, message="hi"))
+    assert isinstance(request, RunRequest) and request.model_id == "tiny-random"
+    assert dict(request.settings)["max_ngram"] == 2 and request.decoding.max_new_tokens == 7
+    assert "num_draft" not in dict(request.settings)                     # another drafter's group
+    assert request.settings_source == "settings" and request.device_map is None
+    with pytest.raises(KeyError, match="no input named"):
+        panel.form(drafter="vanilla", max_ngram=2)
+
+
+def test_a_second_timing_of_a_model_is_said() -> None:
+    from types import SimpleNamespace
+
+    from specviz.engine.service import RunRequest
+    from specviz.ui import runner
+
+    def run(seconds: tuple[float, ...]) -> Any:
+        cost = SimpleNamespace(seconds=seconds)
+        return SimpleNamespace(request=RunRequest("m"), lm=SimpleNamespace(cost_model=lambda: cost))
+
+    seen: dict[str, tuple[float, ...]] = {}
+    assert runner.retimed_note(seen, run((0.1, 0.2))) == ""              # the session's first run of it
+    assert runner.retimed_note(seen, run((0.1, 0.2))) == ""              # the same curve: the same load
+    assert "timed again" in runner.retimed_note(seen, run((0.1, 0.3)))
