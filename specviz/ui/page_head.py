@@ -19,7 +19,7 @@ def explorer_js() -> str:
 def plotly_module() -> str | None:
     """The file of gradio's front end that holds plotly.js (assets/PlotlyPlot-HASH.js), or None.
     gradio loads it only when a plot first shows, after the page's data has arrived; the page
-    starts loading it at once instead (explorer.js), which took seconds off the landing."""
+    imports it at once instead (explorer.js), beside its own start."""
     try:
         import gradio
         found = sorted((Path(gradio.__file__).parent / "templates" / "frontend" / "assets").glob("PlotlyPlot-*.js"))

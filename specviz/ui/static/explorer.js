@@ -24,14 +24,12 @@
   var KEEP = {__type__: "update"};               // gradio: leave this output as it is
   var playTimer = null, speed = 1;
 
-  /* plotly.js fetched and compiled now, beside the page's own start, rather than when the
-     first plot shows (after the page's data has arrived): the module gradio's Plot imports
-     (page_head.py: plotly_module) */
+  /* plotly.js loaded now, beside the page's own start, rather than when the first plot shows
+     (after the page's data has arrived): the module gradio's Plot imports (page_head.py:
+     plotly_module), so it runs once; measured against a modulepreload and against nothing,
+     interleaved, this started the landing's first step view soonest */
   if (C.plotly_module) {
-    var preload = document.createElement("link");
-    preload.rel = "modulepreload";
-    preload.href = new URL(C.plotly_module, document.baseURI).href;
-    document.head.appendChild(preload);
+    import(new URL(C.plotly_module, document.baseURI).href).catch(function () {});
   }
 
   function clamp(k, n) { return Math.max(0, Math.min(n - 1, Math.round(+k || 0))); }
