@@ -169,8 +169,9 @@ def _check_ray(args: argparse.Namespace) -> None:
         raise SpecvizError("--ray-workers: needs --ray ADDRESS|auto")
     if workers is not None and workers < 1:
         raise SpecvizError(f"--ray-workers: must be >= 1, got {workers}")
-    if getattr(args, "ray", None):
-        from ..bench.cluster import import_ray
+    if getattr(args, "ray", None) is not None:            # '' too: an empty address is no serial run
+        from ..bench.cluster import check_address, import_ray
+        check_address(args.ray)
         import_ray()
 
 

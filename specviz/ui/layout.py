@@ -10,7 +10,8 @@ what it shows without one); Generate, Step, Reset, a replay and a compared run t
 draw it with every other view, and the landing run's value is drawn once per process.
 
 Concurrency: every event that runs the model shares one queue slot (views.MODEL_SLOT), so two
-users' runs never interleave on the shared model; views and Stop run beside it. Each browser
+users' runs never interleave on the shared model; views and Stop run beside it; the Server
+metrics tab, which may wait on another server, has its own queue ("network"). Each browser
 tab has its own Session in gr.State.
 """
 from __future__ import annotations

@@ -44,19 +44,26 @@ def mask_view(trace: Trace, step_index: int) -> tuple[np.ndarray, list[str]]:
     return view, labels
 
 
+MASK_ROWS = 256          # rows (and tree columns) drawn: the figure's work and size grow with their square
+
+
 def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     """The mask as a heatmap: a row per root / draft node / pad row, named by its token; a column
     per row (named by the row's number, R the root) after the prefix band P; ✓ marks accepted
     rows. Hover says who may see what, with the tokens written out."""
     step = trace.steps[step_index]
     view, raw = mask_view(trace, step_index)
+    whole_rows = view.shape[0]
+    view, raw = view[:MASK_ROWS, :MASK_ROWS + 1], raw[:MASK_ROWS]         # a huge tree: its first rows
     past_len = step.committed_len - 1
     accepted = {i + 1 for i in step.accepted}
     n = view.shape[0]
     pads = n - 1 - len(step.tree)
     rows = [plot_text(("✓ " if r in accepted else "") + cut_label(lab)) for r, lab in enumerate(raw)]   # as written
     names = [plot_text(("✓ " if r in accepted else "") + lab) for r, lab in enumerate(raw)]
-    cols = ["P", "R", *(str(i) for i in range(len(step.tree))), *(f"p{k}" for k in range(pads))]
+    # a column per row shown, after the prefix band: R the root, a node's number, p0.. the pad rows
+    cols = ["P", *("R" if r == 0 else str(r - 1) if r <= len(step.tree) else f"p{r - 1 - len(step.tree)}"
+                   for r in range(n))]
     whole = [f"the prefix ({past_len} committed tokens)", *names]
     hover = [[f"{names[r]} {'sees' if view[r, c] else 'does not see'} {whole[c]}" for c in range(view.shape[1])]
              for r in range(n)]
@@ -70,7 +77,9 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     left = 14 + TICK_CHAR_PX * max((len(t) for t in (cut_label(lab) for lab in raw)), default=4) + (12 if accepted else 0)
     fig.update_layout(
         title=dict(text=f"Tree-attention mask: blue = may attend<br>column P: the {past_len} committed tokens, "
-                        "R: the root" + (f" · {pads} inert pad rows" if pads else ""), font=dict(size=12), y=0.01,
+                        "R: the root" + (f" · {pads} inert pad rows" if pads > 0 else "")
+                        + (f" · the first {MASK_ROWS} of {whole_rows} rows" if whole_rows > MASK_ROWS else ""),
+                   font=dict(size=12), y=0.01,
                    yanchor="bottom"),
         template=FIGURE_TEMPLATE, height=max(300, min(900, 16 * n + 140)),
         margin=dict(l=round(left), r=20, t=36, b=65),

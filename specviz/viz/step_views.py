@@ -73,11 +73,23 @@ def one_step(trace: Trace, k: int) -> dict[str, Any]:
     return {v.name: v.json(trace, k) for v in STEP_VIEWS}
 
 
+FIGURE_STEPS = 256        # steps sent with their figures; later ones with their text only (bounded work)
+
+
+def text_only(trace: Trace, k: int) -> dict[str, Any]:
+    """Step k's text views, its figures left out (a step past FIGURE_STEPS), saying so."""
+    note = (f"\n\n*Figures are drawn for the first {FIGURE_STEPS} steps of a run; this is step {k}.*")
+    out = {v.name: None if v.kind == "plot" else v.json(trace, k) for v in STEP_VIEWS}
+    out["md"] = f"{out['md']}{note}"
+    return out
+
+
 def step_views(trace: Trace | None) -> dict[str, Any] | None:
     """Every step's views, the jump targets and why a jump has none (None without a trace or
-    without steps)."""
+    without steps); the figures of the first FIGURE_STEPS steps only."""
     if trace is None or not trace.steps:
         return None
     return {"n": len(trace.steps), "template": template_json(),
-            "steps": [one_step(trace, k) for k in range(len(trace.steps))], "jumps": jump_targets(trace),
+            "steps": [one_step(trace, k) if k < FIGURE_STEPS else text_only(trace, k)
+                      for k in range(len(trace.steps))], "jumps": jump_targets(trace),
             "jump_notes": jump_notes(trace)}
