@@ -56,8 +56,8 @@ CSS = """
 #step-narrative {font-size: 0.95em}
 #output-html {max-height: 10.5em; overflow-y: auto !important}
 #intro h1 {font-size: 1.6em; margin-bottom: 0.2em}
-/* the views' tab titles: tighter, so that the seven fit on one line beside the set-up */
-#view-tabs .tab-container > button {padding-left: 10px !important; padding-right: 10px !important}
+/* the views' tab titles: tighter, so that all of them fit on one line beside the set-up */
+#view-tabs .tab-container > button {padding-left: 7px !important; padding-right: 7px !important; font-size: 0.94em}
 /* the compare table's headers wrap between words, not inside them */
 #compare-table th, #compare-table td {word-break: normal !important; overflow-wrap: normal !important}
 /* rows of figures go to the next line rather than squeeze (their min_width) */
