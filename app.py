@@ -17,9 +17,11 @@ os.environ.setdefault("SPECVIZ_BUILD_DEFAULT_INDEX", "0")
 
 from specviz.ui import LAUNCH_OPTIONS, build_demo  # noqa: E402
 from specviz.ui.gpu import preload_default_model  # noqa: E402
+from specviz.ui.landing import warm_landing  # noqa: E402
 
 preload_default_model()          # ZeroGPU only; elsewhere the first run loads the model
 demo = build_demo()
+warm_landing(demo.run_views)     # the recorded run's views, drawn once in the background for every visitor
 
 if __name__ == "__main__":
     demo.launch(**LAUNCH_OPTIONS)  # GRADIO_SERVER_NAME / GRADIO_SERVER_PORT come from the environment

@@ -38,14 +38,9 @@ def test_build_demo_loads_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def values(panel: SetupPanel, model: str = "tiny-random", drafter: str = "ngram_trie",
-           context: str = CONTEXT, message: str = "Repeat.", **overrides: Any) -> list[Any]:
-    """The inputs' values as the page would send them: defaults, with some overridden."""
-    flat = [model, drafter, context, message]
-    for comp, (group, name) in zip([*panel.decoding_form.components, *panel.drafter_form.components],
-                                   [*panel.decoding_form.keys, *panel.drafter_form.keys]):
-        key = name if group in ("decoding", drafter) else None
-        flat.append(overrides.get(key, comp.value))
-    return flat
+           context: str = CONTEXT, message: str = "Repeat.", **overrides: Any) -> dict[str, Any]:
+    """The inputs' values by name as the page would send them: defaults, with some overridden."""
+    return panel.form(model=model, drafter=drafter, context=context, message=message, **overrides)
 
 
 def test_every_drafter_gets_its_settings_from_its_config(panel: SetupPanel) -> None:
@@ -75,7 +70,7 @@ def test_a_newly_registered_drafter_is_rendered_without_ui_code(monkeypatch: pyt
 
 
 def _run(panel: SetupPanel, session: Session, **kw: Any) -> list[tuple]:
-    return list(run_panel.make_stream_handler(panel)(session, *values(panel, **kw)))
+    return list(run_panel.make_stream_handler(panel)(session, **values(panel, **kw)))
 
 
 def test_generate_streams_every_step_and_keeps_the_trace(panel: SetupPanel, monkeypatch) -> None:
@@ -93,7 +88,7 @@ def test_generate_streams_every_step_and_keeps_the_trace(panel: SetupPanel, monk
 def test_stop_keeps_what_was_generated(panel: SetupPanel, monkeypatch) -> None:
     monkeypatch.setattr(run_panel, "STREAM_EVERY_S", -1.0)
     session = Session()
-    handler = run_panel.make_stream_handler(panel)(session, *values(panel, drafter="vanilla", max_new_tokens=40))
+    handler = run_panel.make_stream_handler(panel)(session, **values(panel, drafter="vanilla", max_new_tokens=40))
     next(handler)                                   # loading
     for _ in range(3):
         next(handler)                               # three steps
@@ -120,14 +115,14 @@ def test_teaching_mode_runs_one_step_per_click(panel: SetupPanel) -> None:
     teach = run_panel.make_teach_handler(panel)
     args = values(panel, drafter="prompt_lookup", max_new_tokens=5)
     for n in (1, 2, 3):
-        html, counters, session = teach(session, *args)
+        html, counters, session = teach(session, **args)
         assert len(session.trace.steps) == n and f"step {n - 1} done" in counters
     first_ids = session.trace.output_ids
-    html, counters, session = teach(session, *values(panel, drafter="vanilla", max_new_tokens=5))
+    html, counters, session = teach(session, **values(panel, drafter="vanilla", max_new_tokens=5))
     assert len(session.trace.steps) == 1                         # a changed input starts again
     assert session.trace.output_ids == first_ids[:1]
     _, note, session = run_panel.teach_reset(session)
-    assert session.live is None and "reset" in note
+    assert session.live is None and session.trace is None and "reset" in note
 
 
 @pytest.mark.parametrize("kw, words", [
@@ -145,11 +140,13 @@ def test_bad_input_is_shown_to_the_user(panel: SetupPanel, kw: dict, words: str)
 def test_compare_runs_vanilla_and_the_chosen_drafters(panel: SetupPanel) -> None:
     session = Session()
     handler = compare_tab.make_compare_handler(panel)
-    out = list(handler(session, ["prompt_lookup", "oracle"], 1, *values(panel, max_new_tokens=10)))
+    out = list(handler(session, ["prompt_lookup", "oracle"], 1, **values(panel, max_new_tokens=10)))
     note, table, fig, pick, session = out[-1]
-    assert [row[0] for row in table] == ["vanilla", "prompt_lookup", "oracle"]
-    assert [row[6] for row in table] == ["yes", "yes", "yes"]       # greedy: identical to vanilla
-    assert table[0][2] == 1.0 and "1 round" in note
+    rows = table["data"]
+    assert [row[0] for row in rows] == ["vanilla", "prompt_lookup", "oracle"]
+    assert [row[6] for row in rows] == ["yes", "yes", "yes"]        # greedy: identical to vanilla
+    assert "first differing token" not in table["headers"] and "alpha" not in table["headers"]   # none filled
+    assert rows[0][2] == 1.0 and "1 round" in note and "One round: each tokens/s is a single run" in note
     assert set(session.compared) == {"vanilla", "prompt_lookup", "oracle"}
     assert compare_tab.pick_compared(session, "oracle").trace.drafter == "oracle"
 
@@ -227,11 +224,13 @@ def test_embedded_model_drafts_a_summary_from_its_context(panel: SetupPanel) -> 
 
 def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """The page opens on a recorded summarization with bushy trees: read from the package
-    data, drawn without loading a model; a new session shows it, a new run replaces it."""
+    data, drawn without loading a model, once per process (every visitor gets the same values);
+    a new session shows it; the set-up panel opens on its settings and its input."""
     from specviz import viz
     from specviz.files.resources import data_path
     from specviz.ui import landing
-    from specviz.ui.inspector import most_accepted_step, render_step
+    from specviz.ui.inspector import build_inspector, most_accepted_step
+    from specviz.ui.views import Page, RunViews
 
     path = data_path("traces", "landing.json")
     assert path.is_file() and path.stat().st_size < 300_000
@@ -245,13 +244,32 @@ def test_the_landing_trace_ships_and_opens_without_a_model(monkeypatch: pytest.M
     k = landing.landing_step(trace)                                 # opens on a bushy step
     assert len(trace.steps[k].tree.leaves()) > 2 and len(trace.steps[k].accepted) >= 2
     assert len(trace.steps[k].accepted) <= len(trace.steps[most_accepted_step(trace)].accepted)
-    values = render_step(trace, k)
-    assert values[2].to_json() == viz.tree_figure(trace, k).to_json()   # step k's tree and mask
-    assert values[3].to_json() == viz.mask_figure(trace, k).to_json()
-    assert values[-1].startswith(f"### What happened at step {k}")
+    views = RunViews()
+    with gr.Blocks():
+        build_inspector(Page(gr.State(), None, views, lambda event, where: event))
+    monkeypatch.setattr(landing, "_DRAWN", {})
+    drawn = landing.landing_views(views)
+    bundle = drawn["inspector.views"]
+    assert drawn["inspector.slider"]["value"] == k and bundle["n"] == len(trace.steps)
+    assert bundle["steps"][k]["tree"] == viz.figure_json(viz.tree_figure(trace, k))   # step k's tree and mask
+    assert bundle["steps"][k]["mask"] == viz.figure_json(viz.mask_figure(trace, k))
+    assert bundle["steps"][k]["narrative"].startswith(f"### What happened at step {k}")
+    again = landing.landing_views(views)
+    assert again["inspector.views"] is bundle                              # drawn once per process
+    assert again["inspector.slider"] is not drawn["inspector.slider"]       # an update is used up when sent: a copy each
     assert "recorded run" in landing.landing_note(trace)
     assert landing.new_landing_session().trace is trace
     assert viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)).count("sv-token") == trace.totals.new_tokens
+    # the panel opens on the run's own settings (the paper's trees: sizing by cost off) and input
+    opening = landing.opening()
+    assert (opening.model, opening.drafter, opening.settings["size_by_cost"]) == ("embedded", "ngram_trie", False)
+    assert opening.decoding["max_new_tokens"] == trace.decoding["max_new_tokens"] and "size_by_cost" in opening.note
+    context, message = landing.opening_text()
+    assert context and context in trace.prompt_text and message and message in trace.prompt_text
+    with gr.Blocks():
+        panel = build_setup_panel(opening)
+    size = panel.drafter_form.named["ngram_trie__size_by_cost"]
+    assert panel.drafter.value == "ngram_trie" and size.value is False
 
 
 def test_tracked_handlers_take_a_progress_and_keep_their_own_signature() -> None:
@@ -280,7 +298,7 @@ def test_moving_between_steps_is_wired_to_the_browser_only() -> None:
     """The slider, Previous / Next, the jumps and Play have no Python function: their `js=`
     redraws from the step views sent with the run (the browser test checks the page)."""
     from specviz.ui import build_demo
-    from specviz.ui.keyboard import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
+    from specviz.ui.inspector import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
 
     demo = build_demo()
     ids = {c["props"].get("elem_id"): c["id"] for c in demo.config["components"] if c["props"].get("elem_id")}
@@ -307,3 +325,61 @@ def test_the_landing_note_says_where_and_how_the_run_was_recorded() -> None:
                  "a busy machine"):
         assert part in note
     assert landing.recording_note(None) == ""
+
+
+def test_run_views_are_drawn_and_cleared_by_name() -> None:
+    """One registry of the run's views: each drawn by its own function, emptied together (a note
+    where a view shows notes), a view kept where asked; names are unique."""
+    from specviz.ui.views import RunViews
+    from specviz.viz import timing_stack_figure as stack
+
+    views = RunViews()
+    with gr.Blocks():
+        about, plot, strip = gr.Markdown(), gr.Plot(), gr.HTML()
+    views.add("about", about, draw=lambda trace, k: f"{len(trace.steps)} steps at {k}", empty="none", note=True)
+    views.add("plot", plot, draw=lambda trace, k: stack(trace), empty=None)
+    views.add("strip", strip, empty="")                                  # drawn in the browser
+    with pytest.raises(ValueError, match="registered already"):
+        views.add("about", about)
+    from conftest import hand_trace
+
+    trace = hand_trace("ngram_trie")
+    drawn = views.drawn(trace, 0)
+    assert drawn[about] == "1 steps at 0" and strip not in drawn
+    assert drawn[plot].type == "plotly"                                  # made once, sent as it is
+    assert views.cleared("building...") == {about: "building...", plot: None, strip: ""}
+    assert views.cleared("x", keep=(strip,)) == {about: "x", plot: None}
+    assert views.drawn(None, 0, "gone") == views.cleared("gone")
+
+
+def test_the_form_builds_the_services_request_by_name(panel: SetupPanel) -> None:
+    """The run's inputs go to a handler by name (gradio's inputs_kwargs) and come back as the run
+    service's RunRequest; a setting is looked up by its drafter's group, never by position."""
+    from specviz.engine.service import RunRequest
+
+    assert set(panel.inputs) >= {"model", "drafter", "context", "message", "dtype", "decoding__max_new_tokens",
+                                 "ngram_trie__num_draft", "prompt_lookup__max_ngram"}
+    request = panel.request(panel.form(model=" tiny-random ", drafter="prompt_lookup", max_ngram=2,
+                                       max_new_tokens=7, message="hi"))
+    assert isinstance(request, RunRequest) and request.model_id == "tiny-random"
+    assert dict(request.settings)["max_ngram"] == 2 and request.decoding.max_new_tokens == 7
+    assert "num_draft" not in dict(request.settings)                     # another drafter's group
+    assert request.settings_source == "settings" and request.device_map is None
+    with pytest.raises(KeyError, match="no input named"):
+        panel.form(drafter="vanilla", max_ngram=2)
+
+
+def test_a_second_timing_of_a_model_is_said() -> None:
+    from types import SimpleNamespace
+
+    from specviz.engine.service import RunRequest
+    from specviz.ui import runner
+
+    def run(seconds: tuple[float, ...]) -> Any:
+        cost = SimpleNamespace(seconds=seconds)
+        return SimpleNamespace(request=RunRequest("m"), lm=SimpleNamespace(cost_model=lambda: cost))
+
+    seen: dict[str, tuple[float, ...]] = {}
+    assert runner.retimed_note(seen, run((0.1, 0.2))) == ""              # the session's first run of it
+    assert runner.retimed_note(seen, run((0.1, 0.2))) == ""              # the same curve: the same load
+    assert "timed again" in runner.retimed_note(seen, run((0.1, 0.3)))

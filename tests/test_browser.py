@@ -71,6 +71,7 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(app_url)
         page.get_by_role("button", name="Generate").wait_for()
+        page.locator("#step-details").get_by_text(re.compile(r"^Step \d+ of")).wait_for(timeout=WAIT_MS)   # the landing
         _set_text(page, "model-id", MODEL)
         dropdown = page.locator("#drafter input").first
         dropdown.click()
@@ -83,19 +84,16 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
         _set_text(page, "message", "Summarise the text above in two sentences.")
         frames = _Frames(page, os.environ.get("SPECVIZ_ANIMATION"))
         frames.take()
-        # mark the landing run's strip: the new run's step views replace it when they arrive
-        page.evaluate("() => document.querySelectorAll('#accept-strip [data-step]')"
-                      ".forEach(e => e.setAttribute('data-stale', '1'))")
         page.locator("#generate-btn").click()
         finished = page.locator("#counters").get_by_text(re.compile("done|stopped"))
         while frames.path is not None and finished.count() == 0 and len(frames.frames) < 30:
             page.wait_for_timeout(1500)                            # the output streaming in
             frames.take()
         finished.wait_for(timeout=240_000 if MODEL == "tiny-random" else 1_200_000)
-        # the run's step views (built once after the run) are on the page and nothing is pending:
-        # stepping before they arrive would step through the landing run's views
+        # the run's step views (built once after the run) are on the page and nothing is pending
+        # (Generate cleared the landing run's: the strip holds the new run's cells)
         page.wait_for_function("() => document.querySelectorAll('#accept-strip [data-step]').length > 0"
-                               " && !document.querySelector('#accept-strip [data-stale]')"
+                               " && /^Step \\d+ of/.test(document.querySelector('#step-details').innerText)"
                                " && !/processing/.test(document.body.innerText)", timeout=WAIT_MS)
         # coloured output: one span per token, titled with its step and kind
         page.locator("#output-html span[title^='step 0']").first.wait_for()
@@ -130,11 +128,13 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
             for name in ("vanilla", "prompt_lookup", "ngram_trie"):
                 assert name in table
             assert len(re.findall(r"\byes\b", table)) == 3            # greedy: identical to vanilla
-            # the aligned acceptance strips: a column per vanilla token, a bar per drafter under it
-            page.locator("#compare-strips .sv-col").first.wait_for(timeout=WAIT_MS)
-            cols = page.locator("#compare-strips .sv-col")
+            # the aligned acceptance strips: a cell per vanilla token, a named row per drafter under it
+            page.locator("#compare-strips .sv-tok").first.wait_for(timeout=WAIT_MS)
+            cols = page.locator("#compare-strips .sv-tok")
             assert cols.count() > 5
-            assert page.locator("#compare-strips .sv-col i").count() == 2 * cols.count()
+            assert page.locator("#compare-strips .sv-bar i").count() == 2 * cols.count()
+            names = page.locator("#compare-strips th.sv-row").all_inner_texts()
+            assert {"vanilla", "prompt_lookup", "ngram_trie"} <= set(names), names
             page.screenshot(path=str(shot.with_name(shot.stem + "-compare.png")), full_page=True)
         browser.close()
     assert shot.stat().st_size > 10_000
@@ -187,9 +187,14 @@ def _open(p, app_url: str, scheme: str = "light"):
     return browser, page
 
 
-def test_the_page_opens_on_a_recorded_trace(app_url: str) -> None:
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_page_opens_on_a_recorded_trace_readable_in_both_themes(app_url: str, scheme: str, tmp_path: Path) -> None:
+    """The landing run: its output, a bushy tree and its mask without any run, the set-up panel
+    and the input boxes holding the run's own (sizing by cost off, its message); every token
+    kind readable in both themes."""
     with playwright_api.sync_playwright() as p:
-        browser, page = _open(p, app_url)
+        browser, page = _open(p, app_url, scheme)
+        assert page.evaluate("() => document.body.classList.contains('dark')") == (scheme == "dark")
         page.locator("#mask-plot .js-plotly-plot .heatmaplayer, #mask-plot .js-plotly-plot .hm").first.wait_for()
         assert page.locator("#output-html span.sv-token").count() > 50          # the recorded output
         kinds = page.evaluate("() => Array.from(document.querySelectorAll('#output-html span.sv-token'))"
@@ -197,15 +202,17 @@ def test_the_page_opens_on_a_recorded_trace(app_url: str) -> None:
         assert any("sv-draft" in k for k in kinds) and any("sv-bonus" in k for k in kinds)
         assert page.locator("#tree-plot .js-plotly-plot .scatterlayer .point").count() > 5   # a bushy tree
         assert "recorded run" in page.locator("#counters").inner_text()
-        assert page.locator("#step-details").get_by_text(re.compile(r"^Step \d+ of")).count() == 1
-        browser.close()
-
-
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_every_token_kind_has_enough_contrast(app_url: str, scheme: str, tmp_path: Path) -> None:
-    with playwright_api.sync_playwright() as p:
-        browser, page = _open(p, app_url, scheme)
-        assert page.evaluate("() => document.body.classList.contains('dark')") == (scheme == "dark")
+        from specviz.ui.landing import landing_step, landing_trace
+        page.locator("#step-details").get_by_text(re.compile(r"^Step \d+ of")).wait_for(timeout=WAIT_MS)
+        assert _step_number(page) == landing_step(landing_trace())     # every visitor opens on the same step
+        # the step view in the first screen (1000 px tall): the slider and the tree's top
+        tree_top = page.evaluate("() => document.querySelector('#tree-plot').getBoundingClientRect().top")
+        assert tree_top < 900, tree_top
+        # the panel shows the recorded run's input and settings
+        assert not page.locator("#set-ngram_trie-size_by_cost input[type=checkbox]").is_checked()
+        assert "size_by_cost" in page.locator("#preset-about").inner_text()
+        assert "bakery" in page.locator("#context textarea").input_value()
+        assert page.locator("#message textarea").input_value().startswith("Summarise")
         styles = page.evaluate(TOKEN_STYLES_JS)
         seen = {}
         for s in styles:
@@ -231,34 +238,6 @@ def _step_number(page) -> int:
     return int(re.match(r"Step (\d+) of", text).group(1))
 
 
-def test_arrow_keys_step_and_the_narrative_follows(app_url: str) -> None:
-    with playwright_api.sync_playwright() as p:
-        browser, page = _open(p, app_url)
-        page.locator("#step-narrative").get_by_text(re.compile(r"What happened at step \d+")).wait_for(timeout=WAIT_MS)
-        k = _step_number(page)
-        narrative = page.locator("#step-narrative").inner_text()
-        for part in ("Where the draft came from", "What the target accepted", "The bonus token",
-                     "Forward passes saved"):
-            assert part in narrative
-        page.locator("h1").first.click()                      # focus on the page, not in a box
-        page.keyboard.press("ArrowRight")
-        page.locator("#step-details").get_by_text(re.compile(rf"^Step {k + 1} of")).wait_for(timeout=WAIT_MS)
-        page.locator("#step-narrative").get_by_text(f"What happened at step {k + 1}").wait_for(timeout=WAIT_MS)
-        page.keyboard.press("ArrowLeft")
-        page.keyboard.press("ArrowLeft")
-        page.locator("#step-details").get_by_text(re.compile(rf"^Step {k - 1} of")).wait_for(timeout=WAIT_MS)
-        # in a text box the arrows move the caret, not the step
-        page.locator("#message textarea").first.click()
-        page.keyboard.press("ArrowRight")
-        page.wait_for_timeout(1500)
-        assert _step_number(page) == k - 1
-        # Play steps forward on its own
-        page.locator("#play-btn").click()
-        page.locator("#step-details").get_by_text(re.compile(rf"^Step {k + 1} of")).wait_for(timeout=WAIT_MS)
-        page.locator("#play-btn").click()                     # pause
-        browser.close()
-
-
 # ---- stepping in the browser: no request, the same figures as Python's --------------------
 
 # what the browser drew: each plot's traces (the fields that carry the picture) and title
@@ -267,7 +246,7 @@ DRAWN_JS = """(sel) => {
   if (!gd || !gd.data) return null;
   const keep = ['type', 'name', 'x', 'y', 'z', 'text', 'mode', 'hovertext'];
   return {data: gd.data.map(t => Object.fromEntries(keep.filter(k => k in t).map(k => [k, t[k]]))),
-          title: gd.layout.title && gd.layout.title.text};
+          title: gd.layout.title && gd.layout.title.text, plot_px: gd._fullLayout._size.w};
 }"""
 
 # the boxes of the tree's labels on the screen (non-empty ones)
@@ -297,8 +276,33 @@ def _python_drawn(fig_json: dict) -> dict:
     return {"data": [{k: _plain(t[k]) for k in keep if k in t} for t in fig_json["data"]], "title": title}
 
 
+def tree_texts(fig, plot_px: float) -> dict[int, list[str]]:
+    """The tree's labels as Python fits them for a plot area `plot_px` wide (viz/tree.py's
+    fit_labels; explorer.js fits them at the width it draws at, by the same rule)."""
+    from specviz.viz.markup import plot_text
+    from specviz.viz.tree import fit_labels
+
+    fit = fig.layout.meta["fit_labels"]
+    xs = [x for t in fit["traces"] for x in fig.data[t].x]
+    ys = [y for t in fit["traces"] for y in fig.data[t].y]
+    lo, hi = fig.layout.xaxis.range
+    labels = fit_labels(xs, ys, [lab for group in fit["labels"] for lab in group], hi - lo, plot_px, right=hi)
+    out, i = {}, 0
+    for t, group in zip(fit["traces"], fit["labels"]):
+        out[t] = [plot_text(x) for x in labels[i:i + len(group)]]
+        i += len(group)
+    return out
+
+
+def _drawn(page, sel: str) -> dict:
+    drawn = page.evaluate(DRAWN_JS, sel)
+    drawn["data"] = [{k: _plain(v) for k, v in t.items()} for t in drawn["data"]]
+    return drawn
+
+
 def _assert_step_drawn_as_python(page, trace, k: int) -> None:
-    """The tree, mask and timing on the page are Python's figures for step k, and the text too."""
+    """The tree, mask and timing on the page are Python's figures for step k, and the text too;
+    the tree's labels as Python fits them at the width the page drew it."""
     from specviz import viz
 
     page.locator("#step-details").get_by_text(re.compile(rf"^Step {k} of")).wait_for(timeout=WAIT_MS)
@@ -308,9 +312,16 @@ def _assert_step_drawn_as_python(page, trace, k: int) -> None:
         page.wait_for_function("([sel, title]) => { const gd = document.querySelector(sel + ' .js-plotly-plot'); "
                                "return gd && gd.layout && gd.layout.title && gd.layout.title.text === title; }",
                                arg=[sel, fig.layout.title.text], timeout=WAIT_MS)
-        drawn = page.evaluate(DRAWN_JS, sel)
-        drawn["data"] = [{k: _plain(v) for k, v in t.items()} for t in drawn["data"]]
-        assert drawn == _python_drawn(viz.figure_json(fig)), (sel, k)
+        want = _python_drawn(viz.figure_json(fig))
+        for _ in range(20):           # a first draw's labels are refitted once the plot's width is known
+            drawn = _drawn(page, sel)
+            if sel == "#tree-plot":
+                for t, texts in tree_texts(fig, drawn["plot_px"]).items():
+                    want["data"][t]["text"] = texts
+            if {**drawn, "plot_px": None} == {**want, "plot_px": None}:
+                break
+            page.wait_for_timeout(100)
+        assert {**drawn, "plot_px": None} == {**want, "plot_px": None}, (sel, k)
     assert f"What happened at step {k}" in page.locator("#step-narrative").inner_text()
     assert page.locator("#output-html span.sv-token[style*='outline']").first.get_attribute("data-step") == str(k)
 
@@ -391,4 +402,237 @@ def test_stepping_runs_in_the_browser_and_draws_pythons_figures(app_url: str) ->
         heights = page.evaluate("() => ['#tree-plot', '#mask-plot', '#step-timing-plot'].map(s => "
                                 "document.querySelector(s + ' .js-plotly-plot').getBoundingClientRect().height)")
         assert min(heights) >= 250, heights
+        browser.close()
+
+
+# ---- every figure fits its box; views never stale; debugging views say what they did not measure
+
+TABS = ("Inspect a step", "Run summary", "Compare drafters", "Export / replay", "Benchmark results", "Machine",
+        "Server metrics", "Under load")
+# each visible figure: what is wrong with it (an svg wider than its box or out of its block, a title
+# or a subplot title cut at the svg's edge); titles only where asked (a 390 px phone shrinks them)
+FIGURES_JS = """(titles) => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g.offsetParent !== null)
+  .map(g => {
+    const svg = g.querySelector('svg.main-svg'), block = g.closest('.block') || g.parentElement;
+    const bad = [];
+    if (!svg) { bad.push('no svg'); } else {
+      const s = svg.getBoundingClientRect(), b = block.getBoundingClientRect(), box = g.parentElement.getBoundingClientRect();
+      if (s.width > box.width + 1) bad.push(`svg ${Math.round(s.width)} px in a ${Math.round(box.width)} px box`);
+      if (s.right > b.right + 1 || s.left < b.left - 1) bad.push('svg out of its block');
+      if (titles) g.querySelectorAll('.gtitle, .annotation-text').forEach(t => {
+        const r = t.getBoundingClientRect();
+        if (r.width && (r.left < s.left - 1 || r.right > s.right + 1)) bad.push(`title cut: ${t.textContent}`);
+      });
+    }
+    return {id: (g.closest('[id]') || {}).id || '?', bad: bad};
+  })"""
+
+
+# what of a box's drawing (an icon's lines, a text) lies under the box's label: a box too short for
+# its content draws it there (the Benchmark results upload box at 100 px did)
+UNDER_LABEL_JS = """(sel) => { const label = document.querySelector(sel + ' [data-testid=block-label]');
+  if (!label) return ['no label'];
+  const l = label.getBoundingClientRect();
+  return Array.from(document.querySelectorAll(sel + ' *')).filter(e => !label.contains(e) && e.children.length === 0
+      && (e.textContent.trim() || e instanceof SVGGeometryElement)).filter(e => { const r = e.getBoundingClientRect();
+      return r.height > 0 && r.top < l.bottom - 1 && r.bottom > l.top + 1 && r.left < l.right && r.right > l.left; })
+    .map(e => e.tagName + ': ' + e.textContent); }"""
+
+
+def _figures_fit(page, where: str, titles: bool = True) -> dict[str, int]:
+    """Open every tab; each figure in it fits its box (waited for: a figure drawn while its tab
+    was hidden is resized when the tab opens). Returns the number of figures per tab."""
+    counts = {}
+    for tab in TABS:
+        page.get_by_role("tab", name=tab, exact=True).click()
+        page.wait_for_timeout(150)
+        try:
+            page.wait_for_function(f"(titles) => ({FIGURES_JS})(titles).every(f => f.bad.length === 0)", arg=titles,
+                                   timeout=8_000)
+        except playwright_api.TimeoutError:
+            wrong = [f for f in page.evaluate(FIGURES_JS, titles) if f["bad"]]
+            raise AssertionError((where, tab, wrong)) from None
+        counts[tab] = len(page.evaluate(FIGURES_JS, False))
+    page.get_by_role("tab", name="Inspect a step", exact=True).click()
+    return counts
+
+
+def _views_shown(page) -> None:
+    """The run's views are on the page: a strip cell per token and a step drawn (not a note)."""
+    page.wait_for_function("() => document.querySelectorAll('#accept-strip [data-step]').length > 0"
+                           " && /^\\s*Step \\d+ of/.test(document.querySelector('#step-details').textContent)"
+                           " && !/processing/.test(document.body.innerText)", timeout=WAIT_MS)
+
+
+def _generate(page) -> None:
+    """Generate; the last run's views are cleared at once (a note says the new ones come when it
+    is done), then the new run's views arrive."""
+    page.locator("#generate-btn").click()
+    page.wait_for_function("() => /Generating/.test(document.querySelector('#step-details').textContent)",
+                           timeout=WAIT_MS)                                  # (its tab may be hidden)
+    assert page.locator("#accept-strip [data-step]").count() == 0          # no stale strip
+    assert "Generating" in str(page.locator("#run-about").text_content())   # nor a stale summary
+    page.locator("#counters").get_by_text(re.compile("done|stopped")).wait_for(timeout=WAIT_MS)
+    _views_shown(page)
+
+
+def _fake_doctor(model_id: str, dtype: str = "auto"):  # noqa: ANN202
+    """A canned doctor's report (the real one takes minutes on a CPU; tests/test_doctor.py runs it)."""
+    from types import SimpleNamespace
+
+    curve = [SimpleNamespace(rows=r, measured_s=0.001 * r, predicted_s=0.0011 * r) for r in (1, 2, 4, 8, 16, 32, 64)]
+    return SimpleNamespace(model_id=model_id, gpu_name="", device="cpu", dtype="float32", attention="sdpa",
+                           torch_version="2", torch_threads=1, transformers_version="5", cpu_linear=True,
+                           peak_memory_mb=None, curve_reading="", max_new_tokens=8, checks=[], ok=True,
+                           seconds=0.1, notes=[], cost_curve=curve, context_len=512)
+
+
+@pytest.fixture(scope="module")
+def replay_file(tiny_lm_tok, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short ngram_trie run with deep trees: later draft positions never reached (n/a)."""
+    from specviz import build_prompt, generate
+    from specviz.core.decoding import DecodingConfig
+
+    context = "the red fox jumps over the lazy dog. the red fox runs past the old barn. " * 3
+    prompt = build_prompt(tiny_lm_tok.tokenizer, "Once more: the red fox", context=context, chat=False)
+    trace = generate(tiny_lm_tok, prompt, "ngram_trie", {"size_by_cost": False, "num_draft": 12},
+                     DecodingConfig(max_new_tokens=16))
+    assert 0 in trace.position_metrics().num_tested_per_pos                  # a position nothing reached
+    path = tmp_path_factory.mktemp("replay") / "replay.json"
+    path.write_text(trace.to_json(), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("width, scheme, then", [(1400, "light", (800, 390)), (800, "dark", (1400,))])
+def test_every_figure_fits_its_box_and_no_view_goes_stale(app_url: str, replay_file: Path, monkeypatch,
+                                                           width: int, scheme: str, then: tuple[int, ...],
+                                                           tmp_path: Path) -> None:
+    """At 1400 px (light) and 800 px (dark): the landing, a Generate, a second Generate and a
+    replay, each made while the figures' tabs are hidden; then the other width (and 390 px):
+    every figure in every tab fits its box, titles uncut. On the way: Generate and Reset clear the
+    views at once (no stale strip, step or summary), a jump with no target says why, never-tested
+    positions read n/a; at 1400 px the compare strips name their rows and the table keeps its last
+    column, a one-round comparison warns of noise, the server-metrics bars are named after the
+    file, the doctor's table has a header, a device map that does nothing here says so."""
+    from specviz.ui import machine_tab
+
+    monkeypatch.setattr(machine_tab, "run_doctor", _fake_doctor)
+    full = width == 1400
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": width, "height": 1000}, color_scheme=scheme)
+        page.goto(app_url)
+        _views_shown(page)
+        counts = _figures_fit(page, "landing")
+        assert counts["Inspect a step"] == 3 and counts["Run summary"] == 7, counts
+        for tab, box in ((None, "#context-files"), ("Export / replay", "#trace-upload"),
+                         ("Benchmark results", "#results-upload"), ("Server metrics", "#metrics-upload")):
+            if tab:
+                page.get_by_role("tab", name=tab, exact=True).click()
+            page.locator(box).wait_for(timeout=WAIT_MS)
+            assert page.evaluate(UNDER_LABEL_JS, box) == [], box          # an upload box's icon clear of its label
+
+        # Generate twice (the figures' tabs hidden while they are redrawn: the fit check ends on the last tab)
+        _set_text(page, "model-id", "tiny-random")
+        page.get_by_text("Decoding", exact=True).click()
+        page.locator("#set-decoding-max_new_tokens input[type=number]").fill("20")
+        page.locator("#set-decoding-max_new_tokens input[type=number]").press("Tab")
+        page.get_by_role("tab", name="Server metrics", exact=True).click()
+        _generate(page)
+        _figures_fit(page, "first Generate")
+        page.get_by_role("tab", name="Run summary", exact=True).click()
+        dropdown = page.locator("#drafter input").first
+        dropdown.click()
+        dropdown.fill("prompt_lookup")
+        page.get_by_role("option", name="prompt_lookup", exact=True).click()
+        _generate(page)
+        counts = _figures_fit(page, "second Generate")
+        assert counts["Inspect a step"] == 3 and counts["Run summary"] == 7, counts
+
+        # a jump with nowhere to go says why
+        page.locator("h1").first.click()
+        page.keyboard.press("d")
+        page.locator("#jump-note").get_by_text("not compared with vanilla").wait_for(timeout=WAIT_MS)
+
+        # a replay (from the Export tab: the inspector and the summary hidden)
+        page.get_by_role("tab", name="Export / replay", exact=True).click()
+        page.locator("#trace-upload input[type=file]").set_input_files(str(replay_file))
+        page.locator("#trace-download a[download^='trace-ngram_trie']").wait_for(timeout=WAIT_MS)
+        _views_shown(page)
+        _figures_fit(page, "replay")
+        page.get_by_role("tab", name="Run summary", exact=True).click()
+        assert "n/a" in page.locator("#run-about").inner_text()              # positions no draft reached
+        assert "n/a" in page.evaluate("() => document.querySelector('#summary-positions .js-plotly-plot')"
+                                      ".data[1].text.join(' ')")
+
+        if full:
+            # compare: named rows, a rule between tokens, the table's last column in sight, a word on noise
+            page.get_by_role("tab", name="Compare drafters", exact=True).click()
+            page.locator("#compare-btn").click()
+            page.locator("#compare-status").get_by_text(re.compile("round.s. on")).wait_for(timeout=WAIT_MS)
+            assert "One round" in page.locator("#compare-status").inner_text()
+            page.locator("#compare-strips .sv-tok").first.wait_for(timeout=WAIT_MS)
+            assert {"vanilla", "prompt_lookup", "ngram_trie"} <= set(
+                page.locator("#compare-strips th.sv-row").all_inner_texts())
+            edges = page.evaluate("() => { const t = document.querySelector('#compare-table');"
+                                  " const th = Array.from(t.querySelectorAll('th')).pop();"
+                                  " return [th.getBoundingClientRect().right, t.getBoundingClientRect().right]; }")
+            assert edges[0] <= edges[1] + 1, edges
+            # the shipped benchmark results; the upload box shows its whole prompt
+            page.get_by_role("tab", name="Benchmark results", exact=True).click()
+            shipped = page.locator("#results-shipped input").first
+            shipped.click()
+            page.get_by_role("option").first.click()
+            page.locator("#results-speedup .js-plotly-plot").wait_for(timeout=WAIT_MS)
+            # the server metrics: a dump drawn beside the session's run, bars named, the file's own name
+            dump = tmp_path / "vllm-dump.prom"
+            dump.write_text("vllm:spec_decode_num_drafts_total 100\nvllm:spec_decode_num_draft_tokens_total 300\n"
+                            "vllm:spec_decode_num_accepted_tokens_total 180\n"
+                            + "".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{k}"}} {n}\n'
+                                      for k, n in enumerate((80, 60, 40))), encoding="utf-8")
+            page.get_by_role("tab", name="Server metrics", exact=True).click()
+            page.locator("#metrics-upload input[type=file]").set_input_files(str(dump))
+            page.locator("#metrics-upload").get_by_text(dump.name).first.wait_for(timeout=WAIT_MS)
+            page.locator("#metrics-draw").click()
+            page.locator("#metrics-plot .js-plotly-plot .legendtext").nth(1).wait_for(timeout=WAIT_MS)
+            legend = page.locator("#metrics-plot .legendtext").all_text_contents()
+            assert any("vllm-dump.prom" in t for t in legend) and not any("/tmp" in t for t in legend), legend
+            xs = page.evaluate("() => document.querySelector('#metrics-plot .js-plotly-plot').data"
+                               ".filter(t => t.type === 'scatter')[0].x")
+            assert list(xs)[0] == 0                                        # positions from 0, as vLLM
+            # the doctor (canned): its first table has a header
+            page.get_by_role("tab", name="Machine", exact=True).click()
+            page.locator("#doctor-btn").click()
+            page.locator("#doctor-report th").first.wait_for(timeout=WAIT_MS)
+            assert page.locator("#doctor-report th").first.inner_text().strip() == "setting"
+            counts = _figures_fit(page, "compare, results, metrics, doctor")
+            assert min(counts[t] for t in ("Compare drafters", "Benchmark results", "Machine", "Server metrics")) >= 1
+            # a device map that does nothing without a GPU says so; the model's second load re-timed it
+            page.get_by_text("Split the model across GPUs (device map)").click()
+            _set_text(page, "device-map", "auto")
+            _generate(page)
+            counters = page.locator("#counters").inner_text()
+            assert "does nothing on this machine" in counters and "timed again" in counters, counters
+            _set_text(page, "device-map", "")
+
+        # Reset: the run and every view emptied
+        page.locator("#teach-reset-btn").click()
+        page.wait_for_function("() => /Teaching run reset/.test(document.querySelector('#step-details').textContent)",
+                               timeout=WAIT_MS)
+        assert page.locator("#accept-strip [data-step]").count() == 0
+        assert "reset" in str(page.locator("#run-about").text_content())
+
+        # another replay, then the other width(s)
+        page.get_by_role("tab", name="Export / replay", exact=True).click()
+        page.locator("#trace-upload button[aria-label='Clear']").first.click()
+        page.locator("#trace-upload input[type=file]").set_input_files(str(replay_file))
+        _views_shown(page)
+        for other in then:
+            page.set_viewport_size({"width": other, "height": 1000})
+            page.wait_for_timeout(300)
+            _figures_fit(page, f"resized to {other} px", titles=other >= 800)
+            if other < 500:          # a phone: every tab's title in sight (they wrap), the tree inside its box
+                boxes = page.evaluate("() => Array.from(document.querySelectorAll('#view-tabs [role=tab]'))"
+                                      ".map(e => e.getBoundingClientRect()).map(r => [r.left, r.right, r.width])")
+                assert len(boxes) == len(TABS) and all(w > 0 and 0 <= a and b <= other for a, b, w in boxes), boxes
         browser.close()

@@ -55,6 +55,7 @@ from specviz.core.decoding import DecodingConfig
 from specviz.core.trace import Trace
 from specviz.models import LoadedModel
 from specviz.viz.jumps import divergence_step
+from specviz.viz.mask import cut_label
 from specviz.viz.palette import show_token
 
 PWN = "window.__pwned=1"
@@ -353,8 +354,8 @@ def test_a_hostile_trace_is_shown_as_text(app_url: str, hostile_files: dict[str,
         _shows(page, "#context-sources", INSERTED.strip())
         # the phase names (plotly may draw every other tick of a crowded axis: their hover labels)
         phases = " ".join(_bar_hover_texts(page, "#step-timing-plot"))
-        assert f", {IMG})" in phases and f", {PLOTLY})" in phases, phases
-        _ticks_show(page, "#mask-plot", f"0: {show_token(trace.token_text[s0.tree.tokens[0]])}")
+        assert f"{IMG}: 0.50 ms" in phases and f"{PLOTLY}: 0.50 ms" in phases, phases
+        _ticks_show(page, "#mask-plot", cut_label(f"0: {show_token(trace.token_text[s0.tree.tokens[0]])}"))
         hovers = " ".join(_hover_texts(page))
         for tok in s0.tree.tokens:
             assert f"token {trace.token_text[tok]!r}" in hovers, (tok, hovers)
@@ -424,8 +425,15 @@ def test_a_hostile_trace_is_shown_as_text(app_url: str, hostile_files: dict[str,
         legend = page.evaluate("() => Array.from(document.querySelectorAll('#metrics-plot .legendtext'))"
                                ".map(e => e.textContent)")
         assert any(DUMP_NAME in t for t in legend) and any("<b>bold</b>$$k$$" in t for t in legend), legend
-        bars = " ".join(_bar_hover_texts(page, "#metrics-plot"))
-        assert DUMP_NAME in bars and "<b>bold</b>$$k$$" in bars, bars
+        # a bar per source, each named: hovered one by one
+        curves = page.evaluate("() => document.querySelector('#metrics-plot .js-plotly-plot').data"
+                               ".map((t, i) => t.type === 'bar' ? i : -1).filter(i => i >= 0)")
+        hovers = []
+        for c in curves:
+            page.evaluate("() => window.Plotly.Fx.unhover(document.querySelector('#metrics-plot .js-plotly-plot'))")
+            hovers.append(_hover(page, "#metrics-plot", c, 0))
+        bars = " ".join(hovers)
+        assert len(curves) == 2 and DUMP_NAME in bars and "<b>bold</b>$$k$$" in bars, bars
         _clean(page, "server metrics")
 
 

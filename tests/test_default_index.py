@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 
 from specviz import DecodingConfig, cli
+from specviz.engine.service import RunRequest
 from specviz.errors import SpecvizError
 from specviz.index import store
 from specviz.ui import runner
-from specviz.ui.session import RunSpec
 
 
 def test_the_explorer_refuses_a_missing_default_index_with_its_command(monkeypatch: pytest.MonkeyPatch,
                                                                        tmp_path: Path) -> None:
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setenv(store.BUILD_ENV, "0")                   # what app.py sets
-    spec = RunSpec("tiny-random", "rest", (), DecodingConfig(max_new_tokens=2), "", "Hello")
+    request = RunRequest("tiny-random", "rest", decoding=DecodingConfig(max_new_tokens=2), message="Hello")
     with pytest.raises(SpecvizError) as err:
-        runner.run_to_end(spec)
+        runner.run_to_end(request)
     message = str(err.value)
     assert message.startswith("corpus_index: the default ShareGPT corpus index")
     assert "python -m specviz index build --kind suffix,trigram --corpus sharegpt --model tiny-random" in message

@@ -255,20 +255,27 @@ def test_explorer_device_map_box(panel):
     from specviz.errors import ConfigError
     from specviz.ui import runner
 
-    base = ["tiny-random", "prompt_lookup", "", "the cat sat on the mat. the cat sat on the",
-            *[c.value for c in panel.decoding_form.components], *[c.value for c in panel.drafter_form.components]]
-    assert panel.spec(base).device_map == ""                       # the page before device maps
-    spec = panel.spec([*base, "float32", '{"": "cpu"}', ""])
-    assert (spec.device_map, spec.max_memory, spec.dtype) == ('{"": "cpu"}', "", "float32")
-    assert spec.with_drafter("vanilla", {}).device_map == spec.device_map
-    trace = runner.run_to_end(spec)
+    import dataclasses
+
+    def request(**given):
+        return panel.request(panel.form(model="tiny-random", drafter="prompt_lookup",
+                                        message="the cat sat on the mat. the cat sat on the", **given))
+
+    assert request().device_map is None                            # the page before device maps
+    req = request(dtype="float32", device_map='{"": "cpu"}', max_memory="")
+    assert (req.device_map, req.max_memory, req.dtype) == ('{"": "cpu"}', None, "float32")
+    assert dataclasses.replace(req, drafter="vanilla", settings=()).device_map == req.device_map
+    assert runner.device_map_note(req, gpus=0) == ""                  # an explicit map: no note
+    assert "does nothing on this machine" in runner.device_map_note(request(device_map="auto"), gpus=0)
+    assert runner.device_map_note(request(device_map="auto"), gpus=2) == ""
+    trace = runner.run_to_end(req)
     assert trace.runtime["device_map"] == {"": "cpu"} and trace.output_ids
     with pytest.raises(ConfigError, match="not a file name"):
-        panel.spec([*base, "float32", "/etc/map.json", ""])
+        request(dtype="float32", device_map="/etc/map.json")
     with pytest.raises(ModelLoadError, match="not valid JSON"):
-        panel.spec([*base, "float32", '{"lm_head": ', ""])
+        request(dtype="float32", device_map='{"lm_head": ')
     with pytest.raises(ConfigError, match="budgets a device map"):
-        panel.spec([*base, "float32", "", "cpu=1GB"])
+        request(dtype="float32", max_memory="cpu=1GB")
 
 
 def test_bench_records_the_map_in_results_json(tmp_path, split_map_file):

@@ -1193,13 +1193,13 @@ def test_compare_runs_a_drafter_named_sixty_times_once(panel: Any) -> None:
     from tests.test_app import values
 
     handler = compare_tab.make_compare_handler(panel)
-    out = list(handler(Session(), ["prompt_lookup"] * 60 + ["vanilla"] * 3, 1, *values(panel, max_new_tokens=4)))
+    out = list(handler(Session(), ["prompt_lookup"] * 60 + ["vanilla"] * 3, 1, **values(panel, max_new_tokens=4)))
     note, table, *_ = out[-1]
-    assert [row[0] for row in table] == ["vanilla", "prompt_lookup"]
+    assert [row[0] for row in table["data"]] == ["vanilla", "prompt_lookup"]
     assert sum("running" in str(o[0]) for o in out) == 2                 # two runs, not 63
     for rounds in (10**9, 0, 2.5, float("nan")):
         with pytest.raises(gr.Error, match="rounds: must be a whole number from 1 to 5"):
-            list(handler(Session(), ["prompt_lookup"], rounds, *values(panel, max_new_tokens=4)))
+            list(handler(Session(), ["prompt_lookup"], rounds, **values(panel, max_new_tokens=4)))
 
 
 # ---- a bounded parser for the numbers and names a user gives --------------------------------------

@@ -252,8 +252,10 @@ def test_figure_draws_server_and_run(trace):
     fig = server_figure(items)
     bars = [t for t in fig.data if t.type == "bar"]
     lines = [t for t in fig.data if t.type == "scatter"]
-    assert list(bars[0].y) == pytest.approx([2.8, 2.6, items[2].acceptance_length])
+    assert [b.y[0] for b in bars] == pytest.approx([2.8, 2.6, items[2].acceptance_length])   # a bar per source
+    assert len({b.marker.color for b in bars}) == 3 and all(b.name for b in bars)         # each its colour, named
     assert len(lines) == 2 and list(lines[0].y) == pytest.approx([0.8, 0.6, 0.4])   # SGLang has no positions
+    assert list(lines[0].x) == [0, 1, 2] and lines[0].line.color == bars[0].marker.color   # numbered from 0, as vLLM
 
 
 def test_cli_prints_and_draws(tmp_path, trace):
@@ -293,6 +295,7 @@ def test_explorer_tab_draws_an_upload_beside_the_session_run(tmp_path, trace):
     table, fig = draw_server_metrics(Session(trace=trace), str(dump), "", None)
     assert "2.800" in table and "specviz" in table
     assert len([t for t in fig.data if t.type == "scatter"]) == 2
+    assert "vllm.txt" in table and str(tmp_path) not in table          # the file's own name, not its path
     with pytest.raises(gr.Error, match="upload a dump or give a /metrics URL"):
         draw_server_metrics(Session(), None, "", None)
 
@@ -314,7 +317,7 @@ def test_explorer_tab_shows_the_sources_names_as_written(tmp_path, trace):
     fence = table.splitlines()[0]
     assert fence == "`````text" and table.endswith("\n`````") and table.count("`````") == 2
     assert "````\n<b>bold</b>" in table and "&lt;b&gt;.txt" in table
-    labels = [t.name for t in fig.data if t.type == "scatter"]
+    labels = [t.name for t in fig.data]
     assert any(plot_text("<b>bold</b>") in n for n in labels) and any(plot_text("&lt;b&gt;.txt") in n for n in labels)
     assert spec_tokens_of("") is None and spec_tokens_of(" 4 ") == 4
 

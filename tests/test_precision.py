@@ -207,12 +207,15 @@ def test_train_glide_autocast_choice(monkeypatch) -> None:
 def test_explorer_panel_passes_the_dtype(panel) -> None:
     from specviz.errors import ConfigError
 
-    values = ["tiny-random", "vanilla", "", "Hi.", *[c.value for c in panel.decoding_form.components],
-              *[c.value for c in panel.drafter_form.components]]
-    assert panel.spec([*values, "bfloat16"]).dtype == "bfloat16"
-    assert panel.spec([*values, "auto"]).with_drafter("ngram_trie", {}).dtype == "auto"
+    import dataclasses
+
+    def request(dtype: str):
+        return panel.request(panel.form(model="tiny-random", drafter="vanilla", message="Hi.", dtype=dtype))
+
+    assert request("bfloat16").dtype == "bfloat16"
+    assert dataclasses.replace(request("auto"), drafter="ngram_trie", settings=()).dtype == "auto"
     with pytest.raises(ConfigError, match="dtype"):
-        panel.spec([*values, "float8"])
+        request("float8")
 
 
 # --- on a real GPU -----------------------------------------------------------------------------

@@ -228,14 +228,11 @@ def test_explorer_preset_fills_the_settings_form():
     assert filled["first_prior"] == 0.3                            # not in the preset: its default
     assert all(not isinstance(u, dict) or "value" not in u
                for (g, _), u in zip(form.keys, updates) if g != "ngram_trie")
-    # the form's values, as gradio would pass them, make a RunSpec with the preset's settings
-    n_dec = len(panel.decoding_form.components)
-    dec_values = [c.value for c in panel.decoding_form.components]
-    form_values = [u["value"] if g == "ngram_trie" else c.value
-                   for (g, _), u, c in zip(form.keys, updates, form.components)]
-    spec = panel.spec(["tiny-random", "ngram_trie", "", "hi", *dec_values, *form_values])
-    settings = dict(spec.drafter_values)
-    assert settings["num_draft"] == 8 and settings["size_by_cost"] is False and len(dec_values) == n_dec
+    # the form's values, as gradio would pass them (by name), make a RunRequest with the preset's settings
+    filled_values = {s: u["value"] for (g, s), u in zip(form.keys, updates) if g == "ngram_trie"}
+    request = panel.request(panel.form(model="tiny-random", drafter="ngram_trie", message="hi", **filled_values))
+    settings = dict(request.settings)
+    assert settings["num_draft"] == 8 and settings["size_by_cost"] is False and request.drafter == "ngram_trie"
     back = {s: u["value"] for (g, s), u in zip(form.keys, preset_updates(form, "ngram_trie", DEFAULTS))
             if g == "ngram_trie"}
     assert back["num_draft"] == 16 and back["insert_output"] is True
@@ -245,15 +242,15 @@ def test_explorer_preset_fills_the_settings_form():
 def test_explorer_api_accepts_a_preset(tiny_lm):
     from specviz.core.decoding import DecodingConfig
     from specviz.drafters.kit.store import DrafterStore
+    from specviz.engine.service import RunRequest
     from specviz.ui import runner
-    from specviz.ui.session import RunSpec
 
-    spec = RunSpec("tiny-random", "ngram_trie@paper", (("num_draft", 4),), DecodingConfig(max_new_tokens=5),
-                   "", "hello")
-    resolved = runner.resolve(spec)
-    assert resolved.drafter == "ngram_trie" and dict(resolved.drafter_values)["num_draft"] == 4
-    assert dict(resolved.drafter_values)["insert_output"] is False
-    trace = runner.run_to_end(spec, DrafterStore())
+    request = RunRequest("tiny-random", "ngram_trie@paper", (("num_draft", 4),), "settings",
+                         DecodingConfig(max_new_tokens=5), "hello")
+    plan = runner.prepare(request)
+    assert plan.spec.name == "ngram_trie" and dict(plan.values)["num_draft"] == 4
+    assert dict(plan.values)["insert_output"] is False
+    trace = runner.run_to_end(request, plan, DrafterStore())
     assert trace.drafter == "ngram_trie" and trace.drafter_config["num_draft"] == 4
 
 

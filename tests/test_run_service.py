@@ -16,7 +16,6 @@ from specviz.drafters.kit.choice import DrafterChoiceError
 from specviz.engine import generate, service
 from specviz.errors import ConfigError, UnknownDrafterError
 from specviz.models.prompts import build_prompt
-from specviz.ui.session import RunSpec
 
 CONTEXT = "the cat sat on the mat. the cat sat on the mat. the cat sat on the"
 
@@ -171,9 +170,9 @@ def test_a_bad_cli_choice_fails_before_the_model_loads(capsys: pytest.CaptureFix
 def test_the_explorer_runs_through_the_service(tiny_lm_tok, starts: list, validations: Counter) -> None:
     from specviz.ui import runner
 
-    spec = RunSpec("tiny-random", "ngram_trie@paper", (("num_draft", 4),), DecodingConfig(max_new_tokens=5),
-                   CONTEXT, "Repeat.")
-    trace = runner.run_to_end(spec)
+    request = service.RunRequest("tiny-random", "ngram_trie@paper", (("num_draft", 4),), "settings",
+                                 DecodingConfig(max_new_tokens=5), "Repeat.", CONTEXT)
+    trace = runner.run_to_end(request)
     assert [(r.drafter, r.settings, r.settings_source) for r in starts] == \
         [("ngram_trie@paper", (("num_draft", 4),), "settings")]
     assert trace.drafter_config["num_draft"] == 4 and validations["ngram_trie"] == 1
@@ -183,14 +182,10 @@ def test_the_explorers_generate_button_validates_once(panel: Any, starts: list, 
     from specviz.ui import run_panel
     from specviz.ui.session import Session
 
-    n_dec, n_drafter = len(panel.decoding_form.components), len(panel.drafter_form.components)
-    values = ["tiny-random", "ngram_trie", CONTEXT, "Repeat.",
-              *[5 if k == ("decoding", "max_new_tokens") else c.value
-                for c, k in zip(panel.decoding_form.components, panel.decoding_form.keys)],
-              *[c.value for c in panel.drafter_form.components]]
-    assert len(values) == 4 + n_dec + n_drafter
+    form = panel.form(model="tiny-random", drafter="ngram_trie", context=CONTEXT, message="Repeat.", max_new_tokens=5)
+    assert isinstance(panel.request(form), service.RunRequest)           # the form builds the service's request
     session = Session()
-    list(run_panel.make_stream_handler(panel)(session, *values))
+    list(run_panel.make_stream_handler(panel)(session, **form))
     assert session.trace is not None and session.trace.totals.new_tokens == 5
     assert len(starts) == 1 and validations["ngram_trie"] == 1
 

@@ -386,15 +386,21 @@ def test_acceptance_strip_has_a_cell_per_output_token(spied) -> None:
 
 
 def test_compare_strips_align_every_drafter_on_vanillas_text(oracle_trace, tiny_lm_tok) -> None:
+    from specviz.viz.strips import ROW_NAME
+
     prompt = build_prompt(tiny_lm_tok.tokenizer, "Say something.")
     vanilla = generate(tiny_lm_tok, prompt, "vanilla", None, DecodingConfig(max_new_tokens=20))
     changed = dataclasses.replace(oracle_trace, output_ids=(*oracle_trace.output_ids[:5], -1,
                                                             *oracle_trace.output_ids[6:]))
     html = viz.compare_strips_html([vanilla, oracle_trace, changed])
     n = len(vanilla.output_ids)
-    assert html.count('class="sv-col"') == n                       # a column per vanilla token
-    assert html.count("<i ") == 2 * n                                # a bar per drafter in each
+    assert html.count('class="sv-tok"') == n                       # a cell per vanilla token
+    assert html.count("<i ") == 2 * n                                # a bar per drafter under each
     assert html.count("differs from vanilla here") == n - 5              # from the changed token on
+    blocks = html.count("<table")
+    assert blocks >= 1 and html.count('scope="row"') == 3 * blocks     # each block's rows named: vanilla, both drafters
+    assert html.count(f'scope="row" style="{ROW_NAME}">oracle</th>') == 2 * blocks
+    assert "border-left:1px solid" in html                            # a rule between tokens
     assert viz.compare_strips_html([vanilla]) == ""
 
 
@@ -463,3 +469,83 @@ def test_the_cost_model_check_catches_a_busy_recording(spied) -> None:
     k = timed[0].index
     steps[k] = dataclasses.replace(steps[k], timings=dict(steps[k].timings, **{"verify.forward": 20 * per_row[forward_rows(steps[k])][-1]}))
     assert f"step {k}:" in " ".join(cost_model_disagreements(dataclasses.replace(trace, steps=tuple(steps)), cost))
+
+
+# ---- honest debugging views: what was not measured, named sources, labels that fit ----------
+
+def test_positions_never_reached_read_na_not_zero() -> None:
+    """A position no draft reached (num_tested_per_pos 0) has no rate given the earlier ones: the
+    figure and the run summary's counters say n/a there, not 0.00."""
+    from specviz.core.position_metrics import PositionCounts
+    from specviz.viz.draft_head import conditional_cells, positions_figure, vllm_counters_line
+
+    counts = PositionCounts(num_drafts=4, num_draft_tokens=12, num_accepted_tokens=3,
+                            num_accepted_tokens_per_pos=(2, 1, 0, 0), num_tested_per_pos=(4, 2, 1, 0), num_steps=4)
+    assert conditional_cells(counts) == [0.5, 0.5, 0.0, None]        # tested and none accepted: 0; never tested: n/a
+    fig = positions_figure(counts)
+    cond = fig.data[1]
+    assert list(cond.text) == ["", "", "", "n/a"] and "n/a" in cond.customdata[3][2]
+    line = vllm_counters_line(counts)
+    assert "given every earlier position accepted [0.50, 0.50, 0.00, n/a]" in line
+    assert "<br>" in fig.layout.title.text          # the long part on a line of its own: a narrow plot keeps it
+
+
+def test_the_doctors_first_table_has_a_header() -> None:
+    from types import SimpleNamespace
+
+    report = SimpleNamespace(gpu_name="", model_id="m", device="cpu", dtype="float32", attention="sdpa",
+                             torch_version="2", torch_threads=2, transformers_version="5", cpu_linear=True,
+                             peak_memory_mb=None, curve_reading="", max_new_tokens=8, checks=[], ok=True,
+                             seconds=1.0, notes=[])
+    table = viz.doctor_markdown(report).splitlines()
+    assert table[0] == "| setting | value |" and table[2] == "| model | <code>m</code> |"
+
+
+def test_a_jump_with_nowhere_to_go_says_why(oracle_trace) -> None:
+    notes = viz.jumps.jump_notes(oracle_trace)
+    assert "not compared with vanilla" in notes["divergence"] and "Compare drafters" in notes["divergence"]
+    identical = dataclasses.replace(oracle_trace, divergence={"verdict": "identical", "position": None})
+    assert "exact output" in viz.jumps.jump_notes(identical)["divergence"]
+    assert "divergence" not in viz.jumps.jump_notes(dataclasses.replace(oracle_trace, divergence={"position": 3}))
+    assert viz.step_views(oracle_trace)["jump_notes"] == notes
+
+
+def test_step_zero_says_where_its_nodes_were_copied_from() -> None:
+    """The landing run's step 0 matched text just outside the context; its nodes' label is the
+    drafter's ("context", for all of the prompt): the narrative counts where each was copied from."""
+    from specviz.ui.landing import landing_trace
+
+    trace = landing_trace()
+    text = viz.step_narrative(trace, 0)
+    src = context_sources(trace, 0)
+    inside = len(src["accepted"]) + len(src["proposed"])
+    assert "outside your context" in text and f"context {len(trace.steps[0].tree)}" in text
+    assert f"by where each node's token was copied from: {inside} in your context" in text
+    assert "elsewhere in the prompt, in the chat template or the message" in text
+
+
+def test_tree_labels_fit_the_width_they_are_drawn_at() -> None:
+    """The figure carries its full labels for the page to fit at its own width; fit_labels at a
+    wider plot cuts fewer of them, and never one that ends a row before the plot's edge."""
+    from specviz.ui.landing import landing_trace
+    from specviz.viz.tree import fit_labels
+
+    trace = landing_trace()
+    k = max(range(len(trace.steps)), key=lambda i: len(trace.steps[i].tree.leaves()))
+    fig = viz.tree_figure(trace, k)
+    fit = fig.layout.meta["fit_labels"]
+    xs = [x for t in fit["traces"] for x in fig.data[t].x]
+    ys = [y for t in fit["traces"] for y in fig.data[t].y]
+    full = [lab for labels in fit["labels"] for lab in labels]
+    lo, hi = fig.layout.xaxis.range
+    narrow, wide = (fit_labels(xs, ys, full, hi - lo, px, right=hi) for px in (300, 1400))
+    assert sum(a != b for a, b in zip(full, narrow)) > sum(a != b for a, b in zip(full, wide))
+    assert all(w == f or w.endswith("…") for w, f in zip(wide, full))
+    drawn = [t for t in fit["traces"] for t in fig.data[t].text]
+    assert drawn == [viz.markup.plot_text(x) for x in fit_labels(xs, ys, full, hi - lo, right=hi)]
+
+
+def test_bar_numbers_sit_outside_their_bars(spied) -> None:
+    trace, _ = spied
+    for fig in (viz.step_timing_figure(trace, 0), viz.phase_totals_figure(trace), viz.acceptance_figure(trace)):
+        assert fig.data[0].textposition == "outside"

@@ -2,6 +2,7 @@
 after another (rounds interleaved, after one untimed warm-up), then a table and bar charts."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
@@ -18,8 +19,10 @@ from ..viz.markup import md_code, md_text
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu
+from .progress import tracked
 from .session import Session
 from .setup_panel import SetupPanel
+from .views import MODEL_SLOT, VIEWS_EVENT, Page
 
 WARMUP_TOKENS = 4
 MAX_ROUNDS = 5              # the slider's maximum; a request through the API is held to it too
@@ -37,7 +40,7 @@ class CompareTab:
     strips: gr.HTML | None = None      # each drafter's acceptance strip, aligned on vanilla's text
 
 
-def build_compare_tab() -> CompareTab:
+def build_compare_tab(page: Page) -> CompareTab:
     base = baseline().name
     peers = [s for s in ordered() if not s.is_baseline]
     gr.Markdown(f"Runs **{base}** (plain decoding) and each selected drafter on the current model, "
@@ -52,16 +55,39 @@ def build_compare_tab() -> CompareTab:
                            info="each round runs every drafter once")
     run = gr.Button("Compare", variant="primary", elem_id="compare-btn")
     status = gr.Markdown(elem_id="compare-status")
-    table = gr.Dataframe(headers=viz.CompareRow.columns(), interactive=False, elem_id="compare-table")
+    # wrapped: every column in the tab's width (unwrapped, the last ones ran past its edge)
+    table = gr.Dataframe(headers=viz.CompareRow.columns(), interactive=False, wrap=True, elem_id="compare-table")
     plot = gr.Plot(label="Comparison")
     strips = gr.HTML(elem_id="compare-strips")
-    pick = gr.Dropdown([], label="Open a compared run in the inspector and summary", interactive=True)
-    return CompareTab(drafters, rounds, run, status, table, plot, pick, strips)
+    pick = gr.Dropdown([], label="Open a compared run in the inspector and summary", interactive=True,
+                       elem_id="compare-pick")
+    tab = CompareTab(drafters, rounds, run, status, table, plot, pick, strips)
+    cmp = run.click(tracked(make_compare_handler(page.panel), 3, "loading the model"),
+                    [page.session, drafters, rounds], [status, table, plot, pick, page.session],
+                    inputs_kwargs=page.panel.inputs, api_name="compare", **MODEL_SLOT)
+    cmp.then(render_compare_strips, page.session, strips, **VIEWS_EVENT)
+    page.show_run(pick.input(pick_compared, [page.session, pick], page.session, api_visibility="private"), "best")
+    return tab
+
+
+def noise_note(rounds: int, load: float | None = None, cores: int | None = None) -> str:
+    """A word on noise when a comparison ran one round: its tokens/s are one run each, so the
+    speedup moves with whatever else the machine did meanwhile ('' for more rounds)."""
+    if rounds > 1:
+        return ""
+    if load is None and hasattr(os, "getloadavg"):
+        load = os.getloadavg()[0]
+    cores = cores or os.cpu_count() or 1
+    busy = (f" This machine is busy (load average {load:.1f} on {cores} cores): other work took turns "
+            "with these runs." if load is not None and load > 0.5 * cores else "")
+    return (" ⚠️ One round: each tokens/s is a single run, so the speedup carries the run-to-run noise "
+            "(often ±10% on a CPU, more on a busy machine)." + busy
+            + " Raise Rounds for a median over interleaved runs.")
 
 
 def make_compare_handler(panel: SetupPanel):
     @gpu
-    def compare(session: Session, chosen: list[str], rounds: float, *values: Any
+    def compare(session: Session, chosen: list[str], rounds: float, **form: Any
                 ) -> Iterator[tuple[Any, Any, Any, Any, Session]]:
         session = session if isinstance(session, Session) else Session()
         session.stop_requested = False
@@ -70,12 +96,11 @@ def make_compare_handler(panel: SetupPanel):
         with shown_to_user():
             if whole_number(rounds, 1, MAX_ROUNDS) is None:
                 raise ConfigError("rounds", f"must be a whole number from 1 to {MAX_ROUNDS}, got {str(rounds)[:20]}")
-            base = panel.spec(values)
-            specs = {n: base.with_drafter(n, panel.drafter_form.values(n, values[4 + len(panel.decoding_form.components):]))
-                     for n in names}
-            prepared = {n: runner.prepare(specs[n]) for n in names}   # each checked once, before any load
+            base = panel.request(form)
+            requests = {n: replace(base, drafter=n, settings=panel.settings_of(n, form)) for n in names}
+            plans = {n: runner.prepare(requests[n]) for n in names}   # each checked once, before any load
             yield f"… loading {md_code(base.model_id)} and warming up...", gr.skip(), gr.skip(), gr.skip(), session
-            runner.run_to_end(replace(base.with_drafter(base_name, {}),             # untimed warm-up
+            runner.run_to_end(replace(base, drafter=base_name, settings=(),             # untimed warm-up
                                       decoding=DecodingConfig(max_new_tokens=WARMUP_TOKENS)))
             runs: dict[str, list[Trace]] = {n: [] for n in names}
             total = int(rounds) * len(names)
@@ -87,8 +112,8 @@ def make_compare_handler(panel: SetupPanel):
                     yield (f"… round {r + 1}: running {md_code(n)} ({done + 1}/{total})...", gr.skip(), gr.skip(),
                            gr.skip(), session)
                     # a drafter that replays the baseline's output gets this round's (run first: names[0])
-                    reference = runs[base_name][-1].output_ids if prepared[n].drafter.wants_reference else None
-                    runs[n].append(runner.run_to_end(prepared[n], session.drafter_store, reference))
+                    reference = runs[base_name][-1].output_ids if plans[n].wants_reference else None
+                    runs[n].append(runner.run_to_end(requests[n], plans[n], session.drafter_store, reference))
         done_runs = [runs[n] for n in names if runs[n]]
         if not done_runs or not runs[base_name]:
             yield (f"■ stopped before {md_code(base_name)} finished: nothing to compare.", gr.skip(), gr.skip(),
@@ -103,8 +128,8 @@ def make_compare_handler(panel: SetupPanel):
         note = (f"✓ {k} round(s) on {md_code(ref.model_id)} ({md_text(ref.device)}, {md_text(ref.dtype)}), "
                 f"{ref.totals.new_tokens} {md_text(base_name)} tokens, one warm-up excluded."
                 + (" Stopped early." if session.stop_requested else "")
-                + viz.divergence_notes(done_runs))
-        yield (note, [r.cells() for r in rows], viz.compare_figure(rows),
+                + viz.divergence_notes(done_runs) + noise_note(k))
+        yield (note, viz.CompareRow.table(rows), viz.compare_figure(rows),
                gr.update(choices=list(session.compared), value=None), session)
 
     return compare

@@ -1,11 +1,15 @@
-"""The "Inspect a step" tab: step slider, previous / next (also the ← → keys, keyboard.py),
-Play at a chosen speed, buttons (and keys) that jump to the steps worth finding, the draft
-tree with "what happened at this step" in words beside it, the attention mask, where the
-draft came from, and the timing breakdown.
+"""The "Inspect a step" tab: step slider, previous / next (also the ← → keys), Play at a chosen
+speed, buttons (and keys) that jump to the steps worth finding, the draft tree with "what
+happened at this step" in words beside it, the attention mask, where the draft came from, and
+the timing breakdown.
 
-The server renders a step only when a run is made or a trace loaded (`render_step`), and sends
-every step's views with it (`views`, viz.step_views); moving between steps then runs in the
-browser (`wire_browser_stepping`, static/explorer.js) without a request."""
+The server never draws a step for the page: when a run is made or a trace loaded it sends every
+step's views once (`viz.step_views`, in the hidden `views` component, registered with the page's
+run views, views.py), and the browser draws the step the page opens on and every step after it
+(`window.specviz`, static/explorer.js) without a request. The step's views are named in one
+place, viz.step_views.STEP_VIEWS; PLACES below gives each name its component here (its element
+id and what it shows without a run), and the browser reads both (`browser_config`). A new view
+of a step: its entry in STEP_VIEWS, its place in PLACES, its component in `build_inspector`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,13 +17,42 @@ from typing import Any
 
 import gradio as gr
 
-from .. import viz
 from ..core.trace import Trace
-from .keyboard import JUMPS, NEXT_ID, PLAY_ID, PREV_ID, SLIDER_ID
+from ..viz import jump_targets
+from ..viz.step_views import STEP_VIEWS, step_views
+from .views import BROWSER, Page
 
 EMPTY_NOTE = "*Generate, step, or load a trace to inspect its steps.*"
 EMPTY_NARRATIVE = "*What happened at each step, in words, appears here.*"
 PLAY, PAUSE = "▶ Play", "⏸ Pause"
+SPEEDS = [0.5, 1, 2, 3, 5, 10]            # Play's speeds, steps a second
+PREV_ID, NEXT_ID, SLIDER_ID, PLAY_ID, SPEED_ID, VIEWS_ID, NOTE_ID = (
+    "step-prev", "step-next", "step-slider", "play-btn", "play-speed", "step-views", "jump-note")
+# jump: (key, button id, button label)
+JUMPS = {
+    "rejections": ("r", "jump-rejection", "Next rejection at depth 1"),
+    "longest": ("a", "jump-longest", "Longest accepted"),
+    "widest": ("w", "jump-widest", "Widest tree"),
+    "slowest": ("s", "jump-slowest", "Slowest step"),
+    "divergence": ("d", "jump-divergence", "First divergence"),
+}
+# each step view's place on the page: (element id, what it shows without a run)
+PLACES: dict[str, tuple[str, Any]] = {
+    "md": ("step-details", EMPTY_NOTE), "tree": ("tree-plot", None), "narrative": ("step-narrative", EMPTY_NARRATIVE),
+    "mask": ("mask-plot", None), "context": ("context-sources", ""), "timing": ("step-timing-plot", None),
+}
+
+
+def browser_config() -> dict[str, Any]:
+    """What explorer.js needs to know of the page: the step views in their order (name, kind,
+    element id, empty value), the controls' ids, the jump keys and the Play labels."""
+    missing = [v.name for v in STEP_VIEWS if v.name not in PLACES]
+    if missing:
+        raise ValueError(f"step views without a place in the inspector: {missing}")
+    return {"views": [{"name": v.name, "kind": v.kind, "id": PLACES[v.name][0], "empty": PLACES[v.name][1]}
+                      for v in STEP_VIEWS],
+            "slider": SLIDER_ID, "prev": PREV_ID, "next": NEXT_ID, "play": PLAY_ID,
+            "jumps": {key: elem for key, elem, _ in JUMPS.values()}, "play_label": PLAY, "pause_label": PAUSE}
 
 
 @dataclass
@@ -28,72 +61,86 @@ class Inspector:
     prev: gr.Button
     next: gr.Button
     play: gr.Button
-    speed: gr.Slider
-    step_md: gr.Markdown
-    tree_plot: gr.Plot
-    narrative: gr.Markdown
-    mask_plot: gr.Plot
-    timing_plot: gr.Plot
-    context_html: gr.HTML
+    speed: gr.Dropdown
+    parts: dict[str, Any]              # STEP_VIEWS' names -> their components
+    note: gr.Markdown                  # why a jump went nowhere
     jumps: dict[str, gr.Button]        # JUMPS' keys -> the jump buttons
     views: gr.JSON                     # every step's views (viz.step_views), hidden
 
     @property
     def outputs(self) -> list[Any]:
-        return [self.slider, self.step_md, self.tree_plot, self.mask_plot, self.timing_plot, self.context_html,
-                self.narrative]
+        """What the browser's step events fill, in explorer.js's order: the slider, each step
+        view (STEP_VIEWS' order), the jump note."""
+        return [self.slider, *(self.parts[v.name] for v in STEP_VIEWS), self.note]
 
 
-def build_inspector() -> Inspector:
-    with gr.Row(equal_height=True):
-        prev = gr.Button("◀ Previous", size="sm", scale=0, min_width=110, elem_id=PREV_ID)
+def build_inspector(page: Page) -> Inspector:
+    with gr.Row(equal_height=True, elem_id="step-row"):
+        prev = gr.Button("◀ Previous", size="sm", scale=0, min_width=100, elem_id=PREV_ID)
         slider = gr.Slider(0, 1, value=0, step=1, label="Step (← → keys step too)", interactive=True, scale=8,
-                           elem_id=SLIDER_ID)
-        nxt = gr.Button("Next ▶", size="sm", scale=0, min_width=110, elem_id=NEXT_ID)
-        play = gr.Button(PLAY, size="sm", scale=0, min_width=110, elem_id=PLAY_ID)
-        speed = gr.Slider(0.5, 10, value=1, step=0.5, label="Play speed (steps/s)", scale=2,
-                          elem_id="play-speed")
-    with gr.Row(elem_id="jump-row"):
-        jumps = {kind: gr.Button(f"{label} ({key})", size="sm", elem_id=elem)
+                           min_width=160, elem_id=SLIDER_ID)
+        nxt = gr.Button("Next ▶", size="sm", scale=0, min_width=90, elem_id=NEXT_ID)
+        play = gr.Button(PLAY, size="sm", scale=0, min_width=90, elem_id=PLAY_ID)
+        # a list, not a slider: a slider's number box this narrow cut "10" to "1"
+        speed = gr.Dropdown(SPEEDS, value=1, label="steps/s", scale=0, min_width=90, elem_id=SPEED_ID)
+    with gr.Row(elem_id="jump-row", equal_height=True):
+        jumps = {kind: gr.Button(f"{label} ({key})", size="sm", elem_id=elem, min_width=120)
                  for kind, (key, elem, label) in JUMPS.items()}
-    views = gr.JSON(None, visible=False, elem_id="step-views")
-    step_md = gr.Markdown(EMPTY_NOTE, elem_id="step-details")
+    note = gr.Markdown("", elem_id=NOTE_ID)
+    views = gr.JSON(None, visible=False, elem_id=VIEWS_ID)
+    parts: dict[str, Any] = {}
     with gr.Row():
-        with gr.Column(scale=3):
-            tree_plot = gr.Plot(label="Draft tree", elem_id="tree-plot")
-        with gr.Column(scale=2):
-            narrative = gr.Markdown(EMPTY_NARRATIVE, elem_id="step-narrative", container=True)
+        with gr.Column(scale=3, min_width=340):
+            # the figures' titles say what they are: no label over them (it took 60 px of each)
+            parts["tree"] = gr.Plot(label="Draft tree", show_label=False, elem_id=PLACES["tree"][0])
+        with gr.Column(scale=2, min_width=280):
+            parts["md"] = gr.Markdown(EMPTY_NOTE, elem_id=PLACES["md"][0])      # the step's numbers
+            parts["narrative"] = gr.Markdown(EMPTY_NARRATIVE, elem_id=PLACES["narrative"][0], container=True)
     with gr.Row():
-        mask_plot = gr.Plot(label="Tree-attention mask", elem_id="mask-plot")
-        with gr.Column():
+        with gr.Column(scale=3, min_width=340):
+            parts["mask"] = gr.Plot(label="Tree-attention mask", show_label=False, elem_id=PLACES["mask"][0])
+        with gr.Column(scale=2, min_width=280):
             gr.Markdown("**Where the draft came from** (in the context)")
-            context_html = gr.HTML(elem_id="context-sources")
-    timing_plot = gr.Plot(label="Time by phase", elem_id="step-timing-plot")
-    return Inspector(slider, prev, nxt, play, speed, step_md, tree_plot, narrative, mask_plot,
-                     timing_plot, context_html, jumps, views)
+            parts["context"] = gr.HTML(elem_id=PLACES["context"][0])
+    parts["timing"] = gr.Plot(label="Time by phase", show_label=False, elem_id=PLACES["timing"][0])
+    inspector = Inspector(slider, prev, nxt, play, speed, parts, note, jumps, views)
+    _register(page, inspector)
+    wire_browser_stepping(inspector)
+    return inspector
 
 
-EMPTY_VALUES = [0, EMPTY_NOTE, None, None, None, "", EMPTY_NARRATIVE]   # the browser's, without a run
+def _register(page: Page, inspector: Inspector) -> None:
+    """The inspector's run views: the slider and the step views are drawn by the server; the
+    step itself by the browser, after they arrive (explorer.js: `opened`)."""
+    last = lambda trace: max(1, len(trace.steps) - 1)                       # noqa: E731
+    page.views.add("inspector.slider", inspector.slider, empty=gr.update(value=0, maximum=1),
+                   draw=lambda trace, k: gr.update(value=clamp(trace, k), maximum=last(trace)))
+    page.views.add("inspector.views", inspector.views, draw=lambda trace, k: step_views(trace), empty=None)
+    for v in STEP_VIEWS:
+        page.views.add(f"inspector.{v.name}", inspector.parts[v.name], empty=PLACES[v.name][1],
+                       note=(v.name == "md"))
+    page.views.add("inspector.note", inspector.note, empty="")
+    page.views.after_drawn("(k, b) => window.specviz.opened(k, b)", [inspector.slider, inspector.views],
+                           inspector.outputs)
 
 
 def wire_browser_stepping(inspector: Inspector) -> None:
     """Slider, Previous / Next, the jumps and Play as browser-only events (`js=`, no Python
     function): each returns the inspector's outputs for its step from `inspector.views`."""
     out, views = inspector.outputs, inspector.views
-    browser = dict(fn=None, queue=False, api_visibility="private", show_progress="hidden")
     inspector.slider.input(inputs=[inspector.slider, views], outputs=out, js="(k, b) => window.specviz.show(k, b)",
-                           **browser)
+                           **BROWSER)
     inspector.prev.click(inputs=[inspector.slider, views], outputs=out,
-                         js="(k, b) => window.specviz.show((+k || 0) - 1, b)", **browser)
+                         js="(k, b) => window.specviz.show((+k || 0) - 1, b)", **BROWSER)
     inspector.next.click(inputs=[inspector.slider, views], outputs=out,
-                         js="(k, b) => window.specviz.show((+k || 0) + 1, b)", **browser)
+                         js="(k, b) => window.specviz.show((+k || 0) + 1, b)", **BROWSER)
     for kind, button in inspector.jumps.items():
         button.click(inputs=[inspector.slider, views], outputs=out,
-                     js=f"(k, b) => window.specviz.jump({kind!r}, k, b)", **browser)
+                     js=f"(k, b) => window.specviz.jump({kind!r}, k, b)", **BROWSER)
     inspector.play.click(inputs=[inspector.slider, views], outputs=[inspector.play, *out],
-                         js="(k, b) => window.specviz.togglePlay(k, b)", **browser)
+                         js="(k, b) => window.specviz.togglePlay(k, b)", **BROWSER)
     inspector.speed.change(inputs=inspector.speed, outputs=None, js="(v) => window.specviz.setSpeed(v)",
-                           **browser)
+                           **BROWSER)
 
 
 def clamp(trace: Trace | None, k: Any) -> int:
@@ -102,23 +149,6 @@ def clamp(trace: Trace | None, k: Any) -> int:
     return max(0, min(len(trace.steps) - 1, int(k or 0)))
 
 
-def render_step(trace: Trace | None, k: int, move_slider: bool = True) -> list[Any]:
-    """Values for Inspector.outputs. `move_slider=False` leaves the slider's value alone (when
-    the slider itself asked: a late answer must not pull it back from where it has moved on)."""
-    if trace is None or not trace.steps:
-        return [gr.update(value=0, maximum=1), EMPTY_NOTE, None, None, None, "", EMPTY_NARRATIVE]
-    k = clamp(trace, k)
-    last = max(1, len(trace.steps) - 1)
-    return [gr.update(value=k, maximum=last) if move_slider else gr.update(maximum=last),
-            viz.step_markdown(trace, k), viz.tree_figure(trace, k), viz.mask_figure(trace, k),
-            viz.step_timing_figure(trace, k), viz.context_highlight_html(trace, k), viz.step_narrative(trace, k)]
-
-
 def most_accepted_step(trace: Trace) -> int:
     """The first step with the longest accepted draft: a good first thing to look at."""
-    return max(range(len(trace.steps)), key=lambda i: (len(trace.steps[i].accepted), -i), default=0)
-
-
-def views(trace: Trace | None) -> Any:
-    """The hidden views component's value: every step's views (None without a run)."""
-    return viz.step_views(trace)
+    return int(jump_targets(trace)["longest"] or 0) if trace.steps else 0

@@ -1,15 +1,23 @@
-"""The page: set-up on the left, input and run on the right, then the tabs that read the
-session's Trace (inspect a step, run summary, compare drafters, export / replay).
+"""The page: the set-up and the input on the left; the run (Generate, Step, the output) and the
+tabs that read the session's Trace on the right (inspect a step, run summary, compare drafters,
+export / replay, ...), so the recorded run's step view is in the first screen. On a narrow
+screen the columns stack, the run first.
 
-Concurrency: every event that runs the model shares one queue slot (concurrency_id "model",
-limit 1), so two users' runs never interleave on the shared model; views and Stop run beside
-it; the Server metrics tab, which may wait on another server, has its own queue ("network").
-Each browser tab has its own Session in gr.State.
+Adding a tab: a builder `build_x(page: views.Page) -> handles` that lays out the tab and wires
+its own events, and one line in TABS. A tab that shows the session's run registers each of its
+outputs with `page.views` (views.RunViews: a name, a component, how it is drawn from a trace,
+what it shows without one); Generate, Step, Reset, a replay and a compared run then clear and
+draw it with every other view, and the landing run's value is drawn once per process.
+
+Concurrency: every event that runs the model shares one queue slot (views.MODEL_SLOT), so two
+users' runs never interleave on the shared model; views and Stop run beside it; the Server
+metrics tab, which may wait on another server, has its own queue ("network"). Each browser
+tab has its own Session in gr.State.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # runs offline; no usage pings
 
@@ -17,45 +25,63 @@ import gradio as gr  # noqa: E402
 
 from .. import viz  # noqa: E402
 from ..drafters import default  # noqa: E402
+from ..engine.service import RunRequest  # noqa: E402
 from ..files.user_files import loads_json  # noqa: E402
+from ..viz.markup import md_code  # noqa: E402
 from . import runner  # noqa: E402
-from .compare_tab import build_compare_tab, make_compare_handler, pick_compared, render_compare_strips  # noqa: E402
+from .compare_tab import build_compare_tab  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
+from .inspector import browser_config, build_inspector, clamp, most_accepted_step  # noqa: E402
+from .landing import landing_note, landing_views, new_landing_session, opening, opening_text  # noqa: E402
 from .load_tab import build_load_tab  # noqa: E402
-from .machine_tab import build_machine_tab, make_doctor_handler  # noqa: E402
-from .inspector import (EMPTY_VALUES, PAUSE, PLAY, build_inspector, clamp, most_accepted_step, render_step,  # noqa: E402
-                        views as step_views, wire_browser_stepping)  # noqa: E402
-from .keyboard import head  # noqa: E402
-from .landing import landing_note, landing_step, new_landing_session  # noqa: E402
-from .progress import tracked  # noqa: E402
+from .machine_tab import build_machine_tab  # noqa: E402
+from .page_head import head  # noqa: E402
 from .presets import load_presets  # noqa: E402
-from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E402
-from .results_tab import build_results_tab, render_results  # noqa: E402
-from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
-from .session import RunSpec, Session, close_session  # noqa: E402
-from .server_metrics_tab import CONCURRENCY as METRICS_CONCURRENCY  # noqa: E402
-from .server_metrics_tab import build_server_metrics_tab, draw_server_metrics  # noqa: E402
-from .setup_panel import build_setup_panel  # noqa: E402
-from .summary_tab import build_summary, render_summary  # noqa: E402
-from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
-
+from .progress import tracked  # noqa: E402
+from .replay_tab import build_replay_tab  # noqa: E402
+from .results_tab import build_results_tab  # noqa: E402
 from .retrieval_tab import build_retrieval_tab  # noqa: E402
+from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
+from .server_metrics_tab import build_server_metrics_tab  # noqa: E402
+from .session import Session, close_session  # noqa: E402
+from .setup_panel import SETTINGS_SOURCE, build_setup_panel  # noqa: E402
+from .summary_tab import build_summary  # noqa: E402
+from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
+from .views import MODEL_SLOT, VIEWS_EVENT, Page, RunViews  # noqa: E402
 
 CSS = """
 .gradio-container {max-width: 1500px !important}
 #counters p {font-size: 1.02em}
 #step-narrative {font-size: 0.95em}
+#output-html {max-height: 10.5em; overflow-y: auto !important}
+#intro h1 {font-size: 1.6em; margin-bottom: 0.2em}
+/* the views' tab titles: tighter, so that all of them fit on one line beside the set-up */
+#view-tabs .tab-container > button {padding-left: 7px !important; padding-right: 7px !important; font-size: 0.94em}
+/* the compare table's headers wrap between words, not inside them */
+#compare-table th, #compare-table td {word-break: normal !important; overflow-wrap: normal !important}
+/* rows of figures go to the next line rather than squeeze (their min_width) */
+.sv-wrap-row {flex-wrap: wrap !important}
+/* stacked on a narrow screen: the run and its views first, the set-up under them */
+@media (max-width: 960px) { #run-column {order: -1} }
 """ + viz.theme_css()          # token colours for the light and the dark theme
 LAUNCH_OPTIONS: dict[str, Any] = {"theme": gr.themes.Soft(primary_hue="blue"), "css": CSS,
-                                  "head": head(EMPTY_VALUES, PLAY, PAUSE), "max_file_size": UPLOAD_LIMIT}
+                                  "head": head(browser_config()), "max_file_size": UPLOAD_LIMIT}
 
 INTRO = """# specviz: speculative decoding, step by step
-A cheap **drafter** guesses the next tokens (a chain or a tree); the model checks all guesses in
-**one** forward pass, keeps the longest run it agrees with and adds one token of its own (the
-**bonus** token). Output tokens below are coloured by how they came; the tabs underneath show each
-step's draft tree, the attention mask the model was given, and where the time went."""
+A cheap **drafter** guesses the next tokens (a chain or a tree); the model checks every guess in **one**
+forward pass, keeps the longest run it agrees with and adds one token of its own (the **bonus** token)."""
 
+# the tabs under the run, in order: (title, builder); see the module's doc to add one (a builder
+# that needs nothing of the page, e.g. one that reads uploads only, takes it and leaves it)
+TABS: tuple[tuple[str, Callable[[Page], Any]], ...] = (
+    ("Inspect a step", build_inspector), ("Run summary", build_summary), ("Compare drafters", build_compare_tab),
+    ("Export / replay", build_replay_tab), ("Benchmark results", build_results_tab), ("Machine", build_machine_tab),
+    ("Server metrics", build_server_metrics_tab),
+    ("Under load", lambda page: build_load_tab()),      # speedup by batch size, predicted (wires itself)
+)
+GENERATING = "*⏳ Generating: this run's views appear here when it is done.*"
+RESET = "*Teaching run reset: Step ▶ starts again from the prompt, Generate runs it all.*"
 
 DEFAULT_DRAFTER = default().name          # the API's default drafter (the registry's is_default)
 
@@ -74,110 +100,108 @@ def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, messag
         if not isinstance(settings, dict):
             raise gr.Error("settings_json: must be a JSON object of drafter settings", print_exception=False)
         decoding = runner.decoding_of({"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed})
-        spec = RunSpec(model or "", drafter or "", tuple(settings.items()), decoding, context or "", message or "")
-        return runner.run_to_end(spec).to_json()
+        request = RunRequest(model_id=model or "embedded", drafter=drafter or "", settings=tuple(settings.items()),
+                             settings_source=SETTINGS_SOURCE, decoding=decoding, message=message or "",
+                             context=context or "")
+        return runner.run_to_end(request).to_json()
 
 
-def _tab(title: str, build: Callable[[], Any]) -> Any:
-    """A tab titled `title` holding what build() lays out; returns build()'s handles."""
-    with gr.Tab(title):
-        return build()
+def building_note(trace: Any) -> str:
+    steps = len(trace.steps) if trace is not None else 0
+    return f"*⏳ Building this run's views ({steps} steps: every step's tree, mask and timing)...*"
 
 
 def build_demo() -> gr.Blocks:
     """The explorer page; loads no model (the first run does). It opens on a recorded trace
-    (landing.py)."""
+    (landing.py), with the set-up and the input as that run had them."""
     presets = load_presets()
+    context_text, message_text = opening_text()
+    views = RunViews()
     with gr.Blocks(title="specviz explorer") as demo:
         session = gr.State(new_landing_session, delete_callback=close_session)
-        gr.Markdown(INTRO)
-        with gr.Row():
-            with gr.Column(scale=1, min_width=320):
-                panel = build_setup_panel()
-            with gr.Column(scale=2):
+        gr.Markdown(INTRO, elem_id="intro")
+        with gr.Row(elem_id="main-row"):
+            with gr.Column(scale=1, min_width=300, elem_id="setup-column"):
+                panel = build_setup_panel(opening())
                 with gr.Tabs():
                     with gr.Tab("Input"):
-                        context = gr.Textbox(label="Context (optional)", lines=7, max_lines=14, elem_id="context",
-                                             placeholder="A document to summarise, passages to answer from, code to edit...")
-                        files = gr.File(label=f"...or upload .txt / .md files (max {CONTEXT_LIMIT_BYTES // 1_000_000} MB each)",
-                                        file_types=[".txt", ".md"], file_count="multiple", height=120)
-                        message = gr.Textbox(label="Message", lines=2, elem_id="message",
+                        context = gr.Textbox(context_text, label="Context (optional)", lines=5, max_lines=12,
+                                             elem_id="context", placeholder="A document to summarise, passages "
+                                                                            "to answer from, code to edit...")
+                        files = gr.File(label=f"...or upload .txt / .md (≤ {CONTEXT_LIMIT_BYTES // 1_000_000} MB each)",
+                                        file_types=[".txt", ".md"], file_count="multiple", height=170, elem_id="context-files")
+                        message = gr.Textbox(message_text, label="Message", lines=2, elem_id="message",
                                              placeholder="Summarise the text above.")
                     with gr.Tab("Retrieve"):
                         build_retrieval_tab(context, message)
                 panel.context, panel.message = context, message
-                max_new = panel.decoding_form.components[panel.decoding_form.keys.index(("decoding", "max_new_tokens"))]
+                max_new = panel.decoding_form.named["decoding__max_new_tokens"]
                 if presets:
                     gr.Examples([[p.context, p.message, p.max_new_tokens] for p in presets],
                                 inputs=[context, message, max_new], example_labels=[p.name for p in presets],
                                 label="Worked examples")
+            with gr.Column(scale=3, min_width=560, elem_id="run-column"):
                 run = build_run_panel()
-        with gr.Tabs():                                       # one tab per view: its title, its builder
-            tabs = [_tab(title, build) for title, build in (
-                ("Inspect a step", build_inspector), ("Run summary", build_summary),
-                ("Compare drafters", build_compare_tab), ("Export / replay", build_replay_tab),
-                ("Benchmark results", build_results_tab), ("Machine", build_machine_tab))]
-            server_metrics = _tab("Server metrics", build_server_metrics_tab)    # a vLLM / SGLang server's
-            _tab("Under load", build_load_tab)          # speedup by batch size, predicted (wires itself)
-        inspector, summary, compare, replay, results, machine = tabs
 
-        # ---- views: everything below the run reads session.trace ------------------------------
-        # the server renders the step a run opens on and sends every step's views with it
-        # (inspector.views); moving between steps then runs in the browser (explorer.js)
-        step_outputs = [*inspector.outputs, run.output]
-        all_outputs = [*step_outputs, *summary.outputs, replay.download, inspector.views, run.strip]
+                def show_run(event: Any, where: str, keep: tuple[Any, ...] = (), success: bool = False) -> Any:
+                    """Chain drawing the session's run after `event`: "building" at once (every view but
+                    those in `keep`, which `event` set for this run itself: Generate's output and
+                    counters), then the views; then the browser draws the step (views.after_drawn)."""
+                    def draw(s: Session) -> Iterator[dict[Any, Any]]:
+                        trace = s.trace if isinstance(s, Session) else None
+                        if trace is None or not trace.steps:
+                            yield views.cleared(keep=keep)
+                            return
+                        yield views.cleared(building_note(trace), keep=keep)
+                        k = {"last": len(trace.steps) - 1}.get(where, most_accepted_step(trace))
+                        yield views.by_component({n: v for n, v in views.values(trace, clamp(trace, k)).items()
+                                                  if views.component(n) not in keep})
 
-        def show_step(s: Session, k: Any, move_slider: bool = True) -> list[Any]:
+                    dep = (event.success if success else event.then)(draw, session, views.outputs, **VIEWS_EVENT)
+                    for redraw in views.redraws:
+                        dep = dep.then(**redraw, queue=False, api_visibility="private", show_progress="hidden")
+                    return dep
+
+                page = Page(session, panel, views, lambda event, where: show_run(event, where, success=True))
+                views.add("run.output", run.output, empty=viz.output_html([]),
+                          draw=lambda trace, k: viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)))
+                views.add("run.strip", run.strip, empty="", draw=lambda trace, k: viz.acceptance_strip_html(trace))
+                views.add("run.counters", run.counters, empty="",
+                          draw=lambda trace, k: viz.counters_markdown(
+                              trace.steps, None, f"Showing a run of {md_code(trace.drafter)} on {md_code(trace.model_id)}:"))
+                with gr.Tabs(elem_id="view-tabs", overflow_behavior="wrap"):     # every title in sight
+                    for title, build in TABS:
+                        with gr.Tab(title):
+                            build(page)
+
+        # ---- the landing run: shown before anything runs, its views drawn once per process -----
+        def show_landing(s: Session) -> dict[Any, Any]:
             trace = s.trace if isinstance(s, Session) else None
-            k = clamp(trace, k)
-            html = viz.output_html(viz.output_spans(trace.steps, trace.output_pieces), highlight_step=k) \
-                if trace is not None else gr.skip()
-            return [*render_step(trace, k, move_slider), html]
+            if trace is None or not trace.steps:
+                return {**views.cleared(), run.counters: landing_note(None)}
+            return {**views.by_component(landing_views(views)), run.counters: landing_note(trace)}
 
-        def show_run(s: Session, where: str) -> list[Any]:
-            trace = s.trace if isinstance(s, Session) else None
-            k = 0
-            if trace is not None and trace.steps:
-                if where == "last":
-                    k = len(trace.steps) - 1
-                elif where == "landing":
-                    k = landing_step(trace)
-                else:
-                    k = most_accepted_step(trace)
-            return [*show_step(s, k), *render_summary(trace), write_trace(trace), step_views(trace),
-                    viz.acceptance_strip_html(trace)]
-
-        views = dict(concurrency_limit=8, concurrency_id="views", api_visibility="private")
-        first, last = gr.State("best"), gr.State("last")
-        wire_browser_stepping(inspector)      # slider, ← →, Previous / Next, jumps, Play: no round trip
-
-        # ---- the landing trace: shown before anything runs --------------------------------------
-        def show_landing(s: Session) -> list[Any]:
-            trace = s.trace if isinstance(s, Session) else None
-            return [*show_run(s, "landing"), landing_note(trace)]
-
-        demo.load(show_landing, session, [*all_outputs, run.counters], **views)
+        dep = demo.load(show_landing, session, views.outputs, **VIEWS_EVENT)
+        for redraw in views.redraws:
+            dep.then(**redraw, queue=False, api_visibility="private", show_progress="hidden")
 
         # ---- runs: one at a time on the shared model ------------------------------------------
-        model_slot = dict(concurrency_limit=1, concurrency_id="model")
-        inputs = [session, *panel.inputs]
-        gen = run.generate.click(tracked(make_stream_handler(panel), 1, "loading the model"), inputs, [run.output, run.counters, session],
-                                 api_name="generate", **model_slot)
-        gen.then(show_run, [session, first], all_outputs, **views)
+        inputs = dict(inputs=[session], inputs_kwargs=panel.inputs)
+        clear_for_run = dict(fn=lambda: views.cleared(GENERATING, keep=(run.output, run.counters)), inputs=None,
+                             outputs=views.outputs, queue=False, api_visibility="private", show_progress="hidden")
+        run.generate.click(**clear_for_run)
+        gen = run.generate.click(tracked(make_stream_handler(panel), 1, "loading the model"),
+                                 outputs=[run.output, run.counters, session], api_name="generate", **inputs,
+                                 **MODEL_SLOT)
+        show_run(gen, "best", keep=(run.output, run.counters))
         run.stop.click(request_stop, session, None, concurrency_limit=None, api_visibility="private")
-        teach = run.step.click(tracked(make_teach_handler(panel), 1, "loading the model"), inputs, [run.output, run.counters, session],
-                               api_name="teach_step", **model_slot)
-        teach.success(show_run, [session, last], all_outputs, **views)
-        run.reset.click(teach_reset, session, [run.output, run.counters, session], api_visibility="private")
-
-        cmp = compare.run.click(tracked(make_compare_handler(panel), 3, "loading the model"), [session, compare.drafters, compare.rounds, *panel.inputs],
-                                [compare.status, compare.table, compare.plot, compare.pick, session],
-                                api_name="compare", **model_slot)
-        cmp.then(render_compare_strips, session, compare.strips, **views)
-        machine.run.click(make_doctor_handler(panel), [panel.model, panel.dtype], [machine.report, machine.plot],
-                          api_visibility="private", **model_slot)
-        compare.pick.input(pick_compared, [session, compare.pick], session, api_visibility="private") \
-            .then(show_run, [session, first], all_outputs, **views)
+        teach = run.step.click(tracked(make_teach_handler(panel), 1, "loading the model"),
+                               outputs=[run.output, run.counters, session], api_name="teach_step", **inputs,
+                               **MODEL_SLOT)
+        show_run(teach, "last", keep=(run.output, run.counters), success=True)
+        run.reset.click(teach_reset, session, [run.output, run.counters, session], api_visibility="private") \
+            .then(lambda: views.cleared(RESET, keep=(run.output, run.counters)), None, views.outputs,
+                  queue=False, api_visibility="private")
 
         # ---- uploads ---------------------------------------------------------------------------
         def fill_context(paths: list[str] | None) -> Any:
@@ -187,18 +211,7 @@ def build_demo() -> gr.Blocks:
                 return read_context_files(paths)
 
         files.upload(fill_context, files, context, api_visibility="private")
-        replay.upload.upload(load_uploaded, [session, replay.upload], session, api_visibility="private") \
-            .success(show_run, [session, first], all_outputs, **views)
-
-        results.shipped.input(render_results, results.shipped, results.outputs, **views)
-        results.upload.upload(render_results, results.upload, results.outputs, **views)
-
-        # a URL waits on another server: its own queue, never the one every visitor's event shares
-        server_metrics.draw.click(draw_server_metrics, [session, server_metrics.upload, server_metrics.url,
-                                                        server_metrics.spec_tokens],
-                                  [server_metrics.summary, server_metrics.plot], api_visibility="private",
-                                  concurrency_limit=METRICS_CONCURRENCY, concurrency_id="network")
-
         gr.api(gpu(api_trace), api_name="trace", concurrency_limit=1, concurrency_id="model")
     demo.queue(default_concurrency_limit=1)
+    demo.run_views = views                  # type: ignore[attr-defined]  # for landing.warm_landing
     return demo

@@ -15,6 +15,7 @@ from .web_policy import check_model
 from .errors import shown_to_user
 from .gpu import gpu
 from .setup_panel import SetupPanel
+from .views import MODEL_SLOT, Page
 
 
 @dataclass
@@ -24,7 +25,7 @@ class MachineTab:
     plot: gr.Plot
 
 
-def build_machine_tab() -> MachineTab:
+def build_machine_tab(page: Page) -> MachineTab:
     gr.Markdown("What this machine runs and how fast: the device, dtype and attention kernel, the cost "
                 "of one target forward for 1 to 64 rows (what a draft tree costs to verify) against the "
                 "cost model calibrated once per model, and each of "
@@ -34,7 +35,9 @@ def build_machine_tab() -> MachineTab:
                 "About a minute on a CPU; `specviz doctor` prints the same.")
     run = gr.Button("Run the doctor", elem_id="doctor-btn")
     report = gr.Markdown(elem_id="doctor-report")
-    plot = gr.Plot(label="Forward cost")
+    plot = gr.Plot(label="Forward cost", elem_id="doctor-plot")
+    run.click(make_doctor_handler(page.panel), [page.panel.model, page.panel.dtype], [report, plot],
+              api_visibility="private", **MODEL_SLOT)
     return MachineTab(run, report, plot)
 
 

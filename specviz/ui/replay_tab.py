@@ -14,6 +14,7 @@ from ..core.trace import Trace
 from ..viz.markup import toast_text
 from .errors import shown_to_user
 from .session import Session
+from .views import Page
 from .uploads import TRACE_LIMIT_BYTES, read_trace_file
 
 TRACE_DIR = Path(tempfile.gettempdir()) / "specviz-traces"
@@ -25,7 +26,7 @@ class ReplayTab:
     upload: gr.File
 
 
-def build_replay_tab() -> ReplayTab:
+def build_replay_tab(page: Page) -> ReplayTab:
     gr.Markdown("A **trace** holds everything the views show: every step's draft tree, what was "
                 "accepted, the target's choices and the timings. Download it to share a run; upload "
                 f"one (a specviz trace JSON, at most {TRACE_LIMIT_BYTES // 1_000_000} MB) to view it "
@@ -34,6 +35,10 @@ def build_replay_tab() -> ReplayTab:
         download = gr.File(label="Download the current trace (JSON)", interactive=False, elem_id="trace-download")
         upload = gr.File(label=f"Upload a trace to replay (.json, max {TRACE_LIMIT_BYTES // 1_000_000} MB)",
                          file_types=[".json"], file_count="single", elem_id="trace-upload")
+    page.views.add("replay.download", download, draw=lambda trace, k: write_trace(trace), empty=None)
+    # the uploaded trace replaces the session's run: every view cleared, then drawn for it
+    page.show_run(upload.upload(load_uploaded, [page.session, upload], page.session, api_visibility="private"),
+                  "best")
     return ReplayTab(download, upload)
 
 

@@ -14,6 +14,7 @@ from ..bench import load_results, results_figures, summary_markdown
 from ..viz.markup import md_code, md_text
 from .errors import shown_to_user
 from .uploads import TRACE_LIMIT_BYTES, UploadError
+from .views import VIEWS_EVENT, Page
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -32,20 +33,23 @@ class ResultsTab:
     outputs: list[Any]          # meta, table, then the plots
 
 
-def build_results_tab() -> ResultsTab:
+def build_results_tab(page: Page) -> ResultsTab:
     gr.Markdown("Results of `python -m specviz bench` (Spec-Bench questions, every method against vanilla "
                 "in one interleaved run). Pick one shipped with the project or upload a `results.json`.")
     with gr.Row():
         shipped = gr.Dropdown(choices=shipped_results(), value=None, label="Shipped results",
                               elem_id="results-shipped")
         upload = gr.File(label=f"...or upload a results.json (max {TRACE_LIMIT_BYTES // 1_000_000} MB)",
-                         file_types=[".json"], file_count="single", height=100, elem_id="results-upload")
+                         file_types=[".json"], file_count="single", height=180, elem_id="results-upload")
     meta = gr.Markdown(elem_id="results-meta")
     table = gr.Markdown(elem_id="results-table")
     plots = [gr.Plot(label=name, elem_id=f"results-{key}")
              for key, name in (("speedup", "Speedup"), ("phases", "Time by phase"), ("steps", "Tokens per step"),
                                ("depth", "Acceptance by depth"), ("sweep", "Sweep"))]
-    return ResultsTab(shipped, upload, [meta, table, *plots])
+    tab = ResultsTab(shipped, upload, [meta, table, *plots])
+    shipped.input(render_results, shipped, tab.outputs, **VIEWS_EVENT)
+    upload.upload(render_results, upload, tab.outputs, **VIEWS_EVENT)
+    return tab
 
 
 def _meta_markdown(meta: dict[str, Any]) -> str:

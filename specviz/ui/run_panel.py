@@ -1,5 +1,6 @@
 """Generate (streamed step by step), Stop, and the teaching mode (one speculative step per
-click); the live counters and the coloured output."""
+click); the live counters and the coloured output. The handlers take the form's values by name
+(setup_panel.SetupPanel.inputs, gradio's inputs_kwargs) and run the service's RunRequest."""
 from __future__ import annotations
 
 import time
@@ -11,16 +12,20 @@ import gradio as gr
 from .. import viz
 from ..drafters import baseline
 from ..core.settings import to_dict
+from ..engine.service import Run
 from ..models.token_pieces import PieceStream
 from ..core.trace import StepRecord, Trace
 from ..viz.markup import md_code
 from . import runner
 from .errors import shown_to_user
 from .gpu import gpu
-from .session import LiveRun, RunSpec, Session, reference_key
+from .session import Session, reference_key
 from .setup_panel import SetupPanel
 
 STREAM_EVERY_S = 0.05          # at most ~20 page updates a second while streaming
+WELCOME = ("*Pick an example or type a message, then **Generate** (all at once; Stop keeps what was generated) "
+           "or **Step ▶** (one speculative step per click: teaching mode).*")
+RESET_NOTE = "*Teaching run reset: the next Step starts from the prompt.*"
 
 
 @dataclass
@@ -35,22 +40,19 @@ class RunPanel:
 
 
 def build_run_panel() -> RunPanel:
-    with gr.Row():
-        generate = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-        stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-        step = gr.Button("Step ▶", elem_id="teach-step-btn")
-        reset = gr.Button("Reset steps", elem_id="teach-reset-btn")
-    gr.Markdown("*Generate runs to the end (Stop keeps what was generated); **Step ▶** runs one "
-                "speculative step per click (teaching mode) and shows it below.*")
-    counters = gr.Markdown("*Pick an example or type a message, then Generate (all at once) or "
-                           "Step (one speculative step per click).*", elem_id="counters")
+    with gr.Row(elem_id="run-buttons"):
+        generate = gr.Button("Generate", variant="primary", elem_id="generate-btn", min_width=100)
+        stop = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=80)
+        step = gr.Button("Step ▶", elem_id="teach-step-btn", min_width=80)
+        reset = gr.Button("Reset steps", elem_id="teach-reset-btn", min_width=100)
+    counters = gr.Markdown(WELCOME, elem_id="counters")
     strip = gr.HTML("", elem_id="accept-strip")
     output = gr.HTML(viz.output_html([]), label="Output", elem_id="output-html")
     return RunPanel(generate, stop, step, reset, counters, output, strip)
 
 
-def _vanilla_tps(session: Session, run: LiveRun) -> float | None:
-    return session.vanilla_tps.get(reference_key(run.lm.model_id, run.prompt.text, to_dict(run.spec.decoding)))
+def _vanilla_tps(session: Session, run: Run) -> float | None:
+    return session.vanilla_tps.get(reference_key(run.lm.model_id, run.prompt.text, to_dict(run.request.decoding)))
 
 
 def _remember(session: Session, trace: Trace) -> None:
@@ -66,36 +68,49 @@ def _live_view(steps: Sequence[StepRecord], pieces: Sequence[str], vanilla: floa
     return viz.output_html(spans), viz.counters_markdown(steps, vanilla, status)
 
 
+def _with_notes(status: str, *notes: str) -> str:
+    """The status line with the run's notes under it (each a ⚠️ line)."""
+    return status + "".join(f"  \n⚠️ {n}" for n in notes if n)
+
+
 def make_stream_handler(panel: SetupPanel):
     @gpu
-    def stream_generate(session: Session, *values: Any) -> Iterator[tuple[str, str, Session]]:
+    def stream_generate(session: Session, **form: Any) -> Iterator[tuple[str, str, Session]]:
         """Run to the end (or to Stop), updating the output and counters after every step."""
         session = session if isinstance(session, Session) else Session()
         session.close()                      # a new run ends any teaching run
         session.stop_requested = False
         with shown_to_user():
-            spec = panel.spec(values)
-            prepared = runner.prepare(spec)          # bad settings fail here, before the loading note
-            yield gr.skip(), f"… loading {md_code(spec.model_id)} and preparing {md_code(spec.drafter)}...", session
-            run = runner.start(prepared, session.drafter_store)
+            request = panel.request(form)
+            plan = runner.prepare(request)          # bad settings fail here, before the loading note
+            placed = runner.device_map_note(request)
+            if placed:
+                gr.Warning(placed)
+            loading = f"… loading {md_code(request.model_id)} and preparing {md_code(plan.spec.name)}..."
+            yield gr.skip(), _with_notes(loading, placed), session
+            run = runner.start(request, plan, session.drafter_store)
         pieces = PieceStream(run.lm.tokenizer)         # the output's text, token by token, in place
         vanilla = _vanilla_tps(session, run)
+        notes = (placed, runner.retimed_note(session.costs_seen, run))
         last = 0.0
         while not session.stop_requested:
             with shown_to_user():            # a model that rejects the tree mask fails here, at step 0
-                step = runner.advance(run)             # kept in run.steps
+                step = run.advance()             # kept in run.steps
             if step is None:
                 break
             pieces.extend(step.new_tokens)
             if time.perf_counter() - last > STREAM_EVERY_S:
                 last = time.perf_counter()
-                yield (*_live_view(run.steps, pieces.pieces, vanilla, f"… generating with {md_code(spec.drafter)}..."), session)
+                html, counters = _live_view(run.steps, pieces.pieces, vanilla,
+                                            f"… generating with {md_code(plan.spec.name)}...")
+                yield html, _with_notes(counters, *notes), session
         stopped = session.stop_requested
-        runner.stop(run)
-        trace = runner.finish(run)
+        run.close()
+        trace = run.trace()
         _remember(session, trace)
         status = ("■ stopped: kept what was generated" if stopped else f"✓ done ({trace.stop_reason})")
-        yield (*_live_view(trace.steps, trace.output_pieces, vanilla, status), session)
+        html, counters = _live_view(trace.steps, trace.output_pieces, vanilla, status)
+        yield html, _with_notes(counters, *notes), session
 
     return stream_generate
 
@@ -108,30 +123,36 @@ def request_stop(session: Session) -> None:
 
 def make_teach_handler(panel: SetupPanel):
     @gpu
-    def teach_step(session: Session, *values: Any) -> tuple[str, str, Session]:
+    def teach_step(session: Session, **form: Any) -> tuple[str, str, Session]:
         """One speculative step per click; a changed input starts a new run."""
         session = session if isinstance(session, Session) else Session()
+        notes: tuple[str, ...] = ()
         with shown_to_user():
-            spec: RunSpec = panel.spec(values)
-            if session.live is None or session.live.spec != spec or session.live.done:
+            request = panel.request(form)
+            if session.live is None or session.live.request != request or session.live_over:
                 session.close()
-                session.live = runner.start(spec, session.drafter_store)
+                notes = (runner.device_map_note(request),)
+                session.live = runner.start(request, store=session.drafter_store)
+                notes += (runner.retimed_note(session.costs_seen, session.live),)
         run = session.live
         with shown_to_user():
-            step = runner.advance(run)                 # kept in run.steps
+            step = run.advance()                 # kept in run.steps
         if step is None or step.stop:
-            run.done = True
-        trace = runner.finish(run)
+            session.live_over = True
+        trace = run.trace()
         _remember(session, trace)
         status = (f"Teaching mode: step {len(run.steps) - 1} done"
-                  + (f"; the run is over ({trace.stop_reason}); the next click starts again" if run.done else ""))
+                  + (f"; the run is over ({trace.stop_reason}); the next click starts again"
+                     if session.live_over else ""))
         html, counters = _live_view(trace.steps, trace.output_pieces, _vanilla_tps(session, run), status)
-        return html, counters, session
+        return html, _with_notes(counters, *notes), session
 
     return teach_step
 
 
 def teach_reset(session: Session) -> tuple[str, str, Session]:
+    """Ends the teaching run and empties the page's run (its views are cleared beside this)."""
     session = session if isinstance(session, Session) else Session()
     session.close()
-    return viz.output_html([]), "*Teaching run reset: the next Step starts from the prompt.*", session
+    session.trace = None
+    return viz.output_html([]), RESET_NOTE, session

@@ -1,98 +1,103 @@
-"""The explorer's runs through the run service (engine/service.py; no gradio here): a RunSpec
-becomes a service request, checked against the web policy, resolved once, then stepped.
+"""The explorer's runs through the run service (engine/service.py; no gradio here): the form's
+RunRequest (setup_panel.SetupPanel.request), checked against the web policy and its drafter
+resolved once (`prepare`), then started as the service's Run, which the handlers step.
 
 gradio resumes a handler on whichever worker thread is free; the engine enters inference
 mode per step (it is per thread), so a run may be advanced from any thread.
+
+Two notes a visitor gets here, because nothing else would tell them: a device map that does
+nothing on this machine (`device_map_note`: no GPU, so a strategy places every layer on the
+CPU, where the model already was, and only costs a second load and timing), and a run whose
+forward costs were timed again since the session's last run of that model (`retimed_note`: a
+second load, e.g. with another precision or map; a cost-sized drafter may then draft the same
+input differently).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..core.decoding import DecodingConfig
-from ..core.trace import StepRecord, Trace
+from ..core.trace import Trace
 from ..drafters.kit.base import DrafterSpec
 from ..engine import service
 from ..files.user_files import check_text_size
-from .session import LiveRun, RunSpec
+from ..viz.markup import md_code
 from .web_policy import check_request
 
 SETTINGS_SOURCE = "settings"          # how a contradiction with the brackets names the form's values
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A RunSpec checked and its drafter resolved (everything that needs no model)."""
-    spec: RunSpec                     # with the drafter's name and its merged values
-    request: service.RunRequest
-    drafter: service.DrafterPlan
-
-
-def request_of(spec: RunSpec) -> service.RunRequest:
-    return service.RunRequest(
-        model_id=spec.model_id or "embedded", drafter=spec.drafter, settings=tuple(spec.drafter_values),
-        settings_source=SETTINGS_SOURCE, decoding=spec.decoding, message=spec.message, context=spec.context,
-        dtype=spec.dtype, device_map=spec.device_map or None, max_memory=spec.max_memory or None)
-
-
-def resolve(spec: RunSpec) -> RunSpec:
-    """A drafter given as text with a preset (`ngram_trie@paper`, from the API) -> its name and
-    values (the preset's, then the spec's own settings on top); not validated yet."""
-    if "@" not in spec.drafter and "[" not in spec.drafter:
-        return spec
-    choice = service.parse(spec.drafter)
-    return spec.with_drafter(choice.name, service.merged_values(choice, dict(spec.drafter_values),
-                                                                SETTINGS_SOURCE))
-
-
-def prepare(spec: RunSpec) -> Prepared:
+def prepare(request: service.RunRequest) -> service.DrafterPlan:
     """Every check that needs no model, in the order a visitor meets them: the drafter choice,
     the web policy on the model and the path / model settings (web_policy: before anything is
     read), the text sizes, then the drafter's settings, validated once (SpecvizError)."""
-    request = request_of(spec)
-
     def web_checks(drafter: DrafterSpec, values: Mapping[str, Any]) -> None:
-        check_request(spec.model_id, drafter.name, values)
-        check_text_size(spec.context, "context")
-        check_text_size(spec.message, "message")
+        check_request(request.model_id, drafter.name, values)
+        check_text_size(request.context, "context")
+        check_text_size(request.message, "message")
 
-    drafter = service.resolve(request, vet=web_checks)
-    resolved = spec if "@" not in spec.drafter and "[" not in spec.drafter \
-        else spec.with_drafter(drafter.spec.name, dict(drafter.values))
-    return Prepared(resolved, request, drafter)
+    return service.resolve(request, vet=web_checks)
 
 
-def start(spec: RunSpec | Prepared, store: Any = None, reference: Sequence[int] | None = None) -> LiveRun:
+def start(request: service.RunRequest, plan: service.DrafterPlan | None = None, store: Any = None,
+          reference: Sequence[int] | None = None) -> service.Run:
     """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError.
-    `store`: the session's drafters.kit.store.DrafterStore (what drafters keep across its runs);
-    `reference`: the baseline's output ids for a drafter that replays them (the compare tab's
-    own baseline run; without it such a drafter's baseline runs first)."""
-    prepared = spec if isinstance(spec, Prepared) else prepare(spec)
-    run = service.start(prepared.request, drafter=prepared.drafter, store=store, reference=reference)
-    return LiveRun(prepared.spec, run)
+    `plan`: the request's drafter as `prepare` resolved it (else resolved here); `store`: the
+    session's drafters.kit.store.DrafterStore (what drafters keep across its runs); `reference`:
+    the baseline's output ids for a drafter that replays them (the compare tab's own baseline
+    run; without it such a drafter's baseline runs first)."""
+    return service.start(request, drafter=plan if plan is not None else prepare(request), store=store,
+                         reference=reference)
 
 
-def advance(run: LiveRun) -> StepRecord | None:
-    """The next step (kept in the run's steps), or None when the run is over."""
-    return run.run.advance()
-
-
-def stop(run: LiveRun) -> None:
-    run.run.close()
-    run.done = True
-
-
-def finish(run: LiveRun) -> Trace:
-    return run.run.trace()
-
-
-def run_to_end(spec: RunSpec | Prepared, store: Any = None, reference: Sequence[int] | None = None) -> Trace:
-    run = start(spec, store, reference)
-    while advance(run) is not None:
+def run_to_end(request: service.RunRequest, plan: service.DrafterPlan | None = None, store: Any = None,
+               reference: Sequence[int] | None = None) -> Trace:
+    run = start(request, plan, store, reference)
+    for _ in run:
         pass
-    return finish(run)
+    return run.trace()
 
 
 def decoding_of(values: Mapping[str, Any]) -> DecodingConfig:
     from ..core.settings import build
     return build(DecodingConfig, dict(values))
+
+
+def gpu_count() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_map_note(request: service.RunRequest, gpus: int | None = None) -> str:
+    """A sentence when the request's device map does nothing here ('' otherwise): a strategy
+    (auto, balanced, sequential) on a machine without a GPU places every layer on the CPU."""
+    from ..models.placement import STRATEGIES
+
+    if not request.device_map or request.device_map not in STRATEGIES:
+        return ""
+    if (gpu_count() if gpus is None else gpus) > 0:
+        return ""
+    return (f"Device map {md_code(request.device_map)} does nothing on this machine: it has no GPU, so every "
+            "layer stays on the CPU, as without a map. The model is still loaded again under the map "
+            "(and its forward passes timed again, tens of seconds); clear the box to reuse the loaded one.")
+
+
+def cost_curve(run: service.Run) -> tuple[float, ...]:
+    """The forward-cost curve (seconds per row count) the run's trees were sized with."""
+    return tuple(run.lm.cost_model().seconds)
+
+
+def retimed_note(seen: dict[str, tuple[float, ...]], run: service.Run) -> str:
+    """A sentence when this run's forward costs differ from the ones the session's last run of
+    the same model was sized with (the model was loaded and timed again); records the curve."""
+    try:
+        curve = cost_curve(run)
+    except (AttributeError, TypeError):          # a model without a cost model: nothing to compare
+        return ""
+    model = run.request.model_id
+    before, seen[model] = seen.get(model), curve
+    if before is None or before == curve:
+        return ""
+    return (f"The forward costs of {md_code(model)} were timed again for this run (the model was loaded again, "
+            "e.g. with another precision or device map): a drafter that sizes its trees by cost may draft the "
+            "same input differently from your last run.")

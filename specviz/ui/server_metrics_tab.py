@@ -13,8 +13,10 @@ only the visitors waiting on one, not every visitor's event.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -26,6 +28,7 @@ from ..viz.markup import md_block
 from ..viz.server_metrics import server_figure
 from .errors import shown_to_user
 from .session import Session
+from .views import Page
 
 HOSTS_ENV = "SPECVIZ_METRICS_HOSTS"
 URL_DEADLINE_S = 10.0             # the whole fetch, redirects included
@@ -73,7 +76,7 @@ def spec_tokens_of(value: Any) -> int | None:
     return k
 
 
-def build_server_metrics_tab() -> ServerMetricsTab:
+def build_server_metrics_tab(page: Page) -> ServerMetricsTab:
     gr.Markdown("Your own vLLM or SGLang server's speculative decoding, beside specviz's run of the same "
                 "drafter: **acceptance length** (the bonus token counted, as both engines count it) and the "
                 "**per-position acceptance rate** (vLLM V1 only). Upload a `/metrics` dump (`curl -s "
@@ -81,7 +84,7 @@ def build_server_metrics_tab() -> ServerMetricsTab:
                 "`specviz import-metrics` does the same on the command line (docs/interop.md).")
     with gr.Row():
         upload = gr.File(label="Prometheus dump or vLLM stats JSON", file_types=[".txt", ".prom", ".json", ".jsonl"],
-                         height=120, elem_id="metrics-upload")
+                         height=180, elem_id="metrics-upload")
         with gr.Column():
             url = gr.Textbox(label="...or a /metrics URL", placeholder="http://127.0.0.1:8000/metrics",
                              elem_id="metrics-url")
@@ -92,6 +95,9 @@ def build_server_metrics_tab() -> ServerMetricsTab:
     draw = gr.Button("Draw beside this session's runs", elem_id="metrics-draw")
     summary = gr.Markdown(elem_id="metrics-summary")
     plot = gr.Plot(label="Server vs specviz", elem_id="metrics-plot")
+    # a URL waits on another server: its own queue, never the one every visitor's event shares
+    draw.click(draw_server_metrics, [page.session, upload, url, spec_tokens], [summary, plot],
+               api_visibility="private", concurrency_limit=CONCURRENCY, concurrency_id="network")
     return ServerMetricsTab(upload, url, spec_tokens, draw, summary, plot)
 
 
@@ -102,7 +108,8 @@ def draw_server_metrics(session: Any, upload: Any, url: str, spec_tokens: Any) -
         path = upload if isinstance(upload, str) else getattr(upload, "name", None)
         url = (url or "").strip()
         if path:
-            server = read_source(path, k)
+            # named by the file's own name, not the upload's temporary path
+            server = dataclasses.replace(read_source(path, k), source=Path(path).name)
         elif url:
             server = read_url(url, k)
         else:

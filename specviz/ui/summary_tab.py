@@ -4,7 +4,7 @@ metric names and the drafter's calibration (viz/draft_head.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -13,28 +13,45 @@ from ..analysis.divergence import of_trace
 from ..core.trace import Trace
 from ..viz.draft_head import calibration_figure, draft_head_lines, trace_positions_figure
 from ..viz.markup import md_code, md_text
+from .views import Page
+
+
+NO_RUN = "*No run yet.*"
+# each figure of the tab: (view name, label, how it is drawn); rows of them wrap on a narrow page
+ROWS: tuple[tuple[tuple[str, str, Callable[[Trace], Any]], ...], ...] = (
+    (("stack", "Time per step", viz.timing_stack_figure), ("totals", "Time by phase", viz.phase_totals_figure)),
+    (("hist", "Accepted per step", viz.accepted_hist_figure), ("depth", "Acceptance by depth", viz.acceptance_figure),
+     ("over_time", "Tokens over time", viz.tokens_over_time_figure)),
+    (("positions", "Acceptance per draft position", trace_positions_figure),   # views that debug a draft head
+     ("calibration", "Calibration", calibration_figure)),
+)
+PLOT_MIN_PX = 380          # a figure narrower than this goes to the next line
 
 
 @dataclass
 class Summary:
     about: gr.Markdown
-    plots: list[gr.Plot]
+    plots: dict[str, gr.Plot]
 
     @property
     def outputs(self) -> list[Any]:
-        return [self.about, *self.plots]
+        return [self.about, *self.plots.values()]
 
 
-def build_summary() -> Summary:
-    about = gr.Markdown("*No run yet.*", elem_id="run-about")
-    with gr.Row():
-        stack, totals = gr.Plot(label="Time per step"), gr.Plot(label="Time by phase")
-    with gr.Row():
-        hist, depth, over_time = (gr.Plot(label="Accepted per step"), gr.Plot(label="Acceptance by depth"),
-                                  gr.Plot(label="Tokens over time"))
-    with gr.Row():                  # views that debug a draft head (viz/draft_head.py)
-        positions, reliability = gr.Plot(label="Acceptance per draft position"), gr.Plot(label="Calibration")
-    return Summary(about, [stack, totals, hist, depth, over_time, positions, reliability])
+def build_summary(page: Page) -> Summary:
+    about = gr.Markdown(NO_RUN, elem_id="run-about")
+    page.views.add("summary.about", about, draw=lambda trace, k: about_markdown(trace), empty=NO_RUN, note=True)
+    plots: dict[str, gr.Plot] = {}
+    for row in ROWS:
+        with gr.Row(elem_classes="sv-wrap-row"):
+            for name, label, draw in row:
+                plots[name] = gr.Plot(label=label, show_label=False, min_width=PLOT_MIN_PX, elem_id=f"summary-{name}")
+                page.views.add(f"summary.{name}", plots[name], draw=_figure(draw))
+    return Summary(about, plots)
+
+
+def _figure(draw: Callable[[Trace], Any]) -> Callable[[Trace, int], Any]:
+    return lambda trace, k: draw(trace)
 
 
 def about_markdown(trace: Trace) -> str:
@@ -66,8 +83,8 @@ def about_markdown(trace: Trace) -> str:
 
 
 def render_summary(trace: Trace | None) -> list[Any]:
+    """The tab's values in `Summary.outputs`' order (the about text, then each figure): for a
+    script or a notebook; the page draws them by name (views.py)."""
     if trace is None or not trace.steps:
-        return ["*No run yet.*", None, None, None, None, None, None, None]
-    return [about_markdown(trace), viz.timing_stack_figure(trace), viz.phase_totals_figure(trace),
-            viz.accepted_hist_figure(trace), viz.acceptance_figure(trace), viz.tokens_over_time_figure(trace),
-            trace_positions_figure(trace), calibration_figure(trace)]
+        return [NO_RUN, *(None for row in ROWS for _ in row)]
+    return [about_markdown(trace), *(draw(trace) for row in ROWS for _, _, draw in row)]

@@ -51,6 +51,15 @@ class CompareRow:
                 "first differing token", "alpha",
                 "expected speedup", "expected, verify priced"]
 
+    @staticmethod
+    def table(rows: Sequence["CompareRow"]) -> dict[str, list]:
+        """The rows as a table ({"headers", "data"}, gr.Dataframe's value) without the columns
+        no row fills (the model drafters' columns when none was compared, the differences when
+        every output is identical): what is left fits the tab's width."""
+        cells = [r.cells() for r in rows]
+        keep = [i for i, _ in enumerate(CompareRow.columns()) if i < 7 or any(c[i] not in ("", None) for c in cells)]
+        return {"headers": [CompareRow.columns()[i] for i in keep], "data": [[c[i] for i in keep] for c in cells]}
+
     def cells(self) -> list:
         return [self.drafter, round(self.tokens_per_s, 1), round(self.speedup, 2),
                 round(self.mean_accepted, 2), self.steps, self.new_tokens, self.identical,
@@ -134,7 +143,9 @@ def compare_figure(rows: Sequence[CompareRow]) -> go.Figure:
                            (2, [r.speedup for r in rows], "{:.2f}x"),
                            (3, [r.mean_accepted for r in rows], "{:.2f}")):
         fig.add_trace(go.Bar(x=names, y=vals, marker_color=colours, showlegend=False,
-                             text=[fmt.format(v) for v in vals], textposition="auto"), row=1, col=col)
+                             text=[fmt.format(v) for v in vals], textposition="outside", cliponaxis=False),
+                      row=1, col=col)
+        fig.update_yaxes(range=[0, 1.25 * max(vals, default=1.0)], row=1, col=col)    # room for the numbers
     fig.add_hline(y=1.0, line_dash="dot", line_color="#868e96", row=1, col=2)
     fig.update_layout(template=FIGURE_TEMPLATE, height=340, margin=dict(l=20, r=20, t=50, b=30))
     return fig

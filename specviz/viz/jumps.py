@@ -9,6 +9,9 @@
   the prompt's cost, not a step's);
 - "divergence": the step that committed the first output token differing from vanilla's, in a
   run checked against vanilla (the Compare tab); None otherwise or when identical.
+
+`jump_notes(trace)` says, for each jump that has no step to go to, why (the page shows it
+instead of doing nothing).
 """
 from __future__ import annotations
 
@@ -45,3 +48,22 @@ def jump_targets(trace: Trace) -> dict[str, Any]:
         "slowest": max(by, key=lambda i: (steps[i].wall - steps[i].timings.get("prefill", 0.0), -i)),
         "divergence": divergence_step(trace),
     }
+
+
+def jump_notes(trace: Trace) -> dict[str, str]:
+    """Why a jump has no step to go to (kind -> a sentence); kinds with a target are absent."""
+    targets = jump_targets(trace)
+    notes: dict[str, str] = {}
+    if not targets["rejections"]:
+        notes["rejections"] = ("No step rejected its first draft token: every step with a draft had at least "
+                               "one draft token accepted (or no step drafted).")
+    if targets["divergence"] is None:
+        d = trace.divergence or {}
+        if not d:
+            notes["divergence"] = ("This run was not compared with vanilla. Open a run from the Compare drafters "
+                                   "tab (its last field) to jump to where it first differs from vanilla's output.")
+        elif d.get("position") is None:
+            notes["divergence"] = "This run gave vanilla's exact output: there is no divergence to jump to."
+        else:
+            notes["divergence"] = "The first differing token lies past this run's steps."
+    return notes

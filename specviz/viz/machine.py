@@ -27,7 +27,7 @@ def cost_curve_figure(report: Any) -> go.Figure:
 def doctor_markdown(report: Any) -> str:
     """The set-up and the drafters' check as Markdown tables."""
     gpu = f" ({report.gpu_name})" if report.gpu_name else ""
-    lines = ["| | |", "|---|---|",
+    lines = ["| setting | value |", "|---|---|",
              f"| model | {md_code(report.model_id)} |", f"| device | {report.device}{gpu} |",
              f"| dtype | {report.dtype} |", f"| attention | {report.attention} |",
              f"| torch / transformers | {report.torch_version} ({report.torch_threads} threads) / "

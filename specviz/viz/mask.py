@@ -48,33 +48,51 @@ MASK_ROWS = 256          # rows (and tree columns) drawn: the figure's work and 
 
 
 def mask_figure(trace: Trace, step_index: int) -> go.Figure:
+    """The mask as a heatmap: a row per root / draft node / pad row, named by its token; a column
+    per row (named by the row's number, R the root) after the prefix band P; ✓ marks accepted
+    rows. Hover says who may see what, with the tokens written out."""
     step = trace.steps[step_index]
-    view, labels = mask_view(trace, step_index)
-    whole = view.shape[0]
-    view, labels = view[:MASK_ROWS, :MASK_ROWS + 1], labels[:MASK_ROWS]       # a huge tree: its first rows
-    labels = [plot_text(lab) for lab in labels]        # ticks and hover: the tokens' text as written
+    view, raw = mask_view(trace, step_index)
+    whole_rows = view.shape[0]
+    view, raw = view[:MASK_ROWS, :MASK_ROWS + 1], raw[:MASK_ROWS]         # a huge tree: its first rows
     past_len = step.committed_len - 1
-    cols = [f"prefix ({past_len} tok)"] + labels
     accepted = {i + 1 for i in step.accepted}
-    rows = [("✓ " if r in accepted else "") + lab for r, lab in enumerate(labels)]
-    hover = [[f"{rows[r]} {'sees' if view[r, c] else 'does not see'} {cols[c]}" for c in range(view.shape[1])]
-             for r in range(view.shape[0])]
-    fig = go.Figure(go.Heatmap(
-        z=view.astype(int), x=list(range(view.shape[1])), y=list(range(view.shape[0])),
-        colorscale=[[0, "rgba(134,142,150,0.15)"], [1, "#1c7ed6"]], zmin=0, zmax=1, showscale=False,
-        hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
     n = view.shape[0]
     pads = n - 1 - len(step.tree)
+    rows = [plot_text(("✓ " if r in accepted else "") + cut_label(lab)) for r, lab in enumerate(raw)]   # as written
+    names = [plot_text(("✓ " if r in accepted else "") + lab) for r, lab in enumerate(raw)]
+    # a column per row shown, after the prefix band: R the root, a node's number, p0.. the pad rows
+    cols = ["P", *("R" if r == 0 else str(r - 1) if r <= len(step.tree) else f"p{r - 1 - len(step.tree)}"
+                   for r in range(n))]
+    whole = [f"the prefix ({past_len} committed tokens)", *names]
+    hover = [[f"{names[r]} {'sees' if view[r, c] else 'does not see'} {whole[c]}" for c in range(view.shape[1])]
+             for r in range(n)]
+    fig = go.Figure(go.Heatmap(
+        z=view.astype(int), x=list(range(view.shape[1])), y=list(range(n)),
+        colorscale=[[0, "rgba(134,142,150,0.15)"], [1, "#1c7ed6"]], zmin=0, zmax=1, showscale=False,
+        hovertext=hover, hoverinfo="text", xgap=1, ygap=1))
+    # margins sized from the labels here, not by plotly's automargin, which lays the figure out a
+    # second time on every draw (the largest cost of stepping in the page); the columns are named
+    # by short numbers (a column is the row of that number), so their ticks need no rotation
+    left = 14 + TICK_CHAR_PX * max((len(t) for t in (cut_label(lab) for lab in raw)), default=4) + (12 if accepted else 0)
     fig.update_layout(
-        title=dict(text=f"blue = may attend · first column: the {past_len} committed tokens"
-                        + (f" · {pads} inert pad rows" if pads > 0 else "")
-                        + (f" · the first {MASK_ROWS} of {whole} rows" if whole > MASK_ROWS else ""),
+        title=dict(text=f"Tree-attention mask: blue = may attend<br>column P: the {past_len} committed tokens, "
+                        "R: the root" + (f" · {pads} inert pad rows" if pads > 0 else "")
+                        + (f" · the first {MASK_ROWS} of {whole_rows} rows" if whole_rows > MASK_ROWS else ""),
                    font=dict(size=12), y=0.01,
                    yanchor="bottom"),
-        template=FIGURE_TEMPLATE, height=max(300, min(900, 16 * n + 200)),
-        margin=dict(l=20, r=20, t=90, b=50),
+        template=FIGURE_TEMPLATE, height=max(300, min(900, 16 * n + 140)),
+        margin=dict(l=round(left), r=20, t=36, b=65),
         xaxis=dict(tickmode="array", tickvals=list(range(len(cols))), ticktext=cols, side="top",
-                   tickangle=-60, tickfont=dict(size=10)),
+                   tickfont=dict(size=10), automargin=False),
         yaxis=dict(tickmode="array", tickvals=list(range(n)), ticktext=rows, autorange="reversed",
-                   tickfont=dict(size=10)))
+                   tickfont=dict(size=10), automargin=False))
     return fig
+
+
+LABEL_CHARS = 24          # a row label's longest text on the mask (the hover has it whole)
+TICK_CHAR_PX = 6.2        # a tick character at 10 px (a generous average)
+
+
+def cut_label(label: str) -> str:
+    return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…"

@@ -29,7 +29,7 @@ from ..core.trace import StepRecord, Trace
 from ..drafters import REGISTRY
 from ..drafters.kit.narration import narrate_size
 from .markup import md_code, md_text
-from .spans import prompt_char_spans
+from .spans import context_sources, prompt_char_spans
 from .tree import node_status
 
 QUOTE_CHARS = 80          # longest quoted piece of text
@@ -116,10 +116,39 @@ def _source(trace: Trace, s: StepRecord, story: StepStory) -> list[str]:
         counts: dict[str, int] = {}
         for src in tree.sources:
             counts[src] = counts.get(src, 0) + 1
-        lines.append("Draft nodes by source: " + ", ".join(f"{md_text(src)} {n}" for src, n in counts.items()) + ".")
+        lines.append("Draft nodes by source: " + ", ".join(f"{md_text(src)} {n}" for src, n in counts.items())
+                     + _copied_from(trace, s) + ".")
     elif not lines:
         lines.append(f"The {md_code(trace.drafter)} drafter proposed nothing at this step.")
     return lines
+
+
+def _copied_from(trace: Trace, s: StepRecord) -> str:
+    """Where the nodes' tokens were copied from, by their recorded positions, when that is not
+    all in the user's context: a drafter's source label ("context" for all of the prompt) may
+    cover the chat template and the message too, and the matched text may sit outside the
+    context while most of the draft came from inside it ('' without positions)."""
+    positions = s.info.get("positions")
+    if not positions or trace.context_char_span is None:
+        return ""
+    try:
+        src = context_sources(trace, s.index)
+    except (IndexError, TypeError, ValueError):
+        return ""
+    inside = len(src["accepted"]) + len(src["proposed"])
+    outside = len(src["outside"])
+    if not outside:
+        return ""
+    n_prompt = len(trace.prompt_ids)
+    out_pos = [positions[i] for i in src["outside"] if i < len(positions)]
+    generated = sum(1 for p in out_pos if isinstance(p, int) and p >= n_prompt)
+    prompt = len(out_pos) - generated
+    parts = [f"{inside} in your context"] if inside else []
+    if prompt:
+        parts.append(f"{prompt} elsewhere in the prompt, in the chat template or the message")
+    if generated:
+        parts.append(f"{generated} in the text generated so far")
+    return "; by where each node's token was copied from: " + ", ".join(parts)
 
 
 def _size(trace: Trace, s: StepRecord, story: StepStory) -> list[str]:

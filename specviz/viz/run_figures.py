@@ -32,11 +32,11 @@ def acceptance_figure(trace: Trace) -> go.Figure:
     stats = acceptance_by_depth(trace)
     xs = list(stats)
     fig = go.Figure(go.Bar(x=xs, y=[a / t for t, a in stats.values()], marker_color="#2f9e44",
-                           text=[f"{a}/{t}" for t, a in stats.values()], textposition="auto"))
-    fig.update_layout(title=dict(text="Acceptance rate by draft depth (given the depth was tested)",
-                                 font=dict(size=14)),
-                      template=FIGURE_TEMPLATE, height=300, margin=dict(l=20, r=20, t=40, b=30),
-                      xaxis=dict(title="draft depth", dtick=1), yaxis=dict(title="accepted", range=[0, 1.05]))
+                           text=[f"{a}/{t}" for t, a in stats.values()], textposition="outside", cliponaxis=False))
+    fig.update_layout(title=dict(text="Acceptance rate by draft depth<br><sup>given the depth was tested: "
+                                      "accepted / tested on each bar</sup>", font=dict(size=14)),
+                      template=FIGURE_TEMPLATE, height=300, margin=dict(l=20, r=20, t=55, b=30),
+                      xaxis=dict(title="draft depth", dtick=1), yaxis=dict(title="accepted", range=[0, 1.15]))
     return fig
 
 

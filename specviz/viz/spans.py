@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..core.trace import StepRecord, Trace
 from .palette import KIND_COLOURS, source_colour, token_style
@@ -105,10 +105,11 @@ def prompt_char_spans(prompt_text: str, pieces: Sequence[str]) -> list[tuple[int
     return out
 
 
-def context_sources(trace: Trace, step_index: int) -> dict[str, list[tuple[int, int]]]:
+def context_sources(trace: Trace, step_index: int) -> dict[str, list[Any]]:
     """Character spans (within the context) where the step's draft nodes were last seen,
-    split into "accepted" and "proposed" (drafted but not accepted), plus counts of nodes
-    that came from elsewhere. Empty when the drafter records no positions."""
+    split into "accepted" and "proposed" (drafted but not accepted: (start, end) pairs), and
+    "outside": the nodes (their indices) that came from elsewhere. Empty when the drafter
+    records no positions."""
     step = trace.steps[step_index]
     positions = step.info.get("positions")
     out: dict[str, list] = {"accepted": [], "proposed": [], "outside": []}

@@ -1,21 +1,28 @@
 """Every step's views of a Trace at once, as plain JSON, for the browser to swap without asking
 the server (ui/static/explorer.js).
 
-    step_views(trace) -> {"n", "template", "steps": [{md, tree, mask, timing, context, narrative}],
-                          "jumps": {...}}
+    step_views(trace) -> {"n", "template", "steps": [{md, tree, narrative, mask, context, timing}],
+                          "jumps": {...}, "jump_notes": {...}}
+
+STEP_VIEWS is the one list of a step's views: each name, whether the page draws it with plotly
+("plot": the figure as plotly JSON) or shows it as sent ("text": Markdown or HTML), and how it is
+made from a trace and a step. The explorer's inspector places a component for each name
+(ui/inspector.py) and its browser side fills them by name (explorer.js); a new view is one entry
+here and its place there.
 
 The figures are the same plotly figures the server draws for one step (tree.py, mask.py,
 timing.py: one source of truth), turned into plotly JSON once per run; the shared layout
 template is sent once (`template`) instead of in each figure, and the browser puts it back.
-`jumps` are the steps worth finding (jumps.py).
+`jumps` are the steps worth finding (jumps.py), `jump_notes` why a jump has no step to go to.
 """
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..core.trace import Trace
-from .jumps import jump_targets
+from .jumps import jump_notes, jump_targets
 from .mask import mask_figure
 from .narrative import step_narrative
 from .palette import FIGURE_TEMPLATE
@@ -32,16 +39,38 @@ def figure_json(fig: Any) -> dict[str, Any]:
     return {"data": out["data"], "layout": out["layout"]}
 
 
+@dataclass(frozen=True)
+class StepView:
+    """One view of a step: its name (its key in each step of `step_views`), how the page shows
+    it ("plot": a plotly figure drawn in the page; "text": Markdown or HTML shown as sent) and
+    how it is made (a plotly Figure for a plot, a str for text)."""
+    name: str
+    kind: str
+    make: Callable[[Trace, int], Any]
+
+    def json(self, trace: Trace, k: int) -> Any:
+        value = self.make(trace, k)
+        return figure_json(value) if self.kind == "plot" else value
+
+
+STEP_VIEWS: tuple[StepView, ...] = (
+    StepView("md", "text", step_markdown),                    # the step's numbers, under the slider
+    StepView("tree", "plot", tree_figure),                    # the draft tree
+    StepView("narrative", "text", step_narrative),            # what happened, in words
+    StepView("mask", "plot", mask_figure),                    # the tree-attention mask
+    StepView("context", "text", context_highlight_html),      # where the draft came from
+    StepView("timing", "plot", step_timing_figure),           # time by phase
+)
+
+
 def template_json() -> dict[str, Any]:
     """The layout template every figure uses (palette.FIGURE_TEMPLATE) as plain JSON."""
     return json.loads(json.dumps(FIGURE_TEMPLATE.to_plotly_json(), default=str))
 
 
 def one_step(trace: Trace, k: int) -> dict[str, Any]:
-    """The views of step k: the step's Markdown, three figures, the context HTML, the narrative."""
-    return {"md": step_markdown(trace, k), "tree": figure_json(tree_figure(trace, k)),
-            "mask": figure_json(mask_figure(trace, k)), "timing": figure_json(step_timing_figure(trace, k)),
-            "context": context_highlight_html(trace, k), "narrative": step_narrative(trace, k)}
+    """The views of step k by name (STEP_VIEWS)."""
+    return {v.name: v.json(trace, k) for v in STEP_VIEWS}
 
 
 FIGURE_STEPS = 256        # steps sent with their figures; later ones with their text only (bounded work)
@@ -50,15 +79,17 @@ FIGURE_STEPS = 256        # steps sent with their figures; later ones with their
 def text_only(trace: Trace, k: int) -> dict[str, Any]:
     """Step k's text views, its figures left out (a step past FIGURE_STEPS), saying so."""
     note = (f"\n\n*Figures are drawn for the first {FIGURE_STEPS} steps of a run; this is step {k}.*")
-    return {"md": step_markdown(trace, k) + note, "tree": None, "mask": None, "timing": None,
-            "context": context_highlight_html(trace, k), "narrative": step_narrative(trace, k)}
+    out = {v.name: None if v.kind == "plot" else v.json(trace, k) for v in STEP_VIEWS}
+    out["md"] = f"{out['md']}{note}"
+    return out
 
 
 def step_views(trace: Trace | None) -> dict[str, Any] | None:
-    """Every step's views and the jump targets (None without a trace or without steps); the
-    figures of the first FIGURE_STEPS steps only."""
+    """Every step's views, the jump targets and why a jump has none (None without a trace or
+    without steps); the figures of the first FIGURE_STEPS steps only."""
     if trace is None or not trace.steps:
         return None
     return {"n": len(trace.steps), "template": template_json(),
             "steps": [one_step(trace, k) if k < FIGURE_STEPS else text_only(trace, k)
-                      for k in range(len(trace.steps))], "jumps": jump_targets(trace)}
+                      for k in range(len(trace.steps))], "jumps": jump_targets(trace),
+            "jump_notes": jump_notes(trace)}

@@ -77,24 +77,33 @@ def tree_layout(step: StepRecord) -> tuple[list[float], list[float]]:
 
 
 # label fitting: labels sit right of their marker; one whose text would reach the next
-# marker on its row is cut short with "…" (its whole token stays in the hover text)
-TREE_PLOT_PX = 700           # the narrowest width the tree's plot area is drawn at (pixels)
+# marker on its row (or the plot's right edge) is cut short with "…" (its whole token stays in
+# the hover text). The page fits them again at the width the plot is drawn at
+# (ui/static/explorer.js, from the full labels the figure carries in layout.meta.fit_labels);
+# here they are fitted at TREE_PLOT_PX, for a figure shown elsewhere (a notebook, a saved file).
+TREE_PLOT_PX = 700           # the plot area's width a figure is fitted for outside the page (pixels)
 LABEL_CHAR_PX = 7.5          # a label character, at plotly's default 12 px font (a generous average)
 MARKER_GAP_PX = 14           # a marker's half width and the gap before its label
 
 
-def fit_labels(xs: list[float], ys: list[float], labels: list[str], x_span: float) -> list[str]:
-    """`labels` cut so that none reaches the next point to its right on the same row, for a
-    plot `x_span` units wide drawn TREE_PLOT_PX pixels wide."""
-    px = TREE_PLOT_PX / max(x_span, 1e-9)
+def fit_labels(xs: list[float], ys: list[float], labels: list[str], x_span: float,
+               plot_px: float = TREE_PLOT_PX, right: float | None = None) -> list[str]:
+    """`labels` cut so that none reaches the next point to its right on the same row (nor
+    `right`, the plot's right edge in x units, when given), for a plot `x_span` units wide drawn
+    `plot_px` pixels wide. ui/static/explorer.js's fitLabels is the same rule."""
+    px = plot_px / max(x_span, 1e-9)
     out = list(labels)
     rows: dict[float, list[int]] = {}
     for i, y in enumerate(ys):
         rows.setdefault(y, []).append(i)
     for members in rows.values():
         members.sort(key=lambda i: xs[i])
-        for a, b in zip(members, members[1:]):
-            room = int(((xs[b] - xs[a]) * px - 2 * MARKER_GAP_PX) // LABEL_CHAR_PX)
+        ends = [xs[b] for b in members[1:]] + ([right] if right is not None else [None])
+        for a, end in zip(members, ends):
+            if end is None:
+                continue
+            gap = 2 * MARKER_GAP_PX if end != right or right is None else MARKER_GAP_PX
+            room = int(((end - xs[a]) * px - gap) // LABEL_CHAR_PX)
             if len(out[a]) > room:
                 out[a] = "" if room < 1 else out[a][: room - 1] + "…"
     return out
@@ -118,7 +127,7 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
                 if px_all[i] == max(x for x, y in zip(px_all, py_all) if y == py_all[i])), default=0)
     tail_px = min(tail * LABEL_CHAR_PX + MARKER_GAP_PX, TREE_PLOT_PX / 2)
     x_range = [-0.6, width - 0.6 + (width * tail_px / (TREE_PLOT_PX - tail_px))]
-    labels = fit_labels(px_all, py_all, full, x_range[1] - x_range[0])
+    labels = fit_labels(px_all, py_all, full, x_range[1] - x_range[0], right=x_range[1])
     fig = go.Figure()
     # edges: one line trace per status so the accepted path stands out
     for kind, width in (("unreached", 1), ("rejected", 1.5), ("accepted", 4)):
@@ -163,6 +172,10 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
             textposition="middle right", marker=dict(size=18, color="#f08c00", symbol="star"),
             hovertext=[f"bonus token {plot_text(repr(text.get(step.bonus, '?')))}: the target's own choice after the accepted draft"],
             hoverinfo="text", showlegend=False))
+    # the full labels and where they are drawn, for the page to fit them at its own width
+    fit = {"traces": [4] + ([6] if bonus_at is not None else []),
+           "labels": [full[:len(tree)]] + ([full[len(tree):]] if bonus_at is not None else []),
+           "char_px": LABEL_CHAR_PX, "gap_px": MARKER_GAP_PX}
     depth = max(tree.depths, default=0) + 1
     n_acc = len(step.accepted)
     title = (f"Step {step.index}: {len(tree)} draft node(s), {n_acc} accepted + bonus"
@@ -170,8 +183,10 @@ def tree_figure(trace: Trace, step_index: int) -> go.Figure:
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)), template=FIGURE_TEMPLATE,
         height=max(300, min(900, 30 * (depth + 1) + 90)), hovermode="closest",
-        margin=dict(l=20, r=20, t=40, b=20), showlegend=False,
-        xaxis=dict(visible=False, range=x_range),
-        yaxis=dict(title="draft depth", tickmode="array", tickvals=[-d for d in range(depth + 1)],
-                   ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], zeroline=False))
+        # fixed margins, not plotly's automargin (a second layout on every step drawn in the page)
+        margin=dict(l=56, r=20, t=40, b=20), showlegend=False, meta={"fit_labels": fit},
+        xaxis=dict(visible=False, range=x_range, automargin=False),
+        yaxis=dict(title=dict(text="draft depth", standoff=8), tickmode="array", tickvals=[-d for d in range(depth + 1)],
+                   ticktext=[str(d) for d in range(depth + 1)], range=[-depth - 0.6, 0.6], zeroline=False,
+                   automargin=False))
     return fig
