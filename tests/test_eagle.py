@@ -16,7 +16,7 @@ from specviz.drafters.kit.base import REGISTRY, DrafterSpec, get
 from specviz.eagle import checkpoint as ckpt
 from specviz.eagle.model import EagleDraft, default_aux_layers
 from specviz.eagle.train import EagleTrainConfig, eagle_pass, evaluate, kind_view, pass_layers, train, unroll
-from specviz.glide.target_pass import TargetCache
+from specviz.netkit.target_pass import TargetCache
 from specviz.models.hidden import FINAL, HiddenCapture
 
 from conftest import assert_shipped_heads_equal_vanilla, self_data as make_self_data, run_ids

@@ -33,7 +33,7 @@ from conftest import drafter_literals, shown_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
-ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.glide", "specviz.heads", "specviz.eagle",
+ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.netkit", "specviz.glide", "specviz.heads", "specviz.eagle",
           "specviz.models", "specviz.core", "specviz.engine", "specviz.drafters", "specviz.analysis", "specviz.viz")
 
 # The house, bottom rung first: a module imports its own folder and the rungs below, never above
@@ -46,8 +46,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specviz.core",),                              # the data: tree, trace, settings, decoding, timing
     ("specviz.models",),                            # the target model: loading, KV cache, hidden states, cost
     ("specviz.index", "specviz.retrieval"),         # what model-free drafters look text up in
-    ("specviz.glide",),                             # draft networks: GLIDE's training kit, which heads/eagle reuse
-    ("specviz.heads", "specviz.eagle"),
+    ("specviz.netkit",),                            # the draft-network kit: data, the target's pass, the recipe, checkpoints
+    # glide/ joins heads/, eagle/ and mtp/ once its checkpoint I/O and shortlisted head (which
+    # heads/ and eagle/ still import) have moved into netkit/ (the ckpt branch)
+    ("specviz.glide",),
+    ("specviz.heads", "specviz.eagle"),                  # (+ specviz.mtp, which its branch adds)
     ("specviz.drafters.kit",),                      # what drafters share: protocol, registry, chain loop
     ("specviz.drafters",),                          # one module per method, and the registry package
     ("specviz.engine",),                            # the loop, verify, accept

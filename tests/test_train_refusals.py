@@ -15,7 +15,7 @@ import pytest
 from specviz import cli
 from specviz.errors import ConfigError
 from specviz.glide import checkpoint as glide_ckpt
-from specviz.glide.data import DataError, file_texts
+from specviz.netkit.data import DataError, file_texts
 from tests.conftest import assert_one_line_refusal, run_cli_here
 
 RUN = ("--model", "tiny-random", "--batch", "1", "--seq-len", "16", "--held-out", "0", "--steps", "1")

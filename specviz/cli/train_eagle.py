@@ -2,7 +2,7 @@
 draft head for a frozen target; resumable checkpoints in the authors' layout.
 
 The training itself is the library specviz/eagle/train.py; this module reads the flags, the
-data (glide/data.py: ShareGPT or a text file, chat-rendered, cut into windows) and the model,
+data (netkit/data.py: ShareGPT or a text file, chat-rendered, cut into windows) and the model,
 keeps the target's pass in a target cache (one for both kinds: EAGLE-3's three layers and the
 final hidden state, with the argmax; two runs on it split the passes between them) and reports the held-out top-1
 per draft position.

@@ -5,7 +5,7 @@ The target is frozen and the head reads only its hidden states, so one pass of t
 over each batch of windows [B, T] gives everything (`eagle_pass` over `pass_layers`): the
 inputs to EAGLE-3's low/mid/high layers and the final, post-norm hidden state (EAGLE's
 feature), [B, T, 4H], and the target's argmax at every row [B, T]. It is kept in a
-TargetCache (glide/target_pass.py) that EAGLE and EAGLE-3 runs share (`kind_view` takes each
+TargetCache (netkit/target_pass.py) that EAGLE and EAGLE-3 runs share (`kind_view` takes each
 kind's part; two runs side by side split the batches by claim files) and replayed for every
 epoch.
 
@@ -24,7 +24,7 @@ Objectives, as the authors' code trains them, with the target's own choices as l
   the target's choice at row j+1 (outside the draft vocabulary: ignored), weighted 0.8^s.
   The authors unroll 7 steps and distil the target's distribution; here `ttt` (default 3)
   and the argmax.
-AdamW, linear warm-up then cosine decay (glide/train_kit.lr_at); checkpoints carry the optimiser
+AdamW, linear warm-up then cosine decay (netkit/recipe.lr_at); checkpoints carry the optimiser
 state and the step (`resume`; Ctrl-C saves first).
 
 Held-out (`evaluate`): the head unrolled `positions` steps on held-out batches, top-1 per
@@ -45,8 +45,8 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import torch
 
 from ..errors import ConfigError
-from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, frequent_tokens, no_training_batches,
+from ..netkit.target_pass import TargetCache, TargetPass
+from ..netkit.recipe import (TimedStep as StepStats, TrainSchedule, check_least, frequent_tokens, no_training_batches,
                                optimiser_for, replay, resuming, run_steps, start_run, weighted_mean)
 from ..models.hidden import FINAL, HiddenCapture
 from . import checkpoint as ckpt
