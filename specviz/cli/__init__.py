@@ -1,5 +1,5 @@
 """Command line: `python -m specviz generate | drafters | bench | index build | train-glide |
-train-heads | train-eagle | doctor | import-metrics`.
+train-heads | train-eagle | distill | doctor | import-metrics`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -23,7 +23,7 @@ import warnings
 from typing import Sequence
 
 from ..errors import RenamedWarning, SpecvizError
-from . import bench, doctor, drafters, generate, import_metrics, index, train_eagle, train_glide, train_heads
+from . import bench, distill, doctor, drafters, generate, import_metrics, index, train_eagle, train_glide, train_heads
 from .common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, show_warning
 from .errors import UsageError
 
@@ -47,6 +47,9 @@ COMMANDS = (
     ("train-eagle", train_eagle, "train an EAGLE or EAGLE-3 draft head for a target (CPU or GPU)",
      "Train an EAGLE (EAGLE-1/-2) or EAGLE-3 head on a frozen target's hidden states; resumable "
      "checkpoints in the authors' layout."),
+    ("distill", distill, "the target's own answers to ShareGPT prompts, as training data (self-distillation)",
+     "Regenerate the assistant turns of ShareGPT conversations with the target (batched, greedy by "
+     "default), appended to a .jsonl that train-eagle --data reads; resumable."),
     ("doctor", doctor, "report device, dtype, forward cost and the drafters' exactness and speed",
      "Device, dtype, attention, versions, cpu_linear; the forward-cost curve (1..64 rows) against "
      "the calibrated cost model; each drafter against vanilla on a few prompts (identical / "
