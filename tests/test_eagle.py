@@ -59,7 +59,7 @@ def trained(tiny_lm, self_data, tmp_path_factory):
     out = {}
     root = tmp_path_factory.mktemp("eagle")
     for kind in KINDS:
-        cfg = EagleTrainConfig(kind=kind, vocab=48, steps=60, warmup=2, lr=1e-2, seq_len=40, ttt=2, positions=3)
+        cfg = EagleTrainConfig(kind=kind, vocab=48, steps=60, warmup=2, lr=1e-2, seq_len=40, ttt=2, positions=4)
         train(tiny_lm.model, tiny_lm.model_id, self_data[1:], cfg, root / kind, held=[self_data[0]])
         out[kind] = str(root / kind)
     return out

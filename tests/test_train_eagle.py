@@ -191,10 +191,10 @@ def a_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _small(root: Path, *more: str) -> tuple[str, ...]:
+def _small(root: Path, *more: str, out: str = "run") -> tuple[str, ...]:
     return ("train-eagle", "--kind", "eagle3", "--model", "tiny-random", "--data", str(root / "data.txt"),
-            "--batch", "1", "--seq-len", "16", "--vocab", "128", "--held-out", "0", "--ttt", "2", "--positions", "2",
-            "--out", str(root / "run"), *more)
+            "--batch", "1", "--seq-len", "16", *(() if "--vocab" in more else ("--vocab", "128")), "--held-out", "0",
+            "--ttt", "2", "--positions", "2", "--out", str(root / out), *more)
 
 
 def _damage(path: Path, shape: str) -> None:
@@ -247,7 +247,7 @@ def test_read_training_bounds_the_step(tmp_path: Path) -> None:
     ("--vocab", "10000000", ("vocab", "at most")),
     ("--target-cache", "x", ("unrecognized arguments", "--target-cache"))])
 def test_sizes_and_steps_are_bounded_before_allocation(a_run: Path, flag: str, value: str, words: tuple) -> None:
-    proc = run_cli_here(*_small(a_run, "--out", str(a_run / "fresh"), flag, value))
+    proc = run_cli_here(*_small(a_run, flag, value, out="fresh"))
     assert_one_line_refusal(proc, words)
 
 

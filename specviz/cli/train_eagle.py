@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from .errors import UsageError
 from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
                        check_apart, check_fresh_export, check_fresh_out, check_run_flags, config_from,
@@ -67,12 +68,13 @@ def add_arguments(p: Any) -> None:
 
 def run_folder(path: Path) -> Held:
     """check_fresh's `held` for a train-eagle run folder: run.json and only what a run writes
-    ("run"); anything else is "other"."""
+    ("run"); a head's --export copy ("export"); anything else is "other"."""
     from ..eagle.model import KINDS
 
     names = {p.name for p in path.iterdir()}
     if "run.json" not in names or not names <= RUN_FILES | set(KINDS):
-        return "other"
+        head = eagle_folder(path)                   # a head's folder: an --export copy is named as one
+        return "export" if head == "export" else "other"
     return "run"
 
 
@@ -118,7 +120,7 @@ def check_flags(args: Any, cfgs: list[Any], out: Path) -> None:
         if getattr(args, name[2:].replace("-", "_")) < low:
             raise UsageError(f"{name}: must be >= {low}, got {getattr(args, name[2:].replace('-', '_'))}")
     if not 0 < args.save_minutes < 1e6:
-        raise UsageError(f"--save-minutes: must be a positive number of minutes, got {args.save_minutes}")
+        raise ConfigError("save_minutes", f"must be a positive number of minutes below 1e6, got {args.save_minutes}")
     check_output_dir(str(out), "--out")
     check_fresh_out(out, run_folder, "a train-eagle run's", True, args.resume, args.overwrite)
     if args.export:
