@@ -28,7 +28,7 @@ from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed
                        eagle_folder, needs_tokenizer, set_threads)
 
 RUN_FILES = {"run.json", "run.tmp", "curve.csv", "vocab.pt", "vocab.tmp", "train.log"}
-VOCAB_WINDOWS = 256                # training windows whose assistant tokens rank the draft vocabulary
+VOCAB_WINDOWS = 4096               # training windows (per source) whose assistant tokens rank the draft vocabulary
 
 
 def add_arguments(p: Any) -> None:
