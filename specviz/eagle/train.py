@@ -150,13 +150,13 @@ def unroll(draft: EagleDraft, feat: torch.Tensor, ids: torch.Tensor, steps: int,
     return outs
 
 
-def _soft_ce(logits: torch.Tensor, target_logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """-sum p log q over the rows kept (`rows` [N] bool): q = softmax(logits) [N, K], p =
-    softmax(target_logits) [N, K], both fp32; the mean over kept rows (0 with none)."""
-    if not bool(rows.any()):
+def _soft_ce(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+    """-sum p log q, the mean over rows: q = softmax(logits) [N, K], p = softmax(target_logits)
+    [N, K], both in fp32 (0 with no row)."""
+    if not logits.shape[0]:
         return logits.sum() * 0.0
-    logq = torch.log_softmax(logits[rows].float(), -1)
-    p = torch.softmax(target_logits[rows].float(), -1)
+    logq = torch.log_softmax(logits.float(), -1)
+    p = torch.softmax(target_logits.float(), -1)
     return -(p * logq).sum(-1).mean()
 
 
@@ -210,14 +210,15 @@ class EagleHead:
             rows = mask[:, 1:]
             reg = (torch.nn.functional.smooth_l1_loss(out[rows].float(), feat[:, 1:][rows].float())
                    if bool(rows.any()) else out.sum() * 0.0)
-            logits = torch.nn.functional.linear(out, self.target.lm_head.weight[self.vocab].to(out.dtype))
-            return REG_WEIGHT * reg + CLS_WEIGHT * _soft_ce(logits, tl, keep)
+            # the LM head's product only for the rows in the loss (most of the cost)
+            logits = torch.nn.functional.linear(out[keep], self.target.lm_head.weight[self.vocab].to(out.dtype))
+            return REG_WEIGHT * reg + CLS_WEIGHT * _soft_ce(logits, tl[keep])                        # [N, K]
         total = feat.sum() * 0.0
         for s, out in enumerate(unroll(draft, feat, ids, self.cfg.ttt)):
-            k = keep[:, s:]
-            logits = draft.logits(out[:, s:])                                  # [B, n-s, K] draft order
-            target_logits = tl[:, s:][..., self.draft_cols]                    # the same order
-            total = total + STEP_DECAY ** s * _soft_ce(logits, target_logits, k)
+            k = keep[:, s:]                                                    # [B, n-s]
+            logits = draft.logits(out[:, s:][k])                               # [N, K] draft order
+            target_logits = tl[:, s:][k][:, self.draft_cols]                   # the same order
+            total = total + STEP_DECAY ** s * _soft_ce(logits, target_logits)
         return total
 
     def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None:
