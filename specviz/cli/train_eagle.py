@@ -32,10 +32,11 @@ VOCAB_WINDOWS = 4096               # training windows (per source) whose assista
 
 
 def add_arguments(p: Any) -> None:
+    from ..eagle.model import KINDS
     from ..eagle.train import EagleTrainConfig
 
     d = EagleTrainConfig()
-    p.add_argument("--kind", default=d.kind, metavar="eagle|eagle3|eagle,eagle3",
+    p.add_argument("--kind", default=d.kind, metavar="|".join(KINDS) + "|" + ",".join(KINDS),
                    help="the heads to train, side by side on one target pass per batch (default: eagle3)")
     add_source_arguments(p, "the run's folder: run.json, curve.csv, vocab.pt and one folder per head "
                             "(default: train-eagle/<model> in the specviz cache)")
@@ -133,12 +134,11 @@ def check_flags(args: Any, cfgs: list[Any], out: Path) -> None:
 
 
 def run(args: Any) -> int:
-    import dataclasses
-
     import torch
 
     from ..eagle import checkpoint as ckpt
-    from ..eagle.train import EagleHead, EagleTrainConfig, check_sizes, coverage_curve, frequent_ids, vocab_for
+    from ..eagle.train import (EagleHead, EagleTrainConfig, check_sizes, coverage_curve, frequent_ids, kind_configs,
+                               vocab_for)
     from ..files.cachedir import cache_dir
     from ..models import load_model
     from ..netkit.data import DataError, masked_batches, mixed_batches, split_windows, token_counts
@@ -147,7 +147,7 @@ def run(args: Any) -> int:
 
     kinds = kinds_of(args.kind)
     base = config_from(EagleTrainConfig, args, kind=kinds[0])
-    cfgs = [dataclasses.replace(base, kind=k, ttt=base.ttt if k == "eagle3" else 1) for k in kinds]
+    cfgs = kind_configs(base, kinds)
     sources, weights = sources_of(args)
     slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in args.model)
     out = Path(args.out).expanduser() if args.out else cache_dir() / "train-eagle" / slug

@@ -38,7 +38,7 @@ acceptance per position (exact on the target's own greedy text, `specviz distill
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Sequence
 
@@ -77,6 +77,12 @@ class EagleTrainConfig(TrainSchedule):
         check_least(self, (("vocab", 0), ("intermediate", 0), ("ttt", 1), ("positions", 1)))
         if not (math.isfinite(self.coverage) and 0 < self.coverage <= 1):
             raise ConfigError("coverage", f"must be in (0, 1], got {self.coverage}")
+
+
+def kind_configs(base: EagleTrainConfig, kinds: Sequence[str]) -> list[EagleTrainConfig]:
+    """One config per head of `kinds`, trained side by side: `base` with its kind (EAGLE unrolls
+    one step: the training-time test is EAGLE-3's)."""
+    return [replace(base, kind=k, ttt=base.ttt if k == "eagle3" else 1) for k in kinds]
 
 
 def check_sizes(cfg: EagleTrainConfig, target: Any) -> None:
