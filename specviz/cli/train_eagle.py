@@ -142,7 +142,7 @@ def run(args: Any) -> int:
     from ..files.cachedir import cache_dir
     from ..models import load_model
     from ..netkit.data import DataError, masked_batches, mixed_batches, split_windows, token_counts
-    from ..netkit.recipe import OnlineSchedule, RunState, train_online
+    from ..netkit.recipe import OnlineSchedule, RunState, freeze_target, train_online
     from ..netkit.target_pass import feature_pass
 
     kinds = kinds_of(args.kind)
@@ -158,10 +158,7 @@ def run(args: Any) -> int:
     target, tok = lm.model, lm.tokenizer
     for cfg in cfgs:
         check_sizes(cfg, target)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    target.eval()
-    torch.manual_seed(base.seed)
+    freeze_target(target, base.seed)
     autocast = torch.bfloat16 if args.target_dtype == "bfloat16" else None
     vocab_size = int(target.get_input_embeddings().weight.shape[0])
     device = lm.device

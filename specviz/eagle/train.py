@@ -318,17 +318,14 @@ def train(target: Any, target_id: str, source: Iterable[Any], cfg: EagleTrainCon
     `cfg.vocab` tokens most often in the first batches' loss (the authors' count of the data);
     the library's use (tests, notebooks): `specviz train-eagle` sizes it by coverage and mixes
     sources (cli/train_eagle.py)."""
-    from ..netkit.recipe import OnlineSchedule, resuming, train_online
+    from ..netkit.recipe import OnlineSchedule, freeze_target, resuming, train_online
     from ..netkit.target_pass import feature_pass
 
     cfg.check()
     check_sizes(cfg, target)
     out = Path(out)
     resume = resuming(resume, out, lambda folder: (folder / "run.json").is_file())
-    for p in target.parameters():
-        p.requires_grad_(False)
-    target.eval()
-    torch.manual_seed(cfg.seed)
+    freeze_target(target, cfg.seed)
     device = next(target.parameters()).device
     vocab_size = int(target.get_input_embeddings().weight.shape[0])
 

@@ -131,15 +131,20 @@ def resumed_blob(ckpt: Any, resume: bool, out: str | Path | None, target: Any, t
     return blob
 
 
+def freeze_target(target: Any, seed: int) -> None:
+    """A run's target: no gradients, eval mode; torch seeded with `seed`."""
+    torch.manual_seed(seed)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    target.eval()
+
+
 def start_run(cfg: TrainSchedule, target: Any) -> int:
     """A training run's start: `cfg` checked, torch seeded with cfg.seed, and the target frozen
     (no gradients, eval mode). Returns the target's vocabulary size; ConfigError when the
     config is wrong or its shortlist (`cfg.vocab` tokens) is larger than that vocabulary."""
     cfg.check()
-    torch.manual_seed(cfg.seed)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    target.eval()
+    freeze_target(target, cfg.seed)
     vocab_size = int(target.lm_head.weight.shape[0])
     if cfg.vocab > vocab_size:
         raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {cfg.vocab}")
