@@ -233,6 +233,21 @@ def test_resume_on_a_damaged_training_pt_is_one_line(a_run: Path, tmp_path: Path
     assert_one_line_refusal(proc, ("resume", "training.pt" if shape not in ("step -100", "step 10^12") else "step"))
 
 
+@pytest.mark.parametrize("name, content, words", [
+    ("run.json", "{not json", ("resume", "run.json")),
+    ("run.json", '{"step": -3}', ("resume", "run.json", "damaged")),
+    ("run.json", '{"steps": 1}', ("resume", "run.json", "not a specviz run state")),
+    ("vocab.pt", "", ("--resume", "vocab.pt"))])
+def test_resume_on_a_damaged_run_state_is_one_line(a_run: Path, tmp_path: Path, name: str, content: str,
+                                                   words: tuple) -> None:
+    import shutil
+
+    root = tmp_path / "r"
+    shutil.copytree(a_run, root)
+    (root / "run" / name).write_text(content)
+    assert_one_line_refusal(run_cli_here(*_small(root, "--steps", "2", "--resume")), words)
+
+
 def test_read_training_bounds_the_step(tmp_path: Path) -> None:
     path = tmp_path / "training.pt"
     torch.save({"optimizer": {"state": {}, "param_groups": []}, "step": 10**12}, path)
