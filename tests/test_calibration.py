@@ -176,7 +176,7 @@ def test_chances_line_up_after_the_engines_depth_cut() -> None:
 def test_drafters_declare_their_confidence() -> None:
     assert cal_mod.KINDS == CONFIDENCE_KINDS
     declared = {s.name: s.confidence for s in ordered()}
-    expected = {**dict.fromkeys(("draft_model", "self_draft", "glide", "medusa", "hydra", "eagle", "eagle3"),
+    expected = {**dict.fromkeys(("draft_model", "self_draft", "glide", "medusa", "hydra", "eagle", "eagle3", "mtp"),
                                 "probability"),
                 **dict.fromkeys(("ngram_trie", "rest", "hierarchy", "aded", "suffix_decoding"), "chance"),
                 **dict.fromkeys(("vanilla", "prompt_lookup", "oracle", "token_recycling", "lookahead"), None)}

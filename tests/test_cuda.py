@@ -1,6 +1,6 @@
 """On a real GPU (skipped without CUDA): the paths a CPU machine can only mock. A target split by
-accelerate between a GPU and the CPU decodes exactly as on one device; EAGLE / EAGLE-3 heads run on
-CUDA and equal vanilla; the shipped heads and GLIDE draft on CUDA and equal vanilla on the embedded
+accelerate between a GPU and the CPU decodes exactly as on one device; EAGLE / EAGLE-3 heads and an
+MTP module run on CUDA and equal vanilla; the shipped heads and GLIDE draft on CUDA and equal vanilla on the embedded
 model in float32. (tests/test_precision.py holds the CUDA timer and the CUDA-vs-CPU equality.)
 """
 from __future__ import annotations
@@ -65,6 +65,23 @@ def test_eagle_heads_on_cuda_and_on_a_split(gpu, split, tmp_path, kind):
         trace = generate(lm, prompt, kind, {"checkpoint": folder}, decoding)
         assert not trace.errors and trace.output_ids == vanilla, lm.device
         assert any(len(s.tree) for s in trace.steps)
+
+
+def test_an_mtp_module_on_cuda_and_on_a_split(gpu, split, tmp_path):
+    """The MTP module sits on the device of the target's final norm (whose output it reads) and
+    uses the target's rotary embedding and LM head there, a split target included."""
+    from test_mtp import save_random as save_mtp
+
+    cpu = load_model("tiny-random", device="cpu", dtype="float32")
+    folder = save_mtp(cpu, tmp_path / "mtp", copy=True)
+    prompt = build_prompt(gpu.tokenizer, TEXT)
+    decoding = DecodingConfig(max_new_tokens=24)
+    vanilla = generate(gpu, prompt, "vanilla", None, decoding).output_ids
+    for lm in (gpu, split, cpu):
+        for cfg in ({"checkpoint": folder}, {"checkpoint": folder, "topk": 3, "size_by_cost": False}):
+            trace = generate(lm, prompt, "mtp", cfg, decoding)
+            assert not trace.errors and trace.output_ids == vanilla, (lm.device, cfg)
+            assert any(len(s.tree) for s in trace.steps)
 
 
 @pytest.mark.slow

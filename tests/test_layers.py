@@ -33,7 +33,7 @@ from conftest import drafter_literals, shown_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
-ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.netkit", "specviz.glide", "specviz.heads", "specviz.eagle",
+ENGINE = ("specviz.retrieval", "specviz.index", "specviz.bench", "specviz.netkit", "specviz.glide", "specviz.heads", "specviz.eagle", "specviz.mtp",
           "specviz.models", "specviz.core", "specviz.engine", "specviz.drafters", "specviz.analysis", "specviz.viz")
 
 # The house, bottom rung first: a module imports its own folder and the rungs below, never above
@@ -50,7 +50,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # glide/ joins heads/, eagle/ and mtp/ once its checkpoint I/O and shortlisted head (which
     # heads/ and eagle/ still import) have moved into netkit/ (the ckpt branch)
     ("specviz.glide",),
-    ("specviz.heads", "specviz.eagle"),                  # (+ specviz.mtp, which its branch adds)
+    ("specviz.heads", "specviz.eagle"),
+    # mtp/ reads configs with eagle/checkpoint.py until netkit/checkpoint.py holds that; then it
+    # joins heads/ and eagle/ on their rung
+    ("specviz.mtp",),
     ("specviz.drafters.kit",),                      # what drafters share: protocol, registry, chain loop
     ("specviz.drafters",),                          # one module per method, and the registry package
     ("specviz.engine",),                            # the loop, verify, accept

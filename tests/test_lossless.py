@@ -50,7 +50,7 @@ PAPER_MODE = {"insert_output": False, "recency_ties": False, "size_by_cost": Fal
 # (model drafters need a draft model / checkpoint of their own, or k < the tiny model's 2 layers:
 # draft_model, glide, medusa and hydra are covered in test_model_drafters.py / test_glide.py /
 # test_heads.py)
-NEEDS_MODEL = {"vanilla", "oracle", "draft_model", "glide", "self_draft", "medusa", "hydra", "eagle", "eagle3"}
+NEEDS_MODEL = {"vanilla", "oracle", "draft_model", "glide", "self_draft", "medusa", "hydra", "eagle", "eagle3", "mtp"}
 CONFIGS = [(name, {}) for name in sorted(REGISTRY) if name not in NEEDS_MODEL] + [
     ("self_draft", {"k": 1}),
     ("ngram_trie", PAPER_MODE),
@@ -265,3 +265,35 @@ def test_greedy_eagle_heads_equal_vanilla(tiny_lm, cases, eagle_heads, drafter, 
         assert not any("drafter_error" in s.info for s in steps)
         for s in steps:
             assert list(s.accepted) == (s.tree.path_to(s.accepted[-1]) if s.accepted else [])
+
+
+# ---- mtp: a module of its own for the tiny model, whose drafts are sometimes accepted --------------
+
+MTP_CONFIGS = [{}, {"size_by_cost": False}, {"size_by_cost": False, "topk": 4, "num_speculative_tokens": 5,
+                                             "num_draft_tokens": 8}]
+
+
+@pytest.fixture(scope="module")
+def mtp_module(tiny_lm, tmp_path_factory):
+    """An MTP module for the tiny model that repeats the last token (tests/test_mtp.py builds it):
+    on the tiny model's repetitive output its drafts are accepted, and often rejected."""
+    from test_mtp import save_random
+
+    return save_random(tiny_lm, tmp_path_factory.mktemp("mtp-module"), copy=True)
+
+
+@pytest.mark.parametrize("cost", ["calibrated", "linear"])
+@pytest.mark.parametrize("config", MTP_CONFIGS, ids=[f"mtp-{c}" for c in MTP_CONFIGS])
+def test_greedy_mtp_equals_vanilla(tiny_lm, cases, mtp_module, config, cost):
+    lm = tiny_lm if cost == "calibrated" else _no_padding(tiny_lm)
+    accepted = rejected = 0
+    for name, (prompt, vanilla) in cases.items():
+        out, steps = run_ids(lm, prompt, "mtp", {"checkpoint": mtp_module, **config}, max_new_tokens=NEW)
+        assert out == vanilla, f"mtp {config} differs from vanilla on prompt {name!r}"
+        assert not any("drafter_error" in s.info for s in steps)
+        for s in steps:
+            assert list(s.accepted) == (s.tree.path_to(s.accepted[-1]) if s.accepted else [])
+        accepted += sum(len(s.accepted) for s in steps)
+        rejected += sum(1 for s in steps if len(s.tree) > len(s.accepted))
+    if config:
+        assert accepted > 0 and rejected > 0, "drafts never accepted, or never rejected: the comparison proves little"

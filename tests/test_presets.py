@@ -244,13 +244,13 @@ def test_explorer_api_accepts_a_preset(tiny_lm):
 
 # ---- every preset is lossless -----------------------------------------------------------------
 
-PRESET_RUNS = [(n, p) for n in sorted(REGISTRY) for p in REGISTRY[n].presets if n not in ("glide", "medusa", "hydra", "eagle", "eagle3")]
+PRESET_RUNS = [(n, p) for n in sorted(REGISTRY) for p in REGISTRY[n].presets if n not in ("glide", "medusa", "hydra", "eagle", "eagle3", "mtp")]
 
 
 @pytest.mark.parametrize("name, preset", PRESET_RUNS, ids=[f"{n}@{p}" for n, p in PRESET_RUNS])
 def test_every_preset_is_greedy_identical_to_vanilla(tiny_lm, name, preset):
-    """(glide's, medusa's, hydra's, eagle's and eagle3's presets run in tests/test_glide.py /
-    test_heads.py / test_eagle.py: they need a checkpoint.)"""
+    """(glide's, medusa's, hydra's, eagle's, eagle3's and mtp's presets run in tests/test_glide.py /
+    test_heads.py / test_eagle.py / test_mtp.py: they need a checkpoint.)"""
     from conftest import run_ids
 
     prompt = [5, 6, 7, 8, 9] * 4 + [11, 12]

@@ -440,3 +440,17 @@ def test_eagle_sampling_is_lossless(lm, kind, tmp_path):
     s = assert_lossless_sampling(lm, kind, {"checkpoint": folder, "top_k": 3, "depth": 2, "total_tokens": 8,
                                             "size_by_cost": False})
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
+
+
+def test_mtp_sampling_is_lossless(lm, tmp_path):
+    """mtp with a module that repeats the last token (tests/test_mtp.py; as a chain its drafts are
+    accepted about one time in twelve here, a random module's one in a hundred), drafting SGLang's tree
+    (topk 3, 2 steps): siblings, and below the first the chain vLLM drafts (the same EAGLE-2
+    drafting with topk 1; a second 1000-sample run for it would add a minute and no new path).
+    The first two tokens' distributions are the target's."""
+    from test_mtp import save_random
+
+    folder = save_random(lm, tmp_path / "mtp", copy=True)
+    s = assert_lossless_sampling(lm, "mtp", {"checkpoint": folder, "topk": 3, "num_speculative_tokens": 2,
+                                             "num_draft_tokens": 8, "size_by_cost": False})
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
