@@ -46,15 +46,15 @@ def test_the_held_out_split_is_fixed_by_id() -> None:
 
 
 def test_json_arrays_stream_and_keep_every_complete_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specviz.netkit import data
+    from specviz.index import corpus
 
-    monkeypatch.setattr(data, "READ_CHUNK", 7)                    # records span many reads
+    monkeypatch.setattr(corpus, "READ_CHUNK", 7)                  # records span many reads
     path = tmp_path / "s.json"
     records = [{"id": str(i), "conversations": [{"from": "human", "value": "x" * i}]} for i in range(30)]
     path.write_text(json.dumps(records)[:-40])                    # cut off inside the last record
     got = list(json_array_records(path))
     assert got == records[:len(got)] and len(got) == 29
-    monkeypatch.setattr(data, "RECORD_LIMIT", 50)
+    monkeypatch.setattr(corpus, "RECORD_LIMIT", 50)
     with pytest.raises(DataError, match="longer than"):
         list(json_array_records(path))
 

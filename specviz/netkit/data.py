@@ -21,7 +21,6 @@ line by line; no file is read whole.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -32,8 +31,6 @@ from ..errors import SpecvizError
 from ..files.user_files import check_regular_file, loads_json
 
 HELD_OUT_PER_MILLE = 10          # the held-out split: conversations whose id hashes below this (of 1000)
-READ_CHUNK = 2**20               # the streaming JSON reader's reads (characters)
-RECORD_LIMIT = 64 * 2**20        # a JSON record longer than this (characters) is refused, not buffered
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
           "bard": "assistant", "bing": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -43,62 +40,19 @@ class DataError(SpecvizError):
 
 
 def json_array_records(path: str | Path, what: str = "data") -> Iterator[Any]:
-    """The complete elements of a file holding one top-level JSON array, decoded one by one from
-    READ_CHUNK reads (never the whole file in memory); a cut-off end (the packaged ShareGPT's)
-    ends the records quietly. DataError when the file is not a JSON array, not UTF-8, or holds a
-    record longer than RECORD_LIMIT characters."""
-    decoder = json.JSONDecoder()
+    """The complete elements of a file holding one top-level JSON array, streamed
+    (index/corpus.iter_json_array over 1 MiB reads, never the whole file in memory); a cut-off end
+    (the packaged ShareGPT's) ends the records quietly. DataError when the file is not a JSON
+    array, not UTF-8, or holds a record longer than corpus.RECORD_LIMIT characters."""
+    from ..index import corpus
+
+    stats = corpus.CorpusStats(str(path))
+    records = corpus.iter_json_array(corpus.json_file_chunks(Path(path).expanduser(), corpus.READ_CHUNK), stats,
+                                     corpus.RECORD_LIMIT)
     try:
-        fh = open(Path(path).expanduser(), encoding="utf-8-sig")
-    except OSError as err:
-        raise DataError(f"{what}: cannot read {str(path)!r} ({err.strerror or err})") from None
-    with fh:
-        buf, i, eof, opened = "", 0, False, False
-
-        def more() -> bool:
-            nonlocal buf, i, eof
-            try:
-                chunk = fh.read(READ_CHUNK)
-            except UnicodeDecodeError as err:
-                raise DataError(f"{what}: {str(path)!r} is not UTF-8 text ({err.reason}); give a UTF-8 "
-                                "JSON file") from None
-            if not chunk:
-                eof = True
-                return False
-            buf = buf[i:] + chunk
-            i = 0
-            return True
-
-        while True:
-            while i < len(buf) and (buf[i].isspace() or (opened and buf[i] == ",")):
-                i += 1
-            if i >= len(buf):
-                if not more():
-                    return                               # ended (cut off, or without its "]")
-                continue
-            if not opened:
-                if buf[i] != "[":
-                    raise DataError(f"{what}: {str(path)!r} is not a JSON array of records")
-                opened, i = True, i + 1
-                continue
-            if buf[i] == "]":
-                return
-            try:
-                obj, end = decoder.raw_decode(buf, i)
-            except json.JSONDecodeError:
-                if len(buf) - i > RECORD_LIMIT:
-                    raise DataError(f"{what}: {str(path)!r} holds a record longer than {RECORD_LIMIT >> 20} MiB "
-                                    "(or one that is not JSON)") from None
-                if not more():
-                    return                               # the last record is cut off: dropped
-                continue
-            except RecursionError:
-                raise DataError(f"{what}: {str(path)!r} holds a record nested too deeply") from None
-            if end == len(buf) and not eof and isinstance(obj, (int, float)):
-                if more():                               # a number may go on in the next read
-                    continue
-            i = end
-            yield obj
+        yield from records
+    except corpus.CorpusError as err:
+        raise DataError(f"{what}: {str(err).removeprefix('corpus: ')}") from None
 
 
 def sharegpt_records(max_records: int | None = None) -> Iterator[dict]:
