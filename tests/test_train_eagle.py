@@ -274,3 +274,23 @@ def test_check_sizes_names_the_field(tiny_lm: Any) -> None:
 def test_train_needs_data(tiny_lm: Any, tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no training batches"):
         train(tiny_lm.model, "tiny-64", [], EagleTrainConfig(vocab=8, steps=1), tmp_path / "x")
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--out", "x.txt"), ("--out", "x.txt", ".jsonl")),
+    (("--batch", "0"), ("batch", "from 1")),
+    (("--max-new-tokens", "100000000"), ("max_new_tokens", "32768")),
+    (("--temperature", "nan"), ("temperature",))])
+def test_distill_refuses_bad_settings_in_one_line(tmp_path: Path, args: tuple, words: tuple) -> None:
+    given = dict(zip(args[::2], args[1::2]))
+    out = str(tmp_path / given.pop("--out", "d.jsonl"))
+    flat = [w for kv in given.items() for w in kv]
+    assert_one_line_refusal(run_cli_here("distill", "--model", "tiny-random", "--out", out, *flat), words)
+
+
+def test_distill_never_appends_to_a_file_it_did_not_write(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"text": "my own data"}\n')
+    assert_one_line_refusal(run_cli_here("distill", "--model", "tiny-random", "--out", str(mine)),
+                            ("distill", "mine.jsonl:1", "not a record distill wrote"))
+    assert mine.read_text() == '{"text": "my own data"}\n'
