@@ -59,6 +59,11 @@ class TraceFormatError(SpecvizError, ValueError):
     """A trace file is malformed or from another schema version."""
 
 
+class SpecvizWarning(UserWarning):
+    """A warning of specviz's own about what a run will do (a checkpoint run although a check
+    failed, because the user said so); the CLI prints it as one `specviz: warning: ...` line."""
+
+
 class RenamedWarning(FutureWarning):
     """An old name (a CLI flag, a setting) was used; it still works. FutureWarning, so Python
     shows it by default; the CLI prints it as one `specviz: warning: ...` line."""

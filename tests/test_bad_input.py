@@ -185,8 +185,8 @@ def test_closed_stdout_ends_quietly() -> None:
 
 
 def test_ctrl_c_keeps_the_text_and_writes_a_stopped_trace(tmp_path: Path) -> None:
-    """SIGINT to `generate --trace t.json --no-stream` mid-run: the text so far on stdout,
-    t.json a trace marked stopped, exit 130."""
+    """SIGINT (three times, 20 ms apart) to `generate --trace t.json --no-stream` mid-run: the
+    text so far on stdout, t.json a trace marked stopped, exit 130, no traceback."""
     trace_path = tmp_path / "t.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([PY, "-m", "specviz", *GEN[:3], "--max-new-tokens", "4000", "--no-stream",
@@ -199,7 +199,9 @@ def test_ctrl_c_keeps_the_text_and_writes_a_stopped_trace(tmp_path: Path) -> Non
         line = proc.stderr.readline()                         # printed when the generation starts
         assert line.startswith("specviz: generating"), line
         time.sleep(3.0)                                       # let some steps run (a wait, not a timing check)
-        proc.send_signal(signal.SIGINT)
+        for _ in range(3):                                    # three quick Ctrl-Cs: the first stops, the others
+            proc.send_signal(signal.SIGINT)                   # must neither raise in a handler's message nor
+            time.sleep(0.02)                                  # lose the trace
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -210,6 +212,31 @@ def test_ctrl_c_keeps_the_text_and_writes_a_stopped_trace(tmp_path: Path) -> Non
     assert trace.stop_reason == "stopped" and 0 < trace.totals.new_tokens < 4000
     text = trace.output_text.strip()
     assert text and text[:40] in out                           # the text so far was printed
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)        # a backgrounded test run ignores SIGINT: not the child
+
+
+def test_ctrl_c_during_start_up_exits_130(tmp_path: Path) -> None:
+    """SIGINT while the CLI is still importing (torch takes seconds): exit 130 and one line, not
+    the interpreter's KeyboardInterrupt traceback and a death by signal (-2). The moment is the
+    end of the package's own import (-X importtime prints it), before any command is loaded."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([PY, "-X", "importtime", "-m", "specviz", *GEN, "--prompt", "hi"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    try:
+        for line in proc.stderr:                         # "import time: ... | specviz" once the package is in
+            if line.rstrip().endswith("| specviz"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("import time:"))
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "specviz: interrupted", err[-2000:]
 
 
 def test_malicious_pickle_never_runs(tmp_path: Path) -> None:
@@ -295,6 +322,103 @@ def test_trace_values_are_checked(good_trace: dict[str, Any], change: str, words
         Trace.from_json(json.dumps(_edit(good_trace, change)))
     message = str(info.value)
     assert "\n" not in message and words in message, message
+
+
+def _text_edit(d: dict[str, Any], change: str) -> str:
+    """A trace's JSON text with one value no JSON writer of ours makes (numbers written as text)."""
+    d = json.loads(json.dumps(d))
+    text = json.dumps(d)
+    s0 = d["steps"][0]
+    if change.startswith("score "):
+        s0["tree"]["scores"] = [float(change.split()[1])] * len(s0["tree"]["tokens"])
+        return json.dumps(d)
+    marker = '"schema_version": ' + str(d["schema_version"])
+    extra = {"peak 10^400": '"peak_memory_mb": 1' + "0" * 400, "peak 1e400": '"peak_memory_mb": 1e400',
+             "peak 1e300": '"peak_memory_mb": 1e300', "int of 5000 digits": '"peak_memory_mb": ' + "7" * 5000}[change]
+    return text.replace(marker, f"{marker}, {extra}", 1) if '"peak_memory_mb"' not in text else \
+        text.replace('"peak_memory_mb": null', extra, 1)
+
+
+@pytest.mark.parametrize("change, words", [
+    ("score -5", "steps[0].tree.scores: -5 is not a draft score"),
+    ("score 1e308", "steps[0].tree.scores: 1e+308 is not a draft score"),
+    ("score nan", "steps[0].tree.scores[0]: expected a finite number, got nan"),
+    ("peak 10^400", "the JSON holds the number 100000000000...000000 (401 characters)"),
+    ("peak 1e400", "the JSON holds the number 1e400"),
+    ("int of 5000 digits", "(5000 characters), beyond what any field holds"),
+    ("peak 1e300", "peak_memory_mb: 1e+300 MiB is more memory than any machine has"),
+])
+def test_trace_numbers_are_bounded(good_trace: dict[str, Any], change: str, words: str, tmp_path: Path) -> None:
+    """Through Trace.from_json (the CLI's --trace) and the explorer's upload handler alike."""
+    import gradio as gr
+
+    from specviz.ui.replay_tab import load_uploaded
+    from specviz.ui.session import Session
+
+    text = _text_edit(good_trace, change)
+    with pytest.raises(TraceFormatError) as info:
+        Trace.from_json(text)
+    assert "\n" not in str(info.value) and words in str(info.value), str(info.value)
+    path = tmp_path / "edited.json"
+    path.write_text(text)
+    with pytest.raises(gr.Error) as shown:
+        load_uploaded(Session(), str(path))
+    assert words.split(":")[0] in str(shown.value) and len(str(shown.value)) < 400
+
+
+def _raw_trace(steps: int, nodes: int) -> str:
+    """Just enough of a trace for its size to be judged (the size is checked before the rest)."""
+    step = {"index": 0, "tree": {"tokens": [5] * nodes, "parents": [-1] * nodes}}
+    return json.dumps({"schema_version": 2, "steps": [step] * steps})
+
+
+@pytest.mark.parametrize("steps, nodes, words", [
+    (100_000, 1, "has 100,000 steps; the explorer takes at most 8,192"),
+    (1, 4097, "step 0's draft tree has 4,097 nodes; the explorer takes at most 4,096"),
+    (300, 4000, "has 1,200,000 draft-tree nodes in all; the explorer takes at most 1,048,576"),
+])
+def test_uploaded_traces_are_sized_before_they_are_read(steps: int, nodes: int, words: str, tmp_path: Path) -> None:
+    import gradio as gr
+
+    from specviz.ui.replay_tab import load_uploaded
+    from specviz.ui.session import Session
+
+    path = tmp_path / "big.json"
+    path.write_text(_raw_trace(steps, nodes))
+    start = time.monotonic()
+    with pytest.raises(gr.Error) as shown:
+        load_uploaded(Session(), str(path))
+    assert words in str(shown.value), shown.value
+    assert time.monotonic() - start < 10                    # the 100k-step file took 36 s to validate
+
+
+def test_a_huge_tree_and_a_long_run_are_drawn_within_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 3,000-node tree's mask is drawn for its first MASK_ROWS rows and says so (it was 9 GB);
+    a run longer than FIGURE_STEPS sends the later steps' text, their figures left out, saying so."""
+    import dataclasses
+
+    from specviz.core.trace import Totals
+    from specviz.core.tree import DraftTree
+    import importlib
+
+    from specviz.viz import mask
+    from tests.conftest import hand_trace
+
+    views = importlib.import_module("specviz.viz.step_views")     # the package exports a function of that name
+
+    trace = hand_trace("prompt_lookup")
+    step = trace.steps[0]
+    big = DraftTree(tuple(range(3000)), (-1,) * 3000, ("context",) * 3000)
+    huge = dataclasses.replace(trace, steps=(dataclasses.replace(step, tree=big, target_prob=(0.5,) * 3000),))
+    fig = mask.mask_figure(huge, 0)
+    assert len(fig.data[0].z) == mask.MASK_ROWS and f"the first {mask.MASK_ROWS} of 3001 rows" in fig.layout.title.text
+    steps = tuple(dataclasses.replace(step, index=k, committed_len=step.committed_len + 2 * k) for k in range(3))
+    long = dataclasses.replace(trace, steps=steps, output_ids=trace.output_ids * 3,
+                               output_pieces=trace.output_pieces * 3, totals=Totals.of(list(steps)))
+    monkeypatch.setattr(views, "FIGURE_STEPS", 2)
+    sent = views.step_views(long)
+    assert [s["tree"] is None for s in sent["steps"]] == [False, False, True]
+    assert "Figures are drawn for the first 2 steps" in sent["steps"][2]["md"]
 
 
 def test_deeply_nested_json_is_refused_cleanly() -> None:

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from specviz.eagle import checkpoint as eagle_ckpt
 from specviz.glide import checkpoint as glide_ckpt
-from specviz.glide.checkpoint import CheckpointError
+from specviz.netkit.files import CheckpointError
 from specviz.glide.model import GlideDraft, GlideSpec
 from specviz.heads import checkpoint as heads_ckpt
 
@@ -64,11 +64,13 @@ CONFIG_CASES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     # crashed with a traceback before
     "draft_vocab_negative": ("eagle3", {"draft_vocab_size": -5}, ("'draft_vocab_size' is -5", "positive")),
     "hidden_negative": ("eagle3", {"hidden_size": -64}, ("'hidden_size' is -64",)),
-    "draft_vocab_huge": ("eagle3", {"draft_vocab_size": 10 ** 12}, ("'draft_vocab_size'", "more than")),
-    "intermediate_huge": ("eagle3", {"intermediate_size": 10 ** 10},
-                          ("'midlayer.mlp.gate_proj.weight' has shape (128, 64)", "(10000000000, 64)")),
-    "intermediate_huge_eagle": ("eagle", {"intermediate_size": 10 ** 10},
-                                ("'layers.0.mlp.gate_proj.weight'", "(10000000000, 64)")),
+    "draft_vocab_huge": ("eagle3", {"draft_vocab_size": 10 ** 12}, ("'draft_vocab_size' is 1000000000000", "up to")),
+    "draft_vocab_more": ("eagle3", {"draft_vocab_size": 65}, ("'draft_vocab_size' is 65", "more than")),
+    "intermediate_huge": ("eagle3", {"intermediate_size": 10 ** 9},
+                          ("'midlayer.mlp.gate_proj.weight' has shape (128, 64)", "(1000000000, 64)")),
+    "intermediate_too_big": ("eagle", {"intermediate_size": 10 ** 10}, ("'intermediate_size' is 10000000000", "up to")),
+    "intermediate_huge_eagle": ("eagle", {"intermediate_size": 10 ** 9},
+                                ("'layers.0.mlp.gate_proj.weight'", "(1000000000, 64)")),
     "aux_layers_str": ("eagle3", {"eagle_aux_hidden_state_layer_ids": "x"},
                        ("'eagle_aux_hidden_state_layer_ids' is 'x'", "list of target layer indices")),
     "heads_zero": ("eagle3", {"num_attention_heads": 0}, ("'num_attention_heads' is 0",)),
@@ -222,3 +224,149 @@ def test_heads_weights_are_checked(tiny_lm, tmp_path, case):
     kind, edit, words = HEADS_CASES[case]
     path = _edited(_random_ckpt(tiny_lm, tmp_path / "h.pt", kind), tmp_path / "edited.pt", edit)
     refused(lambda: heads_ckpt.load(path, tiny_lm.model, tiny_lm.model_id, kind), *words)
+
+
+# ---- issue 48: hostile and careless checkpoints, each ended in one line before any allocation -------------------
+
+MORE_CONFIG_CASES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+    # a 1 KB config asking for head_dim 10^9: refused by the weights' shapes, before any rope table
+    "head_dim_huge": ("eagle3", {"head_dim": 10 ** 9},
+                      ("'midlayer.self_attn.q_proj.weight' has shape (64, 128)", "(4000000000, 128)")),
+    "yarn_negative": ("eagle3", {"rope_scaling": {"rope_type": "yarn", "factor": -5}},
+                      ("'rope_scaling.factor' is -5", "at least 1")),
+    "theta_string": ("eagle3", {"rope_theta": "1e4"}, ("'rope_theta' is '1e4'", "positive number")),
+    "layers_string": ("eagle3", {"num_hidden_layers": "2"}, ("'num_hidden_layers' is '2'",)),
+    "layers_fraction": ("eagle", {"num_hidden_layers": 1.5}, ("'num_hidden_layers' is 1.5",)),
+    "layers_too_many": ("eagle3", {"num_hidden_layers": 65}, ("'num_hidden_layers' is 65", "up to 64")),
+    # more layers than the weights hold: multi-layer heads run, so the missing layer is named
+    "layers_missing": ("eagle3", {"num_hidden_layers": 2}, ("lacks the weight 'layers.1.input_layernorm.weight'",)),
+    "layers_missing_eagle": ("eagle", {"num_hidden_layers": 2}, ("lacks the weight 'layers.1.input_layernorm.weight'",)),
+    "huge_int": ("eagle3", {"hidden_size": 10 ** 400}, ("'hidden_size' is 100000000", "...; it must be a positive whole number up to 2147483647")),
+    "norm_both": ("eagle3", {"norm_before_fc": True, "fc_norm": True}, ("'norm_before_fc' and 'fc_norm'",)),
+    "norm_on_eagle": ("eagle", {"norm_output": True}, ("'norm_output' is true", "EAGLE-3")),
+    "model_type": ("eagle3", {"model_type": "gemma2"}, ("'model_type' is 'gemma2'", "llama")),
+    "qkv_bias_string": ("eagle", {"qkv_bias": "true"}, ("'qkv_bias' is 'true'", "true or false")),
+}
+
+
+@pytest.mark.parametrize("case", list(MORE_CONFIG_CASES))
+def test_more_eagle_config_fields_are_checked(tiny_lm, heads, tmp_path, case):
+    import time
+
+    kind, edit, words = MORE_CONFIG_CASES[case]
+    folder = _copy(heads[kind], tmp_path / "head")
+    if "huge_int" in case:
+        cfg = json.loads((folder / "config.json").read_text())
+        text = json.dumps({**cfg, "hidden_size": 0}).replace('"hidden_size": 0', '"hidden_size": 1' + "0" * 400)
+        (folder / "config.json").write_text(text)
+    else:
+        _edit_config(folder, **edit)
+    start = time.perf_counter()
+    message = refused(_load_eagle(tiny_lm, folder, kind), *words)
+    assert time.perf_counter() - start < 10 and "rope_scaling" not in message.replace("'rope_scaling.factor'", ""), message
+
+
+def test_target_layers_must_be_a_number(tiny_lm, heads, tmp_path):
+    folder = _copy(heads["eagle3"], tmp_path / "head")
+    own = json.loads((folder / "config.json").read_text())["specviz"]
+    _edit_config(folder, specviz={**own, "target_layers": "2"})
+    refused(_load_eagle(tiny_lm, folder, "eagle3"), "'specviz.target_layers' is '2'", "whole number")
+
+
+@pytest.mark.parametrize("drafter", ["eagle", "eagle3", "medusa", "hydra", "glide"])
+def test_a_home_folder_of_no_user_is_one_line(tiny_lm, drafter):
+    from specviz.engine import generate_steps
+
+    message = refused(lambda: generate_steps(tiny_lm, [5, 6, 7], drafter, {"checkpoint": "~nosuchuser/x"}),
+                      "'~nosuchuser/x'", "no user 'nosuchuser'")
+    assert "home directory" not in message
+
+
+def _medusa(lm, tmp_path: Path) -> Path:
+    from test_eagle_layouts import faster_decoding_medusa
+
+    faster_decoding_medusa(lm, tmp_path / "med")
+    return tmp_path / "med"
+
+
+def _load_medusa(lm, folder: Path) -> Callable[[], Any]:
+    return lambda: heads_ckpt.load_medusa_layout(folder, lm.model, lm.model_id)
+
+
+def _medusa_state(folder: Path, edit: Callable[[dict[str, torch.Tensor]], None]) -> None:
+    state = torch.load(folder / "medusa_lm_head.pt", weights_only=True)
+    edit(state)
+    torch.save(state, folder / "medusa_lm_head.pt")
+
+
+MEDUSA_CONFIG_CASES: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "a list": ([], ("config.json is not a JSON object", "list")),
+    "layers x": ({"medusa_num_layers": "x"}, ("'medusa_num_layers' is 'x'", "positive whole number")),
+    "layers null": ({"medusa_num_layers": None}, ("'medusa_num_layers' is None",)),
+    "layers 1.9": ({"medusa_num_layers": 1.9}, ("'medusa_num_layers' is 1.9",)),
+    "layers 2": ({"medusa_num_layers": 2}, ("lacks the weight '0.2.weight'", "medusa_num_layers 2 is wrong")),
+    "heads -1": ({"medusa_num_heads": -1}, ("'medusa_num_heads' is -1",)),
+}
+
+
+@pytest.mark.parametrize("case", list(MEDUSA_CONFIG_CASES))
+def test_medusa_config_fields_are_checked(tiny_lm, tmp_path, case):
+    config, words = MEDUSA_CONFIG_CASES[case]
+    folder = _medusa(tiny_lm, tmp_path)
+    (folder / "config.json").write_text(json.dumps(config))
+    refused(_load_medusa(tiny_lm, folder), *words)
+
+
+MEDUSA_WEIGHT_CASES: dict[str, tuple[Callable[[dict[str, torch.Tensor]], None], tuple[str, ...]]] = {
+    "1-D LM head": (lambda s: s.update({"0.1.weight": torch.zeros(64)}),
+                    ("weight '0.1.weight' has shape (64,)", "a matrix [vocab, hidden]")),
+    "3-D LM head": (lambda s: s.update({"0.1.weight": torch.zeros(2, 64, 64)}), ("(2, 64, 64)",)),
+    "3-D LM head of head 2": (lambda s: s.update({"2.1.weight": torch.zeros(2, 64, 64)}),
+                              ("weight '2.1.weight' has shape (2, 64, 64), the Medusa layout (3 heads of 1 block) wants (64, 64)",)),
+    "an extra key": (lambda s: s.update({"extra.weight": torch.zeros(3)}),
+                     ("holds the weight 'extra.weight', which the Medusa layout has no place for",)),
+    "an extra block": (lambda s: s.update({"1.5.linear.weight": torch.zeros(64, 64)}),
+                       ("holds the weight '1.5.linear.weight', which the Medusa layout (3 heads of 1 block) has no place",)),
+    "a gap": (lambda s: s.update({k.replace("2.", "7.", 1): s.pop(k) for k in list(s) if k.startswith("2.")}),
+              ("heads up to 7 but not head 2",)),
+    "a unicode digit": (lambda s: s.update({"٣.0.linear.weight": torch.zeros(64, 64)}), ("'٣.0.linear.weight'",)),
+    "NaN": (lambda s: s.update({"1.0.linear.bias": torch.full((64,), float("nan"))}), ("'1.0.linear.bias'", "NaN")),
+}
+
+
+@pytest.mark.parametrize("case", list(MEDUSA_WEIGHT_CASES))
+def test_medusa_weights_are_checked(tiny_lm, tmp_path, case):
+    edit, words = MEDUSA_WEIGHT_CASES[case]
+    folder = _medusa(tiny_lm, tmp_path)
+    _medusa_state(folder, edit)
+    refused(_load_medusa(tiny_lm, folder), *words)
+
+
+def test_a_small_file_cannot_ask_for_a_huge_tensor(tiny_lm_tok, tmp_path):
+    """Issue 48's file: 12.6 MB whose 4000 heads' keys `0.x` .. `3999.x` all view one [49152, 64]
+    storage; stacking their LM heads would allocate 50 GB. Refused from the file's own sizes,
+    before anything is allocated, in seconds. And a [49152, 64] view with stride 0 over 4 bytes."""
+    import time
+
+    folder = tmp_path / "big"
+    folder.mkdir()
+    lm_head, w, b = torch.zeros(49152, 64), torch.zeros(64, 64), torch.zeros(64)
+    state = {}
+    for i in range(4000):
+        state.update({f"{i}.0.linear.weight": w, f"{i}.0.linear.bias": b, f"{i}.1.weight": lm_head})
+    torch.save(state, folder / "medusa_lm_head.pt")
+    assert (folder / "medusa_lm_head.pt").stat().st_size < 14e6
+    start = time.perf_counter()
+    load = lambda: heads_ckpt.load_medusa_layout(folder, tiny_lm_tok.model, tiny_lm_tok.model_id)  # noqa: E731
+    refused(load, "its tensors claim 50.4 GB of values, the file holds 12.9 MB", "refused before allocating")
+    assert time.perf_counter() - start < 20
+    torch.save({"0.0.linear.weight": w, "0.0.linear.bias": b, "0.1.weight": torch.zeros(1).expand(49152, 64)},
+               folder / "medusa_lm_head.pt")
+    refused(load, "tensor '0.1.weight' claims shape (49152, 64) (12.6 MB) over 4 bytes of data")
+
+
+def test_a_number_past_pythons_digit_limit_is_one_line(tiny_lm, heads, tmp_path):
+    folder = _copy(heads["eagle3"], tmp_path / "head")
+    text = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(text.replace('"hidden_size": 64', '"hidden_size": 1' + "0" * 5000))
+    refused(_load_eagle(tiny_lm, folder, "eagle3"), "config.json")

@@ -14,7 +14,7 @@ import torch
 
 from specviz.eagle import checkpoint as ckpt
 from specviz.engine import generate_steps
-from specviz.glide.checkpoint import CheckpointError
+from specviz.netkit.files import CheckpointError
 from specviz.heads.checkpoint import MedusaLayoutHeads
 
 from conftest import run_ids
@@ -302,3 +302,40 @@ def test_cli_and_api_refuse_a_foreign_head_in_one_line(tiny_lm, tmp_path, monkey
     with pytest.raises(gr.Error) as info:
         api_trace("tiny-random", "eagle3", "hi", "", json.dumps({"checkpoint": str(folder)}), 4, 0.0, 0)
     assert "vocabulary of 64 tokens" in str(info.value.message) and "\n" not in str(info.value.message)
+
+
+def test_medusa_head_count_comes_from_the_file(tiny_lm, tmp_path):
+    """FasterDecoding/medusa-vicuna-7b-v1.3 ships 5 heads with a config.json saying 2
+    (`{"base_model_name_or_path": "lmsys/vicuna-7b-v1.3", "medusa_num_heads": 2, "medusa_num_layers": 1,
+    "transformers_version": "4.31.0"}`); the authors' MedusaModel.from_pretrained overrides the count
+    to 5 ("TODO: fix the uploaded config (only include 2 heads)") and loads every head of
+    medusa_lm_head.pt. So the heads the file holds are the heads that run."""
+    folder = tmp_path / "vicuna"
+    state = faster_decoding_medusa(tiny_lm, folder, heads=5)
+    (folder / "config.json").write_text(json.dumps({"base_model_name_or_path": "tiny-64", "medusa_num_heads": 2,
+                                                    "medusa_num_layers": 1, "transformers_version": "4.31.0"}))
+    from specviz.drafters.medusa import load_heads
+    heads = load_heads(tiny_lm.model, tiny_lm.model_id, "medusa", str(folder))
+    assert heads.spec.n_heads == 5
+    torch.testing.assert_close(heads.lm_heads[4], state["4.1.weight"])
+    vanilla, _ = run_ids(tiny_lm, PROMPT, max_new_tokens=24)
+    out, steps = run_ids(tiny_lm, PROMPT, "medusa", {"checkpoint": str(folder), "size_by_cost": False,
+                                                    "min_path": 0.0}, max_new_tokens=24)
+    assert out == vanilla and max(steps[0].tree.depths) == 4          # mc_sim_7b_63 is 4 levels deep
+
+
+def test_medusa_base_model_is_checked_against_the_target(tiny_lm, tmp_path):
+    """config.json's base_model_name_or_path names the model the heads were trained on: another
+    one is refused in one line, or run with a warning under verifier_check=warn."""
+    folder = tmp_path / "med"
+    faster_decoding_medusa(tiny_lm, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "base_model_name_or_path": "lmsys/vicuna-7b-v1.3"}))
+    with pytest.raises(CheckpointError, match=r"trained for 'lmsys/vicuna-7b-v1.3' \(base_model_name_or_path\)"):
+        generate_steps(tiny_lm, PROMPT, "medusa", {"checkpoint": str(folder)})
+    from specviz.netkit.checkpoint import CheckpointWarning
+    vanilla, _ = run_ids(tiny_lm, PROMPT, max_new_tokens=12)
+    with pytest.warns(CheckpointWarning):
+        out, _ = run_ids(tiny_lm, PROMPT, "medusa", {"checkpoint": str(folder), "verifier_check": "warn"},
+                         max_new_tokens=12)
+    assert out == vanilla

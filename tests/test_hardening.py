@@ -9,11 +9,14 @@ one line naming what was wrong and what to do; nothing measured or written befor
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +35,8 @@ from specviz.index.store import IndexFileError, read_manifest
 from specviz.core.trace import Trace
 from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
 from specviz.ui.web_policy import NotAllowedError, check_model, check_path
-from tests.conftest import assert_one_line_refusal, run_cli_cases
-from tests.serving import trace_refusal
+from tests.conftest import assert_one_line_refusal, run_cli_cases, run_cli_here
+from tests.serving import api_error, trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -735,3 +738,594 @@ def test_training_text_files_with_windows_line_ends_part_on_blank_lines(tmp_path
     path = tmp_path / "data.txt"
     path.write_bytes(b"one\r\nline\r\n\r\ntwo\r\n")
     assert [t.strip() for t in file_texts(path)] == ["one\nline", "two"]
+
+
+# ---- the one URL fetcher (files/fetch.py): real servers on loopback addresses ----------------------
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """/metrics: a dump; /redirect?to=URL: 302 there; /loop: 302 to itself; /trickle: a byte every 0.2 s (headers and
+    body); /trickle-head: the status line itself trickled; /huge: 4 MiB without a length;
+    /declared: a Content-Length of a terabyte; /reason: 404 with a secret reason phrase;
+    /foreign: 200 with a secret text that is no metrics page. Every request is counted."""
+    hits: list[str] = []
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:                    # the fetcher hung up (its deadline, its size cap): as meant
+            pass
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        type(self).hits.append(f"{self.server.server_address[0]}{self.path}")
+        path, _, query = self.path.partition("?")
+        if path == "/loop":
+            self.send_response(302)
+            self.send_header("Location", "/loop")
+            self.end_headers()
+        elif path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", query.removeprefix("to="))
+            self.end_headers()
+        elif path == "/trickle-head":
+            for byte in b"HTTP/1.1 200 OK\r\n":
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2)
+        elif path == "/trickle":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(1000):
+                self.wfile.write(b"#")
+                self.wfile.flush()
+                time.sleep(0.2)
+        elif path == "/huge":
+            self.send_response(200)
+            self.end_headers()
+            for _ in range(64):
+                self.wfile.write(b"# padding\n" * 6554)
+        elif path == "/declared":
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**12))
+            self.end_headers()
+        elif path == "/reason":
+            self.send_response(404, "SECRET-REASON")
+            self.end_headers()
+        elif path == "/foreign":
+            body = b"SECRET-TEXT root:x:0:0\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            body = b"sglang:spec_accept_length 2.6\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Any:
+    """Two servers: 127.0.0.1:A (the allowed one) and 127.0.0.2:B (the server's own network)."""
+    servers = [http.server.ThreadingHTTPServer((address, 0), _Hostile) for address in ("127.0.0.1", "127.0.0.2")]
+    for s in servers:
+        s.daemon_threads = True
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    yield tuple(f"{s.server_address[0]}:{s.server_address[1]}" for s in servers)
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _fetch(url: str, hosts: tuple[str, ...] | None, deadline: float = 5.0, max_bytes: int = 2**20) -> bytes:
+    from specviz.files.fetch import UrlPolicy, fetch
+    return fetch(url, UrlPolicy(hosts=hosts, deadline_s=deadline, max_bytes=max_bytes), "metrics")
+
+
+@pytest.mark.parametrize("path, words", [
+    ("/redirect?to=http://{inner}/secret", ("is not one of them",)),                    # to another loopback address
+    ("/redirect?to=http://169.254.169.254/latest/meta-data/", ("is not one of them",)),  # the cloud's metadata
+    ("/redirect?to=file:///etc/passwd", ("not an http(s) URL",)),
+    ("/loop", ("redirects more than 3 times",)),
+    ("/reason", ("answered HTTP 404 (Not Found)",)),
+    ("/declared", ("would send", "the limit is 1 MiB")),
+    ("/huge", ("sent more than 1 MiB",)),
+])
+def test_the_fetcher_checks_every_hop_and_never_quotes_the_answer(hosts: tuple[str, str], path: str,
+                                                                  words: tuple[str, ...]) -> None:
+    from specviz.files.fetch import FetchError
+
+    allowed, inner = hosts
+    _Hostile.hits.clear()
+    start = time.monotonic()
+    with pytest.raises(FetchError) as info:
+        _fetch(f"http://{allowed}{path.format(inner=inner)}", (allowed,))
+    message = str(info.value)
+    assert message.startswith("metrics: ") and "\n" not in message and all(w in message for w in words), message
+    assert "SECRET" not in message
+    assert not any(h.startswith("127.0.0.2") for h in _Hostile.hits), _Hostile.hits      # never reached
+    assert time.monotonic() - start < 4
+
+
+@pytest.mark.parametrize("path", ["/trickle", "/trickle-head"])
+def test_the_deadline_is_for_the_whole_fetch(hosts: tuple[str, str], path: str) -> None:
+    """A byte every 0.2 s never trips a per-read timeout; the total deadline (1 s) ends it."""
+    from specviz.files.fetch import FetchError
+
+    start = time.monotonic()
+    with pytest.raises(FetchError, match=r"did not answer in full within 1 s \(a limit on the whole fetch"):
+        _fetch(f"http://{hosts[0]}{path}", None, deadline=1.0)
+    assert time.monotonic() - start < 2.5
+
+
+def test_the_fetcher_reads_only_listed_hosts_and_inner_addresses_only_by_address(
+        hosts: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from specviz.files.fetch import FetchError
+
+    allowed, inner = hosts
+    port = allowed.rsplit(":", 1)[1]
+    assert _fetch(f"http://{allowed}/metrics", (allowed,)).startswith(b"sglang")
+    assert _fetch(f"http://{allowed}/redirect?to=/metrics", (allowed,)).startswith(b"sglang")     # same host
+    assert _fetch(f"http://localhost:{port}/metrics", ("localhost",)).startswith(b"sglang")
+    assert _fetch(f"http://{inner}/metrics", None).startswith(b"sglang")                 # the CLI: any host
+    with pytest.raises(FetchError, match="only from 127.0.0.1:1; "):                     # another port
+        _fetch(f"http://{allowed}/metrics", ("127.0.0.1:1",))
+    real = socket.getaddrinfo
+
+    def rebinding(host: str, *args: Any, **kwargs: Any) -> Any:      # a listed *name* that resolves inside
+        return real("127.0.0.1" if host == "metrics.example.org" else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    with pytest.raises(FetchError, match="resolves to an address inside the server's own network"):
+        _fetch(f"http://metrics.example.org:{port}/metrics", ("metrics.example.org",))
+
+
+def test_the_web_tab_never_shows_another_servers_answer(hosts: tuple[str, str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gradio as gr
+
+    from specviz.ui.server_metrics_tab import draw_server_metrics
+    from specviz.ui.session import Session
+
+    allowed, inner = hosts
+    monkeypatch.setenv("SPECVIZ_METRICS_HOSTS", allowed)
+    for url in (f"http://{allowed}/foreign", f"http://{allowed}/reason", f"http://{allowed}/redirect?to=http://{inner}/"):
+        with pytest.raises(gr.Error) as info:
+            draw_server_metrics(Session(), None, url, None)
+        assert "SECRET" not in str(info.value) and "\n" not in str(info.value), info.value
+    assert "sglang" in draw_server_metrics(Session(), None, f"http://{allowed}/metrics", None)[0]
+
+
+def test_the_cli_refuses_a_trickling_url_in_its_time(hosts: tuple[str, str]) -> None:
+    start = time.monotonic()
+    done = run_cli_here("import-metrics", f"http://{hosts[0]}/trickle", "--timeout", "1")
+    assert_one_line_refusal(done, ("did not answer in full within 1 s",))
+    assert time.monotonic() - start < 2.5
+
+
+def test_the_metrics_event_waits_on_its_own_queue() -> None:
+    """A slow server holds only the Server metrics tab's own slots, not the queue every event shares."""
+    import app
+
+    demo = app.build_demo()
+    fns = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "draw_server_metrics"]
+    assert len(fns) == 1 and fns[0].concurrency_id == "network" and fns[0].concurrency_limit == 8
+
+
+# ---- the allow-list checks every file below a folder, links resolved -----------------------------
+
+_OPENED: list[str] = []
+_WATCHING: list[bool] = []
+
+
+def _watch_opens(event: str, args: tuple[Any, ...]) -> None:
+    if _WATCHING and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_watch_opens)           # every open() in this process, C readers' too, while watched
+
+
+def _linked_checkpoint(root: Path, outside: Path) -> dict[str, Path]:
+    """An allowed folder with EAGLE-like checkpoint folders whose files link outside it."""
+    allowed = root / "allowed"
+    cases = {}
+    for name, link, target in (("config", "config.json", outside / "secret.json"),
+                               ("passwd", "config.json", Path("/etc/passwd")),
+                               ("weights", "model.safetensors", outside / "weights.safetensors"),
+                               ("subfolder", "sub", outside),
+                               ("broken", "config.json", outside / "missing.json")):
+        folder = allowed / name
+        folder.mkdir(parents=True)
+        (folder / link).symlink_to(target)
+        cases[name] = folder
+    good = allowed / "hub-cache-like"                 # links that stay inside (a hub cache's blobs)
+    (good / "blobs").mkdir(parents=True)
+    (good / "blobs" / "abc").write_text("{}")
+    (good / "snapshot").mkdir()
+    (good / "snapshot" / "config.json").symlink_to(good / "blobs" / "abc")
+    (good / "snapshot" / "loop").symlink_to(good / "snapshot")
+    cases["good"] = good / "snapshot"
+    return cases
+
+
+def test_links_below_an_allowed_folder_are_resolved_one_by_one(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from specviz.ui.web_policy import check_request
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_text('{"hidden_size": "SECRET-VALUE"}')
+    (outside / "weights.safetensors").write_bytes(b"SECRET")
+    cases = _linked_checkpoint(tmp_path, outside)
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path / "allowed"))
+    _OPENED.clear()
+    _WATCHING.append(True)
+    try:
+        for name, folder in cases.items():
+            if name == "good":
+                check_request("embedded", "eagle", {"checkpoint": str(folder)})
+                continue
+            with pytest.raises(NotAllowedError) as info:
+                check_request("embedded", "eagle", {"checkpoint": str(folder)})
+            message = str(info.value)
+            assert message.startswith("checkpoint: ") and "a link that leads outside" in message, message
+            assert "SECRET" not in message and str(outside) not in message and "/etc" not in message
+        with pytest.raises(NotAllowedError, match="a link that leads outside"):     # a model folder too
+            check_model(str(cases["weights"]), "model")
+    finally:
+        _WATCHING.clear()
+    assert not [p for p in _OPENED if p.startswith((str(outside), "/etc/passwd"))], _OPENED
+
+
+def test_the_api_refuses_a_checkpoint_whose_config_links_outside(served: Any, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_text('{"hidden_size": "SECRET-VALUE"}')
+    cases = _linked_checkpoint(tmp_path, outside)
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path / "allowed"))
+    _, client = served
+    for drafter, name in (("eagle", "config"), ("medusa", "passwd")):
+        message = trace_refusal(client, drafter, {"checkpoint": str(cases[name])})
+        assert "a link that leads outside" in message and "SECRET" not in message and "root:" not in message
+
+
+# ---- no output may be one of the run's inputs ------------------------------------------------------
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, Path]:
+    folder = tmp_path / "x"
+    folder.mkdir()
+    for name, text in (("ctx.txt", "the user's document\n"), ("dump.txt", "sglang:spec_accept_length 2.6\n"),
+                       ("texts.txt", "one text\n\nanother\n"), ("run.json", "{}"), ("q.jsonl", "{}\n"),
+                       ("glide.pt", "not really a checkpoint")):
+        (folder / name).write_text(text)
+    (folder / "link.txt").symlink_to(folder / "ctx.txt")
+    os.link(folder / "ctx.txt", folder / "hard.txt")
+    (folder / "docs").mkdir()
+    (folder / "docs" / "a.md").write_text("a document\n")
+    return {"x": folder, **{p.stem.replace(".", "_"): p for p in folder.iterdir()}}
+
+
+GEN_TINY = ("generate", "--model", "tiny-random", "--max-new-tokens", "2", "--prompt", "hi")
+OUTPUT_IS_INPUT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "generate trace = context": ((*GEN_TINY, "--context-file", "{ctx}", "--trace", "{ctx}"),
+                                 ("--trace:", "the same file as the run's input --context-file")),
+    "generate trace = a symlink to the context": ((*GEN_TINY, "--context-file", "{ctx}", "--trace", "{link}"),
+                                                  ("--trace:", "the same file as")),
+    "generate trace = a hard link to the context": ((*GEN_TINY, "--context-file", "{ctx}", "--trace", "{hard}"),
+                                                    ("--trace:", "the same file as")),
+    "generate trace = a --set checkpoint": ((*GEN_TINY, "--drafter", "glide", "--set", "checkpoint={glide}",
+                                             "--trace", "{glide}"), ("--trace:", "input --set")),
+    "generate trace = a bracket checkpoint": ((*GEN_TINY, "--drafter", "glide[checkpoint={glide}]", "--trace",
+                                               "{glide}"), ("--trace:", "input --drafter")),
+    "import-metrics html = the dump": (("import-metrics", "{dump}", "--html", "{dump}"),
+                                       ("--html:", "input FILE|URL")),
+    "import-metrics html = a trace": (("import-metrics", "{dump}", "--trace", "{run}", "--html", "{run}"),
+                                      ("--html:", "input --trace")),
+    "bench out holds the questions": (("bench", "--model", "tiny-random", "--questions", "{q}", "--out", "{x}"),
+                                      ("--out:", "a folder holding the run's input --questions")),
+    "index out = docs": (("index", "build", "--kind", "passages", "--docs", "{docs}", "--out", "{docs}"),
+                         ("--out:", "input --docs")),
+    "index out inside the docs": (("index", "build", "--kind", "passages", "--docs", "{x}", "--out", "{docs}"),
+                                  ("--out:", "an existing path inside the run's input --docs")),
+    "plan --measure --surface = a source": (("plan", "{run}", "--measure", "--surface", "{run}"),
+                                            ("--surface:", "input RESULTS.json|TRACE.json")),
+    "train-glide out = data": (("train-glide", "--model", "tiny-random", "--data", "{texts}", "--out", "{texts}"),
+                               ("--out:", "input --data")),
+    "train-heads export = data": (("train-heads", "--model", "tiny-random", "--data", "{texts}", "--export",
+                                   "{texts}"), ("--export:", "input --data")),
+    "train-eagle out holds the data": (("train-eagle", "--model", "tiny-random", "--data", "{texts}", "--out", "{x}"),
+                                       ("--out:", "a folder holding the run's input --data")),
+}
+
+
+@pytest.mark.parametrize("name", list(OUTPUT_IS_INPUT))
+def test_an_output_that_is_an_input_is_refused_before_anything_runs(name: str, inputs: dict[str, Path]) -> None:
+    args, words = OUTPUT_IS_INPUT[name]
+    before = {p: p.read_bytes() for p in inputs["x"].rglob("*") if p.is_file()}
+    start = time.monotonic()
+    done = run_cli_here(*(a.format(**inputs) for a in args))
+    assert_one_line_refusal(done, words)
+    assert time.monotonic() - start < 5                      # before any model is loaded
+    assert {p: p.read_bytes() for p in inputs["x"].rglob("*") if p.is_file()} == before      # nothing lost
+
+
+def test_every_command_says_which_paths_it_writes() -> None:
+    from specviz.cli import COMMANDS
+    from specviz.cli.run_files import OUTPUTS, run_paths
+    from specviz.cli import build_parser
+
+    assert set(OUTPUTS) == {name for name, *_ in COMMANDS}
+    args = build_parser().parse_args(["generate", "--prompt", "README.md", "--trace", "t.json"])
+    outputs, inputs = run_paths("generate", args)
+    assert outputs == [("--trace", "t.json")] and ("--prompt", "README.md") not in inputs    # text is no path
+
+
+def test_outputs_beside_their_inputs_are_fine(inputs: dict[str, Path]) -> None:
+    from specviz.files.user_files import check_outputs_apart
+
+    check_outputs_apart([("--trace", str(inputs["x"] / "new.json"))], [("--context-file", str(inputs["ctx"]))])
+    check_outputs_apart([("--trace", str(inputs["docs"] / "new.json"))], [("--model", str(inputs["docs"]))])
+    check_outputs_apart([("--trace", str(inputs["ctx"]))], [("--context-file", str(inputs["x"] / "missing"))])
+
+
+# ---- device maps, budgets and disk offload ---------------------------------------------------------
+
+@pytest.mark.parametrize("budget, words", [
+    ("cpu=1e999GB", ("size '1e999GB' for cpu is not a size from 1 byte to 1 EiB",)),
+    ("cpu=infGB", ("size 'infGB'",)),
+    ("cpu=nanGB", ("size 'nanGB'",)),
+    ("cpu=-5GB", ("size '-5GB'",)),
+    ("cpu=0", ("size '0'",)),
+    ("cpu=" + "9" * 5000 + "GB", ("is not a size",)),
+    ("\u0661=1GB", ("unknown device '\u0661'",)),          # an Arabic-Indic one: no GPU 1
+    ("\u00b2=1GB", ("unknown device '\u00b2'",)),          # isdigit() says yes, int() says no
+])
+def test_memory_budgets_are_read_by_a_bounded_parser(budget: str, words: tuple[str, ...]) -> None:
+    from specviz.models.placement import DeviceMapError, parse_max_memory
+
+    with pytest.raises(DeviceMapError) as info:
+        parse_max_memory(budget)
+    assert str(info.value).startswith("max_memory: ") and all(w in str(info.value) for w in words), info.value
+    assert len(str(info.value)) < 300
+
+
+def test_memory_budgets_accelerate_would_misread_are_handed_on_in_bytes() -> None:
+    from accelerate.utils import convert_file_size_to_int
+
+    from specviz.models.placement import parse_max_memory
+
+    budget = parse_max_memory("cpu=1e9")
+    assert budget is not None and convert_file_size_to_int(budget["cpu"]) == 10**9        # the message offered it
+    kept = parse_max_memory("cpu=20GiB")
+    assert kept == {"cpu": "20GiB"}
+    lower = parse_max_memory("cpu=60gb")                                                 # bytes, not gigabits
+    assert lower is not None and convert_file_size_to_int(lower["cpu"]) == 60 * 10**9
+
+
+def test_a_map_of_everything_on_disk_is_one_line(tmp_path: Path) -> None:
+    done = run_cli_here("generate", "--model", "tiny-random", "--prompt", "hi", "--max-new-tokens", "2",
+                        "--device-map", '{"": "disk"}', "--offload-folder", str(tmp_path / "off"))
+    assert_one_line_refusal(done, ("device_map: it maps every module to 'disk'",))
+
+
+def test_disk_offload_leaves_no_copy_of_the_weights(tmp_path: Path) -> None:
+    """The offloaded weights' folder goes with its model (and at exit); one left by a killed run
+    (its process gone) is removed by the next offload; one of a running process is kept."""
+    import gc
+
+    from specviz.models import placement
+    from specviz.models.loading import tiny_random_model
+
+    base = tmp_path / "off"
+    base.mkdir()
+    (base / "specviz-offload-999999999-dead").mkdir()                   # a killed run's
+    (base / f"specviz-offload-{os.getppid()}-alive").mkdir()            # a running process's
+    model = tiny_random_model(64).eval()
+    model = placement.dispatch(model, {"": "cpu", "model.layers.1": "disk"}, str(base))
+    ours = [p for p in base.iterdir() if p.name.startswith(f"specviz-offload-{os.getpid()}-")]
+    assert len(ours) == 1 and any(ours[0].iterdir())                    # the weights were written there
+    assert not (base / "specviz-offload-999999999-dead").exists()
+    assert (base / f"specviz-offload-{os.getppid()}-alive").exists()
+    del model
+    gc.collect()
+    assert not ours[0].exists()
+
+
+def test_the_web_never_asks_a_visitor_for_an_offload_folder() -> None:
+    """The explorer loads with no offload folder (its device-map box reaches load_model so); its
+    errors pass through shown_to_user, which shows the error's web wording."""
+    import gradio as gr
+
+    from specviz.models import load_model
+    from specviz.ui.errors import shown_to_user
+
+    for device_map, budget in (('{"": "cpu", "model.layers.1": "disk"}', None), ("sequential", "cpu=20MB"),
+                               ("sequential", "cpu=200KB")):
+        with pytest.raises(gr.Error) as info:
+            with shown_to_user():
+                load_model("tiny-random", dtype="float32", device_map=device_map, max_memory=budget)
+        message = str(info.value)
+        assert "--" not in message and ("does not offload weights to the server's disk" in message
+                                        or "holds none of the model (24.3 MiB of weights in float32" in message)
+
+
+# ---- Ray's address --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("address, env, words", [
+    ("", None, ("--ray: expected HOST:PORT", "got ''")),
+    ("127.0.0.1:\u00b2", None, ("--ray: expected HOST:PORT",)),            # isdigit() but no int()
+    ("127.0.0.1:\u0666\u0663\u0667\u0669", None, ("--ray: expected HOST:PORT",)),
+    ("127.0.0.1:0", None, ("--ray: expected HOST:PORT",)),
+    ("127.0.0.1:70000", None, ("--ray: expected HOST:PORT",)),
+    ("auto", "127.0.0.1:1", ("nothing answers at 127.0.0.1:1 (RAY_ADDRESS", "unset RAY_ADDRESS")),
+    ("auto", "nonsense", ("RAY_ADDRESS: expected HOST:PORT",)),
+])
+def test_ray_addresses_are_checked_before_ray_waits(address: str, env: str | None, words: tuple[str, ...],
+                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    start = time.monotonic()
+    done = run_cli_here("bench", "--model", "tiny-random", "--ray", address, "--limit", "1", "--out",
+                        str(tmp_path / "b"))
+    assert_one_line_refusal(done, words)
+    assert time.monotonic() - start < 30 and not (tmp_path / "b").exists()
+
+
+# ---- Compare: each drafter once, rounds within the slider's range ----------------------------------
+
+def test_compare_runs_a_drafter_named_sixty_times_once(panel: Any) -> None:
+    import gradio as gr
+
+    from specviz.ui import compare_tab
+    from specviz.ui.session import Session
+    from tests.test_app import values
+
+    handler = compare_tab.make_compare_handler(panel)
+    out = list(handler(Session(), ["prompt_lookup"] * 60 + ["vanilla"] * 3, 1, *values(panel, max_new_tokens=4)))
+    note, table, *_ = out[-1]
+    assert [row[0] for row in table] == ["vanilla", "prompt_lookup"]
+    assert sum("running" in str(o[0]) for o in out) == 2                 # two runs, not 63
+    for rounds in (10**9, 0, 2.5, float("nan")):
+        with pytest.raises(gr.Error, match="rounds: must be a whole number from 1 to 5"):
+            list(handler(Session(), ["prompt_lookup"], rounds, *values(panel, max_new_tokens=4)))
+
+
+# ---- a bounded parser for the numbers and names a user gives --------------------------------------
+
+BIG = "7" * 5000                                     # past Python's 4,300-digit int() limit
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"a": ' + BIG + "}", "the JSON holds the number 777777777777...777777 (5000 characters)"),
+    ('{"a": 1' + "0" * 400 + "}", "(401 characters), beyond what any field holds"),
+    ('{"a": -123456789012345678901}', "-123456789012345678901"),
+    ('{"a": 1e400}', "the number 1e400"),
+    ('["x", ' + "1" * 25 + "]", "beyond what any field holds"),
+])
+def test_user_json_numbers_are_bounded(text: str, words: str) -> None:
+    with pytest.raises(FileCheckError) as info:
+        loads_json(text, "x")
+    assert str(info.value).startswith("x: ") and words in str(info.value) and len(str(info.value)) < 300
+    assert loads_json('{"a": 12345678901234567890, "b": "' + "9" * 50 + '", "c": 1e300}', "x")["a"] == 12345678901234567890
+
+
+@pytest.mark.parametrize("reader, words", [
+    ("results", "results.json"), ("device map", "device_map"), ("questions", "questions"),
+    ("manifest", "manifest"),
+])
+def test_every_json_reader_refuses_a_5000_digit_number_in_one_line(reader: str, words: str, tmp_path: Path) -> None:
+    from specviz.bench.questions import QuestionsError, read_questions
+    from specviz.models.placement import DeviceMapError, read_device_map
+
+    if reader == "results":
+        path = tmp_path / "results.json"
+        path.write_text('{"version": 1, "meta": {"seed": ' + BIG + '}, "runs": []}')
+        with pytest.raises(ResultsFormatError) as info:
+            load_results(path)
+    elif reader == "device map":
+        with pytest.raises(DeviceMapError) as info:
+            read_device_map('{"model.layers.0": ' + BIG + "}")
+    elif reader == "questions":
+        path = tmp_path / "q.jsonl"
+        path.write_text('{"question_id": ' + BIG + ', "category": "qa", "turns": ["hi"]}\n')
+        with pytest.raises(QuestionsError) as info:
+            read_questions(path)
+    else:
+        folder = _index(tmp_path / "index", '{"format": 1, "n": ' + BIG + "}")
+        with pytest.raises(IndexFileError) as info:
+            read_manifest(folder)
+    message = str(info.value)
+    assert words in message and "beyond what any field holds" in message and "\n" not in message, message
+    assert len(message.replace(str(tmp_path), "")) < 400                     # the number is named, not repeated
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--drafter", "oracle", "--set", "max_tokens=\u0665"), ("--set max_tokens: expected int, got '\u0665'",)),
+    (("--drafter", "oracle", "--set", "tokens=1,2,\u0663"), ("--set tokens: expected comma-separated integers",)),
+    (("--drafter", "oracle", "--set", "max_tokens=" + BIG), ("expected int", "(5,002 characters)")),
+    (("--drafter", "ngram_trie", "--set", "first_prior=\u0660.\u0665"), ("--set first_prior: expected float",)),
+])
+def test_settings_read_ascii_numbers_only(args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    done = run_cli_here("generate", "--model", "tiny-random", "--prompt", "hi", "--max-new-tokens", "2", *args)
+    assert_one_line_refusal(done, words)
+    assert len(done.stderr) < 400
+
+
+def test_a_question_id_in_other_digits_is_refused(tmp_path: Path) -> None:
+    from specviz.bench.questions import QuestionsError, read_questions
+
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question_id": "\u0663", "category": "qa", "turns": ["hi"]}\n')
+    with pytest.raises(QuestionsError, match="'question_id' must be a whole number, got '\u0663'"):
+        read_questions(path)
+
+
+def test_the_api_refuses_numbers_past_any_field(served: Any) -> None:
+    _, client = served
+    for settings, words in (('{"max_tokens": ' + BIG + "}", "beyond what any field holds"),
+                            ('{"tokens": "1,2,\u0663"}', "expected comma-separated integers")):
+        message = api_error(client, "tiny-random", "oracle", "hi", "", settings, 4, 0.0, 0)
+        assert words in message and "Traceback" not in message and len(message) < 600, message
+
+
+# ---- metrics dumps: values and positions a server never writes ------------------------------------
+
+V1_COUNTS = ("vllm:spec_decode_num_drafts_total 10\nvllm:spec_decode_num_draft_tokens_total 30\n"
+             "vllm:spec_decode_num_accepted_tokens_total 20\n")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("vllm:spec_decode_num_drafts_total " + "1" * 400 + "\n", "(402 characters) is not a number"),
+    ('{"num_drafts": 1' + "0" * 400 + ', "num_draft_tokens": 3, "num_accepted_tokens": 2}', "beyond what any field holds"),
+    (V1_COUNTS + 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="\u0660"} 8\n',
+     "position '\u0660'; a position is a whole number from 0 to 1023 in ASCII digits"),
+    (V1_COUNTS + 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="\u00b2"} 8\n', "position '\u00b2'"),
+    ("sglang:spec_accept_length 1e300\n", "mean acceptance length of 1e+300; no engine drafts more than 1024"),
+    ('{"draft_tokens": 30, "accepted_tokens": 20, "emitted_tokens": 25, "num_spec_tokens": 0.5}',
+     "num_spec_tokens must be a whole number from 1 to 1024, got 0.5"),
+    ('{"num_spec_tokens": 0.5, "num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 20}',
+     "num_spec_tokens must be a whole number from 1 to 1024"),
+])
+def test_metrics_numbers_are_bounded(text: str, words: str, tmp_path: Path) -> None:
+    path = tmp_path / "dump.txt"
+    path.write_text(text)
+    done = run_cli_here("import-metrics", str(path))
+    assert_one_line_refusal(done, (words,))
+    assert len(done.stderr) < 400
+
+
+def test_a_20_mb_dump_with_an_unclosed_label_is_refused_at_once(tmp_path: Path) -> None:
+    """The label regex took 3.7 GB on it; a line longer than any sample is refused before any
+    regex sees it, and a long label under the limit costs kilobytes (an unrolled loop)."""
+    import tracemalloc
+
+    from specviz.analysis.server_metrics import MAX_LINE, MetricsImportError, parse_prometheus
+
+    path = tmp_path / "dump.txt"
+    path.write_text('vllm:spec_decode_num_drafts_total{model="' + "a" * 20_000_000 + "} 1\n")
+    start = time.monotonic()
+    done = run_cli_here("import-metrics", str(path))
+    assert_one_line_refusal(done, ("line 1 is 20,000,",  "characters long; a Prometheus sample line is under 64 KB"))
+    assert time.monotonic() - start < 10
+    line = 'x{model="' + "a\\\\" * (MAX_LINE // 3 - 10) + '"} 1'
+    tracemalloc.start()
+    try:
+        assert parse_prometheus(line)[0].value == 1
+        with pytest.raises(MetricsImportError):
+            parse_prometheus(line.replace('"}', "}"))                     # unclosed
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2**20, peak                      # without possessive quantifiers: 4.3 MB; the old regex 11 MB

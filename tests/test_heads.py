@@ -14,7 +14,7 @@ from specviz.drafters.kit.base import REGISTRY, DrafterSpec, get, register
 from specviz.drafters.medusa import MC_SIM_7B_63, Template
 from specviz.engine import generate, generate_steps
 from specviz.errors import SpecvizError
-from specviz.glide.checkpoint import CheckpointError
+from specviz.netkit.files import CheckpointError
 from specviz.netkit.target_pass import TargetCache
 from specviz.heads import checkpoint as ckpt
 from specviz.heads.model import DraftHeads, HeadsSpec

@@ -83,6 +83,21 @@ def test_paper_presets_hold_the_papers_constants(name):
         assert getattr(config, key) == value
 
 
+@pytest.mark.parametrize("name", ["eagle", "eagle3"])
+def test_eagle_presets_cite_where_each_setting_comes_from(name):
+    """`paper` is EaModel.from_pretrained's defaults (60/7/10), not the MT-bench scripts'; those are
+    their own presets: 60/5/10, and 32/8/4 for Qwen3 targets (SafeAILab/EAGLE eagle/evaluation/)."""
+    presets = get(name).presets
+    want = {"paper": ({"total_tokens": 60, "depth": 7, "top_k": 10}, "EaModel.from_pretrained"),
+            "paper-mtbench": ({"total_tokens": 60, "depth": 5, "top_k": 10}, "gen_ea_answer_{vicuna,llama2chat"),
+            "paper-mtbench-qwen3": ({"total_tokens": 32, "depth": 8, "top_k": 4}, "gen_ea_answer_qwen3.py")}
+    for preset, (values, cited) in want.items():
+        assert dict(presets[preset].values) == {**values, "size_by_cost": False}
+        assert cited in presets[preset].source and "evaluation scripts" not in presets[preset].source
+        config = parse_choice(f"{name}@{preset}").config()
+        assert (config.total_tokens, config.depth, config.top_k) == tuple(values.values())
+
+
 def test_other_presets():
     glide = get("glide").presets
     assert glide["paper-beam"].values["beam"] == 4 and glide["paper-beam"].values["gamma"] == 5

@@ -34,16 +34,19 @@ from __future__ import annotations
 
 import math
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecvizError
+from ..files.fetch import UrlPolicy, fetch
 from ..files.user_files import loads_json, read_text_file
+from ..files.user_values import ascii_int, finite_number, shown, whole_number
 
 URL_TIMEOUT_S = 10.0
 MAX_BYTES = 32 * 2**20            # a /metrics page is kilobytes; refuse anything absurd
+MAX_LINE = 64 * 1024              # a sample line is under 1 KB (a few labels); its regexes never see more
+MAX_POSITIONS = 1024              # draft positions: no engine drafts more tokens per step
+MAX_ACCEPT_LENGTH = MAX_POSITIONS + 1
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -99,8 +102,11 @@ class Sample:
 
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_SAMPLE = re.compile(rf"^({_NAME})(\{{(.*)\}})?\s+(\S+)(\s+-?\d+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+_SAMPLE = re.compile(rf"^({_NAME})(\{{(.*)\}})?\s+(\S+)(\s+-?[0-9]+)?\s*$")
+# a label value as an unrolled loop with possessive quantifiers (Python 3.11): no backtracking point
+# is kept per character or per escape, so any length costs the same memory (the alternation under a
+# star it replaces kept one per character: 3.7 GB for a 20 MB label)
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*+(?:\\.[^"\\]*+)*+)"\s*(,|$)')
 
 
 def parse_prometheus(text: str) -> list[Sample]:
@@ -112,9 +118,15 @@ def parse_prometheus(text: str) -> list[Sample]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        if len(line) > MAX_LINE:
+            raise MetricsImportError(f"metrics: line {number} is {len(line):,} characters long; a Prometheus sample "
+                                     f"line is under {MAX_LINE // 1024} KB (an unclosed label or quote?)")
         match = _SAMPLE.match(line)
         value = _number(match.group(4)) if match else None
         labels = _labels(match.group(3) or "") if match else None
+        if match is not None and labels is not None and value is None:
+            raise MetricsImportError(f"metrics: line {number}: the value {shown(match.group(4), 40)} is not a number "
+                                     "(a count or rate in decimal or exponent form, at most 64 characters)")
         if match is None or value is None or labels is None:
             cut = number == len(lines) and not text.endswith("\n")
             raise MetricsImportError(
@@ -125,6 +137,8 @@ def parse_prometheus(text: str) -> list[Sample]:
 
 
 def _number(text: str) -> float | None:
+    if len(text) > 64:                # a float has at most 17 significant digits; 400 digits is no count
+        return None
     try:
         return float(text)            # also +Inf, -Inf, NaN, as the format allows
     except ValueError:
@@ -242,10 +256,12 @@ def _v0(source: str, shape: str, draft_tokens: float, accepted: float, emitted: 
 def _per_position(samples: Sequence[Sample], drafts: float) -> tuple[float, ...]:
     counts: dict[int, float] = {}
     for s in samples:
-        pos = dict(s.labels).get("position")
-        if pos is None or not pos.isdigit():
-            raise MetricsImportError(f"metrics: {VLLM_PER_POS} sample without a numeric position label")
-        counts[int(pos)] = counts.get(int(pos), 0.0) + s.value
+        label = dict(s.labels).get("position")
+        pos = ascii_int(label, max_digits=len(str(MAX_POSITIONS)))
+        if pos is None or pos >= MAX_POSITIONS:
+            raise MetricsImportError(f"metrics: {VLLM_PER_POS} sample with position {str(label)[:20]!r}; a position "
+                                     f"is a whole number from 0 to {MAX_POSITIONS - 1} in ASCII digits")
+        counts[pos] = counts.get(pos, 0.0) + s.value
     if not counts:
         return ()
     if max(counts) >= len(counts):           # a gap: found among the positions given, never by range(max)
@@ -289,9 +305,10 @@ def from_stats_json(text: str, source: str = "") -> SpecMetrics:
 
 def _field(record: Mapping[str, Any], name: str, i: int) -> float:
     value = record.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise MetricsImportError(f"metrics: record {i}: {name} must be a non-negative number, got {value!r}")
-    return float(value)
+    number = finite_number(value)
+    if number is None or number < 0:
+        raise MetricsImportError(f"metrics: record {i}: {name} must be a non-negative number, got {shown(value, 40)}")
+    return number
 
 
 def _sums(records: Sequence[Mapping[str, Any]], *names: str) -> tuple[float, ...]:
@@ -301,11 +318,16 @@ def _sums(records: Sequence[Mapping[str, Any]], *names: str) -> tuple[float, ...
 
 def _v1_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
     drafts, tokens, accepted = _sums(records, "num_drafts", "num_draft_tokens", "num_accepted_tokens")
+    for i, r in enumerate(records):
+        if "num_spec_tokens" in r and whole_number(r["num_spec_tokens"], 1, MAX_POSITIONS) is None:
+            raise MetricsImportError(f"metrics: record {i}: num_spec_tokens must be a whole number from 1 to "
+                                     f"{MAX_POSITIONS}, got {str(r['num_spec_tokens'])[:30]}")
     per_pos: list[float] = []
     for i, r in enumerate(records):
         pos = r.get("num_accepted_tokens_per_pos", [])
-        if not isinstance(pos, list):
-            raise MetricsImportError(f"metrics: record {i}: num_accepted_tokens_per_pos must be a list")
+        if not isinstance(pos, list) or len(pos) > MAX_POSITIONS:
+            raise MetricsImportError(f"metrics: record {i}: num_accepted_tokens_per_pos must be a list of at most "
+                                     f"{MAX_POSITIONS} counts")
         per_pos += [0.0] * (len(pos) - len(per_pos))
         for k, v in enumerate(pos):
             per_pos[k] += _field({f"num_accepted_tokens_per_pos[{k}]": v}, f"num_accepted_tokens_per_pos[{k}]", i)
@@ -319,7 +341,11 @@ def _v0_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
     ks = set()
     for i, r in enumerate(records):
         if "num_spec_tokens" in r:
-            ks.add(int(_field(r, "num_spec_tokens", i)))
+            k = whole_number(r["num_spec_tokens"], 1, MAX_POSITIONS)
+            if k is None:
+                raise MetricsImportError(f"metrics: record {i}: num_spec_tokens must be a whole number from 1 to "
+                                         f"{MAX_POSITIONS}, got {str(r['num_spec_tokens'])[:30]}")
+            ks.add(k)
     if len(ks) > 1:
         raise MetricsImportError(f"metrics: records with different num_spec_tokens ({sorted(ks)}) cannot be summed")
     return _v0(source, "vllm-v0-stats", tokens, accepted, emitted, ks.pop() if ks else None)
@@ -327,21 +353,12 @@ def _v0_stats(records: Sequence[Mapping[str, Any]], source: str) -> SpecMetrics:
 
 # --- reading a source -----------------------------------------------------------------------------
 
-def fetch_url(url: str, timeout: float = URL_TIMEOUT_S) -> str:
-    """The body of an http(s) URL (a server's /metrics), within `timeout` seconds."""
-    if not url.startswith(("http://", "https://")):
-        raise MetricsImportError(f"metrics: {url!r} is not an http(s) URL")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:      # noqa: S310 - http(s) only
-            body = response.read(MAX_BYTES + 1)
-    except urllib.error.HTTPError as err:
-        raise MetricsImportError(f"metrics: {url} answered HTTP {err.code} {err.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        why = getattr(err, "reason", err)
-        raise MetricsImportError(f"metrics: could not read {url} ({why}); is the server up, and is "
-                                 "this its /metrics address?") from None
-    if len(body) > MAX_BYTES:
-        raise MetricsImportError(f"metrics: {url} sent more than {MAX_BYTES // 2**20} MiB; not a /metrics page")
+def fetch_url(url: str, timeout: float = URL_TIMEOUT_S, hosts: tuple[str, ...] | None = None) -> str:
+    """The body of an http(s) URL (a server's /metrics) through the one URL fetcher
+    (files/fetch.py): `timeout` seconds for the whole fetch, MAX_BYTES at most, redirects checked
+    hop by hop; `hosts` (None: any, the command line's) the hosts a web page may read."""
+    body = fetch(url, UrlPolicy(hosts=hosts, deadline_s=timeout, max_bytes=MAX_BYTES), "metrics",
+                 error=MetricsImportError)
     return body.decode("utf-8", errors="replace")
 
 
@@ -386,6 +403,10 @@ def consistent(m: SpecMetrics) -> SpecMetrics:
         if m.acceptance_length is not None and m.acceptance_length > longest + 1 + 1e-9:
             raise MetricsImportError(f"metrics: {what} gives a mean acceptance length of {m.acceptance_length:.4g}, "
                                      f"more than a draft of {longest:g} tokens and the bonus token can make")
+    if m.acceptance_length is not None and m.acceptance_length > MAX_ACCEPT_LENGTH:
+        raise MetricsImportError(f"metrics: {what} gives a mean acceptance length of {m.acceptance_length:.4g}; "
+                                 f"no engine drafts more than {MAX_POSITIONS} tokens a step, so it is at most "
+                                 f"{MAX_ACCEPT_LENGTH}")
     rise = next((k for k in range(1, len(rates)) if rates[k] > rates[k - 1] + 1e-9), None)
     if rise is not None:
         raise MetricsImportError(f"metrics: {what} accepts more drafts at position {rise} ({rates[rise]:.3f}) than "
@@ -400,13 +421,24 @@ def consistent(m: SpecMetrics) -> SpecMetrics:
     return m
 
 
-def read_source(source: str, spec_tokens: int | None = None, timeout: float = URL_TIMEOUT_S) -> SpecMetrics:
-    """A file path or an http(s) URL, read and parsed (parse_text)."""
+def read_source(source: str, spec_tokens: int | None = None, timeout: float = URL_TIMEOUT_S,
+                hosts: tuple[str, ...] | None = None) -> SpecMetrics:
+    """A file path or an http(s) URL, read and parsed (parse_text). `hosts`: a web page's
+    request, which may read only those hosts (fetch_url) and is never shown what another server
+    answered: an answer that is not a /metrics page is refused in our words only."""
     source = (source or "").strip()
     if not source:
         raise MetricsImportError("metrics: give a file or a /metrics URL")
-    if source.startswith(("http://", "https://")):
-        return parse_text(fetch_url(source, timeout), source, spec_tokens)
+    if source.startswith(("http://", "https://")) or hosts is not None:
+        text = fetch_url(source, timeout, hosts)
+        if hosts is None:
+            return parse_text(text, source, spec_tokens)
+        try:
+            return parse_text(text, source, spec_tokens)
+        except MetricsImportError:
+            raise MetricsImportError(f"metrics: {source} answered, but not with a vLLM or SGLang /metrics page that "
+                                     "specviz reads (what it sent is not shown here); save it with curl and run "
+                                     "`specviz import-metrics FILE` to see why") from None
     text = read_text_file(source, "metrics", MAX_BYTES, MetricsImportError,
                           missing="give a Prometheus dump, vLLM stats JSON or an http(s) /metrics URL")
     return parse_text(text, source, spec_tokens)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..errors import SpecvizError
+from ..files.user_values import ascii_int
 from ..models import LoadedModel
 from .methods import Method
 from .metrics import Run
@@ -141,8 +142,11 @@ def connect(address: str) -> bool:
     here), else a new local one; HOST:PORT = that head node. True if this call started Ray
     (the run shuts it down at the end); an already initialised Ray is used as it is."""
     ray = import_ray()
+    check_address(address)
     if address != "auto":
         _check_reachable(address)
+    elif os.environ.get("RAY_ADDRESS", "").strip() not in ("", "auto", "local"):
+        _check_reachable(os.environ["RAY_ADDRESS"].strip(), via="RAY_ADDRESS")   # what 'auto' would join
     if ray.is_initialized():
         return False
     try:
@@ -155,22 +159,39 @@ def connect(address: str) -> bool:
     return True
 
 
-def _check_reachable(address: str, seconds: float = 5.0) -> None:
+def check_address(address: str | None) -> None:
+    """ClusterError unless `address` is 'auto' or HOST:PORT (ray://HOST:PORT), the port in
+    ASCII digits from 1 to 65535: an empty --ray is no request to run serially."""
+    if address is None or address.strip() == "auto":
+        return
+    _host_port(address, "--ray")
+
+
+def _host_port(address: str, via: str) -> tuple[str, int]:
+    host, sep, port_text = address.strip().removeprefix("ray://").rpartition(":")
+    port = ascii_int(port_text, 5)
+    if not sep or not host.strip("[]") or port is None or not 1 <= port <= 65535:
+        shown = repr(address) if len(address) <= 60 else repr(address[:50]) + "..."
+        raise ClusterError(f"{via}: expected HOST:PORT of a Ray head node (e.g. 10.0.0.1:6379) or auto, got {shown}")
+    return host.strip("[]"), port
+
+
+def _check_reachable(address: str, seconds: float = 5.0, via: str = "--ray") -> None:
     """Fail in seconds, not minutes (Ray retries an unreachable head for long), when nothing
-    answers at HOST:PORT (or ray://HOST:PORT)."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ClusterError(f"--ray: expected HOST:PORT of a Ray head node (e.g. 10.0.0.1:6379) or "
-                           f"auto, got {address!r}")
+    answers at HOST:PORT (or ray://HOST:PORT). `via`: where the address came from (--ray, or
+    RAY_ADDRESS for --ray auto)."""
+    host, port = _host_port(address, via)
+    where, instead = (address, "give --ray auto") if via == "--ray" else \
+        (f"{address} (RAY_ADDRESS, which --ray auto joins)", "unset RAY_ADDRESS for a local cluster")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds) as conn:
+        with socket.create_connection((host, port), timeout=seconds) as conn:
             answer = _http2_answer(conn, seconds)
-    except OSError as err:
-        raise ClusterError(f"--ray: nothing answers at {address} ({err.strerror or err}); start the "
-                           "head with `ray start --head --port=6379`, or give --ray auto") from None
+    except (OSError, UnicodeError) as err:
+        raise ClusterError(f"--ray: nothing answers at {where} ({getattr(err, 'strerror', None) or err}); start the "
+                           f"head with `ray start --head --port=6379`, or {instead}") from None
     if answer is None:        # Ray would retry for minutes, printing its own warnings
-        raise ClusterError(f"--ray: something answers at {address}, but not a Ray head (it does not speak "
-                           "gRPC); give the head's GCS address (`ray start --head` prints it), or --ray auto")
+        raise ClusterError(f"--ray: something answers at {where}, but not a Ray head (it does not speak "
+                           f"gRPC); give the head's GCS address (`ray start --head` prints it), or {instead}")
 
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -74,11 +74,13 @@ def _turn_fields(run: Run) -> tuple[int | None, list[int]]:
 
 def answer_records(runs: Sequence[Run], method: str, model_id: str, tokenizer: Any,
                    tstamp: float | None = None) -> list[dict[str, Any]]:
-    """One Spec-Bench answer record per question that `method` answered."""
+    """One Spec-Bench answer record per question that `method` answered (Spec-Bench's answers are one
+    request at a time: a run with batch sizes keeps its smallest batch size's turns)."""
     by_question: dict[int, dict[int, list[Run]]] = defaultdict(lambda: defaultdict(list))
     category: dict[int, str] = {}
+    smallest = min((r.batch_size for r in runs), default=1)
     for run in runs:
-        if run.method == method:
+        if run.method == method and run.batch_size == smallest:
             by_question[run.question_id][run.repeat].append(run)
             category[run.question_id] = run.category
     records = []

@@ -208,14 +208,37 @@ def swept_drafters(rows: Sequence[dict[str, Any]]) -> list[str]:
 def results_figures(rows: Sequence[dict[str, Any]]) -> tuple[list[go.Figure], go.Figure | None]:
     """The figures a results viewer shows: speedup, time by phase, tokens per step, acceptance
     by depth; and the first swept drafter's speedup sweep, or None without a sweep."""
+    rows = _at_one_batch_size(rows)             # batch sizes above 1: the "Under load" tab draws them
     swept = swept_drafters(rows)
     return ([speedup_bars(rows), phase_stack(rows), accepted_histograms(rows), depth_acceptance_lines(rows)],
             sweep_figure(rows, swept[0]) if swept else None)
 
 
+def batch_figure(rows: Sequence[dict[str, Any]]) -> go.Figure | None:
+    """Speedup against batch size per drafter (viz/load.py), for rows measured at several batch
+    sizes (`bench --batch-sizes`); None otherwise."""
+    if len({int(r.get("batch_size", 1)) for r in rows}) < 2:
+        return None
+    from ..viz.load import load_figure
+
+    return load_figure(rows, (), BASELINE, "Speedup against batch size (measured; `specviz plan` predicts it)")
+
+
+def _at_one_batch_size(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the smallest batch size measured (the per-step figures read one request's steps)."""
+    if not rows:
+        return []
+    smallest = min(int(r.get("batch_size", 1)) for r in rows)
+    return [r for r in rows if int(r.get("batch_size", 1)) == smallest]
+
+
 def all_figures(rows: Sequence[dict[str, Any]]) -> list[go.Figure]:
     """Every figure of the report, in order."""
+    load = batch_figure(rows)
+    rows = _at_one_batch_size(rows)
     figs = [speedup_bars(rows), phase_stack(rows), accepted_histograms(rows), depth_acceptance_lines(rows)]
+    if load is not None:
+        figs.insert(1, load)
     if any(r.get("spec_decode") for r in rows):
         figs.append(position_lines(rows))
     if any(r.get("calibration") for r in rows):

@@ -3,6 +3,13 @@
 - tokens/s of a question = its new tokens / its seconds, all turns together, prefill included.
 - speedup of a method = mean tokens/s of the method / mean tokens/s of vanilla, over the
   same questions of the same run (Spec-Bench: a ratio of means, not a mean of ratios).
+- under load (`bench --batch-sizes`, batched.py), at a batch size B above 1 the unit is a batch
+  (B questions decoded together, all their turns): its tokens/s = its requests' new tokens / the
+  batch's wall time (the throughput over the batch), and the speedup a ratio of mean batch
+  throughputs against vanilla's batches of the same questions at the same B; a request's
+  latency is its seconds from its batch's start to its last token (`latency_speedup`: vanilla's
+  mean over the method's; at B = 1, a turn's seconds). A batch mixes categories, so above 1 only
+  the 'all' rows are made, and `slower_than_vanilla` lists batch indices.
 - mean accepted tokens = new tokens / speculative steps, the bonus token included
   (exactly 1.00 for vanilla: one token per forward).
 - acceptance rate at draft depth d = of the steps whose accepted path reached depth d - 1
@@ -26,7 +33,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TypedDict
 
 from ..core.calibration import Calibration
 from ..core.draft_metrics import Tally, priced_speedup
@@ -69,6 +76,16 @@ class Run:
     # where it was measured (bench/cluster.py worker_info: host, device, CPU/GPU model);
     # None in results written before it was kept
     worker: dict[str, Any] | None = None
+    # per step, the draft tree's nodes and its depth (parallel to accepted_lengths: what the
+    # planner's step distribution is made of, analysis/planner.py); () in results written before
+    tree_sizes: tuple[int, ...] = ()
+    tree_depths: tuple[int, ...] = ()
+    # the batch it was decoded in (bench --batch-sizes, batched.py): its size, which batch of the
+    # question list (None at batch size 1) and the wall seconds of that turn's batch, prefill to its
+    # last request's last step; `seconds` is then this request's latency within it
+    batch_size: int = 1
+    batch_index: int | None = None
+    batch_seconds: float | None = None
 
     @property
     def draft_seconds(self) -> float:
@@ -77,7 +94,7 @@ class Run:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Run":
         d = dict(d)
-        for key in ("accepted_lengths", "depth_tested", "depth_accepted", "output_ids"):
+        for key in ("accepted_lengths", "depth_tested", "depth_accepted", "output_ids", "tree_sizes", "tree_depths"):
             d[key] = tuple(d.get(key) or ())
         return Run(**d)
 
@@ -118,6 +135,17 @@ def depth_acceptance(steps: Sequence[StepRecord]) -> tuple[tuple[int, ...], tupl
     """(tested, accepted) per draft depth, index d-1 for depth d (trace.acceptance_by_depth)."""
     stats = acceptance_by_depth(steps)
     return tuple(t for t, _ in stats.values()), tuple(a for _, a in stats.values())
+
+
+class TreeShape(TypedDict):
+    tree_sizes: tuple[int, ...]
+    tree_depths: tuple[int, ...]
+
+
+def tree_shape(steps: Sequence[StepRecord]) -> TreeShape:
+    """A run's per-step draft tree nodes and depths (Run.tree_sizes, Run.tree_depths)."""
+    return {"tree_sizes": tuple(len(s.tree) for s in steps),
+            "tree_depths": tuple(max(s.tree.depths, default=0) for s in steps)}
 
 
 def pooled_positions(runs: Sequence[Run]) -> PositionCounts | None:
@@ -162,7 +190,8 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class QuestionRun:
-    """One method on a whole question (all turns), one repeat."""
+    """One method on a whole question (all turns), one repeat; at a batch size above 1, on a
+    whole batch of questions (all their turns), `question_id` then being the batch's index."""
     question_id: int
     category: str
     method: str
@@ -189,13 +218,58 @@ def by_question(runs: Iterable[Run]) -> list[QuestionRun]:
     return out
 
 
+def by_batch(runs: Iterable[Run]) -> list[QuestionRun]:
+    """Join the requests of each (batch, method, repeat) decoded together: their tokens over the
+    batch's wall time (every turn's batch: a turn's requests share one `batch_seconds`), the
+    throughput of the batch. Its runs are ordered by question and turn, so that two methods'
+    batches of the same questions pair up."""
+    groups: dict[tuple[int, str, int], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.batch_index if r.batch_index is not None else -1, r.method, r.repeat), []).append(r)
+    out = []
+    for (index, method, rep), members in groups.items():
+        members.sort(key=lambda r: (r.question_id, r.turn))
+        walls: dict[int, float] = {}
+        for r in members:
+            walls[r.turn] = max(walls.get(r.turn, 0.0), r.batch_seconds if r.batch_seconds is not None else r.seconds)
+        cats = {r.category for r in members}
+        out.append(QuestionRun(index, cats.pop() if len(cats) == 1 else "mixed", method, rep,
+                               sum(r.new_tokens for r in members), sum(walls.values()), tuple(members)))
+    return out
+
+
+def step_histogram(runs: Sequence[Run]) -> dict[str, int] | None:
+    """The runs' steps counted by "nodes:depth:tokens" (draft tree nodes, its depth, tokens the step
+    committed): the joint distribution the planner reads (analysis/planner.py); None when a run
+    kept no per-step tree sizes (results written before they were)."""
+    counts: Counter[str] = Counter()
+    for r in runs:
+        if not r.steps:
+            continue
+        if len(r.tree_sizes) != len(r.accepted_lengths) or len(r.tree_depths) != len(r.accepted_lengths):
+            return None
+        counts.update(f"{n}:{d}:{a}" for n, d, a in zip(r.tree_sizes, r.tree_depths, r.accepted_lengths))
+    return dict(sorted(counts.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(":")))) if counts else None
+
+
 def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = UPPER_BOUND
               ) -> list[dict[str, Any]]:
-    """One row per (category, method), then the 'all' rows; every figure the report shows."""
-    questions = by_question(runs)
+    """One row per (category, method), then the 'all' rows, at each batch size measured (batch size
+    1 first; above 1 the 'all' rows only, a batch mixing categories); every figure the report shows."""
+    rows: list[dict[str, Any]] = []
+    for size in sorted({r.batch_size for r in runs}):
+        rows.extend(_summarise_at([r for r in runs if r.batch_size == size], methods, oracle, size))
+    return rows
+
+
+def _summarise_at(runs: Sequence[Run], methods: Sequence[str], oracle: str | None, batch_size: int
+                  ) -> list[dict[str, Any]]:
+    batched = batch_size > 1
+    questions = by_batch(runs) if batched else by_question(runs)
     vanilla = {(q.question_id, q.repeat): q for q in questions if q.method == BASELINE}
     rows: list[dict[str, Any]] = []
-    for cat in sorted({q.category for q in questions}) + ["all"]:
+    categories = ["all"] if batched else sorted({q.category for q in questions}) + ["all"]
+    for cat in categories:
         sel = [q for q in questions if (cat == "all" or q.category == cat)
                and (q.question_id, q.repeat) in vanilla]
         base = [vanilla[(q.question_id, q.repeat)] for q in sel if q.method == BASELINE]
@@ -207,12 +281,13 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
             if not mine:
                 continue
             mine_runs = [r for q in mine for r in q.runs]
+            base_runs = [r for q in mine for r in vanilla[(q.question_id, q.repeat)].runs]
             per_q = [q.tokens_per_s / vanilla[(q.question_id, q.repeat)].tokens_per_s for q in mine]
             repeats = sorted({q.repeat for q in mine})
             per_rep = [speedup([q.tokens_per_s for q in mine if q.repeat == r],
                                [vanilla[(q.question_id, q.repeat)].tokens_per_s for q in mine if q.repeat == r])
                        for r in repeats]
-            mismatches = sorted({f"{q.question_id}/t{r.turn + 1}" for q in mine for r, v in
+            mismatches = sorted({f"{r.question_id}/t{r.turn + 1}" for q in mine for r, v in
                                  zip(q.runs, vanilla[(q.question_id, q.repeat)].runs)
                                  if r.output_ids != v.output_ids})
             stepped = [r for r in mine_runs if r.steps]
@@ -236,18 +311,24 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
                 model["priced"] = priced_speedup(model["alpha"], int(model["gamma"]), model["c"],
                                                  model["verify_ratio"])
             positions, cal = pooled_positions(mine_runs), pooled_calibration(mine_runs)
-            cat_rows.append({
-                "category": cat, "method": method, "questions": len({q.question_id for q in mine}),
-                "repeats": len(repeats), "new_tokens": tokens, "seconds": seconds,
+            base_latency = statistics.mean(r.seconds for r in base_runs) if base_runs else None
+            latency = statistics.mean(r.seconds for r in mine_runs)
+            row = {
+                "category": cat, "method": method, "batch_size": batch_size,
+                "questions": len({r.question_id for r in mine_runs}),
+                "repeats": len(repeats), "requests": len(mine_runs), "new_tokens": tokens, "seconds": seconds,
                 "tokens_per_s": statistics.mean(q.tokens_per_s for q in mine),
                 "speedup": speedup([q.tokens_per_s for q in mine],
                                    [vanilla[(q.question_id, q.repeat)].tokens_per_s for q in mine]),
+                "latency_s": latency,
+                "latency_speedup": base_latency / latency if base_latency and latency > 0 else None,
                 "speedup_question_spread": spread(per_q), "speedup_repeat_spread": spread(per_rep),
                 "mean_accepted": (mean_accepted(sum(r.new_tokens for r in stepped), sum(r.steps or 0 for r in stepped))
                                   if stepped else None),
                 "acceptance_by_depth": [a / t for a, t in zip(accepted, tested)],
                 "depth_tested": list(tested),
                 "accepted_length_histogram": {str(k): hist[k] for k in sorted(hist)},
+                "request_tokens_histogram": {str(k): v for k, v in sorted(Counter(r.new_tokens for r in mine_runs).items())},
                 "phase_seconds_per_token": {k: v / tokens for k, v in sorted(phases.items())} if tokens else {},
                 "draft_overhead": sum(r.draft_seconds for r in mine_runs) / seconds if seconds else 0.0,
                 "peak_memory_mb": max(mems) if mems else None,
@@ -262,7 +343,11 @@ def summarise(runs: Sequence[Run], methods: Sequence[str], oracle: str | None = 
                 "spec_decode": positions.to_dict() if positions else None,
                 "mean_acceptance_length": positions.mean_acceptance_length if positions else None,
                 "calibration": cal.to_dict() if cal else None, "ece": cal.ece if cal else None,
-            })
+            }
+            steps_hist = step_histogram(mine_runs)
+            if steps_hist is not None:
+                row["draft_step_histogram"] = steps_hist
+            cat_rows.append(row)
         top = next((r["speedup"] for r in cat_rows if r["method"] == oracle), None)
         for row in cat_rows:
             row["fraction_of_oracle"] = row["speedup"] / top if top else None

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import SpecvizError
 from ..files.resources import data_path
 from ..files.user_files import loads_json, read_text_file
+from ..files.user_values import ascii_int, shown
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 DEFAULT_QUESTIONS = data_path("specbench", "question.jsonl")
@@ -39,9 +40,10 @@ def _parse(line: str, where: str) -> Question:
         turns, qid = q["turns"], q["question_id"]
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
             raise ValueError("'turns' must be a non-empty list of non-empty strings")
-        if isinstance(qid, bool) or not isinstance(qid, (int, str)) or not str(qid).strip().lstrip("-").isdigit():
-            raise ValueError(f"'question_id' must be a whole number, got {qid!r}")
-        return Question(int(qid), str(q["category"]), tuple(turns))
+        number = qid if isinstance(qid, int) and not isinstance(qid, bool) else ascii_int(qid, signed=True)
+        if number is None:              # "٣" passed isdigit(); ASCII digits only (files/user_values.py)
+            raise ValueError(f"'question_id' must be a whole number, got {shown(qid)}")
+        return Question(number, str(q["category"]), tuple(turns))
     except (KeyError, TypeError, ValueError) as err:
         raise QuestionsError(f"questions: {where} is not a Spec-Bench record ({err})") from None
 

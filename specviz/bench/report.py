@@ -29,14 +29,14 @@ RESULTS_VERSION = 1
 SCHEMA_FILE = "results.schema.json"       # specviz/data/: results.json's shape
 # what a run writes in its --out folder (a folder holding any of them is not replaced silently)
 OUTPUT_FILES = ("results.json", "summary.csv", "summary.md", "report.html")
-CSV_COLUMNS = ("category", "method", "questions", "repeats", "tokens_per_s", "speedup",
+CSV_COLUMNS = ("category", "method", "batch_size", "questions", "repeats", "tokens_per_s", "speedup",
                "speedup_question_min", "speedup_question_median", "speedup_question_max",
                "speedup_repeat_min", "speedup_repeat_median", "speedup_repeat_max",
                "fraction_of_oracle", "mean_accepted", "draft_overhead", "peak_memory_mb",
                "identical_to_vanilla", "mismatches", "near_ties", "mismatch_bugs",
                "divergence_points", "speedup_shared_prefix", "alpha", "cost_c", "gamma", "expected_speedup",
                "verify_ratio", "expected_speedup_priced", "mean_acceptance_length", "ece",
-               "drafter_disabled")
+               "drafter_disabled", "latency_s", "latency_speedup")
 
 
 class ResultsFormatError(SpecvizError):
@@ -57,15 +57,27 @@ Text = Callable[[Any], str]
 run's names), markup.md_text in the explorer (an upload's, shown as written)."""
 
 
+def batched(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether the rows hold a batch size above 1 (`bench --batch-sizes`)."""
+    return any(int(r.get("batch_size", 1)) != 1 for r in rows)
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
-    lines = _header("category", "method", "tokens/s", "speedup", "per question min / median / max",
+    """The main table; with batch sizes above 1, a batch column and the latency speedup beside the
+    throughput's (the spread is then per batch)."""
+    load = batched(rows)
+    lines = _header("category", "method", *(("batch",) if load else ()), "tokens/s", "speedup",
+                    *(("latency speedup",) if load else ()),
+                    "per batch min / median / max" if load else "per question min / median / max",
                     "of oracle", "mean accepted", "drafting", "identical", "near-tie / mismatch",
                     "speedup, shared text")
     for r in rows:
         lo, med, hi = r["speedup_question_spread"]
+        batch = f"{int(r.get('batch_size', 1))} | " if load else ""
+        latency = f"{_fmt(r.get('latency_speedup'), '.2f')}x | " if load else ""
         lines.append(
-            f"| {text(r['category'])} | {text(r['method'])} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
-            f"{lo:.2f} / {med:.2f} / {hi:.2f} | {_fmt(r.get('fraction_of_oracle'), '.0%')} | "
+            f"| {text(r['category'])} | {text(r['method'])} | {batch}{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{latency}{lo:.2f} / {med:.2f} / {hi:.2f} | {_fmt(r.get('fraction_of_oracle'), '.0%')} | "
             f"{_fmt(r['mean_accepted'], '.2f')} | {r['draft_overhead'] * 100:.1f}% | "
             f"{text(r['identical_to_vanilla'])} | {_differs(r)} | {_fmt(r.get('speedup_shared_prefix'), '.2f')} |")
     return "\n".join(lines)
@@ -122,6 +134,7 @@ def position_table(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
 
 def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
     out = {k: r.get(k) for k in CSV_COLUMNS}
+    out["batch_size"] = r.get("batch_size", 1)
     for prefix, key in (("speedup_question", "speedup_question_spread"),
                         ("speedup_repeat", "speedup_repeat_spread")):
         out[f"{prefix}_min"], out[f"{prefix}_median"], out[f"{prefix}_max"] = r[key]
@@ -160,8 +173,9 @@ def summary_markdown(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     """summary.md: the main table, then the model drafters' table when any ran, then acceptance
     per draft position (vLLM's names) when any row kept it, then the drafters that failed and
     were turned off, when any did. `text` puts the rows' strings in (see Text)."""
-    model = model_table(rows, text)
-    positions = position_table(rows, text)
+    one = _smallest(rows)                          # one request's steps: one batch size
+    model = model_table(one, text)
+    positions = position_table(one, text)
     off = disabled_markdown(rows, text)
     return (markdown_table(rows, text) + ("\n\nModel drafters: analytic vs measured\n\n" + model if model else "")
             + ("\n\nAcceptance per draft position (vLLM's metric names; mean acceptance length = 1 + "
@@ -183,6 +197,11 @@ def _warning_html(meta: dict[str, Any]) -> str:
     return f'<p style="color:#b00"><b>warning</b>: {html.escape(str(warning))}</p>' if warning else ""
 
 
+def _smallest(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    smallest = min((int(r.get("batch_size", 1)) for r in rows), default=1)
+    return [r for r in rows if int(r.get("batch_size", 1)) == smallest]
+
+
 def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     figs = all_figures(rows)
     parts = [fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
@@ -194,7 +213,7 @@ def html_report(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 td:nth-child(-n+2){{text-align:left}}</style></head><body>
 <h1>specviz benchmark</h1>{_warning_html(meta)}<ul>{meta_html}</ul>
-{_html_table(markdown_table(rows))}{_html_table(model_table(rows))}{_html_table(position_table(rows))}{_html_disabled(rows)}
+{_html_table(markdown_table(rows))}{_html_table(model_table(_smallest(rows)))}{_html_table(position_table(_smallest(rows)))}{_html_disabled(rows)}
 {''.join(parts)}</body></html>"""
 
 
@@ -235,7 +254,7 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
         data = read_json_file(file, f"results: {file.name}")
     except FileCheckError as err:
         raise ResultsFormatError(str(err)) from None
-    if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION:
+    if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION or not {"rows", "meta"} <= set(data):
         raise ResultsFormatError(f"results: {file.name} is not a specviz results file of version "
                                  f"{RESULTS_VERSION} (written by `python -m specviz bench`)")
     schema = shipped_schema(SCHEMA_FILE)

@@ -101,9 +101,9 @@ def _check_runs(runs: Sequence[Run], meta: dict[str, Any], file: Path) -> None:
     """ResumeError for runs that the file's own meta contradicts (a turn measured twice, a repeat
     past meta.repeats), or that the summary could not be made of: it is made now, before the first
     new question is measured, not after it (when the new measurement would be lost with it)."""
-    seen: set[tuple[int, int, str, int]] = set()
+    seen: set[tuple[int, int, str, int, int]] = set()
     for r in runs:
-        key = (r.question_id, r.turn, r.method, r.repeat)
+        key = (r.question_id, r.turn, r.method, r.repeat, r.batch_size)
         if key in seen:
             raise ResumeError(f"--resume: {file} holds question {r.question_id} turn {r.turn + 1} of {r.method} "
                               f"(repeat {r.repeat}) twice; it was edited or merged by hand; add --overwrite to "
@@ -132,6 +132,10 @@ def check_compatible(previous: dict[str, Any], current: dict[str, Any], file: Pa
         if previous[key] != current.get(key):
             raise ResumeError(f"--resume: {file} was measured with {key} = {previous[key]!r}, this run "
                               f"has {current.get(key)!r} ({FLAGS[key]}); use the same options or another --out")
+    before, now = previous.get("batch_sizes", [1]), current.get("batch_sizes", [1])
+    if before != now:
+        raise ResumeError(f"--resume: {file} was measured with batch_sizes = {before!r}, this run has {now!r} "
+                          "(--batch-sizes); use the same options or another --out")
     methods = set(current.get("methods") or ())
     stray = sorted({r.method for r in runs} - methods)
     if stray:

@@ -30,7 +30,7 @@ from ..models import LoadedModel
 from ..peers import ENGINE_PEERS
 from ..core.trace import TOP_LOGITS, Trace
 from .methods import BASELINE, Method
-from .metrics import Run, depth_acceptance
+from .metrics import Run, depth_acceptance, tree_shape
 from .questions import Question
 
 
@@ -205,7 +205,7 @@ class Bench(Measured):
                                   model_tally=_tally_dict(trace.steps),
                                   spec_decode=trace.position_metrics().to_dict(),
                                   calibration=_calibration_dict(trace),
-                                  drafter_disabled=trace.drafter_disabled)
+                                  drafter_disabled=trace.drafter_disabled, **tree_shape(trace.steps))
                         if method.label == BASELINE:
                             baseline_traces.append(trace)
                         elif baseline_traces:

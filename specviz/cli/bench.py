@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", default=None,
                         help="draft model for the hf_assisted peer (same tokenizer as --model)")
     add_runtime_arguments(parser)
+    parser.add_argument("--batch-sizes", default="1", metavar="B1,B2,...",
+                        help="decode this many requests together and measure each method against vanilla at "
+                             "each batch size: throughput over the batch and per-request latency, e.g. "
+                             "1,2,4,8,16 (docs/under-load.md; above 1 needs the batched engine)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--limit", type=int, default=10, help="questions per category")
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
@@ -165,8 +169,9 @@ def _check_ray(args: argparse.Namespace) -> None:
         raise SpecvizError("--ray-workers: needs --ray ADDRESS|auto")
     if workers is not None and workers < 1:
         raise SpecvizError(f"--ray-workers: must be >= 1, got {workers}")
-    if getattr(args, "ray", None):
-        from ..bench.cluster import import_ray
+    if getattr(args, "ray", None) is not None:            # '' too: an empty address is no serial run
+        from ..bench.cluster import check_address, import_ray
+        check_address(args.ray)
         import_ray()
 
 
@@ -189,21 +194,67 @@ def nothing_measured(skipped: list[str], stop_reason: str | None) -> str:
     return "nothing was measured: no question was selected (check --categories and --limit)"
 
 
+def batch_sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    """--batch-sizes as increasing whole numbers >= 1 (0, a negative number, a repeat or an empty item
+    is refused in one line); above 1, not with --ray or --resume."""
+    from ..models.cost_surface import MAX_BATCH, SurfaceError, parse_grid
+
+    try:
+        sizes = parse_grid(getattr(args, "batch_sizes", "1"), "--batch-sizes", MAX_BATCH)
+    except SurfaceError as err:
+        raise SpecvizError(str(err)) from None
+    if any(b > 1 for b in sizes):
+        if getattr(args, "ray", None):
+            raise SpecvizError("--batch-sizes: batch sizes above 1 are measured on one machine; leave out --ray")
+        if args.resume:
+            raise SpecvizError("--batch-sizes: a run with batch sizes above 1 cannot be continued with --resume "
+                               "yet; run it whole, or resume with --batch-sizes 1")
+    return sizes
+
+
+def _check_batch_memory(lm: Any, sizes: tuple[int, ...], questions: list[Any], max_new: int) -> None:
+    """The largest batch size's KV cache and logits against the device's free memory (one line if
+    they do not fit), before anything is measured: the longest question's prompts and answers."""
+    from ..engine import service
+    from ..models.cost_surface import SurfaceError, check_memory
+
+    if max(sizes) <= 1:
+        return
+    longest = 0
+    for q in questions:
+        request = service.RunRequest(lm.model_id, BASELINE, message=q.turns[0])
+        try:
+            first = len(service.prompt_of(request, lm).ids)
+        except SpecvizError:
+            continue
+        longest = max(longest, (first + max_new) * len(q.turns))
+    try:
+        check_memory(lm.model.config, lm.dtype, lm.device, max(sizes), min(longest, lm.max_positions), 64,
+                     "--batch-sizes")
+    except SurfaceError as err:
+        raise SpecvizError(str(err)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     import transformers
     from tqdm import tqdm
 
+    from ..bench.batched import BatchedBench, check_batch_sizes
     from ..bench.cluster import worker_info
     from ..bench.runner import Bench
 
     _check_numbers(args)
+    sizes = batch_sizes(args)
     _check_export(args)
     _check_ray(args)
     methods, notes = parse_methods(args.drafters, args.peers, args.sweep, args.draft_model)
     questions_all, warnings = read_questions(Path(args.questions))
     questions = select(questions_all, [c.strip() for c in args.categories.split(",") if c.strip()],
                        args.limit)
+    notes = notes + check_batch_sizes(sizes, len(questions))
+    if max(sizes) > 1 and any(m.kind == "peer" for m in methods):
+        notes.append("--peers: transformers' generate() decodes one request at a time: measured at batch size 1 only")
     out = check_output_dir(args.out, "--out")             # writable, before any model is loaded
     check_fresh_out(out, args.resume, args.overwrite)
     for w in warnings:
@@ -218,10 +269,11 @@ def run(args: argparse.Namespace) -> int:
         bench, lm = _start_cluster(args, methods)
     else:
         lm, assistant = _load_models(args)
+        _check_batch_memory(lm, sizes, questions, args.max_new_tokens)
         bench = Bench(lm, methods, args.max_new_tokens, assistant, worker=worker_info(lm.device))
     labels = [m.label for m in methods]
     setup = {"model": lm.model_id, "max_new_tokens": args.max_new_tokens, "methods": labels,
-             "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", "")}
+             "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", ""), "batch_sizes": list(sizes)}
     sittings: list[dict[str, Any]] = []
     if previous:                                   # --resume of a folder with results (a new one starts)
         check_compatible(previous, setup, out / "results.json", old_runs)
@@ -256,10 +308,17 @@ def run(args: argparse.Namespace) -> int:
         if len(bench.runs) > kept:                 # a skipped question alone measured nothing to keep
             write_results_json(out, meta(False), summarise(bench.runs, labels), bench.runs)
 
-    with tqdm(total=len(questions) * args.repeats, desc="bench", unit="question", file=sys.stderr,
+    with tqdm(total=len(questions) * args.repeats * len(sizes), desc="bench", unit="question", file=sys.stderr,
               dynamic_ncols=True) as bar:
         deadline = time.monotonic() + 60 * args.time_limit if args.time_limit is not None else None
-        finished = bench.measure(questions, args.repeats, args.warmup, bar, checkpoint, deadline)
+        finished = True
+        if 1 in sizes:
+            finished = bench.measure(questions, args.repeats, args.warmup, bar, checkpoint, deadline)
+        for size in (b for b in sizes if b > 1):
+            if not finished:
+                break
+            finished = BatchedBench(bench, size).measure(questions, args.repeats, args.warmup, bar, checkpoint,
+                                                         deadline)
     if not bench.runs:                             # nothing to write: say why, in one line
         if not finished and bench.stop_reason == "Ctrl-C":
             print(nothing_measured(bench.skipped, bench.stop_reason), file=sys.stderr)

@@ -78,12 +78,13 @@ def renamed_flag(parser: Any, old: str, new: str, dest: str) -> None:
 
 def show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
                  line: Any = None) -> None:
-    """warnings.showwarning for the CLI: specviz's own kinds (errors.RenamedWarning) print as
-    one line `specviz: warning: ...` on stderr, like the CLI's other messages."""
+    """warnings.showwarning for the CLI: specviz's own kinds (errors.RenamedWarning and
+    errors.SpecvizWarning) print as one line `specviz: warning: ...` on stderr, like the CLI's
+    other messages."""
     import warnings
 
-    from ..errors import RenamedWarning
-    if issubclass(category, RenamedWarning):
+    from ..errors import RenamedWarning, SpecvizWarning
+    if issubclass(category, (RenamedWarning, SpecvizWarning)):
         print(f"specviz: warning: {message}", file=sys.stderr)
     else:
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))

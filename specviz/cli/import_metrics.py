@@ -21,19 +21,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "server's figures; repeat for several")
     parser.add_argument("--spec-tokens", type=int, default=None, metavar="K",
                         help="vLLM V0 only: the server's num_speculative_tokens (V0 dumps count no drafts)")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds to wait for a URL")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="seconds for the whole fetch of a URL, however slowly the server sends (default 10)")
     parser.add_argument("--html", metavar="FILE", help="write the figure (plotly HTML) to FILE")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.server_metrics import read_source, summary_lines, trace_spec_metrics
+    from ..analysis.server_metrics import MAX_POSITIONS, read_source, summary_lines, trace_spec_metrics
     from ..core.trace import Trace
     from ..files.user_files import check_output_file, read_text_file
     from .errors import UsageError
 
-    if args.spec_tokens is not None and args.spec_tokens < 1:
-        raise UsageError("--spec-tokens: must be at least 1")
+    if args.spec_tokens is not None and not 1 <= args.spec_tokens <= MAX_POSITIONS:
+        raise UsageError(f"--spec-tokens: must be a whole number from 1 to {MAX_POSITIONS} (the server's "
+                         "num_speculative_tokens)")
     if not 0 < args.timeout < 24 * 3600:               # nan and inf too: urllib cannot wait forever
         raise UsageError(f"--timeout: must be a number of seconds above 0 and below a day, got {args.timeout:g}")
     if args.html is not None:

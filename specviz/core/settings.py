@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, TypeVar
 
 from ..errors import ConfigError, warn_renamed
+from ..files.user_values import ascii_int, shown
 
 T = TypeVar("T")
 KINDS = ("", "token_ids", "file", "folder", "model", "checkpoint")
@@ -149,17 +150,22 @@ def _coerce(info: SettingInfo, name: str, value: Any) -> Any:
                 if text.lower() in ("0", "false", "no", "off"):
                     return False
                 raise ValueError
-            if info.type is int:
-                return int(text)
+            if info.type is int:               # ASCII digits, at most 20 (files/user_values.py)
+                whole = ascii_int(text, signed=True)
+                if whole is None:
+                    raise ValueError
+                return whole
             if info.type is float:
+                if not text.isascii() or len(text) > 64:     # float() reads "١.٥" and 5,000 digits
+                    raise ValueError
                 number = float(text)
                 if not math.isfinite(number):
-                    raise ConfigError(name, f"must be a finite number, got {value!r}")
+                    raise ConfigError(name, f"must be a finite number, got {shown(value)}")
                 return number
         except ConfigError:
             raise
         except ValueError:
-            raise ConfigError(name, f"expected {info.type.__name__}, got {value!r}") from None
+            raise ConfigError(name, f"expected {info.type.__name__}, got {shown(value)}") from None
     if info.type is int and isinstance(value, float) and value.is_integer():
         return int(value)
     if info.type is float and isinstance(value, int) and not isinstance(value, bool):

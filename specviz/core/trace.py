@@ -12,6 +12,7 @@ deeper than the parser allows is refused with a message, not a RecursionError.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -239,6 +240,10 @@ class Trace:
         return Trace.from_dict(data)
 
 
+MAX_SCORE = 1e15          # a draft score: a probability, or a count of corpus occurrences
+MAX_MIB = 2.0**40         # peak memory in MiB: 1 EiB
+
+
 def check_values(trace: Trace) -> None:
     """TraceFormatError for values the schema cannot rule out but the figures would trip on."""
     def bad(message: str) -> TraceFormatError:
@@ -277,9 +282,17 @@ def check_values(trace: Trace) -> None:
             raise bad(f"{where}.target_top_prob: {len(s.target_top_prob)} values for {len(s.target_top)} rows")
         if not 1 <= len(s.new_tokens) <= len(s.accepted) + 1:
             raise bad(f"{where}.new_tokens: {len(s.new_tokens)} tokens after {len(s.accepted)} accepted")
+        bad_score = next((x for x in s.tree.scores or () if not (math.isfinite(x) and 0 <= x <= MAX_SCORE)), None)
+        if bad_score is not None:        # a probability or a count (kit/base.py CONFIDENCE_KINDS): never -5 or 1e308
+            raise bad(f"{where}.tree.scores: {bad_score:g} is not a draft score (a probability or a count, from 0 "
+                      f"to {MAX_SCORE:g})")
+        if s.peak_memory_mb is not None and not (math.isfinite(s.peak_memory_mb) and s.peak_memory_mb <= MAX_MIB):
+            raise bad(f"{where}.peak_memory_mb: {s.peak_memory_mb:g} MiB is more memory than any machine has")
         need_text(s.tree.tokens, f"{where}.tree.tokens")
         need_text(s.new_tokens, f"{where}.new_tokens")
         need_text(s.target_top, f"{where}.target_top")
+    if trace.peak_memory_mb is not None and not (math.isfinite(trace.peak_memory_mb) and trace.peak_memory_mb <= MAX_MIB):
+        raise bad(f"peak_memory_mb: {trace.peak_memory_mb:g} MiB is more memory than any machine has")
     committed = tuple(t for s in trace.steps for t in s.new_tokens)
     if committed != trace.output_ids:
         raise bad("output_ids are not the steps' new_tokens one after another")

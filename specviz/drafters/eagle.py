@@ -25,9 +25,14 @@ deterministic (top-k of the head), so the engine's greedy and multi-candidate sp
 sampling rules verify them exactly. Nodes are labelled `eagle-head` (`eagle3-head`); the
 step info holds `candidates` (nodes drafted) and `kept` (after the cost cut).
 
-The checkpoint: `checkpoint` (a folder in the authors', vLLM speculators' or specviz's layout,
-or a model-hub id), else the shipped one for the target (specviz/data/checkpoints/
-eagle-<model id>/); none, or one for another target, is refused before any step.
+The checkpoint: `checkpoint` (a folder in the authors', SpecForge's, vLLM speculators' or
+specviz's layout, or a model-hub id), else the shipped one for the target (specviz/data/checkpoints/
+eagle-<model id>/); none, or one for another target, is refused before any step (one whose
+speculators config names another verifier runs with a warning under `verifier_check=warn`).
+
+Presets: `paper` is the authors' package defaults (EaModel.from_pretrained: 60 / 7 / 10);
+`paper-mtbench` their MT-bench scripts' setting (60 / 5 / 10), `paper-mtbench-qwen3` the Qwen3
+script's (32 / 8 / 4).
 """
 from __future__ import annotations
 
@@ -46,23 +51,32 @@ from .kit.base import DraftContext, DraftSetup, DrafterNeeds, DrafterSpec, Prese
 from .kit.narration import narrate_size
 from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
 
-# the authors' settings: EaModel.from_pretrained's defaults (eagle/model/ea_model.py:
-# total_token=60, depth=7, top_k=10), used by their evaluation scripts for EAGLE-2 and EAGLE-3
+# the authors' settings (github.com/SafeAILab/EAGLE): EaModel.from_pretrained's defaults
+# (eagle/model/ea_model.py: total_token=60, depth=7, top_k=10), what a user of their package
+# gets; their MT-bench scripts (eagle/evaluation/gen_ea_answer_{vicuna,llama2chat,llama3chat,
+# mix,ds}.py) pass --total-token 60 --depth 5 --top-k 10, and gen_ea_answer_qwen3.py 32 / 8 / 4
 PAPER_TREE = {"total_tokens": 60, "depth": 7, "top_k": 10, "size_by_cost": False}
+MT_BENCH_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False}
+MT_BENCH_QWEN3_TREE = {"total_tokens": 32, "depth": 8, "top_k": 4, "size_by_cost": False}
 
 
 @dataclass(frozen=True)
 class EagleConfig(TreeSizingSettings):
     checkpoint: str = setting("", "Head checkpoint: a folder (config.json + model.safetensors or "
-                                  "pytorch_model.bin; the authors', vLLM speculators' or specviz's layout) "
+                                  "pytorch_model.bin; the authors', SpecForge's, vLLM speculators' or specviz's "
+                                  "layout) "
                                   "or a model-hub id ('' = the shipped one for this target, "
                                   "specviz/data/checkpoints/<drafter>-<model>/).", kind="checkpoint")
+    verifier_check: str = setting("refuse", "A head whose config names another model as the one it was trained "
+                                            "for (speculators' verifier): refuse it, or warn and run it.",
+                                  choices=("refuse", "warn"))
     top_k: int = setting(4, "EAGLE-2: children drafted per expanded node, and nodes expanded per level "
-                            "(the authors: 10).", low=1, high=32)
+                            "(the authors: 10; 4 in their Qwen3 MT-bench script).", low=1, high=32)
     depth: int = setting(4, "EAGLE-2: expansion rounds after the first level; the tree is at most "
-                            "depth + 1 deep (the authors: 7).", low=0, high=16)
+                            "depth + 1 deep (the authors' package: 7; their MT-bench scripts: 5, Qwen3: 8).",
+                            low=0, high=16)
     total_tokens: int = setting(32, "EAGLE-2: the tree's size after the rerank, the root included "
-                                    "(the authors: 60).", low=2, high=256)
+                                    "(the authors: 60; their Qwen3 MT-bench script: 32).", low=2, high=256)
     # the head's softmax is trained to be the chance: full trust to start, learned per depth
     first_prior: float = first_prior_setting(1.0)
     continue_prior: float = continue_prior_setting(1.0)
@@ -86,7 +100,8 @@ class EagleDrafter:
         if setup.target is None:
             raise ConfigError("target", f"drafter {self.kind} needs the target model (DraftSetup.target)")
         self.config = config
-        self.draft: EagleDraft = ckpt.load(config.checkpoint, setup.target.model, setup.target.model_id, self.kind)
+        self.draft: EagleDraft = ckpt.load(config.checkpoint, setup.target.model, setup.target.model_id, self.kind,
+                                           insist=config.verifier_check == "warn")
         self.needs = DrafterNeeds(feature_layers=(FINAL,) if self.kind == "eagle" else self.draft.spec.aux_layers)
         self.cutter = config.cutter()
         self.kv: tuple[torch.Tensor, torch.Tensor] | None = None     # committed rows' (k, v) [1, KV, P, D]
@@ -203,12 +218,25 @@ class EagleDrafter:
 
 _EAGLE = "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty"
 _EAGLE2 = "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees"
-PRESETS = {"paper": Preset(
-    PAPER_TREE,
-    f"{_EAGLE} (the head: one decoder layer over fc([embedding; feature]), the target's LM head) with "
-    f"{_EAGLE2} (section 4: expand the top_k most confident nodes per level, rerank by cumulative "
-    "draft probability); the authors' settings, eagle/model/ea_model.py EaModel.from_pretrained: "
-    "total_token=60, depth=7, top_k=10, every node verified")}
+
+
+def tree_presets(method: str) -> dict[str, Preset]:
+    """The presets of a head drafting EAGLE-2's tree (`method`: the head and tree, in words): the
+    authors' package defaults (`paper`) and their MT-bench scripts' settings."""
+    return {
+        "paper": Preset(PAPER_TREE, f"{method}; the authors' package defaults, eagle/model/ea_model.py "
+                                    "EaModel.from_pretrained: total_token=60, depth=7, top_k=10, every node verified"),
+        "paper-mtbench": Preset(MT_BENCH_TREE, f"{method}; the authors' MT-bench scripts, eagle/evaluation/"
+                                               "gen_ea_answer_{vicuna,llama2chat,llama3chat,mix,ds}.py: --total-token "
+                                               "60 --depth 5 --top-k 10, every node verified"),
+        "paper-mtbench-qwen3": Preset(MT_BENCH_QWEN3_TREE, f"{method}; the authors' MT-bench script for Qwen3 "
+                                                           "targets, eagle/evaluation/gen_ea_answer_qwen3.py: "
+                                                           "--total-token 32 --depth 8 --top-k 4, every node verified")}
+
+
+PRESETS = tree_presets(f"{_EAGLE} (the head: one decoder layer over fc([embedding; feature]), the target's LM head) "
+                       f"with {_EAGLE2} (section 4: expand the top_k most confident nodes per level, rerank by "
+                       "cumulative draft probability)")
 
 SPEC = register(DrafterSpec("eagle", EagleConfig, EagleDrafter,
                             "EAGLE head (one decoder layer on the target's features) drafting EAGLE-2's "

@@ -10,13 +10,13 @@ feed the layer's own output back. Nodes are labelled `eagle3-head`; `DraftTree.s
 each node's draft probability given its parent, over the draft vocabulary.
 
 Published heads load as their authors ship them: `--set checkpoint=yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`
-(the authors' layout) or a vLLM `speculators` folder (docs/eagle.md).
+(the authors' layout), a SpecForge or vLLM `speculators` folder (docs/eagle.md).
 """
 from __future__ import annotations
 
-from .kit.base import DrafterSpec, Preset, register
+from .kit.base import DrafterSpec, register
 from .kit.narration import narrate_size
-from .eagle import PAPER_TREE, EagleConfig, EagleDrafter
+from .eagle import EagleConfig, EagleDrafter, tree_presets
 
 
 class Eagle3Drafter(EagleDrafter):
@@ -25,11 +25,8 @@ class Eagle3Drafter(EagleDrafter):
 
 
 _PAPER = "EAGLE-3: Scaling up Inference Acceleration of Large Language Models via Training-Time Test"
-PRESETS = {"paper": Preset(
-    PAPER_TREE,
-    f"{_PAPER}: the head (fc over the low/mid/high features, one decoder layer, its own LM head over "
-    "the draft vocabulary) on EAGLE-2's dynamic tree with the authors' settings, eagle/model/ea_model.py "
-    "EaModel.from_pretrained: total_token=60, depth=7, top_k=10, every node verified")}
+PRESETS = tree_presets(f"{_PAPER}: the head (fc over the low/mid/high features, one decoder layer, its own LM head "
+                       "over the draft vocabulary) on EAGLE-2's dynamic tree")
 
 SPEC = register(DrafterSpec("eagle3", EagleConfig, Eagle3Drafter,
                             "EAGLE-3 head (fused low/mid/high target features, its own draft vocabulary) "

@@ -21,7 +21,6 @@ import math
 import time
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import torch
@@ -30,6 +29,7 @@ from ..core.flat_tree import ancestry
 from ..core.tree import TreeBuilder
 from ..glide.cape import EXPANSION, cap_expansions, expansion_size, parse_bins
 from ..glide.checkpoint import CheckpointError, default_checkpoint, load
+from ..netkit.files import user_path
 from ..glide.model import GlideDraft, positions_cross_mask
 from ..errors import ConfigError
 from ..core.settings import setting
@@ -139,7 +139,7 @@ class GlideDraftLM:
 
 
 def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
-    path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(target_id)
+    path = user_path(checkpoint) if checkpoint else default_checkpoint(target_id)
     problem = checkpoint_file_problem(
         path, f"checkpoint: no GLIDE checkpoint for target {target_id!r} (looked for {str(path)!r}); "
               f"train one with `python -m specviz train-glide --model {target_id} --out {path}` "

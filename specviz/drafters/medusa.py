@@ -29,13 +29,12 @@ with the train-heads command that makes one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from ..errors import ConfigError
-from ..glide.checkpoint import CheckpointError
+from ..netkit.files import CheckpointError, user_path
 from ..heads.checkpoint import default_checkpoint, load, load_any, train_command
 from ..heads.model import DraftHeads
 from ..core.settings import setting
@@ -91,11 +90,13 @@ class HeadsConfig(TreeSizingSettings):
     continue_prior: float = continue_prior_setting(1.0)
 
 
-def load_heads(target: Any, target_id: str, kind: str, checkpoint: str) -> DraftHeads:
-    published = load_any(checkpoint, target, target_id, kind) if checkpoint else None   # FasterDecoding's layout
+def load_heads(target: Any, target_id: str, kind: str, checkpoint: str, insist: bool = False) -> DraftHeads:
+    """The heads for `kind`: a FasterDecoding folder or hub id (medusa; `insist`: run heads whose
+    config names another base model, with a warning), else specviz's own file; '' the shipped one."""
+    published = load_any(checkpoint, target, target_id, kind, insist) if checkpoint else None   # FasterDecoding's
     if published is not None:
         return published
-    path = Path(checkpoint).expanduser() if checkpoint else default_checkpoint(kind, target_id)
+    path = user_path(checkpoint) if checkpoint else default_checkpoint(kind, target_id)
     problem = checkpoint_file_problem(
         path, f"checkpoint: no {kind} heads for target {target_id!r} (looked for {str(path)!r}); train them "
               f"with `{train_command(kind, target_id)} --out {path}` or pass --set checkpoint=PATH")
@@ -116,7 +117,8 @@ class HeadsDrafter:
         if setup.target is None:
             raise ConfigError("target", f"drafter {self.kind} needs the target model (DraftSetup.target)")
         self.config = config
-        self.heads = load_heads(setup.target.model, setup.target.model_id, self.kind, config.checkpoint)
+        self.heads = load_heads(setup.target.model, setup.target.model_id, self.kind, config.checkpoint,
+                                getattr(config, "verifier_check", "refuse") == "warn")
         self.template = Template.of(TREES[config.tree], self.heads.spec.n_heads)
         self.cutter = config.cutter()
         self._probs: torch.Tensor | None = None      # Medusa: every head's probabilities this step
@@ -213,6 +215,13 @@ class HeadsDrafter:
         self.cutter.observe(step)
 
 
+@dataclass(frozen=True)
+class MedusaConfig(HeadsConfig):
+    verifier_check: str = setting("refuse", "Heads in FasterDecoding's layout whose config names another base "
+                                            "model (base_model_name_or_path): refuse them, or warn and run them.",
+                                  choices=("refuse", "warn"))
+
+
 class MedusaDrafter(HeadsDrafter):
     kind = "medusa"
     source = "medusa-head"
@@ -228,7 +237,7 @@ PRESETS = {"paper": Preset(
     "tree mc_sim_7b_63 of the authors' medusa/model/medusa_choices.py (section 2.3.3), every node "
     "verified; greedy / speculative-sampling acceptance, not the lossy typical acceptance (section 2.3.1)")}
 
-SPEC = register(DrafterSpec("medusa", HeadsConfig, MedusaDrafter,
+SPEC = register(DrafterSpec("medusa", MedusaConfig, MedusaDrafter,
                             "Medusa-1 heads on the target's last hidden state draft a sparse tree "
                             "(no draft model forward).",
                             "Cai et al. 2024, Medusa: Simple LLM Inference Acceleration Framework with "

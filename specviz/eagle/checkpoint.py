@@ -2,58 +2,75 @@
 
 A checkpoint is a folder (or a model-hub id, fetched with huggingface_hub's snapshot_download
 for users with a network) holding `config.json` and the weights, `model.safetensors` or
-`pytorch_model.bin` (read with weights_only=True: never runs code the file carries):
+`pytorch_model.bin` (read without running code the file carries, shapes first: netkit/files.py):
 
 - the authors' layout (github.com/SafeAILab/EAGLE, eagle/model/ea_model.py `from_pretrained`):
-  a Llama config with num_hidden_layers 1 (+ `draft_vocab_size` for EAGLE-3, `bias` for
-  EAGLE's fc) and the keys of cnets1.py (`fc.weight`, `fc.bias`, `layers.0.self_attn.*`,
-  `layers.0.mlp.*`, `layers.0.post_attention_layernorm.weight`) or cnets.py (`fc.weight`,
+  a Llama config (+ `draft_vocab_size` for EAGLE-3, `bias` for EAGLE's fc, `qkv_bias` for heads
+  with biased q/k/v, e.g. for Qwen2 targets) and the keys of cnets1.py (`fc.weight`, `fc.bias`,
+  `layers.{i}.self_attn.*`, `layers.{i}.mlp.*`, `layers.{i}.post_attention_layernorm.weight`,
+  `layers.{i}.input_layernorm.weight` for i > 0) or cnets.py (`fc.weight`,
   `midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight`,
   `midlayer.self_attn.*`, `midlayer.mlp.*`, `norm.weight`, `lm_head.weight`, `d2t`, `t2d`);
-  an `embed_tokens.weight` they may carry is the target's and is not used;
-- vLLM's `speculators` layout (github.com/vllm-project/speculators, models/eagle3/config.py and
-  convert/eagle/eagle3_converter.py): `speculators_model_type: "eagle3"`, the layer's Llama
-  config under `transformer_layer_config`, `draft_vocab_size`, `target_hidden_size`,
-  `eagle_aux_hidden_state_layer_ids`, and the layer's keys as `layers.0.*` (not `midlayer.*`);
-  its variants that add norms (norm_before_fc, fc_norm, norm_output, norm_before_residual) are
-  refused, as they are not EAGLE-3's architecture;
+- SpecForge's (github.com/sgl-project/SpecForge, configs/*-eagle3.json, for SGLang): the authors'
+  EAGLE-3 layout, its target layers under `eagle_config.eagle_aux_hidden_state_layer_ids` as
+  layer OUTPUTS (SGLang adds 1: layer i's output is layer i+1's input, the convention here);
+- vLLM's `speculators` layout (github.com/vllm-project/speculators, models/eagle3/config.py,
+  core.py, model_definitions.py): `speculators_model_type: "eagle3"`, the layer's Llama or
+  Qwen3 config under `transformer_layer_config` (its rope under `rope_parameters` when written by
+  transformers 5), `draft_vocab_size`, `target_hidden_size`, `eagle_aux_hidden_state_layer_ids`
+  (layer INPUTS, as vLLM reads them), the norm options (`norm_before_residual`, absent = on, as
+  vLLM's speculators config reads it; `norm_before_fc`, `fc_norm`, `norm_output`, absent = off),
+  `speculators_config.verifier.name_or_path` (the target it was trained for), and the layers'
+  keys as `layers.{i}.*` (not `midlayer.*`), `input_norm.weight`, `fc_norm.{i}.weight`;
 - specviz's own (what `specviz train-eagle` writes): the authors' layout, with a `specviz`
   entry in config.json naming the target, its fingerprint, layer count and the training run;
   while training, `training.pt` beside it holds the optimiser state for `--resume`.
 
-A checkpoint made for another target is refused before any step, naming what differs
-(hidden size, vocabulary, layer count; for specviz's own, the target's fingerprint); a
-truncated one (a weight missing or of the wrong shape) is refused naming the weight. Every
-config.json field the head uses is checked (a positive size, a positive finite epsilon, a
-known activation and rope scaling...) and named when it is not, and the sizes it claims are
-checked against the weights' shapes before the head is allocated (glide/checkpoint.py
-build_checked); weights of the wrong kind of dtype, with NaN or infinite values, or that the
-head has no place for are refused naming the tensor (float64 weights are cast, as fp16 ones are).
+An `embed_tokens.weight` in the file is the head's own embedding, used as the authors' loader
+(`load_state_dict(strict=False)` after the target's) and vLLM (`includes_embed_tokens`) use it;
+when it equals the target's (at the file's precision) the target's is shared instead. A head
+narrower than its target (`target_hidden_size` larger than `hidden_size`: fc projects the target's
+features down) runs with its own embedding and is refused, before any step, without one.
+
+A checkpoint made for another target is refused before any step, naming what differs (hidden
+size, vocabulary, layer count, the model speculators names as its verifier, which the
+`verifier_check=warn` setting turns into a warning; for specviz's own, the target's
+fingerprint); a truncated one (a weight missing or of the wrong shape) is refused naming the
+weight. Every config.json field the head uses is checked with bounds (netkit/fields.py: a
+positive size, a positive finite epsilon, a known activation, rope parameters field by field)
+and named when it is not, and the sizes it claims are checked against the weights' shapes, read
+from the file's header, before anything is allocated; weights of the wrong kind of dtype, with
+NaN or infinite values, or that the head has no place for are refused naming the tensor
+(float64 weights are cast, as fp16 ones are).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..glide.checkpoint import (CheckpointError, build_checked, check_fingerprint, check_identity,
-                                shown_value)
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
 from ..files.resources import data_path
-from ..files.user_files import FileCheckError, read_json_file
-from .model import EagleDraft, EagleSpec, Rope, default_aux_layers
+from ..netkit import fields
+from ..netkit.checkpoint import (check_fingerprint, check_finite, check_fit, check_made_for, check_trained_for,
+                                 meta_state)
+from ..netkit.files import (CheckpointError, check_identity, read_config as read_config_file, read_weights,
+                            shown_value, user_path, weight_shapes, write_folder)
+from .model import EagleDraft, EagleSpec, default_aux_layers
 
 FORMAT = "specviz-eagle/1"
 CHECKPOINTS = data_path("checkpoints")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-SPECULATORS_EXTRAS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
+NORM_OPTIONS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 ACTIVATIONS = ("silu", "swish")          # what the head's MLP computes (transformers' names for SiLU)
+LAYER_TYPES = ("llama", "mistral", "qwen2", "qwen3")   # decoder layers a head may be built of
+MAX_LAYERS = 64                          # more decoder layers than this is no draft head
+VERIFIER_SETTING = "verifier_check=warn"
 
 
 def default_checkpoint(kind: str, model_id: str) -> Path:
@@ -81,7 +98,7 @@ def resolve(source: str | Path, kind: str, target_id: str) -> Path:
                 f"checkpoint: no {kind} head for target {target_id!r} (looked for {str(path)!r}); train one "
                 f"with `{train_command(kind, target_id)} --out {path}` or pass --set checkpoint=DIR_OR_HUB_ID")
         return path
-    path = Path(str(source)).expanduser()
+    path = user_path(source)
     if path.is_file():
         inside = f"; pass its folder {str(path.parent)!r}" if path.name in ("config.json", *WEIGHT_FILES) else ""
         raise CheckpointError(f"checkpoint: {str(source)!r} is a file; an EAGLE head is a folder holding config.json "
@@ -101,136 +118,112 @@ def resolve(source: str | Path, kind: str, target_id: str) -> Path:
 
 
 def read_config(folder: Path) -> dict[str, Any]:
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint: {str(folder)!r} has no config.json")
-    try:
-        cfg = read_json_file(path, f"checkpoint: {str(path)!r}")
-    except FileCheckError as err:                  # not JSON, nested too deep, not a file
-        raise CheckpointError(str(err)) from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"checkpoint: {str(path)!r} is not a JSON object")
-    return cfg
+    """The folder's config.json, a JSON object (netkit/files.read_config)."""
+    return read_config_file(folder / "config.json", repr(str(folder)))
 
 
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+def weight_file(folder: Path) -> Path:
+    """The folder's weights: model.safetensors, else pytorch_model.bin."""
     for name in WEIGHT_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-                state = load_file(str(path))
-            else:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # noqa: BLE001 - a truncated or foreign file: one line
-            raise CheckpointError(f"checkpoint: {str(path)!r} cannot be read ({type(err).__name__}: "
-                                  f"{(str(err).splitlines() or [''])[0][:160]}); it may be truncated") from None
-        if not isinstance(state, dict):
-            raise CheckpointError(f"checkpoint: {str(path)!r} holds no weight dictionary")
-        return state
+        if (folder / name).is_file():
+            return folder / name
     raise CheckpointError(f"checkpoint: {str(folder)!r} has neither {' nor '.join(WEIGHT_FILES)}")
 
 
-def _need(cfg: dict[str, Any], key: str, where: str, default: Any = None, prefix: str = "") -> int:
-    """config.json field `key` (under `prefix`), a positive whole number; `default` when absent
-    (or null) and a default is given."""
-    value = cfg.get(key)
-    if value is None and default is not None:
-        return int(default)
-    if value is None:
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is missing")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {shown_value(value)}; "
-                              "it must be a positive whole number")
-    return value
-
-
-def _positive(cfg: dict[str, Any], key: str, where: str, default: float, prefix: str = "") -> float:
-    """config.json field `key`, a positive finite number (`default` when absent)."""
-    value = cfg.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}{key}' is {shown_value(value)}; "
-                              "it must be a positive number")
-    return float(value)
-
-
-def _rope_scaling(layer: dict[str, Any], where: str, prefix: str) -> str:
-    """The config's rope_scaling as JSON ("" none): null or an object of a rope type transformers knows."""
-    scaling = layer.get("rope_scaling")
-    if not scaling:
-        return ""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
-    if kind not in ("default", *ROPE_INIT_FUNCTIONS):
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}rope_scaling' is {shown_value(scaling)}; "
-                              f"it must be null or an object whose rope_type is one of default, "
-                              f"{', '.join(ROPE_INIT_FUNCTIONS)}")
-    return json.dumps(scaling, sort_keys=True)
-
-
 def _aux_layers(cfg: dict[str, Any], target_layers: int, where: str) -> tuple[int, ...]:
-    """EAGLE-3's target layers: eagle_aux_hidden_state_layer_ids (or specviz's aux_layers), a
-    list of layer indices; the default three when neither is given."""
-    for key, value in (("eagle_aux_hidden_state_layer_ids", cfg.get("eagle_aux_hidden_state_layer_ids")),
-                       ("specviz.aux_layers", (cfg.get("specviz") or {}).get("aux_layers"))):
-        if not value:
-            continue
-        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-            raise CheckpointError(f"checkpoint: {where}: config.json field {key!r} is {shown_value(value)}; it must be "
-                                  "a list of target layer indices")
-        return tuple(value)
-    return default_aux_layers(target_layers)
+    """EAGLE-3's target layers, as the inputs to those layers (vLLM's convention and the authors'):
+    `eagle_aux_hidden_state_layer_ids` (speculators, vLLM, specviz's own), else SpecForge's
+    `eagle_config.eagle_aux_hidden_state_layer_ids`, which name layer OUTPUTS (SGLang reads
+    them +1: the output of layer i is the input to layer i+1), else specviz's `aux_layers`, else
+    the authors' default three. Two that disagree are refused."""
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    found = fields.layer_ids(top, "eagle_aux_hidden_state_layer_ids", where) if top not in (None, []) else None
+    eagle_config = fields.section(cfg, "eagle_config", where, "an object (SpecForge's)")
+    if eagle_config is not None:
+        if not fields.flag(eagle_config, "use_aux_hidden_state", where, True, "eagle_config."):
+            raise CheckpointError(f"checkpoint: {where}: config.json field 'eagle_config.use_aux_hidden_state' is "
+                                  "false: a head that reads the target's final state alone is not EAGLE-3's; not "
+                                  "supported")
+        ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
+        if ids not in (None, []):
+            outputs = fields.layer_ids(ids, "eagle_config.eagle_aux_hidden_state_layer_ids", where)
+            inputs = tuple(i + 1 for i in outputs)
+            if found is not None and found != inputs:
+                raise CheckpointError(
+                    f"checkpoint: {where}: config.json names two sets of target layers: "
+                    f"'eagle_aux_hidden_state_layer_ids' {list(found)} (layer inputs, vLLM's convention) and "
+                    f"'eagle_config.eagle_aux_hidden_state_layer_ids' {list(outputs)} (layer outputs, SGLang's: "
+                    f"inputs {list(inputs)}); they disagree, fix one of them")
+            found = found or inputs
+    if found is None:
+        own = (cfg.get("specviz") or {}).get("aux_layers")
+        if own not in (None, []):
+            found = fields.layer_ids(own, "specviz.aux_layers", where)
+    return found if found is not None else default_aux_layers(target_layers)
+
+
+def _norm_options(cfg: dict[str, Any], kind: str, layout: str, where: str) -> dict[str, bool]:
+    """speculators' norm options: absent, norm_before_residual is on and the others off (vLLM's
+    speculators config, transformers_utils/configs/speculators/algos.py); in a plain Llama config
+    (the authors', SpecForge's) absent is off (vLLM's getattr(config, ..., False))."""
+    opts = {key: fields.flag(cfg, key, where, layout == "speculators" and key == "norm_before_residual")
+            for key in NORM_OPTIONS}
+    if kind == "eagle":
+        on = [key for key in NORM_OPTIONS if cfg.get(key)]
+        if on:
+            raise CheckpointError(f"checkpoint: {where}: config.json field {on[0]!r} is true, an option of EAGLE-3 "
+                                  "heads; this config describes an EAGLE (EAGLE-1/-2) head")
+        return {key: False for key in NORM_OPTIONS}
+    if opts["norm_before_fc"] and opts["fc_norm"]:
+        raise CheckpointError(f"checkpoint: {where}: config.json fields 'norm_before_fc' and 'fc_norm' are both "
+                              "true; speculators allows one or the other (one norm over the fused features, or one "
+                              "per target layer)")
+    return opts
 
 
 def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tuple[EagleSpec, str]:
     """The head's architecture from its config.json; returns it and the layout's name
-    ("authors", "speculators" or "specviz"). CheckpointError naming the first field the head
-    uses that is missing or makes no head (sizes are checked against the weights later, in load)."""
-    own = cfg.get("specviz", {})
-    if not isinstance(own, dict):
-        raise CheckpointError(f"checkpoint: {where}: config.json field 'specviz' is {shown_value(own)}; it must be "
-                              "specviz's entry (an object), or be left out in the authors' layout")
+    ("authors", "speculators" or "specviz"; SpecForge's is the authors'). CheckpointError naming
+    the first field the head uses that is missing or makes no head (sizes are checked against
+    the weights later, in load). Whether the head has its own embedding is the weights' to say."""
+    if "specviz" in cfg and cfg["specviz"] is None:
+        raise CheckpointError(f"checkpoint: {where}: config.json field 'specviz' is None; it must be specviz's "
+                              "entry (an object), or be left out in the authors' layout")
+    fields.section(cfg, "specviz", where, "specviz's entry (an object), or be left out in the authors' layout")
     layout = "specviz" if "specviz" in cfg else "authors"
     layer, prefix = cfg, ""
     if "speculators_model_type" in cfg:
         layout = "speculators"
         if cfg["speculators_model_type"] != "eagle3":
             raise CheckpointError(f"checkpoint: {where}: speculators model type "
-                                  f"{cfg['speculators_model_type']!r} is not supported (only eagle3)")
-        on = [k for k in SPECULATORS_EXTRAS if cfg.get(k)]
-        if on:
-            raise CheckpointError(f"checkpoint: {where}: speculators option {on[0]!r} is on; that variant "
-                                  "adds norms EAGLE-3 does not have and is not supported")
+                                  f"{shown_value(cfg['speculators_model_type'])} is not supported (only eagle3)")
         nested = cfg.get("transformer_layer_config")
         if not isinstance(nested, dict):
             raise CheckpointError(f"checkpoint: {where}: config field 'transformer_layer_config' is missing")
         layer, prefix = nested, "transformer_layer_config."
-    kind = "eagle3" if "draft_vocab_size" in cfg or layout == "speculators" else "eagle"
-    layers = layer.get("num_hidden_layers", 1)
-    if layers != 1:
-        raise CheckpointError(f"checkpoint: {where}: a head of {layers} decoder layers; EAGLE heads have one")
-    hidden = _need(layer, "hidden_size", where, prefix=prefix)
-    heads = _need(layer, "num_attention_heads", where, prefix=prefix)
+    kind = "eagle3" if "draft_vocab_size" in cfg or "eagle_config" in cfg or layout == "speculators" else "eagle"
+    layer_type = layer.get("model_type", "llama")
+    if layer_type not in LAYER_TYPES:
+        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}model_type' is "
+                              f"{shown_value(layer_type)}; an EAGLE head's layers are one of {', '.join(LAYER_TYPES)}")
+    layers = fields.whole(layer, "num_hidden_layers", where, 1, high=MAX_LAYERS, prefix=prefix)
+    hidden = fields.whole(layer, "hidden_size", where, prefix=prefix)
+    heads = fields.whole(layer, "num_attention_heads", where, prefix=prefix)
     if layer.get("head_dim") is None and hidden < heads:
         raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}num_attention_heads' is {heads}, "
                               f"more than hidden_size {hidden}, and there is no head_dim")
-    head_dim = _need(layer, "head_dim", where, hidden // heads, prefix)
+    head_dim = fields.whole(layer, "head_dim", where, hidden // heads, prefix=prefix)
     if head_dim % 2:
         raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}head_dim' is {head_dim}; the "
                               "rotary embedding needs an even head size")
-    kv_heads = _need(layer, "num_key_value_heads", where, heads, prefix)
+    kv_heads = fields.whole(layer, "num_key_value_heads", where, heads, prefix=prefix)
     if heads % kv_heads:
         raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}num_key_value_heads' is {kv_heads}; "
                               f"it must divide num_attention_heads ({heads})")
-    vocab = _need(layer, "vocab_size", where, prefix=prefix)
+    vocab = fields.whole(layer, "vocab_size", where, prefix=prefix)
     if layout == "speculators" and cfg.get("target_vocab_size") is not None:
-        vocab = _need(cfg, "target_vocab_size", where)
-    draft_vocab = _need(cfg, "draft_vocab_size", where, vocab) if kind == "eagle3" else vocab
+        vocab = fields.whole(cfg, "target_vocab_size", where)
+    draft_vocab = fields.whole(cfg, "draft_vocab_size", where, vocab) if kind == "eagle3" else vocab
     if draft_vocab > vocab:
         raise CheckpointError(f"checkpoint: {where}: config.json field 'draft_vocab_size' is {draft_vocab}, more "
                               f"than the vocabulary it is drawn from ({vocab} tokens)")
@@ -238,43 +231,51 @@ def spec_from_config(cfg: dict[str, Any], target_layers: int, where: str) -> tup
     if act not in ACTIVATIONS:
         raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}hidden_act' is {shown_value(act)}; "
                               "EAGLE heads use silu (the only activation supported)")
-    bias = cfg.get("bias", True)
-    if not isinstance(bias, bool):
-        raise CheckpointError(f"checkpoint: {where}: config.json field 'bias' is {shown_value(bias)}; it must be "
-                              "true or false")
+    attention_bias = fields.flag(layer, "attention_bias", where, False, prefix)
+    qkv_bias = fields.flag(layer, "qkv_bias", where, layer_type == "qwen2" or attention_bias, prefix)
+    theta, scaling = fields.rope(layer, where, head_dim, prefix)
     spec = EagleSpec(
-        kind=kind, hidden=hidden, intermediate=_need(layer, "intermediate_size", where, prefix=prefix), heads=heads,
-        kv_heads=kv_heads, head_dim=head_dim, vocab=vocab, draft_vocab=draft_vocab,
-        target_hidden=_need(cfg, "target_hidden_size", where, hidden),
-        rms_eps=_positive(layer, "rms_norm_eps", where, 1e-6, prefix),
-        rope_theta=_positive(layer, "rope_theta", where, 10000.0, prefix),
-        rope_scaling=_rope_scaling(layer, where, prefix),
-        max_positions=_need(layer, "max_position_embeddings", where, 2048, prefix),
-        fc_bias=bias, aux_layers=_aux_layers(cfg, target_layers, where) if kind == "eagle3" else ())
-    check_rope(spec, where, prefix)
+        kind=kind, hidden=hidden, intermediate=fields.whole(layer, "intermediate_size", where, prefix=prefix),
+        heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab, draft_vocab=draft_vocab,
+        target_hidden=fields.whole(cfg, "target_hidden_size", where, hidden),
+        rms_eps=fields.number(layer, "rms_norm_eps", where, 1e-6, prefix=prefix),
+        rope_theta=theta, rope_scaling=scaling,
+        max_positions=fields.whole(layer, "max_position_embeddings", where, 2048, prefix=prefix),
+        fc_bias=fields.flag(cfg, "bias", where, True),
+        aux_layers=_aux_layers(cfg, target_layers, where) if kind == "eagle3" else (),
+        layers=layers, qkv_bias=qkv_bias, o_bias=attention_bias and layer_type != "qwen2",
+        mlp_bias=fields.flag(layer, "mlp_bias", where, False, prefix), qk_norm=layer_type == "qwen3",
+        **_norm_options(cfg, kind, layout, where))
     return spec, layout
 
 
-def check_rope(spec: EagleSpec, where: str, prefix: str = "") -> None:
-    """CheckpointError when transformers cannot make the rotary embedding of `spec` (a
-    rope_scaling without the fields its type needs); it is small (head_dim / 2 values)."""
-    try:
-        Rope(spec)
-    except Exception as err:  # noqa: BLE001 - transformers' validation errors: one line
-        why = (str(err).strip().splitlines() or [""])[0][:160]
-        raise CheckpointError(f"checkpoint: {where}: config.json field '{prefix}rope_scaling' cannot be used "
-                              f"({type(err).__name__}: {why})") from None
+def verifier(cfg: dict[str, Any], where: str) -> Any:
+    """The model speculators names as the head's verifier (speculators_config.verifier.name_or_path),
+    or None."""
+    block: Any = cfg
+    for key in ("speculators_config", "verifier"):
+        block = block.get(key) if isinstance(block, dict) else None
+        if block is None:
+            return None
+        if not isinstance(block, dict):
+            raise CheckpointError(f"checkpoint: {where}: config.json field '{key}' is {shown_value(block)}; it must "
+                                  "be an object (speculators' config)")
+    return block.get("name_or_path")
 
 
 def config_of(spec: EagleSpec, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The authors' config.json for a head (a Llama config of one layer)."""
+    """The authors' config.json for a head (a Llama config, a Qwen3 one for heads with q/k norms),
+    with the keys of the variants it has (vLLM reads them from a plain config too)."""
+    qwen3 = spec.qk_norm
     cfg: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "architectures": ["Qwen3ForCausalLM" if qwen3 else "LlamaForCausalLM"],
+        "model_type": "qwen3" if qwen3 else "llama", "hidden_act": "silu",
         "hidden_size": spec.hidden, "intermediate_size": spec.intermediate,
         "num_attention_heads": spec.heads, "num_key_value_heads": spec.kv_heads, "head_dim": spec.head_dim,
-        "num_hidden_layers": 1, "vocab_size": spec.vocab, "rms_norm_eps": spec.rms_eps,
+        "num_hidden_layers": spec.layers, "vocab_size": spec.vocab, "rms_norm_eps": spec.rms_eps,
         "rope_theta": spec.rope_theta, "max_position_embeddings": spec.max_positions,
         "rope_scaling": json.loads(spec.rope_scaling) if spec.rope_scaling else None,
+        "attention_bias": spec.o_bias, "qkv_bias": spec.qkv_bias, "mlp_bias": spec.mlp_bias,
         "tie_word_embeddings": False}
     if spec.kind == "eagle":
         cfg["bias"] = spec.fc_bias
@@ -282,52 +283,56 @@ def config_of(spec: EagleSpec, extra: dict[str, Any] | None = None) -> dict[str,
         cfg["draft_vocab_size"] = spec.draft_vocab
         cfg["target_hidden_size"] = spec.target_hidden
         cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layers)
+        cfg.update({key: getattr(spec, key) for key in NORM_OPTIONS})
     if extra:
         cfg["specviz"] = extra
     return cfg
 
 
-def _normalise(state: dict[str, torch.Tensor], spec: EagleSpec, layout: str) -> dict[str, torch.Tensor]:
-    """The published keys as EagleDraft names them: speculators' `layers.0.*` is EAGLE-3's
-    `midlayer.*`; the target's embeddings and speculators' verifier copies are dropped."""
-    out = {}
+def _normalise(state: dict[str, Any], spec: EagleSpec) -> dict[str, Any]:
+    """The published keys as EagleDraft names them: a `model.` prefix dropped, speculators' (and
+    vLLM's) `layers.0.*` of EAGLE-3 as the authors' `midlayer.*`; speculators' verifier copies and
+    saved rotary buffers dropped; `t2d` made from `d2t` when only `d2t` is there (vLLM reads
+    d2t alone), and both when neither is and the draft vocabulary is the target's. Works on the
+    meta tensors of weight_shapes too."""
+    out: dict[str, Any] = {}
     for key, value in state.items():
         if key.startswith("model."):
             key = key[len("model."):]
-        if key in ("embed_tokens.weight", "verifier_lm_head.weight", "verifier_norm.weight") \
-                or key.endswith("rotary_emb.inv_freq"):      # a buffer some transformers versions saved
+        if key in ("verifier_lm_head.weight", "verifier_norm.weight") or key.endswith("rotary_emb.inv_freq"):
             continue
         if spec.kind == "eagle3" and key.startswith("layers.0."):
             key = "midlayer." + key[len("layers.0."):]
         out[key] = value
-    if spec.kind == "eagle3" and "d2t" not in out and spec.draft_vocab == spec.vocab:
+    if spec.kind != "eagle3":
+        return out
+    d2t = out.get("d2t")
+    if d2t is None and spec.draft_vocab == spec.vocab:
         out["d2t"] = torch.zeros(spec.vocab, dtype=torch.long)          # the authors drop them then
         out["t2d"] = torch.ones(spec.vocab, dtype=torch.bool)
+    elif isinstance(d2t, torch.Tensor) and "t2d" not in out and not d2t.is_floating_point()             and tuple(d2t.shape) == (spec.draft_vocab,):
+        t2d = torch.zeros(spec.vocab, dtype=torch.bool, device=d2t.device)
+        if d2t.device.type != "meta":
+            ids = torch.arange(spec.draft_vocab) + d2t.long()
+            if bool((ids < 0).any()) or bool((ids >= spec.vocab).any()):
+                raise CheckpointError("d2t maps draft ids outside the target's vocabulary")
+            t2d[ids] = True
+        out["t2d"] = t2d
     return out
 
 
 def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: str, where: str) -> None:
     """CheckpointError naming what differs between the head and the target."""
-    tc = target.config
-    t_hidden, t_layers = int(tc.hidden_size), int(tc.num_hidden_layers)
-    t_vocab = int(target.get_input_embeddings().weight.shape[0])
+    t_hidden, t_layers = int(target.config.hidden_size), int(target.config.num_hidden_layers)
     own = cfg.get("specviz")
     if not isinstance(own, dict):
         own = {}
     fix = f"use a head made for this target or train one with `{train_command(spec.kind, target_id)}`"
-    if spec.target_hidden != t_hidden:
-        raise CheckpointError(f"checkpoint: {where} was made for a target of hidden size {spec.target_hidden}, "
-                              f"the target {target_id!r} has {t_hidden}; {fix}")
+    layers = fields.whole(own, "target_layers", where, None, prefix="specviz.") if "target_layers" in own else None
+    check_made_for(where, target, target_id, fix, hidden=spec.target_hidden, vocab=spec.vocab, layers=layers)
     if spec.kind == "eagle" and spec.hidden != t_hidden:
         raise CheckpointError(f"checkpoint: {where}: an EAGLE head of width {spec.hidden} reads the target's "
                               f"features of size {t_hidden}; {fix}")
-    if spec.vocab != t_vocab:
-        raise CheckpointError(f"checkpoint: {where} was made for a vocabulary of {spec.vocab} tokens, the target "
-                              f"{target_id!r} has {t_vocab}; {fix}")
-    layers = own.get("target_layers")
-    if isinstance(layers, int) and layers != t_layers:
-        raise CheckpointError(f"checkpoint: {where} was made for a target of {layers} layers, the target "
-                              f"{target_id!r} has {t_layers}; {fix}")
     if spec.kind == "eagle3" and not all(0 <= i <= t_layers for i in spec.aux_layers):
         raise CheckpointError(f"checkpoint: {where} reads target layers {list(spec.aux_layers)}, the target "
                               f"{target_id!r} has {t_layers} layers; {fix}")
@@ -336,9 +341,24 @@ def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: s
         check_fingerprint(own, target, target_id, where, fix, where=where)
 
 
-def load(source: str | Path, target: Any, target_id: str, kind: str) -> EagleDraft:
+def _same_embedding(own: torch.Tensor, target: Any) -> bool:
+    """Whether a head's embed_tokens.weight is the target's (compared at the file's precision,
+    block by block: no second copy of the table)."""
+    ref = target.get_input_embeddings().weight
+    if tuple(own.shape) != tuple(ref.shape):
+        return False
+    with torch.no_grad():
+        for start in range(0, own.shape[0], 4096):
+            block = ref[start:start + 4096].detach().to("cpu", own.dtype)
+            if not torch.equal(block, own[start:start + 4096].to("cpu")):
+                return False
+    return True
+
+
+def load(source: str | Path, target: Any, target_id: str, kind: str, insist: bool = False) -> EagleDraft:
     """The head of `kind` from a folder or hub id, checked against the target, on the target's
-    device and dtype, in eval mode."""
+    device and dtype, in eval mode. `insist`: a head speculators says was trained for another
+    model runs with a warning (CheckpointWarning) instead of being refused."""
     folder = resolve(source, kind, target_id)
     where = repr(str(source) if source else str(folder))
     check_resident(target, "an EAGLE head")
@@ -349,10 +369,34 @@ def load(source: str | Path, target: Any, target_id: str, kind: str) -> EagleDra
         raise CheckpointError(f"checkpoint: {where} holds {names[spec.kind]} head; run it with "
                               f"--drafter {spec.kind}")
     check_target(spec, cfg, target, target_id, where)
-    state = _normalise(read_weights(folder), spec, layout)
-    # the config's sizes against the weights' shapes on the meta device, then the head itself
-    draft = build_checked(lambda: EagleDraft(spec, target), state, where, "this config",
-                          f"truncated, or not an {kind} head in the {layout} layout")
+    check_trained_for(verifier(cfg, where), "speculators_config.verifier.name_or_path", target, target_id, where,
+                      insist, VERIFIER_SETTING)
+    path = weight_file(folder)
+    lacks = f"truncated, or not an {kind} head in the {layout} layout"
+    try:
+        # the shapes first (the header; nothing read), against the module this config builds on
+        # the meta device; only then the values
+        shapes = _normalise(weight_shapes(path), spec)
+        spec = dataclasses.replace(spec, own_embed="embed_tokens.weight" in shapes)
+        t_hidden = int(target.config.hidden_size)
+        if not spec.own_embed and spec.hidden != t_hidden:
+            raise CheckpointError(f"checkpoint: {where}: a head of width {spec.hidden} (hidden_size) for a target of "
+                                  f"hidden size {t_hidden} needs its own token embeddings (embed_tokens.weight "
+                                  f"[{spec.vocab}, {spec.hidden}]); this checkpoint has none")
+        want = meta_state(lambda: EagleDraft(spec, target), where, "this config")
+        check_fit(want, shapes, where, "this config", lacks)
+        state = _normalise(read_weights(path), spec)
+    except CheckpointError as err:
+        if str(err).startswith("d2t "):
+            raise CheckpointError(f"checkpoint: {where}: {err}") from None
+        raise
+    check_fit(want, state, where, "this config", lacks)
+    if spec.own_embed and _same_embedding(state["embed_tokens.weight"], target):
+        spec = dataclasses.replace(spec, own_embed=False)             # the target's own: share it
+        state.pop("embed_tokens.weight")
+    check_finite(state, where)
+    draft = EagleDraft(spec, target)
+    draft.load_state_dict(state)
     if spec.kind == "eagle3":
         ids = torch.arange(spec.draft_vocab) + draft.d2t
         if int(ids.min()) < 0 or int(ids.max()) >= spec.vocab:
@@ -367,25 +411,10 @@ def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],
          training: dict[str, Any] | None = None, dtype: torch.dtype | None = None) -> None:
     """Write the head in the authors' layout (config.json + model.safetensors, `dtype` for the
     weights if given), with specviz's entry `extra`; `training` (optimiser state, step...) to
-    training.pt. Each file is written to a temporary name and renamed: a Ctrl-C never leaves
-    half a checkpoint."""
-    from safetensors.torch import save_file
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    training.pt (netkit/files.write_folder: each file written whole or not at all)."""
     state = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
              for k, v in draft.state_dict().items()}
-    tmp = folder / "model.safetensors.tmp"
-    save_file(state, str(tmp))
-    os.replace(tmp, folder / "model.safetensors")
-    os.chmod(folder / "model.safetensors", 0o644)          # safetensors writes 0600
-    tmp = folder / "config.json.tmp"
-    tmp.write_text(json.dumps(config_of(draft.spec, extra), indent=2) + "\n")
-    os.replace(tmp, folder / "config.json")
-    if training is not None:
-        tmp = folder / "training.pt.tmp"
-        torch.save(training, tmp)
-        os.replace(tmp, folder / "training.pt")
+    write_folder(folder, "model.safetensors", state, config_of(draft.spec, extra), training)
 
 
 def specviz_entry(draft: EagleDraft, target: Any, target_id: str, **more: Any) -> dict[str, Any]:
@@ -401,11 +430,13 @@ def spec_for_target(kind: str, target: Any, draft_vocab: int, intermediate: int 
     heads = int(c.num_attention_heads)
     head_dim = int(getattr(c, "head_dim", None) or c.hidden_size // heads)
     vocab = int(target.get_input_embeddings().weight.shape[0])
-    scaling = getattr(c, "rope_scaling", None)
+    scaling = getattr(c, "rope_scaling", None)               # transformers 4
     theta = getattr(c, "rope_theta", None)
-    params = getattr(c, "rope_parameters", None)
-    if theta is None and isinstance(params, dict):
-        theta = params.get("rope_theta")
+    params = getattr(c, "rope_parameters", None)             # transformers 5: theta and scaling in one object
+    if isinstance(params, dict):
+        theta = params.get("rope_theta", theta)
+        if scaling is None:
+            scaling = {k: v for k, v in params.items() if k != "rope_theta"}
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default":
         scaling = None
     return EagleSpec(kind=kind, hidden=int(c.hidden_size), intermediate=int(intermediate or c.intermediate_size),

@@ -32,6 +32,7 @@ from ..core.settings import describe, to_dict
 from ..core.trace import StepRecord, Trace
 from ..drafters.kit.base import REFERENCE_SETTING, DrafterSpec, baseline, get
 from ..drafters.kit.choice import DrafterChoice, parse_choice
+from ..files.user_values import ascii_int, shown
 from ..errors import ConfigError
 from ..models import EMBEDDED, LoadedModel, cpu_linear_option, load_model
 from ..models.prompts import Prompt, build_prompt
@@ -99,12 +100,11 @@ def token_id_values(spec: DrafterSpec, values: Mapping[str, Any]) -> dict[str, A
     out = dict(values)
     for info in describe(spec.config_cls):
         if info.name in out and isinstance(info.default, tuple) and isinstance(out[info.name], str):
-            parts = [p.strip() for p in out[info.name].split(",") if p.strip()]
-            try:
-                out[info.name] = tuple(int(p) for p in parts)
-            except ValueError:
+            parts = [ascii_int(p, signed=True) for p in out[info.name].split(",") if p.strip()]
+            if any(p is None for p in parts):          # ASCII digits only: "٣" is no token id
                 raise ConfigError(info.name, f"expected comma-separated integers (token ids), "
-                                             f"got {values[info.name]!r}") from None
+                                             f"got {shown(values[info.name])}")
+            out[info.name] = tuple(parts)
     return out
 
 

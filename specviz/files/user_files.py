@@ -9,20 +9,24 @@ whose files are the kernel's, not the user's), and are written whole or not at a
 (`write_text_atomic`: a temporary file in the same folder, then os.replace). JSON a user hands
 over (a results.json, a corpus index manifest, a trace) is read by `loads_json`, which refuses
 nesting deeper than MAX_JSON_DEPTH with a message before the parser could hit Python's recursion
-limit. Every refusal is a UsageError-like `FileCheckError` whose message starts with the option
-it is about.
+limit, numbers beyond any field's range (an integer of more than 20 digits, a decimal that
+overflows to inf) and a key given twice. Every refusal is a UsageError-like `FileCheckError`
+whose message starts with the option it is about.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import SpecvizError, not_unicode
+from .user_values import MAX_DIGITS
 
 CONTEXT_LIMIT_BYTES = 1_000_000        # a context (file, upload or API text): ~250k tokens, more than any context window
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")   # the escape of a UTF-16 surrogate, high or low
@@ -168,6 +172,58 @@ def check_output_dir(path: str | None, what: str) -> Path:
     return folder
 
 
+@dataclass(frozen=True)
+class _Place:
+    """A path a run names, as the file system sees it: resolved (links followed), and its
+    (device, inode) when it exists (a hard link is the same file under another name)."""
+    flag: str
+    given: str
+    real: Path
+    inode: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, flag: str, given: str) -> "_Place":
+        path = Path(given).expanduser()
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):
+            real = path.absolute()
+        try:
+            info = path.stat()
+            inode: tuple[int, int] | None = (info.st_dev, info.st_ino)
+        except (OSError, ValueError):
+            inode = None
+        return cls(flag, given, real, inode)
+
+    def exists(self) -> bool:
+        return self.inode is not None
+
+
+def check_outputs_apart(outputs: Sequence[tuple[str, str]], inputs: Sequence[tuple[str, str]]) -> None:
+    """FileCheckError `--out-flag: ...` when an output would replace one of the run's inputs:
+    the same file (links resolved, a hard link by its inode), an output folder holding an input,
+    or an existing output inside an input folder (two outputs on one path are each command's own
+    check: it knows which may share). `outputs` and
+    `inputs` are (flag, path) pairs; an input that does not exist is no input (its own check
+    says so later). Nothing is created or read."""
+    outs = [_Place.of(flag, path) for flag, path in outputs if str(path).strip()]
+    ins = [_Place.of(flag, path) for flag, path in inputs if str(path).strip()]
+    for out in outs:
+        for given in ins:
+            if not given.exists():
+                continue
+            if out.inode is not None and out.inode == given.inode or out.real == given.real:
+                how = "the same file as"
+            elif given.real.is_relative_to(out.real):
+                how = "a folder holding"
+            elif out.real.is_relative_to(given.real) and out.exists():
+                how = "an existing path inside"
+            else:
+                continue
+            raise FileCheckError(f"{out.flag}: {out.given!r} is {how} the run's input {given.flag} ({given.given!r}); "
+                                 "writing it would replace what the run reads: give the output another path")
+
+
 def _mode_for(file: Path) -> int:
     """The mode a replaced file keeps, or what open() would give a new one (0666 less the umask,
     read from /proc where it can be: os.umask() would change it for every thread meanwhile)."""
@@ -228,6 +284,30 @@ def json_depth(text: str) -> int:
     return int(np.cumsum(steps).max()) if len(steps) else 0
 
 
+class _TooLong(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise _TooLong(text)
+    return int(text)
+
+
+def _bounded_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):        # 1e400: inf, which no count, rate or size is
+        raise _TooLong(text)
+    return number
+
+
+# a run of digits longer than any integer read here, or an exponent of 3 digits: only a text with
+# one is parsed with the (slower, per number) bounded hooks
+_BIG_NUMBER = re.compile(r"[0-9]{%d}|[eE][+-]?[0-9]{3}" % (MAX_DIGITS + 1))
+
+
 class _RepeatedKey(Exception):
     def __init__(self, key: str) -> None:
         super().__init__(key)
@@ -258,10 +338,18 @@ def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH,
     if opened > max_depth and json_depth(text) > max_depth:
         raise error(f"{what}: the JSON is nested deeper than {max_depth} levels (nested too deeply for what "
                     f"it should hold); {hint}")
+    hooks: dict[str, Any] = {"parse_int": _bounded_int, "parse_float": _bounded_float} \
+        if _BIG_NUMBER.search(text) else {}
     try:
-        data = json.loads(text, object_pairs_hook=_once_each)
+        data = json.loads(text, object_pairs_hook=_once_each, **hooks)
     except json.JSONDecodeError as err:
         raise error(f"{what}: not valid JSON ({err}); {hint}") from None
+    except _TooLong as err:
+        shown = err.text if len(err.text) <= 24 else f"{err.text[:12]}...{err.text[-6:]} ({len(err.text)} characters)"
+        raise error(f"{what}: the JSON holds the number {shown}, beyond what any field holds (integers of at "
+                    f"most {MAX_DIGITS} digits, finite decimals); {hint}") from None
+    except ValueError as err:                    # Python's own limit on int digits, as a guard
+        raise error(f"{what}: not readable JSON ({str(err)[:120]}); {hint}") from None
     except _RepeatedKey as err:
         raise error(f"{what}: the key {err.key[:60]!r}{'...' if len(err.key) > 60 else ''} is given twice in one JSON object (which of the two "
                     f"is meant?); give it once") from None

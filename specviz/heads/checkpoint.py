@@ -3,7 +3,7 @@ the heads' architecture, training progress and held-out accuracy) and the heads'
 plus the shortlist ids, and while training the optimiser state and the data position
 (`--resume`). The manifest is also written beside it as JSON for people to read.
 
-As GLIDE's (glide/checkpoint.py, whose CheckpointError this raises): a checkpoint is read
+With the draft-network kit (netkit/files.py, netkit/checkpoint.py): a checkpoint is read
 with `torch.load(weights_only=True)` (never runs code the file carries), its manifest is
 checked field by field, and one trained for another target is refused with the command
 that trains one.
@@ -11,18 +11,19 @@ that trains one.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..glide.checkpoint import (CheckpointError, build_checked, check_blob, check_fingerprint, check_shortlist, load_blob,
-                                load_weights, slim, write_blob)
-from ..models.fingerprint import target_identity
+from ..netkit import fields
+from ..netkit.checkpoint import (VersionedFile, build_checked, check_finite, check_fit, check_made_for,
+                                 check_shortlist, check_trained_for)
+from ..netkit.files import CheckpointError, read_config, read_weights, slim, user_path, weight_shapes, write_blob
 from ..models.hidden import final_norm
-from ..models.placement import check_resident, execution_device
+from ..models.placement import execution_device
 from ..files.resources import data_path
-from ..files.user_files import FileCheckError, read_json_file
 from .model import KINDS, DraftHeads, HeadsSpec
 
 FORMAT = "specviz-heads/1"
@@ -38,16 +39,6 @@ _FIELDS: dict[str, type] = {"format": str, "target": str, "target_fingerprint": 
 
 def train_command(kind: str, target_id: str) -> str:
     return f"python -m specviz train-heads --kind {kind} --model {target_id}"
-
-
-def manifest_for(heads: DraftHeads, target_id: str, **extra: Any) -> dict[str, Any]:
-    return {"format": FORMAT, "target": target_id, **target_identity(heads.target),
-            "heads": heads.spec.to_dict(), **extra}
-
-
-def save(path: str | Path, heads: DraftHeads, manifest: dict[str, Any],
-         training: dict[str, Any] | None = None) -> None:
-    write_blob(path, {"manifest": manifest, "state": heads.state_dict(), "training": training})
 
 
 def export(src: str | Path, dst: str | Path, dtype: torch.dtype = torch.float16) -> None:
@@ -73,32 +64,26 @@ def spec_of(manifest: dict[str, Any], path: str | Path) -> HeadsSpec:
     return HeadsSpec(**given)
 
 
-def read(path: str | Path) -> dict[str, Any]:
-    """The stored blob, its manifest checked; never runs code from the file."""
-    blob = load_blob(path, "draft-heads")
-    spec_of(check_blob(blob, path, FORMAT, _FIELDS, "the heads' weights"), path)
-    return blob
-
-
-def check_target(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path) -> None:
-    check_fingerprint(manifest, target, target_id, path,
-                      f"train heads for it with `{train_command(manifest['heads'].get('kind', 'medusa'), target_id)}`")
+VERSIONED = VersionedFile(
+    FORMAT, "heads", "draft-heads", _FIELDS, "the heads' weights", spec_of,
+    lambda manifest, target_id: f"train heads for it with `{train_command(manifest['heads'].get('kind', 'medusa'), target_id)}`")
+manifest_for = VERSIONED.manifest_for    # a new file's manifest (target identity, the heads' spec, extra)
+save = VERSIONED.save                    # the heads under a manifest, written atomically
+read = VERSIONED.read                    # the stored blob, its manifest checked (never runs code from the file)
+check_target = VERSIONED.check_target    # refused when made for another target (its fingerprint)
 
 
 def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
          ) -> tuple[DraftHeads, dict[str, Any]]:
     """The heads (eval mode, on the target's device and dtype) and the stored blob; `kind`:
     refuse heads of the other kind."""
-    blob = read(path)
-    check_resident(target, "draft heads")
-    check_target(blob["manifest"], target, target_id, path)
+    blob = VERSIONED.read_for(path, target, target_id, "draft heads")
     spec = spec_of(blob["manifest"], path)
     if kind is not None and spec.kind != kind:
         raise CheckpointError(f"checkpoint: {str(path)!r} holds {spec.kind} heads, not {kind} heads; "
                               f"train them with `{train_command(kind, target_id)}`")
-    if spec.hidden != int(target.config.hidden_size):
-        raise CheckpointError(f"checkpoint: {str(path)!r}: heads of hidden size {spec.hidden}, the target's "
-                              f"is {target.config.hidden_size}")
+    fix = f"train heads for it with `{train_command(spec.kind, target_id)}`"
+    check_made_for(repr(str(path)), target, target_id, fix, hidden=spec.hidden)
     vocab = int(target.lm_head.weight.shape[0])
     if spec.vocab > vocab:
         raise CheckpointError(f"checkpoint: {str(path)!r}: manifest field 'heads.vocab' is {spec.vocab}, more than "
@@ -155,80 +140,100 @@ def _hub_folder(source: str) -> Path | None:
                               "pass a local folder with config.json and medusa_lm_head.pt") from None
 
 
-def load_medusa_layout(folder: Path, target: Any, target_id: str, where: str | None = None) -> MedusaLayoutHeads:
+_MEDUSA_KEY = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})\.(linear\.weight|linear\.bias|weight)")
+MAX_BLOCKS = 64                          # residual blocks per head; more is no Medusa head
+
+
+def _medusa_heads(shapes: dict[str, Any], layers: int, where: str, name: str) -> int:
+    """The number of heads a Medusa file holds: its keys are `{head}.{block}.linear.{weight,bias}`
+    and `{head}.{layers}.weight`, heads numbered 0..n-1; CheckpointError naming a key of
+    another form or a gap in the numbering (the count comes from the file's keys, as the
+    authors' from_pretrained loads every head the file has, whatever the config says)."""
+    heads = set()
+    for key in shapes:
+        match = _MEDUSA_KEY.fullmatch(key)
+        if match is None:
+            raise CheckpointError(f"checkpoint: {where}: {name} holds the weight {key!r}, which the Medusa layout has "
+                                  "no place for (keys are '{head}.{block}.linear.weight|bias' and "
+                                  "'{head}.{medusa_num_layers}.weight'); another architecture, or a damaged file")
+        heads.add(int(match.group(1)))
+    if not heads:
+        raise CheckpointError(f"checkpoint: {where}: {name} holds no Medusa heads (keys like '0.0.linear.weight')")
+    missing = sorted(set(range(max(heads) + 1)) - heads)
+    if missing:
+        raise CheckpointError(f"checkpoint: {where}: {name} holds heads up to {max(heads)} but not head {missing[0]} "
+                              "(heads are numbered from 0; truncated or damaged?)")
+    return max(heads) + 1
+
+
+def load_medusa_layout(folder: Path, target: Any, target_id: str, where: str | None = None,
+                       insist: bool = False) -> MedusaLayoutHeads:
     """FasterDecoding's Medusa heads from `folder`, checked against the target (hidden size and
-    vocabulary, named when they differ; a missing or misshapen weight, named)."""
+    vocabulary, named when they differ; the base model its config names, refused unless
+    `insist`), every weight's shape read from the file before anything is allocated (a missing
+    or misshapen weight, or one of another form, named)."""
     where = where or repr(str(folder))
     config: dict[str, Any] = {}
     if (folder / "config.json").is_file():
-        try:
-            config = read_json_file(folder / "config.json", f"checkpoint: {where}: config.json")
-        except FileCheckError as err:              # not JSON, nested too deep, not a file
-            raise CheckpointError(str(err)) from None
+        config = read_config(folder / "config.json", where)
+    # MedusaConfig's default is 1 block; a null, a string or a fraction is refused
+    layers = fields.whole(config, "medusa_num_layers", where, 1, high=MAX_BLOCKS, null_is_default=False)
+    if "medusa_num_heads" in config:        # checked; the file's heads are loaded whatever it says
+        fields.whole(config, "medusa_num_heads", where, null_is_default=False)
     name = next(f for f in MEDUSA_FILES if (folder / f).is_file())
-    try:
-        if name.endswith(".safetensors"):
-            from safetensors.torch import load_file
-            state = load_file(str(folder / name))
-        else:
-            state = torch.load(folder / name, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - truncated or foreign: one line
-        raise CheckpointError(f"checkpoint: {where}: {name} cannot be read ({type(err).__name__}); it may be "
-                              "truncated") from None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint: {where}: {name} holds no weight dictionary")
-    layers = int(config.get("medusa_num_layers", 1))
-    heads = sorted({int(k.split(".")[0]) for k in state if k.split(".")[0].isdigit()})
-    n_heads = min(len(heads), int(config.get("medusa_num_heads", len(heads))))
-    if not n_heads or heads[:n_heads] != list(range(n_heads)):
-        raise CheckpointError(f"checkpoint: {where}: {name} holds no Medusa heads (keys like '0.0.linear.weight')")
+    shapes = weight_shapes(folder / name)
+    n_heads = _medusa_heads(shapes, layers, where, name)
     head_key = f"0.{layers}.weight"
-    if head_key not in state:
+    if head_key not in shapes:
         raise CheckpointError(f"checkpoint: {where} lacks the weight {head_key!r} (truncated, or medusa_num_layers "
                               f"{layers} is wrong)")
-    vocab, hidden = (int(x) for x in state[head_key].shape)
-    t_hidden, t_vocab = int(target.config.hidden_size), int(target.lm_head.weight.shape[0])
-    base = config.get("base_model_name_or_path", "another target")
-    if hidden != t_hidden:
-        raise CheckpointError(f"checkpoint: {where}: Medusa heads for {base!r} of hidden size {hidden}, the target "
-                              f"{target_id!r} has {t_hidden}; train heads for it with `{train_command('medusa', target_id)}`")
-    if vocab != t_vocab:
-        raise CheckpointError(f"checkpoint: {where}: Medusa heads for {base!r} over a vocabulary of {vocab} tokens, "
-                              f"the target {target_id!r} has {t_vocab}; train heads for it with "
-                              f"`{train_command('medusa', target_id)}`")
-    model = MedusaLayoutHeads(HeadsSpec("medusa", n_heads, layers, hidden, vocab), target)
+    lm = shapes[head_key]
+    if not isinstance(lm, torch.Tensor) or lm.dim() != 2:
+        shape = tuple(lm.shape) if isinstance(lm, torch.Tensor) else type(lm).__name__
+        raise CheckpointError(f"checkpoint: {where}: weight {head_key!r} has shape {shape}; a Medusa head's LM head "
+                              "is a matrix [vocab, hidden]")
+    vocab, hidden = (int(x) for x in lm.shape)
+    fix = f"train heads for it with `{train_command('medusa', target_id)}`"
+    check_made_for(where, target, target_id, fix, hidden=hidden, vocab=vocab)
+    check_trained_for(config.get("base_model_name_or_path"), "base_model_name_or_path", target, target_id, where,
+                      insist, "verifier_check=warn")
+    # every weight of n_heads heads of `layers` blocks, by the file's names, against the header
+    want = {}
+    for k in range(n_heads):
+        for j in range(layers):
+            want[f"{k}.{j}.linear.weight"] = torch.empty(hidden, hidden, device="meta")
+            want[f"{k}.{j}.linear.bias"] = torch.empty(hidden, device="meta")
+        want[f"{k}.{layers}.weight"] = torch.empty(vocab, hidden, device="meta")
+    wants = f"the Medusa layout ({n_heads} heads of {layers} block{'s' if layers > 1 else ''})"
+    check_fit(want, shapes, where, wants)
+    state = read_weights(folder / name)
+    check_fit(want, state, where, wants)
+    check_finite(state, where)
     ours: dict[str, torch.Tensor] = {"vocab_ids": torch.arange(vocab)}
-    rows = []
     for k in range(n_heads):
         for j in range(layers):
             for part in ("weight", "bias"):
-                key = f"{k}.{j}.linear.{part}"
-                if key not in state:
-                    raise CheckpointError(f"checkpoint: {where} lacks the weight {key!r} (truncated?)")
-                ours[f"heads.{k}.{j}.linear.{part}"] = state[key]
-        key = f"{k}.{layers}.weight"
-        if key not in state or tuple(state[key].shape) != (vocab, hidden):
-            raise CheckpointError(f"checkpoint: {where}: the weight {key!r} is missing or misshapen (truncated?)")
-        rows.append(state[key])
-    ours["lm_heads"] = torch.stack(rows)
-    load_weights(model, ours, folder, where, wants="Medusa heads of this size")
+                ours[f"heads.{k}.{j}.linear.{part}"] = state[f"{k}.{j}.linear.{part}"]
+    ours["lm_heads"] = torch.stack([state[f"{k}.{layers}.weight"] for k in range(n_heads)])   # [n, V, H]
+    spec = HeadsSpec("medusa", n_heads, layers, hidden, vocab)
+    model = build_checked(lambda: MedusaLayoutHeads(spec, target), ours, where, wants)
     # on the device of what the heads read, the final norm's output (placement.py)
     device = execution_device(target, final_norm(target))
     return model.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval()
 
 
-def load_any(checkpoint: str, target: Any, target_id: str, kind: str) -> DraftHeads | None:
+def load_any(checkpoint: str, target: Any, target_id: str, kind: str, insist: bool = False) -> DraftHeads | None:
     """Heads from a Medusa-layout folder or hub id (kind medusa), or None when `checkpoint` is
     specviz's own file (load() reads it)."""
-    path = Path(checkpoint).expanduser()
+    path = user_path(checkpoint)
     if path.is_file() or kind != "medusa":
         return None
     if is_medusa_layout(path):
-        return load_medusa_layout(path, target, target_id, repr(checkpoint))
+        return load_medusa_layout(path, target, target_id, repr(checkpoint), insist)
     if path.is_dir():
         raise CheckpointError(f"checkpoint: {checkpoint!r} is a folder without {' or '.join(MEDUSA_FILES)} "
                               "(FasterDecoding's Medusa layout)")
     folder = _hub_folder(checkpoint)
     if folder is None or not is_medusa_layout(folder):
         return None
-    return load_medusa_layout(folder, target, target_id, repr(checkpoint))
+    return load_medusa_layout(folder, target, target_id, repr(checkpoint), insist)

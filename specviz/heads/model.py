@@ -17,7 +17,7 @@ and predicts x_{t+1+k}:
 
 Every head ends in the target's LM head restricted to a shortlist of `vocab` frequent tokens
 (the ids are stored; the rows are the target's own, frozen and not stored), as GLIDE's head
-(glide/model.py), so drafting costs a few [H, H] matmuls and one [K, H] one per row. Tokens
+(glide/model.py; the shortlist is netkit/shortlist.py), so drafting costs a few [H, H] matmuls and one [K, H] one per row. Tokens
 outside the shortlist are never drafted. The embeddings Hydra reads are the target's own too.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..errors import check_choice
-from ..glide.model import Shortlisted
+from ..netkit.shortlist import Shortlisted
 from ..models.cpu_linear import few_row_linear
 
 KINDS = ("medusa", "hydra")

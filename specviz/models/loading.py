@@ -432,8 +432,8 @@ def _load_mapped(model_id: str, spec: str | dict[str, Any], max_memory: dict[Any
         device_map = placement.resolve(empty, spec, max_memory, dt, offload_folder)
         folder = placement.fresh_offload_folder(offload_folder) if "disk" in device_map.values() else None
         try:
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dt, device_map=device_map,
-                                                         offload_folder=folder).eval()
+            model = placement.tie_offload(AutoModelForCausalLM.from_pretrained(
+                source, dtype=dt, device_map=device_map, offload_folder=folder).eval(), folder)
         except (RuntimeError, ValueError, torch.OutOfMemoryError) as err:
             raise placement.DeviceMapError(f"device_map: could not load {model_id!r} by the map "
                                            f"({type(err).__name__}: {str(err).splitlines()[0][:300]})") from None

@@ -20,8 +20,12 @@ the model) is a DeviceMapError with one line that says what to change.
 """
 from __future__ import annotations
 
+import atexit
+import os
 import re
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Mapping, Union
 
@@ -29,6 +33,7 @@ import torch
 
 from ..errors import ModelLoadError
 from ..files.user_files import loads_json, read_text_file
+from ..files.user_values import ascii_int, byte_size
 
 DeviceName = Union[int, str]                # accelerate's: a GPU index, "cpu", "disk", "mps", "cuda:N"
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -40,7 +45,17 @@ OFFLOAD_HELP = "folder for weights offloaded to disk (a map with 'disk', or a bu
 
 
 class DeviceMapError(ModelLoadError):
-    """A device map, memory budget or offload folder that cannot be used."""
+    """A device map, memory budget or offload folder that cannot be used. `web_message`, where
+    the message names a command-line flag: the same without it, for the explorer (which sets no
+    offload folder: it never writes weights to the server's disk)."""
+
+    def __init__(self, message: str, web_message: str | None = None) -> None:
+        super().__init__(message)
+        self.web_message = web_message
+
+
+WEB_NO_DISK = ("the explorer does not offload weights to the server's disk; map every module to a GPU or "
+               "'cpu', or raise max_memory")
 
 
 def read_device_map(text: str) -> str | dict[str, DeviceName]:
@@ -73,8 +88,9 @@ def device_name(value: Any, where: str = "device_map") -> DeviceName:
     """One map value checked and normalised: a GPU index (int), "cpu", "disk", "mps" or "cuda:N"."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise DeviceMapError(f"{where}: device {value!r} is not a device; use 0, 1, ..., 'cuda:N', 'cpu' or 'disk'")
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
+    number = ascii_int(value) if isinstance(value, str) else None    # "1" is GPU 1; "١" or "²" is no device
+    if number is not None:
+        value = number
     if isinstance(value, int):
         index = value
     else:
@@ -97,7 +113,10 @@ def device_name(value: Any, where: str = "device_map") -> DeviceName:
 
 
 def parse_max_memory(text: str | None) -> dict[DeviceName, str] | None:
-    """'0=20GiB,cpu=60GiB' -> {0: '20GiB', 'cpu': '60GiB'} (None for an empty value)."""
+    """'0=20GiB,cpu=60GiB' -> {0: '20GiB', 'cpu': '60GiB'} (None for an empty value). A size is
+    read by files/user_values.byte_size (finite, above 0, at most 1 EiB; KB..TB powers of 1000,
+    KiB..TiB of 1024, a bare number in bytes); one that accelerate would read otherwise (a bare
+    number, TB, lower-case "gb", which accelerate takes for gigabits) is handed on in MiB."""
     from accelerate.utils import convert_file_size_to_int
 
     if text is None or not text.strip():
@@ -110,13 +129,17 @@ def parse_max_memory(text: str | None) -> dict[DeviceName, str] | None:
         dev = device_name(key.strip(), "max_memory")
         if dev in out:
             raise DeviceMapError(f"max_memory: {key.strip()} is given twice (as {dev!r}); give each device one size")
+        size = size.strip()
+        count = byte_size(size)
+        if count is None:
+            shown = repr(size) if len(size) <= 40 else repr(size[:30]) + "..."
+            raise DeviceMapError(f"max_memory: size {shown} for {key.strip()} is not a size from 1 byte to 1 EiB "
+                                 "like 20GiB, 500MB or 1e9 (bytes)")
         try:
-            if convert_file_size_to_int(size.strip()) <= 0:
-                raise ValueError
-        except (ValueError, TypeError):
-            raise DeviceMapError(f"max_memory: size {size.strip()!r} for {key.strip()} is not a size like "
-                                 "20GiB, 500MB or 1e9") from None
-        out[dev] = size.strip()
+            same = convert_file_size_to_int(size) == count
+        except (ValueError, TypeError, OverflowError):
+            same = False
+        out[dev] = size if same else f"{count / 2**20!r}MiB"
     return out
 
 
@@ -143,14 +166,14 @@ def resolve(model: Any, spec: str | Mapping[str, DeviceName], max_memory: Mappin
             raise DeviceMapError(f"device_map {spec!r}: accelerate could not plan it ({_first_line(err)})") from None
         need = sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
         if set(device_map.values()) == {"disk"}:
-            raise DeviceMapError(
-                f"max_memory: the budget {_budget_text(max_memory)} holds none of the model ({need / 2**20:.1f} MiB "
-                f"of weights in {str(dtype).replace('torch.', '')}, the largest block included); raise --max-memory")
+            what = (f"max_memory: the budget {_budget_text(max_memory)} holds none of the model ({need / 2**20:.1f} "
+                    f"MiB of weights in {str(dtype).replace('torch.', '')}, the largest block included)")
+            raise DeviceMapError(f"{what}; raise --max-memory", f"{what}; raise max_memory")
         if "disk" in device_map.values() and not offload_folder:
-            raise DeviceMapError(
-                f"max_memory: the budget {_budget_text(max_memory)} cannot hold the model ({need / 2**20:.1f} MiB "
-                f"of weights in {str(dtype).replace('torch.', '')}); raise --max-memory, or give "
-                "--offload-folder DIR to offload the rest to disk (slow)")
+            what = (f"max_memory: the budget {_budget_text(max_memory)} cannot hold the model ({need / 2**20:.1f} "
+                    f"MiB of weights in {str(dtype).replace('torch.', '')})")
+            raise DeviceMapError(f"{what}; raise --max-memory, or give --offload-folder DIR to offload the rest "
+                                     "to disk (slow)", f"{what}; {WEB_NO_DISK}")
         return device_map
     names = {name for name, _ in model.named_modules()}
     unknown = sorted(k for k in spec if k not in names)
@@ -163,8 +186,13 @@ def resolve(model: Any, spec: str | Mapping[str, DeviceName], max_memory: Mappin
         check_device_map(model, device_map)
     except ValueError as err:
         raise DeviceMapError(f"device_map: {_first_line(err)}; give every module a device (or map \"\")") from None
+    if set(device_map.values()) == {"disk"}:
+        raise DeviceMapError("device_map: it maps every module to 'disk'; a model runs on a GPU or the CPU with "
+                             "only some modules offloaded: map \"\" to 'cpu' (or a GPU) and the modules to "
+                             "offload to 'disk'")
     if "disk" in device_map.values() and not offload_folder:
-        raise DeviceMapError("device_map: it offloads modules to 'disk'; give --offload-folder DIR for their weights")
+        raise DeviceMapError("device_map: it offloads modules to 'disk'; give --offload-folder DIR for their "
+                                 "weights", f"device_map: it offloads modules to 'disk'; {WEB_NO_DISK}")
     return device_map
 
 
@@ -175,7 +203,7 @@ def dispatch(model: Any, device_map: Mapping[str, DeviceName], offload_folder: s
     from accelerate import dispatch_model
 
     folder = fresh_offload_folder(offload_folder) if "disk" in device_map.values() else None
-    return dispatch_model(model, dict(device_map), offload_dir=folder)
+    return tie_offload(dispatch_model(model, dict(device_map), offload_dir=folder), folder)
 
 
 def main_device(device_map: Mapping[str, DeviceName]) -> torch.device:
@@ -239,14 +267,45 @@ def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
 
 
+OFFLOAD_PREFIX = "specviz-offload-"
+
+
 def fresh_offload_folder(base: str | None) -> str:
-    """A new empty folder inside `base` for one load's disk-offloaded weights."""
+    """A new empty folder inside `base` for one load's disk-offloaded weights (a copy of them),
+    named for this process (`specviz-offload-PID-...`). It is removed when the process ends
+    (and by `tie_offload` when its model is dropped); folders left by a process that no longer
+    runs (killed) are removed here."""
     root = Path(base or "").expanduser()
     try:
         root.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkdtemp(prefix="specviz-offload-", dir=root)
+        _remove_orphans(root)
+        folder = tempfile.mkdtemp(prefix=f"{OFFLOAD_PREFIX}{os.getpid()}-", dir=root)
     except OSError as err:
         raise DeviceMapError(f"offload_folder: cannot write in {str(root)!r} ({err})") from None
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def tie_offload(model: Any, folder: str | None) -> Any:
+    """Remove `folder` (a fresh_offload_folder) once `model` is garbage (the model cache dropped
+    it), or at exit, whichever comes first. Returns the model."""
+    if folder:
+        weakref.finalize(model, shutil.rmtree, folder, True)
+    return model
+
+
+def _remove_orphans(root: Path) -> None:
+    """Remove `specviz-offload-PID-*` folders in `root` whose process no longer runs."""
+    for entry in root.glob(f"{OFFLOAD_PREFIX}*"):
+        pid = ascii_int(entry.name[len(OFFLOAD_PREFIX):].split("-", 1)[0], 10)
+        if pid is None or pid == os.getpid() or not entry.is_dir() or entry.is_symlink():
+            continue
+        try:
+            os.kill(pid, 0)                   # runs (or is another user's): keep its folder
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def check_resident(model: Any, reader: str) -> None:

@@ -22,7 +22,7 @@ Refused before any step, with the field or tensor named: a source with no MTP mo
 hidden size, vocabulary, layer count; for specviz's own, the fingerprint), quantized weights
 (`quantization_config`: DeepSeek-V3's fp8 blocks are not dequantized here), an index that names
 files outside its folder, a truncated file, a missing or misshapen weight (named as the file
-names it), NaN or infinite values (glide/checkpoint.py check_weights).
+names it), NaN or infinite values (netkit/checkpoint.py check_weights).
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ import torch
 from ..eagle.checkpoint import read_config
 from ..files.resources import data_path
 from ..files.user_files import FileCheckError, read_json_file
-from ..glide.checkpoint import CheckpointError, build_checked, check_fingerprint, check_identity, shown_value
+from ..netkit.checkpoint import build_checked, check_fingerprint
+from ..netkit.files import CheckpointError, check_identity, shown_value
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device

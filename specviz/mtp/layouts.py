@@ -31,7 +31,7 @@ from typing import Mapping
 
 import torch
 
-from ..glide.checkpoint import CheckpointError
+from ..netkit.files import CheckpointError
 
 # the module's parts that are not the block, per layout: file name (after the prefix) -> module name
 _PARTS = {

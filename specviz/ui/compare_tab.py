@@ -11,6 +11,8 @@ from .. import viz
 from ..core.decoding import DecodingConfig
 from ..analysis.divergence import with_divergence
 from ..drafters import baseline, ordered
+from ..errors import ConfigError
+from ..files.user_values import whole_number
 from ..core.trace import Trace
 from ..viz.markup import md_code, md_text
 from . import runner
@@ -20,6 +22,7 @@ from .session import Session
 from .setup_panel import SetupPanel
 
 WARMUP_TOKENS = 4
+MAX_ROUNDS = 5              # the slider's maximum; a request through the API is held to it too
 
 
 @dataclass
@@ -45,7 +48,7 @@ def build_compare_tab() -> CompareTab:
     with gr.Row():
         drafters = gr.CheckboxGroup([s.name for s in peers], value=[s.name for s in peers if s.preselected],
                                     label=f"Drafters to compare with {base}", scale=3)
-        rounds = gr.Slider(1, 5, value=1, step=1, label="Rounds", scale=1,
+        rounds = gr.Slider(1, MAX_ROUNDS, value=1, step=1, label="Rounds", scale=1,
                            info="each round runs every drafter once")
     run = gr.Button("Compare", variant="primary", elem_id="compare-btn")
     status = gr.Markdown(elem_id="compare-status")
@@ -63,8 +66,10 @@ def make_compare_handler(panel: SetupPanel):
         session = session if isinstance(session, Session) else Session()
         session.stop_requested = False
         base_name = baseline().name
-        names = [base_name, *[n for n in (chosen or []) if n != base_name]]
+        names = list(dict.fromkeys([base_name, *(chosen or [])]))       # each drafter once, however often asked
         with shown_to_user():
+            if whole_number(rounds, 1, MAX_ROUNDS) is None:
+                raise ConfigError("rounds", f"must be a whole number from 1 to {MAX_ROUNDS}, got {str(rounds)[:20]}")
             base = panel.spec(values)
             specs = {n: base.with_drafter(n, panel.drafter_form.values(n, values[4 + len(panel.decoding_form.components):]))
                      for n in names}

@@ -17,5 +17,5 @@ def shown_to_user() -> Iterator[None]:
     field, a file's name): its `<` is escaped, so it is shown as written."""
     try:
         yield
-    except SpecvizError as err:
-        raise gr.Error(toast_text(err), print_exception=False) from None
+    except SpecvizError as err:          # an error may word itself for the web (no command-line flag)
+        raise gr.Error(toast_text(getattr(err, "web_message", None) or err), print_exception=False) from None

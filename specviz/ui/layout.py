@@ -3,7 +3,8 @@ session's Trace (inspect a step, run summary, compare drafters, export / replay)
 
 Concurrency: every event that runs the model shares one queue slot (concurrency_id "model",
 limit 1), so two users' runs never interleave on the shared model; views and Stop run beside
-it. Each browser tab has its own Session in gr.State.
+it; the Server metrics tab, which may wait on another server, has its own queue ("network").
+Each browser tab has its own Session in gr.State.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from . import runner  # noqa: E402
 from .compare_tab import build_compare_tab, make_compare_handler, pick_compared, render_compare_strips  # noqa: E402
 from .errors import shown_to_user  # noqa: E402
 from .gpu import gpu  # noqa: E402
+from .load_tab import build_load_tab  # noqa: E402
 from .machine_tab import build_machine_tab, make_doctor_handler  # noqa: E402
 from .inspector import (EMPTY_VALUES, PAUSE, PLAY, build_inspector, clamp, most_accepted_step, render_step,  # noqa: E402
                         views as step_views, wire_browser_stepping)  # noqa: E402
@@ -32,6 +34,7 @@ from .replay_tab import build_replay_tab, load_uploaded, write_trace  # noqa: E4
 from .results_tab import build_results_tab, render_results  # noqa: E402
 from .run_panel import build_run_panel, make_stream_handler, make_teach_handler, request_stop, teach_reset  # noqa: E402
 from .session import RunSpec, Session, close_session  # noqa: E402
+from .server_metrics_tab import CONCURRENCY as METRICS_CONCURRENCY  # noqa: E402
 from .server_metrics_tab import build_server_metrics_tab, draw_server_metrics  # noqa: E402
 from .setup_panel import build_setup_panel  # noqa: E402
 from .summary_tab import build_summary, render_summary  # noqa: E402
@@ -115,6 +118,7 @@ def build_demo() -> gr.Blocks:
                 ("Compare drafters", build_compare_tab), ("Export / replay", build_replay_tab),
                 ("Benchmark results", build_results_tab), ("Machine", build_machine_tab))]
             server_metrics = _tab("Server metrics", build_server_metrics_tab)    # a vLLM / SGLang server's
+            _tab("Under load", build_load_tab)          # speedup by batch size, predicted (wires itself)
         inspector, summary, compare, replay, results, machine = tabs
 
         # ---- views: everything below the run reads session.trace ------------------------------
@@ -189,9 +193,11 @@ def build_demo() -> gr.Blocks:
         results.shipped.input(render_results, results.shipped, results.outputs, **views)
         results.upload.upload(render_results, results.upload, results.outputs, **views)
 
+        # a URL waits on another server: its own queue, never the one every visitor's event shares
         server_metrics.draw.click(draw_server_metrics, [session, server_metrics.upload, server_metrics.url,
                                                         server_metrics.spec_tokens],
-                                  [server_metrics.summary, server_metrics.plot], api_visibility="private")
+                                  [server_metrics.summary, server_metrics.plot], api_visibility="private",
+                                  concurrency_limit=METRICS_CONCURRENCY, concurrency_id="network")
 
         gr.api(gpu(api_trace), api_name="trace", concurrency_limit=1, concurrency_id="model")
     demo.queue(default_concurrency_limit=1)

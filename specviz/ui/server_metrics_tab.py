@@ -3,28 +3,33 @@
 session's specviz runs (the current trace and the last comparison's runs).
 
 A web page must not make the server fetch any URL a visitor types (it could reach the server's
-own network), so the URL box reads only hosts in SPECVIZ_METRICS_HOSTS (comma-separated);
-unset, the loopback names (the explorer run on the machine beside its vLLM / SGLang server),
-and none on a Hugging Face Space (SPACE_ID set): there, upload a dump instead.
+own network, or any port of the machine), so the URL box reads only the hosts its owner lists in
+SPECVIZ_METRICS_HOSTS (comma-separated `host` or `host:port`, e.g. `127.0.0.1:8000`); unset, none:
+upload a dump instead. Every fetch goes through files/fetch.py (a total deadline, a size cap,
+each redirect hop checked against the list, loopback and private addresses only where the list
+names them as addresses or as localhost), and what another server answered is never shown.
+The handler runs on its own queue (layout.py: concurrency_id "network"), so a slow server holds
+only the visitors waiting on one, not every visitor's event.
 """
 from __future__ import annotations
 
-import math
 import os
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
-from ..analysis.server_metrics import MetricsImportError, read_source, summary_lines, trace_spec_metrics
+from ..analysis.server_metrics import (MAX_POSITIONS, MetricsImportError, read_source, summary_lines,
+                                       trace_spec_metrics)
+from ..files.user_values import ascii_int, whole_number
 from ..viz.markup import md_block
 from ..viz.server_metrics import server_figure
 from .errors import shown_to_user
 from .session import Session
 
 HOSTS_ENV = "SPECVIZ_METRICS_HOSTS"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+URL_DEADLINE_S = 10.0             # the whole fetch, redirects included
+CONCURRENCY = 8                   # fetches at once (their own queue: layout.py)
 
 
 @dataclass
@@ -38,34 +43,34 @@ class ServerMetricsTab:
 
 
 def allowed_hosts() -> tuple[str, ...]:
-    """The hosts the URL box may read (see the module doc)."""
-    listed = tuple(h.strip() for h in os.environ.get(HOSTS_ENV, "").split(",") if h.strip())
-    if listed:
-        return listed
-    return () if os.environ.get("SPACE_ID") else LOOPBACK
+    """The hosts the URL box may read: SPECVIZ_METRICS_HOSTS's entries; none when it is unset."""
+    return tuple(h.strip() for h in os.environ.get(HOSTS_ENV, "").split(",") if h.strip())
 
 
-def check_url(url: str) -> None:
-    host = urllib.parse.urlsplit(url).hostname or ""
+def read_url(url: str, k: int | None) -> Any:
+    """A visitor's /metrics URL, read within the owner's list (files/fetch.py)."""
     hosts = allowed_hosts()
-    if host not in hosts:
-        raise MetricsImportError(
-            f"metrics: this server reads /metrics URLs only from {', '.join(hosts) or 'no host'} "
-            f"(its owner sets {HOSTS_ENV}); upload the dump instead (curl -s URL > metrics.txt)")
+    if not hosts:
+        raise MetricsImportError(f"metrics: this server reads no /metrics URL (its owner can list hosts in {HOSTS_ENV}); "
+                                 "upload the dump instead (curl -s URL > metrics.txt)")
+    try:
+        return read_source(url, k, URL_DEADLINE_S, hosts=hosts)
+    except MetricsImportError as err:
+        raise MetricsImportError(f"{err}; or upload the dump (curl -s URL > metrics.txt)"
+                                 if "reads URLs only from" in str(err) else str(err)) from None
 
 
 def spec_tokens_of(value: Any) -> int | None:
-    """The k box's value (text, or a number through the API) as a whole number >= 1 (None when
-    empty); MetricsImportError otherwise."""
+    """The k box's value (text in ASCII digits, or a number through the API) as a whole number
+    from 1 to MAX_POSITIONS (None when empty); MetricsImportError otherwise."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    try:
-        k = float(value)
-    except (TypeError, ValueError):
-        k = math.nan
-    if not (math.isfinite(k) and k >= 1 and k == int(k)):
-        raise MetricsImportError(f"k: must be a whole number >= 1 (the server's num_speculative_tokens), got {value!r}")
-    return int(k)
+    k = ascii_int(value, 4) if isinstance(value, str) else whole_number(value, 1, MAX_POSITIONS)
+    if k is None or not 1 <= k <= MAX_POSITIONS:
+        shown = repr(value) if len(repr(value)) <= 30 else repr(value)[:24] + "..."
+        raise MetricsImportError(f"k: must be a whole number from 1 to {MAX_POSITIONS} (the server's "
+                                 f"num_speculative_tokens), got {shown}")
+    return k
 
 
 def build_server_metrics_tab() -> ServerMetricsTab:
@@ -99,8 +104,7 @@ def draw_server_metrics(session: Any, upload: Any, url: str, spec_tokens: Any) -
         if path:
             server = read_source(path, k)
         elif url:
-            check_url(url)
-            server = read_source(url, k)
+            server = read_url(url, k)
         else:
             raise MetricsImportError("metrics: upload a dump or give a /metrics URL")
         items = [server]

@@ -6,7 +6,11 @@ corpus index folder) or model ids (the target, a draft model). Settings declare 
 
 - paths ("file", "folder" settings, and a model id that is a local path) must lie inside the
   shipped data folder (specviz/data) or a folder named in SPECVIZ_ALLOWED_DIRS (separated by
-  the OS path separator or commas);
+  the OS path separator or commas), links resolved. A folder is checked file by file: every
+  symbolic link below it (a config.json, a weight file, a sub-folder) must resolve inside the
+  allowed folders too, or the folder is refused before any of its files is read; this is the
+  one check every file a web request makes the server open goes through (the drafters and the
+  model loader open only files of a path checked here);
 - model ids ("model" settings and the target model box) must be listed in
   SPECVIZ_ALLOWED_MODELS (comma-separated) when it is set; unset, any hub id is accepted;
 - "checkpoint" settings (EAGLE heads, Medusa heads: a path or a hub id) are checked as a path
@@ -60,16 +64,61 @@ def _not_allowed(value: str, field: str) -> NotAllowedError:
         f"{ALLOWED_DIRS_ENV} environment variable")
 
 
+MAX_ENTRIES = 20_000                  # files and folders walked below a named folder (a model: ~20)
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
 def check_path(value: str, field: str) -> None:
-    """Raise NotAllowedError unless `value` resolves (symlinks followed) inside an allowed folder.
-    The answer does not depend on whether the path exists."""
+    """Raise NotAllowedError unless `value` resolves (symlinks followed) inside an allowed folder,
+    and, for a folder, every link below it does too (check_links). The answer for a path outside
+    does not depend on whether it exists."""
     try:
         path = Path(value).expanduser().resolve()
     except (OSError, RuntimeError, ValueError):     # a symlink loop, a NUL byte, an unknown ~user
         raise _not_allowed(value, field) from None
-    if any(path == root or path.is_relative_to(root) for root in allowed_dirs()):
-        return
-    raise _not_allowed(value, field)
+    roots = allowed_dirs()
+    if not _inside(path, roots):
+        raise _not_allowed(value, field)
+    if path.is_dir():
+        check_links(path, value, field, roots)
+
+
+def check_links(folder: Path, value: str, field: str, roots: list[Path]) -> None:
+    """NotAllowedError when a symbolic link below `folder` (an allowed, resolved folder) resolves
+    outside the allowed folders, or is broken or a loop: nothing is read through it, it is only
+    resolved. Linked folders that stay inside are walked too (each once); more than MAX_ENTRIES
+    entries is refused (the work of one request stays bounded)."""
+    seen, todo, count = {folder}, [folder], 0
+    while todo:
+        here = todo.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue                         # unreadable: the reader will say so, nothing leaks here
+        for entry in entries:
+            count += 1
+            if count > MAX_ENTRIES:
+                raise NotAllowedError(f"{field}: {value!r} holds more than {MAX_ENTRIES:,} files and folders; name "
+                                      "the checkpoint, index or model folder itself")
+            if entry.is_symlink():
+                try:
+                    target = Path(entry.path).resolve(strict=True)
+                except (OSError, RuntimeError):
+                    target = None
+                if target is None or not _inside(target, roots):
+                    shown = os.path.relpath(entry.path, folder)
+                    raise NotAllowedError(
+                        f"{field}: {value!r} holds {shown!r}, a link that leads outside the folders a web request "
+                        f"may read (or nowhere); it is not read. The server's owner can allow the folder it "
+                        f"leads to with {ALLOWED_DIRS_ENV}")
+                if target.is_dir() and target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+            elif entry.is_dir(follow_symlinks=False):
+                todo.append(Path(entry.path))
 
 
 def looks_like_path(model_id: str) -> bool:

@@ -44,9 +44,14 @@ def mask_view(trace: Trace, step_index: int) -> tuple[np.ndarray, list[str]]:
     return view, labels
 
 
+MASK_ROWS = 256          # rows (and tree columns) drawn: the figure's work and size grow with their square
+
+
 def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     step = trace.steps[step_index]
     view, labels = mask_view(trace, step_index)
+    whole = view.shape[0]
+    view, labels = view[:MASK_ROWS, :MASK_ROWS + 1], labels[:MASK_ROWS]       # a huge tree: its first rows
     labels = [plot_text(lab) for lab in labels]        # ticks and hover: the tokens' text as written
     past_len = step.committed_len - 1
     cols = [f"prefix ({past_len} tok)"] + labels
@@ -62,7 +67,9 @@ def mask_figure(trace: Trace, step_index: int) -> go.Figure:
     pads = n - 1 - len(step.tree)
     fig.update_layout(
         title=dict(text=f"blue = may attend · first column: the {past_len} committed tokens"
-                        + (f" · {pads} inert pad rows" if pads else ""), font=dict(size=12), y=0.01,
+                        + (f" · {pads} inert pad rows" if pads > 0 else "")
+                        + (f" · the first {MASK_ROWS} of {whole} rows" if whole > MASK_ROWS else ""),
+                   font=dict(size=12), y=0.01,
                    yanchor="bottom"),
         template=FIGURE_TEMPLATE, height=max(300, min(900, 16 * n + 200)),
         margin=dict(l=20, r=20, t=90, b=50),

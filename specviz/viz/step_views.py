@@ -44,9 +44,21 @@ def one_step(trace: Trace, k: int) -> dict[str, Any]:
             "context": context_highlight_html(trace, k), "narrative": step_narrative(trace, k)}
 
 
+FIGURE_STEPS = 256        # steps sent with their figures; later ones with their text only (bounded work)
+
+
+def text_only(trace: Trace, k: int) -> dict[str, Any]:
+    """Step k's text views, its figures left out (a step past FIGURE_STEPS), saying so."""
+    note = (f"\n\n*Figures are drawn for the first {FIGURE_STEPS} steps of a run; this is step {k}.*")
+    return {"md": step_markdown(trace, k) + note, "tree": None, "mask": None, "timing": None,
+            "context": context_highlight_html(trace, k), "narrative": step_narrative(trace, k)}
+
+
 def step_views(trace: Trace | None) -> dict[str, Any] | None:
-    """Every step's views and the jump targets (None without a trace or without steps)."""
+    """Every step's views and the jump targets (None without a trace or without steps); the
+    figures of the first FIGURE_STEPS steps only."""
     if trace is None or not trace.steps:
         return None
     return {"n": len(trace.steps), "template": template_json(),
-            "steps": [one_step(trace, k) for k in range(len(trace.steps))], "jumps": jump_targets(trace)}
+            "steps": [one_step(trace, k) if k < FIGURE_STEPS else text_only(trace, k)
+                      for k in range(len(trace.steps))], "jumps": jump_targets(trace)}
