@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.glide.checkpoint import load  # noqa: E402
-from specviz.glide.data import batches, sharegpt_texts, windows  # noqa: E402
+from specviz.netkit.data import batches, sharegpt_texts, windows  # noqa: E402
 from specviz.glide.train import TrainConfig, evaluate, train  # noqa: E402
 from specviz.models.loading import load_model  # noqa: E402
 

@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specviz.glide.data import batches, sharegpt_texts, windows  # noqa: E402
+from specviz.netkit.data import batches, sharegpt_texts, windows  # noqa: E402
 from specviz.glide.model import GlideDraft, GlideSpec  # noqa: E402
-from specviz.glide.target_pass import TargetPass, target_pass  # noqa: E402
+from specviz.netkit.target_pass import TargetPass, target_pass  # noqa: E402
 from specviz.glide.train import TrainConfig, loss_fn  # noqa: E402
-from specviz.glide.train_kit import lr_at, optimise  # noqa: E402
+from specviz.netkit.recipe import lr_at, optimise  # noqa: E402
 from specviz.models.loading import load_model  # noqa: E402
 
 BATCH, LENGTH = 4, 256

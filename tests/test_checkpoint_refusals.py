@@ -241,7 +241,8 @@ MORE_CONFIG_CASES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     # more layers than the weights hold: multi-layer heads run, so the missing layer is named
     "layers_missing": ("eagle3", {"num_hidden_layers": 2}, ("lacks the weight 'layers.1.input_layernorm.weight'",)),
     "layers_missing_eagle": ("eagle", {"num_hidden_layers": 2}, ("lacks the weight 'layers.1.input_layernorm.weight'",)),
-    "huge_int": ("eagle3", {"hidden_size": 10 ** 400}, ("'hidden_size' is 100000000", "...; it must be a positive whole number up to 2147483647")),
+    # refused by the JSON reader itself (files/user_values.py: integers of at most 20 digits), before any field is read
+    "huge_int": ("eagle3", {"hidden_size": 10 ** 400}, ("config.json", "(401 characters)", "integers of at most 20 digits")),
     "norm_both": ("eagle3", {"norm_before_fc": True, "fc_norm": True}, ("'norm_before_fc' and 'fc_norm'",)),
     "norm_on_eagle": ("eagle", {"norm_output": True}, ("'norm_output' is true", "EAGLE-3")),
     "model_type": ("eagle3", {"model_type": "gemma2"}, ("'model_type' is 'gemma2'", "llama")),

@@ -15,8 +15,8 @@ import torch
 from specviz.drafters.kit.base import REGISTRY, DrafterSpec, get
 from specviz.eagle import checkpoint as ckpt
 from specviz.eagle.model import EagleDraft, default_aux_layers
-from specviz.eagle.train import EagleTrainConfig, eagle_pass, evaluate, kind_view, pass_layers, train, unroll
-from specviz.glide.target_pass import TargetCache
+from specviz.eagle.train import EagleTrainConfig, evaluate, feature_layers, pass_layers, train, unroll
+from specviz.netkit.target_pass import feature_pass
 from specviz.models.hidden import FINAL, HiddenCapture
 
 from conftest import assert_shipped_heads_equal_vanilla, self_data as make_self_data, run_ids
@@ -49,8 +49,8 @@ def self_data(tiny_lm):
 
 
 def _held(lm, batch, kind):
-    tp = eagle_pass(lm.model, batch, pass_layers(lm.model))
-    return batch, kind_view(tp, kind, int(lm.model.config.hidden_size))
+    fp = feature_pass(lm.model, batch, pass_layers(lm.model))
+    return batch, torch.ones_like(batch, dtype=torch.bool), fp.concat(feature_layers(kind, lm.model)), fp.labels
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +58,9 @@ def trained(tiny_lm, self_data, tmp_path_factory):
     """Heads of both kinds trained on the tiny model's own text (folder per kind)."""
     out = {}
     root = tmp_path_factory.mktemp("eagle")
-    cache = TargetCache(root / "tc", {})
     for kind in KINDS:
-        cfg = EagleTrainConfig(kind=kind, vocab=48, steps=60, epochs=12, warmup=2, lr=1e-2, seq_len=40, ttt=2)
-        train(tiny_lm.model, tiny_lm.model_id, self_data[1:], cfg, cache, root / kind,
-              held=[_held(tiny_lm, self_data[0], kind)], progress=False)
+        cfg = EagleTrainConfig(kind=kind, vocab=48, steps=60, warmup=2, lr=1e-2, seq_len=40, ttt=2, positions=4)
+        train(tiny_lm.model, tiny_lm.model_id, self_data[1:], cfg, root / kind, held=[self_data[0]])
         out[kind] = str(root / kind)
     return out
 
@@ -190,16 +188,16 @@ def test_unroll_step_zero_is_the_drafters_committed_pass(tiny_lm):
     for kind in KINDS:
         draft = random_head(tiny_lm, kind)
         ids = torch.tensor([PROMPT])
-        tp = kind_view(eagle_pass(tiny_lm.model, ids, pass_layers(tiny_lm.model)), kind, 64)
+        hidden = feature_pass(tiny_lm.model, ids, pass_layers(tiny_lm.model)).concat(feature_layers(kind, tiny_lm.model))
         with torch.no_grad():
-            outs = unroll(draft, tp.hidden, ids, 3)
+            outs = unroll(draft, hidden, ids, 3)
             n = len(PROMPT) - 1
-            ref, _ = draft(tp.hidden[:, :n], ids[:, 1:], torch.arange(n), None,
+            ref, _ = draft(hidden[:, :n], ids[:, 1:], torch.arange(n), None,
                            torch.ones(n, n, dtype=torch.bool).tril(), committed=True)
             torch.testing.assert_close(outs[0], ref)
             # step 1, row j: the head's own step-0 output at row j-1, seeing rows <= j-1 and itself
             j = 5
-            past = draft(tp.hidden[:, :j], ids[:, 1:j + 1], torch.arange(j), None,
+            past = draft(hidden[:, :j], ids[:, 1:j + 1], torch.arange(j), None,
                          torch.ones(j, j, dtype=torch.bool).tril(), committed=True)[1]
             one, _ = draft(outs[0][:, j - 1:j], ids[:, j + 1:j + 2], torch.tensor([j]), past,
                            torch.ones(1, j + 1, dtype=torch.bool), committed=False)
@@ -207,13 +205,11 @@ def test_unroll_step_zero_is_the_drafters_committed_pass(tiny_lm):
 
 
 def test_training_resumes(tiny_lm, self_data, tmp_path):
-    cache = TargetCache(tmp_path / "tc", {})
-    cfg = EagleTrainConfig(kind="eagle3", vocab=48, steps=6, epochs=2, warmup=1, seq_len=40, ttt=2, save_every=3)
-    _, hist = train(tiny_lm.model, "tiny-64", self_data[1:], cfg, cache, tmp_path / "a", progress=False)
+    cfg = EagleTrainConfig(kind="eagle3", vocab=48, steps=6, warmup=1, seq_len=40, ttt=2, save_every=3)
+    _, state = train(tiny_lm.model, "tiny-64", self_data[1:], cfg, tmp_path / "a")
     more = dataclasses.replace(cfg, steps=9)
-    _, hist2 = train(tiny_lm.model, "tiny-64", self_data[1:], more, cache, tmp_path / "a", resume=True,
-                     progress=False)
-    assert len(hist2) == 9 and hist2[:6] == hist
+    _, state2 = train(tiny_lm.model, "tiny-64", self_data[1:], more, tmp_path / "a", resume=True)
+    assert state.step == 6 and state2.step == 9 and state2.tokens == 9 * self_data[1].numel()
     result = evaluate(ckpt.load(tmp_path / "a", tiny_lm.model, "tiny-64", "eagle3"),
                       [_held(tiny_lm, self_data[0], "eagle3")], 3)
     assert result is not None and len(result["top1"]) == 3
@@ -230,14 +226,14 @@ def test_train_eagle_cli(tmp_path, capsys):
     for kind in KINDS:
         out = tmp_path / kind
         code = main(["train-eagle", "--kind", kind, "--model", "tiny-random", "--data", str(text), "--steps", "4",
-                     "--epochs", "2", "--batch", "2", "--seq-len", "32", "--vocab", "64", "--held-out", "1",
-                     "--out", str(out), "--export", str(tmp_path / f"{kind}-slim"),
-                     "--target-cache", str(tmp_path / "tc")])
+                     "--batch", "2", "--seq-len", "32", "--vocab", "64", "--held-out", "0", "--ttt", "2",
+                     "--positions", "2", "--out", str(out), "--export", str(tmp_path / "slim")])
         assert code == 0
         said = capsys.readouterr().out
-        assert f"saved {out}: {kind} head, 4 steps" in said and "held-out top-1 per draft position" in said
-        assert (out / "training.pt").is_file() and not (tmp_path / f"{kind}-slim" / "training.pt").exists()
-        cfg = ckpt.read_config(tmp_path / f"{kind}-slim")
+        assert f"saved {out}: {kind} after 4 steps" in said
+        slim = tmp_path / "slim" / f"{kind}-tiny-random"
+        assert (out / kind / "training.pt").is_file() and not (slim / "training.pt").exists()
+        cfg = ckpt.read_config(slim)
         assert cfg["specviz"]["kind"] == kind and cfg["specviz"]["steps"] == 4
 
 

@@ -185,7 +185,7 @@ def test_epochs_replay_the_first_batches(tiny_lm):
 
 
 def test_stop_after_keeps_the_schedule_and_stops(tiny_lm):
-    from specviz.glide.train_kit import lr_at
+    from specviz.netkit.recipe import lr_at
     cfg = TrainConfig(steps=10, warmup=1, stop_after=4)
     _, hist = train(tiny_lm.model, tiny_lm.model_id, _random_batches(10), cfg, None, progress=False)
     assert [h.step for h in hist] == [1, 2, 3, 4]
@@ -198,7 +198,7 @@ def test_held_out_evaluation_by_hand(tiny_lm):
     """HeldOut's cross-entropy is the training loss on the same batch (no step taken on it),
     its agreement the share of positions where draft and target argmax coincide; train()
     writes it into the manifest."""
-    from specviz.glide.target_pass import target_pass
+    from specviz.netkit.target_pass import target_pass
     from specviz.glide.train import evaluate, loss_fn
 
     cfg = TrainConfig(steps=3, warmup=1)
@@ -219,7 +219,7 @@ def test_target_labels_feature_and_shortlist_objective_by_hand(tiny_lm):
     """labels='target' trains on the target's argmax, `feature` adds the smooth-L1 to its hidden
     state, `vocab` restricts the head (labels outside it ignored): loss_fn equals the sum computed
     here from the pieces."""
-    from specviz.glide.target_pass import target_pass
+    from specviz.netkit.target_pass import target_pass
     from specviz.glide.train import loss_fn
 
     cfg = TrainConfig(steps=2, warmup=1, labels="target", feature=2.0, vocab=20)
@@ -243,7 +243,7 @@ def test_target_labels_feature_and_shortlist_objective_by_hand(tiny_lm):
 
 
 def test_shortlist_is_the_most_frequent_tokens():
-    from specviz.glide.train_kit import frequent_tokens
+    from specviz.netkit.recipe import frequent_tokens
 
     batches = [torch.tensor([[5, 5, 5, 2, 2, 9]]), torch.tensor([[9, 9, 9, 9, 1, 5]])]
     assert frequent_tokens(batches, 3, 12).tolist() == [2, 5, 9]   # 9 x5, 5 x4, 2 x2
@@ -273,7 +273,7 @@ def test_target_cache_is_shared_and_refuses_other_settings(tiny_lm, tmp_path):
     train from it without running the target, and get what a run without the cache gets;
     a cache made with other settings, or other tokens, is refused."""
     from specviz.glide import train as tmod
-    from specviz.glide.target_pass import TargetCache, TargetCacheError
+    from specviz.netkit.target_pass import TargetCache, TargetCacheError
 
     cfg = TrainConfig(steps=4, warmup=1, epochs=2, labels="target", feature=1.0)
     meta = {"data": "random", "seq_len": 40, "batch": 4}

@@ -733,7 +733,7 @@ def test_glide_checkpoint_stays_a_file_setting():
 
 
 def test_training_text_files_with_windows_line_ends_part_on_blank_lines(tmp_path: Path) -> None:
-    from specviz.glide.data import file_texts
+    from specviz.netkit.data import file_texts
 
     path = tmp_path / "data.txt"
     path.write_bytes(b"one\r\nline\r\n\r\ntwo\r\n")

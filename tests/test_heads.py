@@ -15,7 +15,7 @@ from specviz.drafters.medusa import MC_SIM_7B_63, Template
 from specviz.engine import generate, generate_steps
 from specviz.errors import SpecvizError
 from specviz.netkit.files import CheckpointError
-from specviz.glide.target_pass import TargetCache
+from specviz.netkit.target_pass import TargetCache
 from specviz.heads import checkpoint as ckpt
 from specviz.heads.model import DraftHeads, HeadsSpec
 from specviz.heads.train import HeadsTrainConfig, heads_pass, train

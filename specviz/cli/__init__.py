@@ -1,5 +1,5 @@
 """Command line: `python -m specviz generate | drafters | bench | index build | train-glide |
-train-heads | train-eagle | doctor | import-metrics | plan`.
+train-heads | train-eagle | distill | doctor | import-metrics | plan`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -52,6 +52,9 @@ COMMANDS = (
     ("train-eagle", "train_eagle", "train an EAGLE or EAGLE-3 draft head for a target (CPU or GPU)",
      "Train an EAGLE (EAGLE-1/-2) or EAGLE-3 head on a frozen target's hidden states; resumable "
      "checkpoints in the authors' layout."),
+    ("distill", "distill", "the target's own answers to ShareGPT prompts, as training data (self-distillation)",
+     "Regenerate the assistant turns of ShareGPT conversations with the target (batched, greedy by "
+     "default), appended to a .jsonl that train-eagle --data reads; resumable."),
     ("doctor", "doctor", "report device, dtype, forward cost and the drafters' exactness and speed",
      "Device, dtype, attention, versions, cpu_linear; the forward-cost curve (1..64 rows) against "
      "the calibrated cost model; each drafter against vanilla on a few prompts (identical / "

@@ -28,6 +28,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "train-glide": ("out", "export"),
     "train-heads": ("out", "export"),
     "train-eagle": ("out", "export"),
+    "distill": ("out",),
     "doctor": (),
     "import-metrics": ("html",),
     "plan": ("surface",),

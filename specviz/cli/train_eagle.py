@@ -1,19 +1,34 @@
-"""`python -m specviz train-eagle --kind eagle|eagle3`: train an EAGLE (EAGLE-1/-2) or EAGLE-3
-draft head for a frozen target; resumable checkpoints in the authors' layout.
+"""`python -m specviz train-eagle --kind eagle,eagle3`: train EAGLE (EAGLE-1/-2) and EAGLE-3 draft
+heads for a frozen target as the authors train them; resumable; a held-out curve as it goes.
 
-The training itself is the library specviz/eagle/train.py; this module reads the flags, the
-data (glide/data.py: ShareGPT or a text file, chat-rendered, cut into windows) and the model,
-keeps the target's pass in a target cache (one for both kinds: EAGLE-3's three layers and the
-final hidden state, with the argmax; two runs on it split the passes between them) and reports the held-out top-1
-per draft position.
+The training itself is the library: specviz/eagle/train.py (the heads and their losses) in
+netkit/recipe.train_online (the loop: one target pass per batch shared by every head). This module
+reads the flags and the data (netkit/data.py: ShareGPT, `specviz distill`'s .jsonl or texts, with
+the target's chat template and the loss on the assistant turns; several sources taken in turn
+by --data-weights), sizes the draft vocabulary by its measured coverage of the target's choices,
+and writes the run folder --out:
+
+    OUT/run.json      where the run is (steps, tokens, batches per source, the coverage curve)
+    OUT/curve.csv     held-out top-1 per draft position (teacher-forced, chained) against tokens
+    OUT/vocab.pt      the draft vocabulary (target ids, most frequent first)
+    OUT/<kind>/       each head: config.json + model.safetensors (authors' layout) + training.pt
+
+--export DIR writes fp16 copies without the training state as DIR/<kind>-<model>/ (the names
+specviz/data/checkpoints/ ships). --device cuda with --target-dtype bfloat16 is the GPU path.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from .training import (add_replay_arguments, add_source_arguments, config_from, eagle_folder, held_out_pairs,
-                       load_target_and_data, target_caches)
+from ..errors import ConfigError
+from .errors import UsageError
+from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
+                       check_apart, check_fresh_export, check_fresh_out, check_run_flags, config_from,
+                       eagle_folder, needs_tokenizer, set_threads)
+
+RUN_FILES = {"run.json", "run.tmp", "curve.csv", "vocab.pt", "vocab.tmp", "train.log"}
+VOCAB_WINDOWS = 4096               # training windows (per source) whose assistant tokens rank the draft vocabulary
 
 
 def add_arguments(p: Any) -> None:
@@ -21,50 +36,219 @@ def add_arguments(p: Any) -> None:
     from ..eagle.train import EagleTrainConfig
 
     d = EagleTrainConfig()
-    p.add_argument("--kind", default=d.kind, choices=KINDS, help="eagle (EAGLE-1/-2 head) or eagle3")
-    add_source_arguments(p, "checkpoint folder (default: specviz/data/checkpoints/<kind>-<model>/)")
+    p.add_argument("--kind", default=d.kind, metavar="|".join(KINDS) + "|" + ",".join(KINDS),
+                   help="the heads to train, side by side on one target pass per batch (default: eagle3)")
+    add_source_arguments(p, "the run's folder: run.json, curve.csv, vocab.pt and one folder per head "
+                            "(default: train-eagle/<model> in the specviz cache)")
+    p.add_argument("--data-weights", default=None, metavar="W1,W2",
+                   help="with several --data sources (comma-separated): batches of each taken in turn (default 1 each)")
     p.add_argument("--vocab", type=int, default=d.vocab, metavar="K",
-                   help="eagle3: the draft vocabulary (the K most frequent target choices); eagle: the "
-                        "shortlist of the training loss's LM head")
+                   help="the draft vocabulary (EAGLE-3's lm_head; EAGLE's loss): the K most frequent assistant "
+                        "tokens of the data; 0 (default): the smallest size whose coverage of the target's own "
+                        "choices on the held-out data reaches --coverage")
+    p.add_argument("--coverage", type=float, default=d.coverage,
+                   help="--vocab 0: the share of the target's choices the draft vocabulary must hold")
     p.add_argument("--intermediate", type=int, default=d.intermediate,
                    help="the head's MLP width (0: the target's, as the authors)")
     p.add_argument("--ttt", type=int, default=d.ttt, help="eagle3: training-time-test steps (authors: 7)")
     p.add_argument("--positions", type=int, default=d.positions, help="held-out: draft positions evaluated")
-    add_replay_arguments(
-        p, d, export="DIR",
-        cache_help="keep the target's pass over each batch in DIR (default: a folder in the specviz "
-                   "cache named after the model, the kind's layers and the data settings)",
-        held_out_help="keep the first K batches out of training and report top-1 per draft position on them",
-        dtype_help="the target's pass: float32, or its decoder under bfloat16 autocast (features kept "
-                   "and the argmax taken in fp32)")
+    p.add_argument("--steps", type=int, default=d.steps, help="optimiser steps (the schedule's length)")
+    add_batch_arguments(p, d)
+    p.add_argument("--held-out", type=int, default=16, metavar="K",
+                   help="held-out windows per data source, from its fixed held-out split (1%% of conversations "
+                        "by id), evaluated at the start, every --eval-every steps and at the end")
+    p.add_argument("--eval-every", type=int, default=0, metavar="N", help="evaluate every N steps (0: start and end)")
+    p.add_argument("--save-every", type=int, default=d.save_every, metavar="N", help="save every N steps")
+    p.add_argument("--save-minutes", type=float, default=15.0, help="and every this many minutes")
+    add_resume_arguments(p, export="DIR")
+    p.add_argument("--target-dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the target's pass: float32, or its decoder under bfloat16 autocast (features kept "
+                        "and its logits taken in fp32)")
+    add_seed_arguments(p, d)
+
+
+def run_folder(path: Path) -> Held:
+    """check_fresh's `held` for a train-eagle run folder: run.json and only what a run writes
+    ("run"); a head's --export copy ("export"); anything else is "other"."""
+    from ..eagle.model import KINDS
+
+    names = {p.name for p in path.iterdir()}
+    if "run.json" not in names or not names <= RUN_FILES | set(KINDS):
+        head = eagle_folder(path)                   # a head's folder: an --export copy is named as one
+        return "export" if head == "export" else "other"
+    return "run"
+
+
+def kinds_of(text: str) -> list[str]:
+    from ..eagle.model import KINDS
+
+    kinds = [k.strip() for k in str(text).split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if not kinds or bad or len(set(kinds)) != len(kinds):
+        raise UsageError(f"--kind: give one or more of {', '.join(KINDS)}, comma-separated, each once; got {text!r}")
+    return kinds
+
+
+def sources_of(args: Any) -> tuple[list[str], list[int]]:
+    sources = [s.strip() for s in str(args.data).split(",") if s.strip()]
+    if not sources:
+        raise UsageError("--data: give 'sharegpt' or a file, or several, comma-separated")
+    if args.data_weights is None:
+        return sources, [1] * len(sources)
+    try:
+        weights = [int(w) for w in str(args.data_weights).split(",")]
+    except ValueError:
+        weights = []
+    if len(weights) != len(sources) or any(not 1 <= w <= 1000 for w in weights):
+        raise UsageError(f"--data-weights: give {len(sources)} whole numbers from 1 to 1000, comma-separated "
+                         f"(one per --data source); got {args.data_weights!r}")
+    return sources, weights
+
+
+def export_folder(export: Path, kind: str, model: str) -> Path:
+    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in model)
+    return export / f"{kind}-{slug}"
+
+
+def check_flags(args: Any, cfgs: list[Any], out: Path) -> None:
+    """Every flag and output checked before the target loads."""
+    from ..files.user_files import check_output_dir
+
+    for cfg in cfgs:
+        cfg.check()
+    check_run_flags(args)
+    for name, low in (("--eval-every", 0), ("--save-every", 1)):
+        if getattr(args, name[2:].replace("-", "_")) < low:
+            raise UsageError(f"{name}: must be >= {low}, got {getattr(args, name[2:].replace('-', '_'))}")
+    if not 0 < args.save_minutes < 1e6:
+        raise ConfigError("save_minutes", f"must be a positive number of minutes below 1e6, got {args.save_minutes}")
+    check_output_dir(str(out), "--out")
+    check_fresh_out(out, run_folder, "a train-eagle run's", True, args.resume, args.overwrite)
+    if args.export:
+        export = Path(args.export).expanduser()
+        check_output_dir(str(export), "--export")
+        for cfg in cfgs:
+            folder = export_folder(export, cfg.kind, args.model)
+            check_apart(out, folder, True)
+            check_fresh_export(folder, eagle_folder, "an EAGLE", True, args.resume, args.overwrite)
 
 
 def run(args: Any) -> int:
     import torch
 
     from ..eagle import checkpoint as ckpt
-    from ..eagle.train import EagleTrainConfig, eagle_pass, kind_view, pass_layers, train
+    from ..eagle.train import (EagleHead, EagleTrainConfig, check_sizes, coverage_curve, frequent_ids, kind_configs,
+                               vocab_for)
+    from ..files.cachedir import cache_dir
+    from ..models import load_model
+    from ..netkit.data import DataError, masked_batches, mixed_batches, split_windows, token_counts
+    from ..netkit.recipe import OnlineSchedule, RunState, freeze_target, train_online
+    from ..netkit.target_pass import feature_pass
 
-    cfg = config_from(EagleTrainConfig, args)
-    out = Path(args.out).expanduser() if args.out else ckpt.default_checkpoint(args.kind, args.model)
-    lm, source, held_ids = load_target_and_data(args, cfg, out, eagle_folder, "an EAGLE", folders=True)
-    layers = pass_layers(lm.model)
-    # one pass keeps EAGLE-3's three layers and the final one: EAGLE and EAGLE-3 runs share it
-    cache, held_cache, autocast = target_caches(args, lm, cfg, "eagle-target-pass", list(layers))
-    width = int(lm.model.config.hidden_size)
-    held = held_out_pairs(held_ids, held_cache, lm, lambda ids: eagle_pass(lm.model, ids, layers, autocast),
-                          lambda tp: kind_view(tp, cfg.kind, width))
-    draft, history = train(lm.model, lm.model_id, source, cfg, cache, out, args.resume, held=held,
-                           data_name=args.data, autocast=autocast)
+    kinds = kinds_of(args.kind)
+    base = config_from(EagleTrainConfig, args, kind=kinds[0])
+    cfgs = kind_configs(base, kinds)
+    sources, weights = sources_of(args)
+    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in args.model)
+    out = Path(args.out).expanduser() if args.out else cache_dir() / "train-eagle" / slug
+    check_flags(args, cfgs, out)
+    set_threads(args.threads)
+    lm = load_model(args.model, device=args.device, dtype="float32", cpu_linear=False)
+    needs_tokenizer(lm, args.model)
+    target, tok = lm.model, lm.tokenizer
+    for cfg in cfgs:
+        check_sizes(cfg, target)
+    freeze_target(target, base.seed)
+    autocast = torch.bfloat16 if args.target_dtype == "bfloat16" else None
+    vocab_size = int(target.get_input_embeddings().weight.shape[0])
+    device = lm.device
+
+    # the held-out windows of each source's fixed split, the target's pass over them made once
+    held: dict[str, list[Any]] = {}
+    if args.held_out:
+        from ..eagle.train import pass_layers
+        for src in sources:
+            rows = list(masked_batches(split_windows(src, tok, base.seq_len, True, args.max_texts), 1))[:args.held_out]
+            if not rows:
+                raise DataError(f"data: {src}: its held-out split (1% of conversations, by id) gives no window of "
+                                f"{base.seq_len} tokens for --held-out {args.held_out}; give more data or --held-out 0")
+            held[src] = [(ids.to(device), mask.to(device), feature_pass(target, ids.to(device), pass_layers(target),
+                                                                        autocast)) for ids, mask in rows]
+    state = RunState.read(out / "run.json") if args.resume else RunState()
+    if args.overwrite and out.is_dir():
+        for name in RUN_FILES:
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # the draft vocabulary: the data's most frequent assistant tokens, sized by coverage
+    vocab_file = out / "vocab.pt"
+    if args.resume:
+        order = _read_vocab(vocab_file, vocab_size)
+        k = int(state.notes.get("draft_vocab", 0))
+        if not 0 < k <= len(order):
+            raise UsageError(f"--resume: {str(out / 'run.json')!r} records no draft vocabulary size; start a new --out")
+    else:
+        wins = (w for src in sources for w in _take(split_windows(src, tok, base.seq_len, False, args.max_texts),
+                                                    VOCAB_WINDOWS))
+        counts = token_counts(wins, vocab_size)
+        order = frequent_ids(counts)
+        labels = torch.cat([fp.labels[:, 1:][m[:, 1:]].cpu() for rows in held.values() for _, m, fp in rows]) \
+            if held else torch.zeros(0, dtype=torch.long)
+        curve = coverage_curve(order, labels) if len(labels) else {}
+        k = base.vocab or (vocab_for(curve, base.coverage, vocab_size) if curve else min(8192, vocab_size))
+        k = min(k, vocab_size)
+        state.notes.update({"draft_vocab": k, "coverage_curve": {str(a): b for a, b in curve.items()},
+                            "coverage_of": f"the target's choices on {len(labels)} held-out tokens in the loss",
+                            "vocab_counted_windows": VOCAB_WINDOWS * len(sources), "sources": sources,
+                            "weights": weights, "target_dtype": args.target_dtype, "device": str(device)})
+        if curve:
+            print("draft vocabulary coverage of the target's choices (held-out): "
+                  + ", ".join(f"{a}: {b:.4f}" for a, b in curve.items()) + f"; chosen {k}", flush=True)
+        tmp = out / "vocab.tmp"
+        torch.save(order.clone(), tmp)
+        tmp.replace(vocab_file)
+    vocab = order[:k].to(device)
+
+    heads = [EagleHead(target, lm.model_id, cfg, vocab, out / cfg.kind, args.resume, data_name=args.data)
+             for cfg in cfgs]
+    if args.resume:
+        steps_done = {int(torch.load(out / c.kind / "training.pt", map_location="cpu", weights_only=True)["step"])
+                      for c in cfgs}
+        if steps_done != {state.step}:
+            raise UsageError(f"--resume: the heads in {str(out)!r} are at steps {sorted(steps_done)}, the run at "
+                             f"{state.step}; start a new --out")
+    batches = mixed_batches(sources, weights, tok, base.seq_len, base.batch, skip=state.batches,
+                            max_records=args.max_texts)
+    schedule = OnlineSchedule(steps=base.steps, lr=base.lr, warmup=base.warmup, eval_every=args.eval_every,
+                              save_every=args.save_every, save_minutes=args.save_minutes)
+    state = train_online(target, heads, batches, held, schedule, state, out, vocab, autocast,
+                         log=lambda line: print(line, flush=True))
     if args.export:
-        config = ckpt.read_config(out)
-        # a head it replaces (--overwrite, --resume) may be a run's: no training state of it stays
-        (Path(args.export).expanduser() / "training.pt").unlink(missing_ok=True)
-        ckpt.save(args.export, draft, config.get("specviz") or {}, None, torch.float16)
-    result = (ckpt.read_config(out).get("specviz") or {}).get("held_out")
-    print(f"saved {out}: {cfg.kind} head, {len(history)} steps"
-          + (f", last loss {history[-1].loss:.3f}" if history else "")
-          + (f"; held-out top-1 per draft position ({result['rows']} rows): "
-             + ", ".join(f"{a:.3f}" for a in result["top1"])
-             + "; all right up to it: " + ", ".join(f"{a:.3f}" for a in result["chain"]) if result else ""))
+        for head in heads:
+            head.save(state)
+            folder = export_folder(Path(args.export).expanduser(), head.name, args.model)
+            extra = ckpt.read_config(head.out).get("specviz") or {}
+            (folder / "training.pt").unlink(missing_ok=True)
+            ckpt.save(folder, head.module, extra, None, torch.float16)
+    print(f"saved {out}: {', '.join(kinds)} after {state.step} steps, {state.tokens} tokens"
+          + "".join(f"; {h.name} held-out top-1 per draft position: " + ", ".join(f"{a:.3f}" for a in h.held_out["top1"])
+                    for h in heads if h.held_out))
     return 0
+
+
+def _take(it: Any, n: int) -> Any:
+    import itertools
+    return itertools.islice(it, n)
+
+
+def _read_vocab(path: Path, vocab_size: int) -> Any:
+    import torch
+
+    try:
+        order = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - missing, truncated, not a tensor file: one line
+        raise UsageError(f"--resume: {str(path)!r} cannot be read ({type(err).__name__}); start a new --out") from None
+    if not isinstance(order, torch.Tensor) or order.dim() != 1 or order.dtype != torch.long or \
+            not len(order) or int(order.min()) < 0 or int(order.max()) >= vocab_size:
+        raise UsageError(f"--resume: {str(path)!r} is not a draft vocabulary of this target's tokens; start a new --out")
+    return order

@@ -71,8 +71,8 @@ def add_arguments(p: Any) -> None:
 def run(args: Any) -> int:
     from ..glide import checkpoint as ckpt
     from ..glide.checkpoint import CHECKPOINTS, default_checkpoint
-    from ..glide.data import batches, windows
-    from ..glide.target_pass import TargetCache
+    from ..netkit.data import batches, windows
+    from ..netkit.target_pass import TargetCache
     from ..glide.train import TrainConfig, attended_layers, autocast_dtype, fill_cache, train
     from ..models import cpu_linear_option, load_model
 

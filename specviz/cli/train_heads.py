@@ -2,7 +2,7 @@
 for a frozen target; resumable checkpoints.
 
 The training itself is the library specviz/heads/train.py; this module reads the flags, the
-data (glide/data.py: ShareGPT or a text file, chat-rendered, cut into windows) and the model,
+data (netkit/data.py: ShareGPT or a text file, chat-rendered, cut into windows) and the model,
 keeps the target's pass in a target cache, and reports the held-out accuracy per head.
 """
 from __future__ import annotations

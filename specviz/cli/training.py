@@ -102,7 +102,7 @@ def needs_tokenizer(lm: Any, model: str) -> None:
 
 def training_texts(args: Any, tokenizer: Any) -> Iterable[str]:
     """The texts --data names (ShareGPT or a file), at most --max-texts of them."""
-    from ..glide.data import file_texts, sharegpt_texts
+    from ..netkit.data import file_texts, sharegpt_texts
 
     if args.data == "sharegpt":
         return sharegpt_texts(tokenizer, args.max_texts)
@@ -111,7 +111,7 @@ def training_texts(args: Any, tokenizer: Any) -> Iterable[str]:
 
 
 def cache_meta(lm: Any, args: Any, cfg: Any, layers: list[int]) -> dict[str, Any]:
-    """What a target cache records of the run filling it (glide/target_pass.TargetCache): the
+    """What a target cache records of the run filling it (netkit/target_pass.TargetCache): the
     target, the data, the batches and what the target's pass keeps."""
     from ..models.fingerprint import target_fingerprint
 
@@ -281,8 +281,8 @@ def add_replay_arguments(p: Any, d: Any, cache_help: str, held_out_help: str, dt
 def split_held_out(source: Iterator[Any], held_out: int, cfg: Any) -> tuple[Iterator[Any], list[Any]]:
     """(the batches to train on, the first `held_out` batches of `source`, never trained on).
     DataError when none is left to train on, saying whether the held-out batches took them all."""
-    from ..glide.data import DataError
-    from ..glide.train_kit import no_training_batches
+    from ..netkit.data import DataError
+    from ..netkit.recipe import no_training_batches
 
     held = list(itertools.islice(source, held_out))
     first = next(source, None)
@@ -301,7 +301,7 @@ def load_target_and_data(args: Any, cfg: Any, out: Path, held: Callable[[Path], 
     folders with `folders`; check_outputs with `held` and `what`), then the frozen target and the
     training batches: (the LoadedModel, the batches to train on, the first --held-out batches,
     never trained on)."""
-    from ..glide.data import batches, windows
+    from ..netkit.data import batches, windows
     from ..models import load_model
 
     cfg.check()
@@ -323,7 +323,7 @@ def target_caches(args: Any, lm: Any, cfg: Any, name: str, layers: list[int]) ->
     import torch
 
     from ..files.cachedir import cache_dir
-    from ..glide.target_pass import TargetCache
+    from ..netkit.target_pass import TargetCache
 
     meta = {**cache_meta(lm, args, cfg, layers), "autocast": args.target_dtype}
     folder = Path(args.target_cache) if args.target_cache else cache_dir() / name / "-".join(

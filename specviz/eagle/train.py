@@ -1,80 +1,100 @@
-"""Train an EAGLE or EAGLE-3 draft head for a frozen target (the command line, `python -m
-specviz train-eagle`, is specviz/cli/train_eagle.py).
+"""Train EAGLE (EAGLE-1/-2) and EAGLE-3 draft heads for a frozen target, as the authors train them
+(the command line, `python -m specviz train-eagle`, is specviz/cli/train_eagle.py).
 
-The target is frozen and the head reads only its hidden states, so one pass of the target
-over each batch of windows [B, T] gives everything (`eagle_pass` over `pass_layers`): the
-inputs to EAGLE-3's low/mid/high layers and the final, post-norm hidden state (EAGLE's
-feature), [B, T, 4H], and the target's argmax at every row [B, T]. It is kept in a
-TargetCache (glide/target_pass.py) that EAGLE and EAGLE-3 runs share (`kind_view` takes each
-kind's part; two runs side by side split the batches by claim files) and replayed for every
-epoch.
+Online target features, no feature dump: every batch of windows [B, T] (chat conversations with a
+loss mask on the assistant turns, netkit/data.py) goes once through the frozen target
+(netkit/target_pass.feature_pass: the hidden states each head reads, the target's argmax and its
+logits over the draft vocabulary), and every head being trained (`EagleHead`, one per kind; EAGLE
+and EAGLE-3 side by side share that one pass) takes its loss and optimiser step on it
+(netkit/recipe.train_online: the loop, held-out curve, saves, resume).
 
-Objectives, as the authors' code trains them, with the target's own choices as labels:
+Objectives, as the authors' code trains them, against the target's distribution:
 - EAGLE (eagle/train/main.py): row j reads (f_j, t_{j+1}) and regresses f_{j+1} (smooth L1,
-  weight 1.0, "v_w") plus a cross-entropy of the target's LM head over the prediction against
-  the target's choice at row j+1 (weight 0.1, "p_w"), with uniform noise on the input features
-  (std 0.2, "noise": "uniform"). Here the cross-entropy runs over a shortlist of the `vocab`
-  most frequent target choices (the LM head's rows for them; 49152-row products per row are
-  most of a CPU step), not the whole vocabulary, and its target is the argmax, not the
-  target's distribution.
-- EAGLE-3 (eagle/traineagle3/cnets.py, "training-time test"): the head is unrolled `ttt`
-  steps; step s at row j reads the head's own output of step s-1 at row j-1 and attends to
-  the target-fed rows up to j-s and to its own earlier steps' rows on the diagonal, as
-  drafting does; each step's loss is the cross-entropy of its draft-vocabulary logits against
-  the target's choice at row j+1 (outside the draft vocabulary: ignored), weighted 0.8^s.
-  The authors unroll 7 steps and distil the target's distribution; here `ttt` (default 3)
-  and the argmax.
-AdamW, linear warm-up then cosine decay (glide/train_kit.lr_at); checkpoints carry the optimiser
-state and the step (`resume`; Ctrl-C saves first).
+  weight 1.0, "v_w") plus the cross-entropy of the target's LM head over the prediction against
+  the target's distribution at row j+1 (weight 0.1, "p_w"; -sum p log q), with uniform noise on
+  the input features (std 0.2 as the authors' "uniform" noise). The LM head's product runs over
+  the draft vocabulary's rows (the K most frequent tokens), the target's distribution renormalised
+  on them, not over all 49,152 rows (most of a CPU step); rows whose target choice is outside it
+  keep the regression and drop the cross-entropy.
+- EAGLE-3 (eagle/traineagle3/cnets.py, "training-time test"): the head is unrolled `ttt` steps
+  (the authors' 7); step s at row j reads the head's own output of step s-1 at row j-1 and attends
+  to the target-fed rows up to j-s and to its own earlier steps' rows on the diagonal, as drafting
+  does; each step's loss is the cross-entropy of its draft-vocabulary logits against the target's
+  distribution on the draft vocabulary (`target_head[..., t2d]`, softmax), rows whose target
+  choice is outside the draft vocabulary masked out (the authors' `position_mask`), summed with
+  weights 0.8^s.
+Losses are taken on the rows whose next token is in the loss (the assistant turns: `loss_mask`).
+The draft vocabulary is the K most frequent tokens of the training data's assistant turns (the
+authors count the data's tokens); K is the smallest of VOCAB_SIZES whose measured coverage of the
+target's own choices on held-out data reaches `coverage` (`vocab_coverage`), unless given.
+AdamW, linear warm-up then cosine decay (netkit/recipe.lr_at).
 
-Held-out (`evaluate`): the head unrolled `positions` steps on held-out batches, top-1 per
-draft position: the share of rows where the head's best token at step s is the target's
-choice, its inputs being its own features and the data's tokens (teacher-forced), and the
-share where steps 0..s are all right (`chain`), an offline estimate of a greedy chain's
-acceptance per position.
+Held-out (`evaluate`): the head unrolled `positions` steps on held-out windows, top-1 per draft
+position over the rows in the loss: the share of rows where the head's best token at step s is
+the target's choice, its inputs being its own features and the data's tokens (teacher-forced),
+and the share where steps 0..s are all right (`chain`), an offline estimate of a greedy chain's
+acceptance per position (exact on the target's own greedy text, `specviz distill`'s).
 """
 from __future__ import annotations
 
-import itertools
-import os
-import time
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar, Iterable, Sequence
 
 import torch
 
 from ..errors import ConfigError
-from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, frequent_tokens, no_training_batches,
-                               optimiser_for, replay, resuming, run_steps, start_run, weighted_mean)
-from ..models.hidden import FINAL, HiddenCapture
+from ..models.hidden import FINAL
+from ..netkit.recipe import MAX_STEPS, RunState, TrainSchedule, check_least, optimiser_for
+from ..netkit.target_pass import FeaturePass
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
 
 REG_WEIGHT, CLS_WEIGHT, NOISE = 1.0, 0.1, 0.2          # eagle/train/main.py: v_w, p_w, std
 STEP_DECAY = 0.8                                       # traineagle3: loss weight 0.8^s
-CLAIM_WAIT = 900.0                                     # seconds to wait for a batch another run makes
-SHORTLIST_FIRST = 32                                   # batches the draft vocabulary / shortlist counts
+VOCAB_SIZES = (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
+MAX_INTERMEDIATE_RATIO = 64                            # a head's MLP at most this many times its width
 
 
 @dataclass(frozen=True, kw_only=True)
 class EagleTrainConfig(TrainSchedule):
     kind: str = "eagle3"
-    vocab: int = 4096              # eagle3: the draft vocabulary; eagle: the training loss's shortlist
+    vocab: int = 0                 # the draft vocabulary (0: sized by `coverage`)
+    coverage: float = 0.98         # vocab 0: the smallest VOCAB_SIZES covering this share of the target's choices
     intermediate: int = 0          # the layer's MLP width (0: the target's)
-    ttt: int = 3                   # eagle3: training-time-test steps (eagle: 1)
-    positions: int = 4             # held-out: draft positions evaluated
+    ttt: int = 7                   # eagle3: training-time-test steps (the authors' 7; eagle: 1)
+    positions: int = 7             # held-out: draft positions evaluated
     steps: int = 2000
-    epochs: int = 2
     batch: int = 4
-    lr: float = 1e-3
+    seq_len: int = 512
+    lr: float = 5e-4
     kinds: ClassVar[tuple[str, ...]] = KINDS
     ahead: ClassVar[tuple[str, ...]] = ("ttt", "positions")
 
     def check(self) -> None:
         super().check()
-        check_least(self, (("vocab", 1), ("intermediate", 0), ("ttt", 1), ("positions", 1)))
+        check_least(self, (("vocab", 0), ("intermediate", 0), ("ttt", 1), ("positions", 1)))
+        if not (math.isfinite(self.coverage) and 0 < self.coverage <= 1):
+            raise ConfigError("coverage", f"must be in (0, 1], got {self.coverage}")
+
+
+def kind_configs(base: EagleTrainConfig, kinds: Sequence[str]) -> list[EagleTrainConfig]:
+    """One config per head of `kinds`, trained side by side: `base` with its kind (EAGLE unrolls
+    one step: the training-time test is EAGLE-3's)."""
+    return [replace(base, kind=k, ttt=base.ttt if k == "eagle3" else 1) for k in kinds]
+
+
+def check_sizes(cfg: EagleTrainConfig, target: Any) -> None:
+    """The head's sizes bounded by the target's before anything is allocated: the MLP width at
+    most MAX_INTERMEDIATE_RATIO x the hidden size, the draft vocabulary at most the target's."""
+    hidden = int(target.config.hidden_size)
+    vocab = int(target.get_input_embeddings().weight.shape[0])
+    if cfg.intermediate > MAX_INTERMEDIATE_RATIO * hidden:
+        raise ConfigError("intermediate", f"must be at most {MAX_INTERMEDIATE_RATIO} x the target's hidden size "
+                          f"({MAX_INTERMEDIATE_RATIO * hidden}), got {cfg.intermediate}")
+    if cfg.vocab > vocab:
+        raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab}), got {cfg.vocab}")
 
 
 def feature_layers(kind: str, target: Any) -> tuple[int, ...]:
@@ -83,64 +103,28 @@ def feature_layers(kind: str, target: Any) -> tuple[int, ...]:
 
 
 def pass_layers(target: Any) -> tuple[int, ...]:
-    """The layers the training pass keeps: EAGLE-3's three, then the final one (EAGLE's), so
-    that one target cache serves both kinds (`kind_view` takes each kind's part)."""
+    """The layers both kinds read: EAGLE-3's three, then the final one (EAGLE's)."""
     return (*default_aux_layers(int(target.config.num_hidden_layers)), FINAL)
 
 
-def kind_view(tp: TargetPass, kind: str, hidden: int) -> TargetPass:
-    """A pass made with pass_layers, cut to what a head of `kind` reads."""
-    assert tp.hidden is not None
-    part = tp.hidden[..., -hidden:] if kind == "eagle" else tp.hidden[..., :-hidden]
-    return replace(tp, hidden=part)
+def frequent_ids(counts: torch.Tensor) -> torch.Tensor:
+    """Token ids by falling count (ties by id): [V]."""
+    return counts.argsort(descending=True, stable=True)
 
 
-def _claimed_put(cache: TargetCache, n: int, make: Callable[[], tuple[torch.Tensor, TargetPass]]) -> None:
-    """Put batch n into the cache unless another run (one training the other kind on the same
-    cache) claimed it first: then wait for its file (at most CLAIM_WAIT seconds, then make it
-    here). The claim is a file made with O_EXCL, removed once the batch is written."""
-    claim = cache.dir / f"batch-{n:06d}.claim"
-    try:
-        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        waited = time.monotonic()
-        while n not in cache and time.monotonic() - waited < CLAIM_WAIT:
-            time.sleep(1.0)
-        if n in cache:
-            return
-        fd = None
-    try:
-        cache.put(n, *make())
-    finally:
-        if fd is not None:
-            os.close(fd)
-            claim.unlink(missing_ok=True)
+def coverage_curve(order: torch.Tensor, labels: torch.Tensor, sizes: Iterable[int] = VOCAB_SIZES) -> dict[int, float]:
+    """For each K in `sizes`, the share of `labels` (the target's choices) among the first K of
+    `order` (the data's most frequent tokens)."""
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    r = rank[labels.flatten()]
+    n = max(1, r.numel())
+    return {k: round(float((r < k).sum()) / n, 5) for k in sizes if k <= len(order)}
 
 
-def eagle_pass(target: Any, ids: torch.Tensor, layers: tuple[int, ...],
-               autocast: torch.dtype | None = None) -> TargetPass:
-    """The target over ids [B, T]: the features at `layers` [B, T, F] (read by the same hooks
-    as drafting, hidden.py) and its argmax [B, T], taken in fp32 from the final hidden state."""
-    capture = HiddenCapture(target, layers)
-    with torch.no_grad():
-        with capture, torch.autocast(ids.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
-            target.model(input_ids=ids)
-        assert capture.last is not None             # the forward ran the final norm's hook
-        final = capture.last.float()                                                    # [B, T, H]
-        labels = torch.nn.functional.linear(final, target.lm_head.weight.float()).argmax(-1)   # [B, T]
-        parts = [(capture.last if i == FINAL else capture.inputs[i]).float() for i in layers]
-    return TargetPass(kv=[], labels=labels, hidden=torch.cat(parts, -1).to(next(target.parameters()).dtype))
-
-
-def _pass_into(cache: TargetCache, target: Any, layers: tuple[int, ...], autocast: torch.dtype | None
-               ) -> Callable[[int, torch.Tensor], None]:
-    """put(n, ids): batch n and the target's eagle_pass over it into `cache`, unless another run
-    claimed it (_claimed_put)."""
-    device = next(target.parameters()).device
-
-    def put(n: int, ids: torch.Tensor) -> None:
-        _claimed_put(cache, n, lambda: (ids, eagle_pass(target, ids.to(device), layers, autocast)))
-    return put
+def vocab_for(curve: dict[int, float], coverage: float, vocab_size: int) -> int:
+    """The smallest K of the curve reaching `coverage` (the whole vocabulary when none does)."""
+    return next((k for k, c in sorted(curve.items()) if c >= coverage), vocab_size)
 
 
 def unroll(draft: EagleDraft, feat: torch.Tensor, ids: torch.Tensor, steps: int,
@@ -172,61 +156,149 @@ def unroll(draft: EagleDraft, feat: torch.Tensor, ids: torch.Tensor, steps: int,
     return outs
 
 
-def _shortlist_logits(draft: EagleDraft, out: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.linear(out, rows.to(out.dtype))
+def _soft_ce(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+    """-sum p log q, the mean over rows: q = softmax(logits) [N, K], p = softmax(target_logits)
+    [N, K], both in fp32 (0 with no row)."""
+    if not logits.shape[0]:
+        return logits.sum() * 0.0
+    logq = torch.log_softmax(logits.float(), -1)
+    p = torch.softmax(target_logits.float(), -1)
+    return -(p * logq).sum(-1).mean()
 
 
-def loss_fn(draft: EagleDraft, ids: torch.Tensor, tp: TargetPass, cfg: EagleTrainConfig,
-            index: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-    """index [V]: target id -> the loss's class (-100 outside the draft vocabulary / shortlist);
-    rows: eagle's shortlisted LM-head rows [K, H]."""
-    assert tp.hidden is not None and tp.labels is not None
-    want = index[tp.labels[:, 1:]]                                                   # [B, n]
-    if draft.spec.kind == "eagle":
-        out = unroll(draft, tp.hidden, ids, 1, NOISE)[0]                             # [B, n, H]
-        reg = torch.nn.functional.smooth_l1_loss(out.float(), tp.hidden[:, 1:].float())
-        logits = _shortlist_logits(draft, out, rows).float()                        # [B, n, K]
-        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), want.flatten(), ignore_index=-100) \
-            if bool((want >= 0).any()) else logits.sum() * 0.0
-        return REG_WEIGHT * reg + CLS_WEIGHT * ce
-    terms = []
-    for s, out in enumerate(unroll(draft, tp.hidden, ids, cfg.ttt)):
-        w = want[:, s:]                                                              # [B, n-s]
-        if bool((w >= 0).any()):
-            logits = draft.logits(out[:, s:]).float()                                # [B, n-s, K]
-            terms.append((STEP_DECAY ** s, torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1), w.flatten(), ignore_index=-100)))
-    return weighted_mean(terms, draft)
+class EagleHead:
+    """One head of `cfg.kind` trained by netkit/recipe.train_online into the folder `out`
+    (config.json + model.safetensors in the authors' layout, training.pt with the optimiser)."""
+
+    def __init__(self, target: Any, target_id: str, cfg: EagleTrainConfig, vocab: torch.Tensor, out: Path,
+                 resume: bool = False, data_name: str = "") -> None:
+        self.name, self.cfg, self.out, self.data_name = cfg.kind, cfg, Path(out), data_name
+        self.target, self.target_id = target, target_id
+        self.layers = feature_layers(cfg.kind, target)
+        spec = ckpt.spec_for_target(cfg.kind, target, len(vocab), cfg.intermediate or None)
+        self.module = EagleDraft(spec, target)
+        if cfg.kind == "eagle3":
+            self.module.set_draft_vocab(vocab.sort().values)
+        device, self.opt = optimiser_for(self.module, target, cfg.lr)
+        self.vocab = vocab.to(device)                                          # [K] target ids, the pass's logits' order
+        vocab_size = int(target.get_input_embeddings().weight.shape[0])
+        self.column = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
+        self.column[self.vocab] = torch.arange(len(vocab), device=device)      # target id -> its column in the pass's logits
+        if cfg.kind == "eagle3":                                               # the head's draft ids -> those columns
+            self.draft_cols = self.column[self.module.d2t + torch.arange(len(vocab), device=device)]
+        self.history: list[dict[str, Any]] = []
+        self.held_out: dict[str, Any] = {}
+        if resume:
+            self._resume()
+
+    def _resume(self) -> None:
+        loaded = ckpt.load(self.out, self.target, self.target_id, self.cfg.kind)
+        if loaded.spec != self.module.spec:
+            raise ConfigError("resume", f"{self.out} holds another head ({loaded.spec}); start a new --out")
+        self.module.load_state_dict(loaded.state_dict())
+        self.module.train()
+        training = read_training(self.out / "training.pt")
+        try:
+            self.opt.load_state_dict(training["optimizer"])
+        except (ValueError, KeyError, RuntimeError, TypeError) as err:
+            raise ConfigError("resume", f"{str(self.out / 'training.pt')!r} holds an optimiser state for another "
+                              f"head ({type(err).__name__}); start a new --out") from None
+
+    def loss(self, ids: torch.Tensor, mask: torch.Tensor, fp: FeaturePass) -> torch.Tensor:
+        assert fp.logits is not None
+        draft, dtype = self.module, next(self.module.parameters()).dtype
+        feat = fp.concat(self.layers, dtype)                                   # [B, T, F]
+        col = self.column[fp.labels[:, 1:]]                                    # [B, n] the target choice's column
+        keep = mask[:, 1:] & (col >= 0)                                        # rows in the loss, choice in the vocabulary
+        tl = fp.logits[:, 1:]                                                  # [B, n, K]
+        if self.cfg.kind == "eagle":
+            out = unroll(draft, feat, ids, 1, NOISE)[0]                        # [B, n, H]
+            rows = mask[:, 1:]
+            reg = (torch.nn.functional.smooth_l1_loss(out[rows].float(), feat[:, 1:][rows].float())
+                   if bool(rows.any()) else out.sum() * 0.0)
+            # the LM head's product only for the rows in the loss (most of the cost)
+            logits = torch.nn.functional.linear(out[keep], self.target.lm_head.weight[self.vocab].to(out.dtype))
+            return REG_WEIGHT * reg + CLS_WEIGHT * _soft_ce(logits, tl[keep])                        # [N, K]
+        total = feat.sum() * 0.0
+        for s, out in enumerate(unroll(draft, feat, ids, self.cfg.ttt)):
+            k = keep[:, s:]                                                    # [B, n-s]
+            logits = draft.logits(out[:, s:][k])                               # [N, K] draft order
+            target_logits = tl[:, s:][k][:, self.draft_cols]                   # the same order
+            total = total + STEP_DECAY ** s * _soft_ce(logits, target_logits)
+        return total
+
+    def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None:
+        result = evaluate(self.module, [(ids, mask, fp.concat(self.layers), fp.labels) for ids, mask, fp in held],
+                          self.cfg.positions)
+        if result:
+            self.held_out = result
+        return result
+
+    def save(self, state: RunState, dtype: torch.dtype | None = None) -> None:
+        extra = ckpt.specviz_entry(self.module, self.target, self.target_id, steps=state.step, tokens=state.tokens,
+                                   loss_tokens=state.loss_tokens, data=self.data_name,
+                                   train_config={k: v for k, v in self.cfg.__dict__.items()},
+                                   seconds=round(state.seconds, 1), device=str(self.vocab.device),
+                                   **({"held_out": self.held_out} if self.held_out else {}))
+        ckpt.save(self.out, self.module, extra, {"optimizer": self.opt.state_dict(), "step": state.step,
+                                                 "tokens": state.tokens})
 
 
-def evaluate(draft: EagleDraft, held: Iterable[tuple[torch.Tensor, TargetPass]], positions: int
-             ) -> dict[str, Any] | None:
-    """Held-out top-1 per draft position (teacher-forced tokens, the head's own features) and
-    `chain`: the share of rows whose positions 0..s are all right."""
+def read_training(path: Path) -> dict[str, Any]:
+    """A run's training.pt (optimiser state, step), checked: ConfigError in one line naming the
+    file when it is missing, unreadable, truncated or not what train-eagle writes."""
+    if not path.is_file():
+        raise ConfigError("resume", f"{str(path)!r} is missing; the head was exported without its training state; "
+                          "start a new --out")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - truncated, not a torch file, a pickle it refuses: one line
+        raise ConfigError("resume", f"{str(path)!r} cannot be read ({type(err).__name__}); it may be truncated: "
+                          "start a new --out") from None
+    if not isinstance(blob, dict):
+        raise ConfigError("resume", f"{str(path)!r} holds {type(blob).__name__}, not a training state; "
+                          "start a new --out")
+    opt = blob.get("optimizer")
+    if not isinstance(opt, dict) or not isinstance(opt.get("state"), dict) or not isinstance(opt.get("param_groups"), list):
+        raise ConfigError("resume", f"{str(path)!r} has no optimiser state; start a new --out")
+    step = blob.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEPS:
+        raise ConfigError("resume", f"{str(path)!r} has no valid step (found {str(step)[:40]!r}); start a new --out")
+    return blob
+
+
+def evaluate(draft: EagleDraft, held: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+             positions: int) -> dict[str, Any] | None:
+    """Held-out top-1 per draft position over (ids [B, T], loss mask [B, T], features [B, T, F],
+    the target's choices [B, T]): teacher-forced tokens, the head's own features; `chain`: the
+    share of rows whose positions 0..s are all right. Rows counted: those whose first drafted
+    token is in the loss. eagle3: `label_coverage`, the share of the target's choices (in the
+    loss) that the draft vocabulary holds."""
     was = draft.training
     draft.eval()
     hits, chain, rows = [0] * positions, [0] * positions, 0
     covered = count = 0
+    dtype = next(draft.parameters()).dtype
     with torch.no_grad():
-        for ids, tp in held:
-            assert tp.labels is not None and tp.hidden is not None
-            outs = unroll(draft, tp.hidden, ids, positions)
+        for ids, mask, feat, labels in held:
+            outs = unroll(draft, feat.to(dtype), ids, positions)
             n = ids.shape[1] - 1
             usable = n - positions + 1                                    # rows with every position
             if usable <= 0:
                 continue
-            all_right = torch.ones(ids.shape[0], usable, dtype=torch.bool)
+            keep = mask[:, 1:1 + usable]                                  # [B, usable]
+            all_right = keep.clone()
             for s, out in enumerate(outs):
                 # position s of a chain drafted after committed row r is row r+s's step s
                 pred = draft.to_target(draft.logits(out[:, s:s + usable]).argmax(-1))       # [B, usable]
-                right = pred == tp.labels[:, 1 + s: 1 + s + usable]
+                right = (pred == labels[:, 1 + s: 1 + s + usable]) & keep
                 all_right &= right
                 hits[s] += int(right.sum())
                 chain[s] += int(all_right.sum())
-            rows += ids.shape[0] * usable
+            rows += int(keep.sum())
             if draft.spec.kind == "eagle3":
-                covered += int(draft.t2d[tp.labels].sum())
-                count += tp.labels.numel()
+                covered += int(draft.t2d[labels[:, 1:][mask[:, 1:]]].sum())
+                count += int(mask[:, 1:].sum())
     draft.train(was)
     if not rows:
         return None
@@ -237,72 +309,60 @@ def evaluate(draft: EagleDraft, held: Iterable[tuple[torch.Tensor, TargetPass]],
     return result
 
 
-def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: EagleTrainConfig,
-          cache: TargetCache, out: str | Path, resume: bool = False,
-          held: Iterable[tuple[torch.Tensor, TargetPass]] = (), data_name: str = "",
-          progress: bool = True, autocast: torch.dtype | None = None) -> tuple[EagleDraft, list[StepStats]]:
-    """Train (or resume) a head of `cfg.kind` into the folder `out`; returns it and the step stats."""
-    vocab_size = start_run(cfg, target)
-    spec = ckpt.spec_for_target(cfg.kind, target, cfg.vocab, cfg.intermediate or None)
-    draft = EagleDraft(spec, target)
-    device, opt = optimiser_for(draft, target, cfg.lr)
-    put = _pass_into(cache, target, pass_layers(target), autocast)
-    source_iter: Iterator[torch.Tensor] = iter(source)
-    step, history = 0, []
+def train(target: Any, target_id: str, source: Iterable[Any], cfg: EagleTrainConfig, out: str | Path,
+          resume: bool = False, held: Iterable[Any] = (), data_name: str = "", autocast: torch.dtype | None = None,
+          eval_every: int = 0, log: Any = None) -> tuple[EagleDraft, RunState]:
+    """Train (or resume) one head of `cfg.kind` into the folder `out` (the head, run.json and
+    curve.csv) on `source`'s batches: ids [B, T], or (ids, loss mask [B, T]) pairs (no mask: every
+    row in the loss); `held`: held-out batches of the same shapes. The draft vocabulary is the
+    `cfg.vocab` tokens most often in the first batches' loss (the authors' count of the data);
+    the library's use (tests, notebooks): `specviz train-eagle` sizes it by coverage and mixes
+    sources (cli/train_eagle.py)."""
+    from ..netkit.recipe import OnlineSchedule, freeze_target, resuming, train_online
+    from ..netkit.target_pass import feature_pass
+
+    cfg.check()
+    check_sizes(cfg, target)
     out = Path(out)
-    training_file = out / "training.pt"
-    if resuming(resume, out, lambda folder: (folder / "training.pt").is_file()):
-        loaded = ckpt.load(out, target, target_id, cfg.kind)
-        if loaded.spec != spec:
-            raise ConfigError("resume", f"{out} holds another head ({loaded.spec}); start a new --out")
-        draft.load_state_dict(loaded.state_dict())
-        training = torch.load(training_file, map_location="cpu", weights_only=True)
-        opt.load_state_dict(training["optimizer"])
-        step = int(training.get("step", 0))
-        history = [StepStats(**s) for s in training.get("history", [])]
-        shortlist = training["shortlist"].to(device)
-    else:
-        head = list(itertools.islice(source_iter, min(cfg.batches, SHORTLIST_FIRST)))
-        shortlist = _labels_shortlist(cache, put, head, cfg, vocab_size).to(device)
-        source_iter = itertools.chain(head, source_iter)
-        if cfg.kind == "eagle3":
-            draft.set_draft_vocab(shortlist)
-    index = torch.full((vocab_size,), -100, dtype=torch.long, device=device)
-    index[shortlist] = torch.arange(len(shortlist), device=device)
-    rows = target.lm_head.weight[shortlist].detach() if cfg.kind == "eagle" else None     # [K, H]
-    held_out: dict[str, Any] = {}
+    resume = resuming(resume, out, lambda folder: (folder / "run.json").is_file())
+    freeze_target(target, cfg.seed)
+    device = next(target.parameters()).device
+    vocab_size = int(target.get_input_embeddings().weight.shape[0])
 
-    def save(step: int) -> None:
-        extra = ckpt.specviz_entry(draft, target, target_id, steps=step, data=data_name,
-                                   train_config={k: v for k, v in cfg.__dict__.items()},
-                                   loss=history[-1].loss if history else None,
-                                   tokens_per_epoch=cfg.batches * cfg.batch * cfg.seq_len,
-                                   seconds=round(sum(h.seconds for h in history), 1),
-                                   **({"held_out": held_out} if held_out else {}))
-        ckpt.save(out, draft, extra, {"optimizer": opt.state_dict(), "step": step, "shortlist": shortlist.cpu(),
-                                      "history": [h.__dict__ for h in history]})
+    def pairs(batches: Iterable[Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(b[0], b[1]) if isinstance(b, (tuple, list)) else (b, torch.ones_like(b, dtype=torch.bool))
+                for b in batches]
 
-    width, dtype = int(target.config.hidden_size), next(target.parameters()).dtype
-    batches = ((ids.to(device), kind_view(tp, cfg.kind, width).to(dtype, device))
-               for ids, tp in replay(cache, source_iter, cfg, step, put))
-    step = run_steps(cfg, step, batches, lambda ids, tp: loss_fn(draft, ids, tp, cfg, index, rows), opt, history,
-                     save, progress)
-    held_out.update(evaluate(draft, held, cfg.positions) or {})
-    save(step)
-    draft.eval()
-    return draft, history
-
-
-def _labels_shortlist(cache: TargetCache, put: Callable[[int, torch.Tensor], None], head: list[torch.Tensor],
-                      cfg: EagleTrainConfig, vocab_size: int) -> torch.Tensor:
-    """The `cfg.vocab` most frequent target choices over the first batches (the authors count
-    the training data's tokens for EAGLE-3's draft vocabulary; here the target's choices, which
-    are the labels), their target passes made into the cache on the way (`put`: _pass_into)."""
-    labels = []
-    for n, ids in enumerate(head, 1):
-        if n not in cache:
-            put(n, ids)
-        labels.append(cache.get(n)[1].labels)
-    if not labels:
+    data = pairs(source)
+    if not data:
+        from ..netkit.recipe import no_training_batches
         raise no_training_batches(cfg)
-    return frequent_tokens(labels, cfg.vocab, vocab_size).sort().values
+    state = RunState.read(out / "run.json") if resume else RunState()
+    if resume:
+        vocab = torch.tensor(state.notes.get("vocab") or [], dtype=torch.long)
+        if not len(vocab) or int(vocab.min()) < 0 or int(vocab.max()) >= vocab_size:
+            raise ConfigError("resume", f"{str(out / 'run.json')!r} records no draft vocabulary; start a new --out")
+    else:
+        counts = torch.zeros(vocab_size, dtype=torch.long)
+        for ids, mask in data[:32]:
+            counts += torch.bincount(ids[mask].flatten().cpu(), minlength=vocab_size)[:vocab_size]
+        vocab = frequent_ids(counts)[:cfg.vocab or min(8192, vocab_size)]
+        state.notes["vocab"] = vocab.tolist()
+    vocab = vocab.to(device)
+    head = EagleHead(target, target_id, cfg, vocab, out, resume, data_name)
+    held_rows = [(ids.to(device), mask.to(device), feature_pass(target, ids.to(device), pass_layers(target), autocast))
+                 for ids, mask in pairs(held)]
+
+    def batches() -> Any:
+        n = state.step
+        while True:
+            ids, mask = data[n % len(data)]
+            n += 1
+            yield "data", ids, mask
+
+    schedule = OnlineSchedule(steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup, eval_every=eval_every,
+                              save_every=cfg.save_every, log_every=1 if log else 0)
+    state = train_online(target, [head], batches(), {"held-out": held_rows} if held_rows else {}, schedule, state,
+                         out, vocab, autocast, log=log or (lambda line: None))
+    head.module.eval()
+    return head.module, state

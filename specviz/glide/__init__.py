@@ -1,3 +1,4 @@
-"""GLIDE: the draft model that glimpses the target's KV cache (model), its checkpoints, data
-and training (`python -m specviz train-glide`), the training kit the heads' trainers share too
-(train_kit), and CAPE, the paper's proposal expansion (cape)."""
+"""GLIDE: the draft model that glimpses the target's KV cache (model), its checkpoints and
+training (`python -m specviz train-glide`), and CAPE, the paper's proposal expansion (cape).
+The training data, the target's pass and the recipe it shares with heads/ and eagle/ are in
+specviz/netkit/."""

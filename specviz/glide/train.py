@@ -23,7 +23,7 @@ replayed as often as the steps need (further epochs), as the heads' trainers do:
 takes its `steps` steps. Checkpoints (checkpoint.py) carry the
 optimiser state and the data position: `--resume` continues a run where it stopped (Ctrl-C
 saves first). The schedule, the optimiser step and the checkpoint frame are the training kit
-(train_kit.py) that heads/ and eagle/ share.
+(netkit/recipe.py) that heads/ and eagle/ share.
 """
 from __future__ import annotations
 
@@ -36,12 +36,12 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from ..errors import ConfigError, check_choice
+from ..netkit.recipe import (StepLoss, TrainSchedule, after_step, check_least, check_weight, lr_at, no_training_batches,
+                             optimise, optimiser_for, progress_bar, resume_state, resumed_blob, saving_on_interrupt,
+                             shortlist_from, start_run)
+from ..netkit.target_pass import TargetCache, TargetPass, target_pass
 from . import checkpoint as ckpt
 from .model import GlideDraft, GlideSpec
-from .target_pass import TargetCache, TargetPass, target_pass
-from .train_kit import (StepLoss, TrainSchedule, after_step, check_least, check_weight, lr_at, no_training_batches,
-                        optimise, optimiser_for, progress_bar, resume_state, resumed_blob, saving_on_interrupt,
-                        shortlist_from, start_run)
 
 LABELS = ("data", "target")
 
@@ -167,7 +167,7 @@ def cached_pass(target: Any, n: int, ids: torch.Tensor, layers: list[int], cfg: 
     if cache is not None and n in cache:
         cached_ids, tp = cache.get(n)
         if not torch.equal(cached_ids, ids.cpu()):
-            from .target_pass import TargetCacheError
+            from ..netkit.target_pass import TargetCacheError
             raise TargetCacheError(f"target cache: batch {n} of {str(cache.dir)!r} holds other tokens than "
                                    "this run's data; give another --target-cache directory")
         param = next(target.parameters())
@@ -241,7 +241,7 @@ def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg
     def stream() -> Iterator[tuple[torch.Tensor, TargetPass]]:
         """Step s's batch (ids, the target's pass), s from start_step: batch s % cfg.batches + 1,
         read from the source the first time; when the source runs out first, the batches it
-        gave are replayed (as train_kit.replay). Ends only when the source gives none."""
+        gave are replayed (as recipe.replay). Ends only when the source gives none."""
         for s in itertools.count(start_step):
             n = s % cfg.batches + 1
             while len(read) < n:

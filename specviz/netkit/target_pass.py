@@ -111,3 +111,51 @@ class TargetCache:
         tmp = self._file(n).with_suffix(".tmp")
         torch.save(blob, tmp)
         os.replace(tmp, self._file(n))
+
+
+# ---- the feature heads' online pass (EAGLE, EAGLE-3, MTP: no feature dump) -------------------------
+
+LOGIT_ROWS = 1024            # rows of the target's LM head computed at once (bounds the [rows, V] block)
+
+
+@dataclass(frozen=True)
+class FeaturePass:
+    """The frozen target over ids [B, T], for heads that read its hidden states: `features`
+    {layer id: [B, T, H]} (models/hidden.py's ids: FINAL for the final norm's output, i for the
+    input to decoder layer i), `labels` [B, T] its argmax over the whole vocabulary (fp32), and
+    `logits` [B, T, K] its fp32 logits over `vocab` ([K] target ids; None when not asked)."""
+    features: dict[int, torch.Tensor]
+    labels: torch.Tensor
+    logits: torch.Tensor | None = None
+
+    def concat(self, layers: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The features of `layers`, concatenated in that order: [B, T, len(layers) x H]."""
+        return torch.cat([self.features[i].to(dtype) for i in layers], -1)
+
+
+def feature_pass(target: Any, ids: torch.Tensor, layers: tuple[int, ...], autocast: torch.dtype | None = None,
+                 vocab: torch.Tensor | None = None) -> FeaturePass:
+    """One no-grad forward of the frozen target over ids [B, T] (its decoder under `autocast`, or
+    fp32), keeping the hidden states at `layers` (fp32) and, from the final hidden state in fp32,
+    the argmax over the whole vocabulary and the logits over `vocab` [K], LOGIT_ROWS rows at a time."""
+    from ..models.hidden import FINAL, HiddenCapture
+
+    capture = HiddenCapture(target, tuple(sorted(set(layers) | {FINAL})))
+    device = ids.device.type
+    with torch.no_grad():
+        with capture, torch.autocast(device, dtype=autocast or torch.float32, enabled=autocast is not None):
+            target.model(input_ids=ids)
+        assert capture.last is not None                      # the forward ran the final norm's hook
+        final = capture.last.float()                                                        # [B, T, H]
+        weight = target.lm_head.weight.float()                                              # [V, H]
+        rows = final.flatten(0, 1)                                                          # [B*T, H]
+        labels, kept = [], []
+        for start in range(0, rows.shape[0], LOGIT_ROWS):
+            block = torch.nn.functional.linear(rows[start:start + LOGIT_ROWS], weight)      # [r, V]
+            labels.append(block.argmax(-1))
+            if vocab is not None:
+                kept.append(block[:, vocab])                                                # [r, K]
+        features = {i: (final if i == FINAL else capture.inputs[i].float()) for i in layers}
+    b, t = ids.shape
+    return FeaturePass(features=features, labels=torch.cat(labels).view(b, t),
+                       logits=torch.cat(kept).view(b, t, -1) if vocab is not None else None)

@@ -9,21 +9,25 @@ data, mixes precision and counts tokens, so it uses the pieces, not run_steps.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import math
+import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
 from ..errors import ConfigError, check_choice
 from .data import DataError
-from .target_pass import TargetCache, TargetPass
+from .target_pass import FeaturePass, TargetCache, TargetPass, feature_pass
 
 SHORTLIST_BATCHES = 1000           # the shortlist counts tokens of at most this many first batches
+MAX_STEPS = 10**9                  # a run's optimiser steps, at most (a step count read from a file too)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +58,8 @@ class TrainSchedule:
         check_least(self, (("steps", 1), ("epochs", 1), ("batch", 1), ("seq_len", 3 if self.ahead else 2),
                            ("warmup", 0), ("save_every", 1)))
         check_lr(self.lr)
+        if self.steps > MAX_STEPS:
+            raise ConfigError("steps", f"must be at most {MAX_STEPS}, got {self.steps}")
         for name in self.ahead:
             if getattr(self, name) > self.seq_len - 2:
                 raise ConfigError(name, f"must be below seq_len - 1 ({self.seq_len - 1}), got {getattr(self, name)}")
@@ -125,15 +131,20 @@ def resumed_blob(ckpt: Any, resume: bool, out: str | Path | None, target: Any, t
     return blob
 
 
+def freeze_target(target: Any, seed: int) -> None:
+    """A run's target: no gradients, eval mode; torch seeded with `seed`."""
+    torch.manual_seed(seed)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    target.eval()
+
+
 def start_run(cfg: TrainSchedule, target: Any) -> int:
     """A training run's start: `cfg` checked, torch seeded with cfg.seed, and the target frozen
     (no gradients, eval mode). Returns the target's vocabulary size; ConfigError when the
     config is wrong or its shortlist (`cfg.vocab` tokens) is larger than that vocabulary."""
     cfg.check()
-    torch.manual_seed(cfg.seed)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    target.eval()
+    freeze_target(target, cfg.seed)
     vocab_size = int(target.lm_head.weight.shape[0])
     if cfg.vocab > vocab_size:
         raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab_size}), got {cfg.vocab}")
@@ -237,7 +248,7 @@ def weighted_mean(terms: Sequence[tuple[float, torch.Tensor]], module: torch.nn.
     return sum(w * loss for w, loss in terms) / sum(w for w, _ in terms)
 
 
-def lr_at(step: int, cfg: TrainSchedule) -> float:
+def lr_at(step: int, cfg: TrainSchedule | OnlineSchedule) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
@@ -298,3 +309,170 @@ def run_steps(cfg: TrainSchedule, start: int, batches: Iterator[tuple[torch.Tens
             history.append(TimedStep(step, float(loss.detach()), time.perf_counter() - t0))
             after_step(step, cfg.save_every, save_now, bar, loss=f"{history[-1].loss:.3f}")
     return step
+
+
+# ---- the online loop: heads trained on the frozen target's pass of each batch, shared ---------------
+
+CURVE_FIELDS = ("step", "tokens", "loss_tokens", "seconds", "kind", "split", "rows", "coverage")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnlineSchedule:
+    """What train_online needs beyond the heads: the run's length in optimiser steps, AdamW's
+    schedule (lr_at), when to evaluate (every `eval_every` steps, 0: only at the start and end),
+    when to save (every `save_every` steps and every `save_minutes` minutes) and when to log."""
+    steps: int
+    lr: float
+    warmup: int
+    eval_every: int = 0
+    save_every: int = 100
+    save_minutes: float = 15.0
+    log_every: int = 1
+
+
+@dataclass
+class RunState:
+    """Where an online run is (run.json): optimiser steps taken, training tokens seen (B x T a
+    step) and of them in the loss, the seconds trained, the batches read from each data source,
+    and anything the trainer records once (the draft vocabulary's coverage curve, ...)."""
+    step: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+    seconds: float = 0.0
+    batches: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> "RunState":
+        """The run state a run saved at `path`; ConfigError naming the file when it is not one."""
+        from ..files.user_files import FileCheckError, read_json_file
+
+        try:
+            blob = read_json_file(path, "resume")
+        except FileCheckError as err:
+            raise ConfigError("resume", f"{str(path)!r} cannot be read ({err}); start a new --out") from None
+        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(blob, dict) or not set(blob) <= names:
+            raise ConfigError("resume", f"{str(path)!r} is not a specviz run state; start a new --out")
+        try:
+            state = cls(**blob)
+            ok = (all(isinstance(getattr(state, k), int) and not isinstance(getattr(state, k), bool)
+                      and getattr(state, k) >= 0 for k in ("step", "tokens", "loss_tokens"))
+                  and isinstance(state.batches, dict) and isinstance(state.notes, dict)
+                  and all(isinstance(v, int) and v >= 0 for v in state.batches.values()))
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ConfigError("resume", f"{str(path)!r} holds a damaged run state; start a new --out")
+        return state
+
+
+class OnlineHead(Protocol):
+    """A head train_online trains (eagle/train.py's EAGLE and EAGLE-3; MTP's): its name, the
+    target layers it reads (FeaturePass ids), its module and optimiser, its loss on a batch
+    (ids [B, T], loss mask [B, T], the target's pass), its held-out evaluation (a dict whose
+    'top1' / 'chain' lists go into the curve) and its checkpoint save."""
+    name: str
+    layers: tuple[int, ...]
+    module: torch.nn.Module
+    opt: torch.optim.Optimizer
+
+    def loss(self, ids: torch.Tensor, mask: torch.Tensor, fp: FeaturePass) -> torch.Tensor: ...
+
+    def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None: ...
+
+    def save(self, state: RunState) -> None: ...
+
+
+def append_curve(path: Path, state: RunState, kind: str, split: str, result: dict[str, Any]) -> None:
+    """One row of the held-out curve (CSV): where the run is, the head and held-out split, and
+    top-1 per draft position (teacher-forced, `top1_<s>`) and chained (`chain_<s>`)."""
+    top1, chain = result.get("top1", []), result.get("chain", [])
+    cols = list(CURVE_FIELDS) + [f"top1_{i + 1}" for i in range(len(top1))] + [f"chain_{i + 1}" for i in range(len(chain))]
+    row = [state.step, state.tokens, state.loss_tokens, round(state.seconds, 1), kind, split, result.get("rows", 0),
+           result.get("label_coverage", "")] + list(top1) + list(chain)
+    new = not path.is_file()
+    with path.open("a") as fh:
+        if new:
+            fh.write(",".join(cols) + "\n")
+        fh.write(",".join(str(v) for v in row) + "\n")
+
+
+def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tuple[str, torch.Tensor, torch.Tensor]],
+                 held: dict[str, list[tuple[torch.Tensor, torch.Tensor, FeaturePass]]], cfg: OnlineSchedule,
+                 state: RunState, run_dir: Path, vocab: torch.Tensor | None = None,
+                 autocast: torch.dtype | None = None, log: Callable[[str], None] = print) -> RunState:
+    """Train `heads` from step state.step + 1 to cfg.steps, each batch (source name, ids [B, T],
+    loss mask [B, T]) going once through the frozen target (feature_pass: the layers every head
+    reads, the logits over `vocab`), then every head's loss and optimiser step on that one pass.
+    The held-out splits are evaluated at the start of a fresh run, every cfg.eval_every steps and
+    at the end, each head's result appended to run_dir/curve.csv; every head and run_dir/run.json
+    are saved every cfg.save_every steps, every cfg.save_minutes minutes, on Ctrl-C and at the end."""
+    from ..models.hidden import FINAL
+
+    layers = tuple(sorted({i for h in heads for i in h.layers} | {FINAL}))
+    device = next(target.parameters()).device
+    run_dir.mkdir(parents=True, exist_ok=True)
+    curve = run_dir / "curve.csv"
+
+    def save_all() -> None:
+        for h in heads:
+            h.save(state)
+        state.save(run_dir / "run.json")
+
+    def evaluate_all() -> None:
+        for split, rows in held.items():
+            for h in heads:
+                result = h.evaluate(rows)
+                if result:
+                    append_curve(curve, state, h.name, split, result)
+                    log(f"held-out {split} {h.name} at step {state.step} ({state.tokens} tokens): top-1 "
+                        + " ".join(f"{a:.3f}" for a in result["top1"]) + "; chained "
+                        + " ".join(f"{a:.3f}" for a in result["chain"])
+                        + (f"; coverage {result['label_coverage']:.4f}" if "label_coverage" in result else ""))
+
+    if state.step == 0:
+        evaluate_all()
+    saved = time.monotonic()
+    start = state.step
+    with saving_on_interrupt(save_all, None):
+        while state.step < cfg.steps:
+            t0 = time.perf_counter()
+            got = next(batches, None)
+            if got is None:
+                if state.step == start:
+                    raise DataError("data: no training batches (the data gives no window with a token in the loss)")
+                break
+            source, ids, mask = got
+            ids, mask = ids.to(device), mask.to(device)
+            fp = feature_pass(target, ids, layers, autocast, vocab)
+            t1 = time.perf_counter()
+            lr = lr_at(state.step, cfg)
+            losses = []
+            for h in heads:
+                loss = h.loss(ids, mask, fp)
+                optimise(loss, h.opt, lr)
+                losses.append(f"{h.name} {float(loss.detach()):.4f}")
+            t2 = time.perf_counter()
+            state.step += 1
+            state.tokens += ids.numel()
+            state.loss_tokens += int(mask.sum())
+            state.seconds += t2 - t0
+            state.batches[source] = state.batches.get(source, 0) + 1
+            if cfg.log_every and state.step % cfg.log_every == 0:
+                log(f"step {state.step}/{cfg.steps} tokens {state.tokens} ({source}) loss {', '.join(losses)} "
+                    f"lr {lr:.2e} target {ids.numel() / max(t1 - t0, 1e-9):.0f} tok/s heads "
+                    f"{ids.numel() / max(t2 - t1, 1e-9):.0f} tok/s step {t2 - t0:.1f}s")
+            if cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
+                evaluate_all()
+            if state.step % cfg.save_every == 0 or time.monotonic() - saved > cfg.save_minutes * 60:
+                save_all()
+                saved = time.monotonic()
+    evaluate_all()
+    save_all()
+    return state
