@@ -513,6 +513,11 @@ def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tup
             h.save(progress[h.name])
         state.save(run_dir / "run.json")
 
+    def save_interrupted() -> None:
+        save_all()
+        log(f"interrupted: saved {run_dir} at step {state.step} ("
+            + ", ".join(f"{h.name} at its step {progress[h.name].step}" for h in heads) + ")")
+
     def evaluate(chosen: Sequence[OnlineHead]) -> None:
         for split, rows in held.items():
             for h in chosen:
@@ -533,7 +538,7 @@ def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tup
     evaluate([h for h in heads if progress[h.name].step == 0])
     saved = time.monotonic()
     start = state.step
-    with saving_on_interrupt(save_all, None):
+    with saving_on_interrupt(save_interrupted, None):
         while state.step < cfg.steps:
             t0 = time.perf_counter()
             got = next(batches, None)
