@@ -251,6 +251,9 @@ class DrafterSpec:
     # kit/narration.py): where its draft came from and why its tree has its size, from what it
     # recorded in StepRecord.info; the default tells only what the kit's TreeCutter records
     narrate: Narrator = narrate_size
+    # the same method in the serving engines, by engine ("vllm": speculative_config's method,
+    # "sglang": --speculative-algorithm), for the planner's settings; an engine not named has none
+    served_as: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.confidence is not None and self.confidence not in CONFIDENCE_KINDS:
