@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -40,7 +40,7 @@ from ..core.decoding import DecodingConfig
 from ..core.timing import PeakMemory
 from ..core.trace import StepRecord, Trace
 from ..core.tree import DraftTree, TreeBuffers, build_buffers
-from ..drafters.kit.base import DraftContext
+from ..drafters.kit.base import DraftContext, DrafterSpec
 from ..drafters.kit.choice import DrafterPlan, plan_of
 from ..drafters.kit.store import DrafterStore
 from ..errors import ConfigError, SpecvizError
@@ -71,13 +71,9 @@ class BatchResult:
 
 
 class BatchRefusedError(SpecvizError):
-    """A batch the engine cannot decode together (a drafter it cannot batch, requests that differ
-    where they must agree)."""
-
-
-# drafters the batched engine refuses, with why (none today: every registered drafter's per-request
-# state is its own instance's, and what it reads of the target goes through a per-row view)
-NOT_BATCHED: dict[str, str] = {}
+    """A batch the engine cannot decode together: requests that differ where they must agree (the
+    drafter, the model, the recorder). Every registered drafter batches: its per-request state is its
+    own instance's, and what it reads of the target goes through a view of its own batch row."""
 
 
 class _RowCapture:
@@ -147,23 +143,21 @@ def _plans(prompts: Sequence[PromptLike], drafter: DrafterLike | Sequence[Drafte
     count = len(prompts)
     if count == 0:
         raise ConfigError("prompts", "give at least one request to decode")
-    if isinstance(drafter, (list, tuple)):
+    if isinstance(drafter, (str, DrafterSpec, DrafterPlan)):
+        plans = [plan_of(drafter, drafter_config)] * count
+    else:
         if len(drafter) != count:
             raise ConfigError("drafter", f"give one drafter plan per request ({count}), not {len(drafter)}")
         plans = [plan_of(d) for d in drafter]
-    else:
-        plans = [plan_of(drafter, drafter_config)] * count
     names = sorted({p.spec.name for p in plans})
     if len(names) > 1:
         raise BatchRefusedError(f"drafter: a batch decodes every request with one drafter, not {', '.join(names)}")
-    if names[0] in NOT_BATCHED:
-        raise BatchRefusedError(f"drafter {names[0]} cannot be decoded in a batch: {NOT_BATCHED[names[0]]}")
-    if isinstance(decoding, (list, tuple)):
+    if decoding is None or isinstance(decoding, (DecodingConfig, Mapping)):
+        decodings = [as_decoding(decoding)] * count
+    else:
         if len(decoding) != count:
             raise ConfigError("decoding", f"give one decoding per request ({count}), not {len(decoding)}")
         decodings = [as_decoding(d) for d in decoding]
-    else:
-        decodings = [as_decoding(decoding)] * count
     return plans, decodings
 
 
