@@ -100,10 +100,9 @@ class _RowCapture:
 
 @dataclass
 class _Request:
-    """One request of the batch: its generation, the steps it recorded, its valid cache rows."""
+    """One request of the batch: its generation and the steps it recorded."""
     g: _Generation
     steps: list[StepRecord]
-    done: bool = False
 
 
 def batch_steps(lm: LoadedModel, prompts: Sequence[PromptLike], drafter: DrafterLike | Sequence[DrafterPlan]
@@ -260,7 +259,6 @@ def _step(lm: LoadedModel, requests: list[_Request], active: list[int], cache: D
             timings=g.timer.take(), wall=prefill + g.timer.now() - start, info=ctx.info, stop=stop,
             memory=memory))
         if stop:
-            requests[i].done = True
             leaving.add(i)
         g.step += 1
     return rows, leaving
