@@ -142,6 +142,15 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
 
 # ---- the page before any run: the landing trace, its colours in both themes, the keys ------
 
+def _file_shown(page, elem_id: str, name: str, timeout: int) -> None:
+    """Wait until the file box `elem_id` lists a file called `name`. gradio draws a listed file's
+    name as two spans (stem, extension) with a space between them in the DOM, so a text match on
+    the whole name fails; the cell's aria-label holds it whole."""
+    page.wait_for_function(
+        "([id, name]) => Array.from(document.querySelectorAll(`#${id} td.filename`))"
+        ".some(td => td.getAttribute('aria-label') === name)", arg=[elem_id, name], timeout=timeout)
+
+
 def _luminance(rgb: tuple[float, ...]) -> float:
     lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in rgb[:3])]
     return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
@@ -592,7 +601,7 @@ def test_every_figure_fits_its_box_and_no_view_goes_stale(app_url: str, replay_f
                                       for k, n in enumerate((80, 60, 40))), encoding="utf-8")
             page.get_by_role("tab", name="Server metrics", exact=True).click()
             page.locator("#metrics-upload input[type=file]").set_input_files(str(dump))
-            page.locator("#metrics-upload").get_by_text(dump.name).first.wait_for(timeout=WAIT_MS)
+            _file_shown(page, "metrics-upload", dump.name, WAIT_MS)
             page.locator("#metrics-draw").click()
             page.locator("#metrics-plot .js-plotly-plot .legendtext").nth(1).wait_for(timeout=WAIT_MS)
             legend = page.locator("#metrics-plot .legendtext").all_text_contents()
