@@ -315,7 +315,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: str | DrafterSpec,
     output = tuple(t for s in steps for t in s.new_tokens)
     ids = set(prompt.ids) | set(output)
     for s in steps:
-        ids.update(s.tree.tokens)
+        ids.update(s.token_ids)                    # the trees (the whole proposals too) and the target's choices
         ids.update(s.target_top)
     output_pieces = incremental_pieces(lm.tokenizer, output)           # joins to the output text
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)
