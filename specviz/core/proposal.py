@@ -48,6 +48,10 @@ class Proposal:
             raise ValueError(f"proposal: {len(self.chance)} chances for {n} nodes")
         if any(not 0 <= k < n for k in self.kept) or any(a >= b for a, b in zip(self.kept, self.kept[1:])):
             raise ValueError(f"proposal: kept must be ascending node ids of its {n} nodes")
+        kept = set(self.kept)
+        orphan = next((k for k in self.kept if self.tree.parents[k] >= 0 and self.tree.parents[k] not in kept), None)
+        if orphan is not None:
+            raise ValueError(f"proposal: node {orphan} is kept without its parent {self.tree.parents[orphan]}")
         if any(not (math.isfinite(c) and 0.0 <= c <= 1.0) for c in self.chance):
             raise ValueError("proposal: a chance is not a probability (0 to 1)")
 
