@@ -154,6 +154,8 @@ def build_demo() -> gr.Blocks:
                             return
                         yield views.cleared(building_note(trace), keep=keep)
                         k = {"last": len(trace.steps) - 1}.get(where, most_accepted_step(trace))
+                        if where == "asked" and s.open_at is not None:       # the handler said where
+                            k = s.open_at
                         yield views.by_component({n: v for n, v in views.values(trace, clamp(trace, k)).items()
                                                   if views.component(n) not in keep})
 
@@ -162,7 +164,8 @@ def build_demo() -> gr.Blocks:
                         dep = dep.then(**redraw, queue=False, api_visibility="private", show_progress="hidden")
                     return dep
 
-                page = Page(session, panel, views, lambda event, where: show_run(event, where, success=True))
+                page = Page(session, panel, views,
+                            lambda event, where, keep=(): show_run(event, where, keep, success=True))
                 views.add("run.output", run.output, empty=viz.output_html([]),
                           draw=lambda trace, k: viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)))
                 views.add("run.strip", run.strip, empty="", draw=lambda trace, k: viz.acceptance_strip_html(trace))
