@@ -30,6 +30,10 @@ from specviz.models import LoadedModel, load_model, tiny_random_model
 from specviz.core.trace import StepRecord, Totals, Trace
 from specviz.core.tree import DraftTree
 
+# No forward-cost curve kept on disk between tests (models/cost_cache.py): each test process times
+# its models once, as before the store; tests/test_cost_cache.py points the store at its own folders.
+os.environ.setdefault("SPECVIZ_COST_CURVES", "off")
+
 # The test models are tiny: one thread is ~10x faster than two when the other core is busy
 # (OpenMP threads spin waiting for each other). SPECVIZ_TEST_THREADS overrides.
 torch.set_num_threads(int(os.environ.get("SPECVIZ_TEST_THREADS", "1")))
@@ -83,10 +87,22 @@ def panel() -> Any:
     return p
 
 
+def network_drafter_config(lm: LoadedModel, kind: str, tmp_path: Path, tmp_path_factory: Any) -> dict[str, Any]:
+    """A drafter config with a quickly made checkpoint for glide (trained 6 steps, tests/test_glide.py)
+    or medusa / hydra (random heads, tests/test_heads.py), for the tests that run them in every recorder."""
+    if kind == "glide":
+        from test_glide import _trained
+
+        return {"checkpoint": str(_trained(lm, tmp_path_factory, "glide-tiny", 6)), "gamma": 2}
+    from test_heads import _random_ckpt
+
+    return {"checkpoint": str(_random_ckpt(lm, tmp_path / f"{kind}.pt", kind))}
+
+
 def run_ids(lm: LoadedModel, prompt: Sequence[int], drafter: str = "vanilla",
-            config: Any = None, **decoding: Any) -> tuple[list[int], list[StepRecord]]:
-    """Generate from token ids; returns (output ids, step records)."""
-    steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding)))
+            config: Any = None, recorder: str = "teach", **decoding: Any) -> tuple[list[int], list[StepRecord]]:
+    """Generate from token ids (`recorder`: engine/record.py's); returns (output ids, step records)."""
+    steps = list(generate_steps(lm, list(prompt), drafter, config, DecodingConfig(**decoding), recorder=recorder))
     return [t for s in steps for t in s.new_tokens], steps
 
 

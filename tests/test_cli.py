@@ -149,14 +149,15 @@ def test_prompt_beyond_the_model_context(capsys: pytest.CaptureFixture, context_
 
 def test_keyboard_interrupt_exits_130(capsys: pytest.CaptureFixture,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import specviz.engine
+    from specviz.engine import service
 
-    def interrupted(*args, **kwargs):
+    def interrupted(*args, **kwargs):             # Ctrl-C while the first step runs
         raise KeyboardInterrupt
+        yield                                     # (a generator, as the engine's steps are)
 
-    monkeypatch.setattr(specviz.engine, "generate_steps", interrupted)
+    monkeypatch.setattr(service, "generate_steps", interrupted)     # the name the run service steps with
     code, _, err = call(capsys, "generate", "--model", "tiny-random", "--prompt", "hi")
-    assert code == 130 and "interrupted" in err and "Traceback" not in err
+    assert code == 130 and "interrupted after 0 new tokens" in err and "Traceback" not in err
 
 
 def test_streamed_output_equals_the_trace(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
@@ -210,3 +211,22 @@ def test_drafter_listing_as_json(capsys: pytest.CaptureFixture) -> None:
     settings = {s["name"]: s for s in listing["ngram_trie"]["settings"]}
     assert settings["prefix_len"]["default"] == 3 and settings["prefix_len"]["range"] == "[1, 16]"
     assert listing["vanilla"]["settings"] == []
+
+
+@pytest.mark.parametrize("record", ["teach", "bench", "off"])
+def test_generate_records_what_record_asks(capsys: pytest.CaptureFixture, tmp_path: Path, record: str) -> None:
+    path = tmp_path / "t.json"
+    code, out, err = call(capsys, "generate", "--model", "tiny-random", "--prompt", "Say something.",
+                          "--drafter", "prompt_lookup", "--max-new-tokens", "6", "--no-stream",
+                          "--record", record, "--trace", str(path))
+    assert code == 0, err
+    trace = Trace.from_json(path.read_text(encoding="utf-8"))
+    assert trace.recorder == record and SUMMARY.match(out.rstrip("\n").rsplit("\n", 1)[1])
+    assert bool(trace.steps[-1].top_logits) == (record != "off")
+    assert trace.cost_curve is not None and trace.cost_curve["source"] in ("timed", "disk", "given")
+
+
+def test_check_needs_the_logits_that_record_off_drops(capsys: pytest.CaptureFixture) -> None:
+    code, out, err = call(capsys, "generate", "--model", "tiny-random", "--prompt", "hi", "--check",
+                          "--record", "off")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--check" in err and "--record teach or bench" in err

@@ -21,6 +21,7 @@ from specviz.core.decoding import DecodingConfig
 from specviz.drafters import get
 from specviz.core.timing import PhaseTimer
 from specviz.drafters.kit.base import DraftContext, DraftSetup, StepView
+from specviz.engine import generate_steps
 from specviz.errors import SpecvizError
 from specviz.index.model_db import ModelDB, count_ngrams
 from specviz.index.store import build_corpus_parts, save_model_db, tokenizer_identity
@@ -378,11 +379,16 @@ def test_hierarchy_lookahead_ngrams_fill_the_context_db(tiny_lm):
     for lookahead in (False, True):
         config = spec.config({"lookahead": lookahead, "recycle": False, "size_by_cost": False,
                               "use_model_db": False, "use_corpus": False})
-        from specviz.engine.loop import _run
-        setup = DraftSetup(tuple(prompt), 64, frozenset(), 24, tiny_lm, DecodingConfig(max_new_tokens=24))
-        drafter = spec.make(config, setup)
-        list(_run(tiny_lm, tuple(prompt), drafter, "hierarchy", DecodingConfig(max_new_tokens=24)))
-        pools[lookahead] = len(drafter.pool)
+        made = []                                  # the run's drafter, kept to read its pool after it
+
+        def keep(config, setup, made=made):
+            made.append(spec.factory(config, setup))
+            return made[-1]
+
+        list(generate_steps(tiny_lm, prompt, dataclasses.replace(spec, factory=keep), config,
+                            DecodingConfig(max_new_tokens=24)))
+        pools[lookahead] = len(made[0].pool)
+
     assert pools[True] > pools[False]
 
 

@@ -1,12 +1,16 @@
-"""The engine's hot path does only what a step needs, and shows exactly what it showed before.
+"""The engine's hot path does only what a step needs, and shows what it showed before.
 
 - verify.judge against the rule it replaced (kept below as `_reference_judge`: argmax, a top-k,
-  the top logits sorted in Python, a softmax, per-child host reads): the same acceptance, the
-  same random draws, the same displayed top logits and probabilities, bit for bit, greedy and
-  sampling, with ties among the logits.
+  the top logits sorted in Python, a softmax, per-child host reads), in every recorder: the same
+  argmax, candidates and displayed top logits, bit for bit, with ties among the logits; the
+  display's probabilities equal to float32 rounding (a log-sum-exp and a gather instead of a
+  softmax under greedy; a gather from the same distribution under sampling, bit for bit); the
+  same acceptance under greedy. Under sampling the rule now draws on the device with other random
+  numbers: its acceptance is a valid path of the tree here, and exactly the target's distribution
+  in tests/test_sampling.py's chi-square tests. A recorder keeps only its own fields.
 - One host transfer per step: the logits and the draft's q rows are marked as living on a
   device (a tensor subclass that records every read of its values on the host); judge reads
-  them only through its one `to_host` call, the acceptance walk never.
+  them only through its one `to_host` call, the acceptance walk never, in every recorder.
 - Stop strings are found on the incremental text: at the same token as a whole-output decode
   after every token finds them, with a number of decoded tokens linear in the output's length.
 """
@@ -21,8 +25,10 @@ import torch
 
 from specviz.core.decoding import DecodingConfig, target_probs
 from specviz.core.tree import DraftTree
+from specviz.core import transfer
 from specviz.engine import verify
 from specviz.engine.accept import Acceptance, accept_greedy
+from specviz.engine.record import BENCH, OFF, RECORDERS, TEACH, Recorder
 from specviz.engine.verify import TOP_K, Verdict, judge
 from specviz.models.token_pieces import StopText
 from tests.conftest import run_ids
@@ -103,10 +109,34 @@ DECODINGS = [DecodingConfig(), DecodingConfig(temperature=0.8), DecodingConfig(t
              DecodingConfig(temperature=0.7, top_p=0.9)]
 
 
+def assert_same_verdict(new: Verdict, old: Verdict, tree: DraftTree, greedy: bool, recorder: Recorder) -> None:
+    """`new` (judge in `recorder`) against `old` (the rule it replaced, which kept everything)."""
+    assert new.target_top == old.target_top and new.target_topk == old.target_topk
+    if greedy:
+        assert new.acceptance == old.acceptance
+    else:                       # other random draws: a path of the tree, its bonus possible under p
+        acc = new.acceptance
+        assert list(acc.accepted) == (tree.path_to(acc.accepted[-1]) if acc.accepted else [])
+    if recorder.top_logits:
+        assert new.target_top_logits == old.target_top_logits
+        for a, b in zip(new.target_top_logits, old.target_top_logits):   # the displayed values, typed
+            assert [(type(i), type(v)) for i, v in a] == [(type(i), type(v)) for i, v in b]
+    else:
+        assert new.target_top_logits == ()
+    if recorder.probabilities:
+        # greedy: exp(logit - logsumexp) against softmax, float32 rounding apart; sampling: the same gather
+        tol = dict(rel=1e-5, abs=1e-9) if greedy else dict(rel=0, abs=0)
+        assert new.target_prob == pytest.approx(old.target_prob, **tol)
+        assert new.target_top_prob == pytest.approx(old.target_top_prob, **tol)
+    else:
+        assert new.target_prob == () and new.target_top_prob == ()
+
+
+@pytest.mark.parametrize("recorder", list(RECORDERS.values()), ids=list(RECORDERS))
 @pytest.mark.parametrize("decoding", DECODINGS, ids=["greedy", "T0.8", "topk5", "topp0.9"])
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
 @pytest.mark.parametrize("top_k", [TOP_K, 9])
-def test_judge_equals_the_rule_it_replaced(decoding, ties, top_k):
+def test_judge_equals_the_rule_it_replaced(decoding, ties, top_k, recorder):
     rng = random.Random(0)
     for seed in range(12):
         vocab = rng.choice([7, 50, 300])
@@ -115,11 +145,20 @@ def test_judge_equals_the_rule_it_replaced(decoding, ties, top_k):
         logits = _logits(seed, n + 1, vocab, ties)
         if ties and seed % 3 == 0:
             logits[0] = 2.0                        # a whole row tied at its maximum
-        new = judge(tree, logits, decoding, torch.Generator().manual_seed(seed), top_k)
+        new = judge(tree, logits, decoding, torch.Generator().manual_seed(seed), top_k, recorder)
         old = _reference_judge(tree, logits, decoding, torch.Generator().manual_seed(seed), top_k)
-        assert new == old, (seed, vocab, n)
-        for a, b in zip(new.target_top_logits, old.target_top_logits):   # the displayed values, typed
-            assert [(type(i), type(v)) for i, v in a] == [(type(i), type(v)) for i, v in b]
+        assert_same_verdict(new, old, tree, decoding.greedy, recorder)
+
+
+def test_the_greedy_display_probabilities_are_exact_where_a_softmax_underflows():
+    """log-sum-exp and a gather give a tiny probability as a float64 softmax of the row does, to
+    float32 rounding (relative 2^-23 of a logit of 100 is 1.2e-5 in the exponent)."""
+    logits = torch.tensor([[0.0, -200.0, -20.0, 5.0], [100.0, 0.0, -1e4, 99.0]])
+    tree = DraftTree((2, 1), (-1, 0), ("t", "t"))
+    v = judge(tree, logits, DecodingConfig(), torch.Generator(), recorder=TEACH)
+    soft = torch.softmax(logits.double(), -1)
+    assert v.target_prob == pytest.approx([float(soft[0, 2]), float(soft[1, 1])], rel=1e-5)
+    assert v.target_top_prob == pytest.approx([float(soft[0, 3]), float(soft[1, 0])], rel=2e-5)
 
 
 class OnDevice(torch.Tensor):
@@ -135,8 +174,9 @@ class OnDevice(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+@pytest.mark.parametrize("recorder", list(RECORDERS.values()), ids=list(RECORDERS))
 @pytest.mark.parametrize("decoding", DECODINGS[:2], ids=["greedy", "sampling"])
-def test_one_host_transfer_per_step(monkeypatch, decoding):
+def test_one_host_transfer_per_step(monkeypatch, decoding, recorder):
     """judge reads the device's tensors only in its one to_host call; the walk reads none."""
     calls = []
     real = verify.to_host
@@ -154,36 +194,47 @@ def test_one_host_transfer_per_step(monkeypatch, decoding):
         logits = _logits(seed, 11, 40, ties=False).as_subclass(OnDevice)
         OnDevice.reads = []
         calls.clear()
-        verdict = judge(tree, logits, decoding, torch.Generator().manual_seed(seed))
-        assert calls == [9 if tree.draft_probs is not None else (8 if not decoding.greedy else 7)]
+        verdict = judge(tree, logits, decoding, torch.Generator().manual_seed(seed), recorder=recorder)
+        assert len(calls) == 1                    # one transfer, whatever it carries
         assert OnDevice.reads == [], OnDevice.reads
-        assert verdict == _reference_judge(tree, logits.as_subclass(torch.Tensor), decoding,
-                                           torch.Generator().manual_seed(seed))
+        assert_same_verdict(verdict, _reference_judge(tree, logits.as_subclass(torch.Tensor), decoding,
+                                                      torch.Generator().manual_seed(seed)),
+                            tree, decoding.greedy, recorder)
+    # what crosses shrinks with the recorder: teach > bench > off
+    sizes = {}
+    for r in (TEACH, BENCH, OFF):
+        calls.clear()
+        judge(tree, logits, decoding, torch.Generator().manual_seed(0), recorder=r)
+        sizes[r.name] = calls[0]
+    assert sizes["teach"] > sizes["bench"] > sizes["off"], sizes
 
 
 def test_to_host_restores_ids_and_values_exactly():
     parts = [torch.tensor([0, 5, 2**31 - 1]), torch.tensor([[1.5, -2.25]]), torch.tensor([True, False])]
-    out = verify.to_host(parts)
+    out = transfer.to_host(parts)
     assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(out, parts))
-    flat = [verify._from_float_bits(verify._as_float_bits(p), p.dtype) for p in parts]   # the device path's
+    flat = [transfer.from_float_bits(transfer.as_float_bits(p), p.dtype) for p in parts]   # the device path's
     assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(flat, parts))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_one_synchronisation_per_judge_on_cuda():
+@pytest.mark.parametrize("recorder", list(RECORDERS.values()), ids=list(RECORDERS))
+def test_one_synchronisation_per_judge_on_cuda(recorder):
     import warnings
 
     rng = random.Random(2)
     for decoding in DECODINGS[:2]:
         tree = _tree(rng, 500, 12, with_q=False)
         logits = _logits(0, 13, 500, ties=False).cuda()
-        judge(tree, logits, decoding, torch.Generator().manual_seed(0))   # warm-up (allocator, kernels)
+        # the sampling rule draws on the logits' device, with a generator there (the loop makes one)
+        judge(tree, logits, decoding, torch.Generator("cuda").manual_seed(0), recorder=recorder)   # warm-up
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                judge(tree, logits, decoding, torch.Generator().manual_seed(0))
+                judge(tree, logits, decoding, torch.Generator("cuda").manual_seed(0), recorder=recorder)
+
         finally:
             torch.cuda.set_sync_debug_mode("default")
         syncs = [w for w in caught if "synchroniz" in str(w.message)]

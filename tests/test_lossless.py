@@ -1,5 +1,6 @@
 """Greedy speculative decoding is lossless: every drafter's output is token-identical to
-plain greedy decoding, which itself equals transformers' own greedy `generate`."""
+plain greedy decoding, which itself equals transformers' own greedy `generate`, in every
+recorder (engine/record.py: teach, bench, off)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +10,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from conftest import run_ids
+from conftest import network_drafter_config, run_ids
 from specviz.models.cost import VerifyCost
 from specviz.drafters import REGISTRY
 from specviz.core.tree import DraftTree
@@ -76,17 +77,24 @@ def _no_padding(lm):
     return dataclasses.replace(lm, verify_cost=VerifyCost(sizes, tuple(float(s) for s in sizes)))
 
 
-@pytest.mark.parametrize("cost", ["calibrated", "linear"])
+# (cost table, recorder): both tables in the teaching recorder, the calibrated one in the others
+# (the recorders differ in what they keep, not in what they draft or accept)
+RUNS = [("calibrated", "teach"), ("linear", "teach"), ("calibrated", "bench"), ("linear", "off")]
+
+
+@pytest.mark.parametrize("cost,recorder", RUNS, ids=[f"{c}-{r}" for c, r in RUNS])
 @pytest.mark.parametrize("drafter,config", CONFIGS, ids=[f"{d}-{c}" for d, c in CONFIGS])
-def test_greedy_drafter_equals_vanilla(tiny_lm, cases, drafter, config, cost):
+def test_greedy_drafter_equals_vanilla(tiny_lm, cases, drafter, config, cost, recorder):
     lm = tiny_lm if cost == "calibrated" else _no_padding(tiny_lm)
     accepted = drafted = 0
     for name, (prompt, vanilla) in cases.items():
-        out, steps = run_ids(lm, prompt, drafter, config, max_new_tokens=NEW)
-        assert out == vanilla, f"{drafter} {config} differs from vanilla on prompt {name!r}"
+        out, steps = run_ids(lm, prompt, drafter, config, recorder, max_new_tokens=NEW)
+        assert out == vanilla, f"{drafter} {config} differs from vanilla on prompt {name!r} ({recorder})"
         for s in steps:
             assert list(s.new_tokens) == [s.tree.tokens[i] for i in s.accepted] + [s.bonus] \
                 or s.stop is not None
+            assert bool(s.target_prob) == (recorder == "teach" and len(s.tree) > 0)
+            assert bool(s.top_logits) == (recorder != "off")
             # accepted nodes form a root-to-node path of the step's tree
             assert list(s.accepted) == (s.tree.path_to(s.accepted[-1]) if s.accepted else [])
         accepted += sum(len(s.accepted) for s in steps)
@@ -165,15 +173,15 @@ def lighthouse_prompt(tokenizer):
 def test_embedded_drafters_equal_vanilla(embedded_lm):
     prompt = lighthouse_prompt(embedded_lm.tokenizer)
     runs = {}
-    for drafter in ("vanilla", "ngram_trie", "prompt_lookup"):
-        runs[drafter] = run_ids(embedded_lm, prompt.ids, drafter, None, max_new_tokens=48)
-    vanilla, _ = runs["vanilla"]
-    assert len(vanilla) == 48 or runs["vanilla"][1][-1].stop == "eos"
-    for drafter in ("ngram_trie", "prompt_lookup"):
-        out, steps = runs[drafter]
-        assert out == vanilla, drafter
+    for drafter, recorder in (("vanilla", "teach"), ("ngram_trie", "teach"), ("prompt_lookup", "teach"),
+                              ("ngram_trie", "bench"), ("prompt_lookup", "off")):
+        runs[drafter, recorder] = run_ids(embedded_lm, prompt.ids, drafter, None, recorder, max_new_tokens=48)
+    vanilla, _ = runs["vanilla", "teach"]
+    assert len(vanilla) == 48 or runs["vanilla", "teach"][1][-1].stop == "eos"
+    for (drafter, recorder), (out, _) in runs.items():
+        assert out == vanilla, (drafter, recorder)
     # the context is copied from, so drafts do get accepted
-    assert sum(len(s.accepted) for s in runs["prompt_lookup"][1]) > 0
+    assert sum(len(s.accepted) for s in runs["prompt_lookup", "teach"][1]) > 0
 
 
 class _SecondSiblingDrafter:
@@ -255,12 +263,13 @@ def eagle_heads(tiny_lm, tmp_path_factory):
     return {kind: save_random(tiny_lm, kind, root / kind) for kind in ("eagle", "eagle3")}
 
 
-@pytest.mark.parametrize("cost", ["calibrated", "linear"])
+@pytest.mark.parametrize("cost,recorder", RUNS, ids=[f"{c}-{r}" for c, r in RUNS])
 @pytest.mark.parametrize("drafter,config", EAGLE_CONFIGS, ids=[f"{d}-{c}" for d, c in EAGLE_CONFIGS])
-def test_greedy_eagle_heads_equal_vanilla(tiny_lm, cases, eagle_heads, drafter, config, cost):
+def test_greedy_eagle_heads_equal_vanilla(tiny_lm, cases, eagle_heads, drafter, config, cost, recorder):
     lm = tiny_lm if cost == "calibrated" else _no_padding(tiny_lm)
     for name, (prompt, vanilla) in cases.items():
-        out, steps = run_ids(lm, prompt, drafter, {"checkpoint": eagle_heads[drafter], **config}, max_new_tokens=NEW)
+        out, steps = run_ids(lm, prompt, drafter, {"checkpoint": eagle_heads[drafter], **config}, recorder,
+                             max_new_tokens=NEW)
         assert out == vanilla, f"{drafter} {config} differs from vanilla on prompt {name!r}"
         assert not any("drafter_error" in s.info for s in steps)
         for s in steps:
@@ -282,13 +291,13 @@ def mtp_module(tiny_lm, tmp_path_factory):
     return save_random(tiny_lm, tmp_path_factory.mktemp("mtp-module"), copy=True)
 
 
-@pytest.mark.parametrize("cost", ["calibrated", "linear"])
+@pytest.mark.parametrize("cost,recorder", RUNS, ids=[f"{c}-{r}" for c, r in RUNS])
 @pytest.mark.parametrize("config", MTP_CONFIGS, ids=[f"mtp-{c}" for c in MTP_CONFIGS])
-def test_greedy_mtp_equals_vanilla(tiny_lm, cases, mtp_module, config, cost):
+def test_greedy_mtp_equals_vanilla(tiny_lm, cases, mtp_module, config, cost, recorder):
     lm = tiny_lm if cost == "calibrated" else _no_padding(tiny_lm)
     accepted = rejected = 0
     for name, (prompt, vanilla) in cases.items():
-        out, steps = run_ids(lm, prompt, "mtp", {"checkpoint": mtp_module, **config}, max_new_tokens=NEW)
+        out, steps = run_ids(lm, prompt, "mtp", {"checkpoint": mtp_module, **config}, recorder, max_new_tokens=NEW)
         assert out == vanilla, f"mtp {config} differs from vanilla on prompt {name!r}"
         assert not any("drafter_error" in s.info for s in steps)
         for s in steps:
@@ -297,3 +306,17 @@ def test_greedy_mtp_equals_vanilla(tiny_lm, cases, mtp_module, config, cost):
         rejected += sum(1 for s in steps if len(s.tree) > len(s.accepted))
     if config:
         assert accepted > 0 and rejected > 0, "drafts never accepted, or never rejected: the comparison proves little"
+
+
+# ---- the drafters whose own tests sit beside their networks, in the other recorders ---------------
+
+@pytest.mark.parametrize("recorder", ["bench", "off"])
+@pytest.mark.parametrize("kind", ["glide", "medusa", "hydra"])
+def test_network_drafters_equal_vanilla_in_every_recorder(tiny_lm, cases, kind, recorder, tmp_path, tmp_path_factory):
+    """glide (tests/test_glide.py), medusa and hydra (tests/test_heads.py) are checked there in the
+    teaching recorder; here in bench and off, with a quickly made checkpoint of each."""
+    config = network_drafter_config(tiny_lm, kind, tmp_path, tmp_path_factory)
+    for name, (prompt, vanilla) in cases.items():
+        out, steps = run_ids(tiny_lm, prompt, kind, config, recorder, max_new_tokens=NEW)
+        assert out == vanilla, (kind, recorder, name)
+        assert not any("drafter_error" in s.info for s in steps)

@@ -35,9 +35,10 @@ def tiny_draft(monkeypatch, tiny_lm):
 @pytest.mark.parametrize("drafter,config", [
     ("draft_model", {"gamma": 4}), ("draft_model", {"gamma": 2, "adaptive": True, "gamma_max": 6}),
     ("self_draft", {"k": 1, "gamma": 3}), ("self_draft", {"k": 1, "adaptive": True})])
-def test_greedy_lossless(tiny_lm, tiny_draft, drafter, config):
+@pytest.mark.parametrize("recorder", ["teach", "bench", "off"])
+def test_greedy_lossless(tiny_lm, tiny_draft, drafter, config, recorder):
     ref, _ = run_ids(tiny_lm, TEXT_PROMPT, "vanilla", None, max_new_tokens=40)
-    out, steps = run_ids(tiny_lm, TEXT_PROMPT, drafter, config, max_new_tokens=40)
+    out, steps = run_ids(tiny_lm, TEXT_PROMPT, drafter, config, recorder, max_new_tokens=40)
     assert out == ref
     assert not any("drafter_error" in s.info for s in steps)
     assert any(s.accepted for s in steps)                 # drafts do get accepted
@@ -108,10 +109,11 @@ def fixed_cost_lm(tiny_lm):
     return dataclasses.replace(tiny_lm, verify_cost=COST)
 
 
+@pytest.mark.parametrize("recorder", ["teach", "bench", "off"])
 @pytest.mark.parametrize("drafter,config", [("draft_model", {"gamma": 2}), ("self_draft", {"k": 1, "gamma": 2})])
-def test_sampling_lossless(fixed_cost_lm, tiny_draft, drafter, config):
+def test_sampling_lossless(fixed_cost_lm, tiny_draft, drafter, config, recorder):
     lm = fixed_cost_lm
-    s = assert_lossless_sampling(lm, drafter, config)
+    s = assert_lossless_sampling(lm, drafter, config, recorder=recorder)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 10
 
 

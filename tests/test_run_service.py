@@ -203,4 +203,6 @@ def test_the_bench_runs_through_the_service_and_validates_at_parse(tiny_lm_tok, 
     assert [r.method for r in runs] == ["vanilla", "ngram_trie@paper", "oracle"] * 2
     assert len({r.output_ids for r in runs}) == 1                           # greedy: all alike
     assert [r.drafter for r in starts] == [m.label for m in methods] * 2
+    assert {r.recorder for r in starts} == {"bench"}                        # what the bench reads, no more
+
     assert validations["ngram_trie"] == 1 and validations["oracle"] == 1     # none per run

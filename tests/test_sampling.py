@@ -1,11 +1,13 @@
 """Speculative sampling is lossless: with any draft tree, every committed token is
-distributed as the target's own sampling distribution.
+distributed as the target's own sampling distribution, in every recorder (engine/record.py).
 
 Engine level: over many seeds, the first two generated tokens of tiny_lm (vocab 64) are
 compared by a chi-square test with the exact distribution p(x1) p(x2 | x1), computed from
-plain forwards and an independent implementation of temperature / top-k / top-p. The same
-check rejects deliberately wrong acceptance rules, so it has the power to catch one.
-Unit level: accept.accept_sampling on hand-made p and q vectors.
+plain forwards and an independent implementation of temperature / top-k / top-p; each drafter
+in each recorder (teach, bench, off). The same check rejects deliberately wrong acceptance
+rules (written, like the engine's, as per-row draws on the device: accept.sample_rows), so it
+has the power to catch one.
+Unit level: accept.accept_sampling (the device rule, then the walk) on hand-made p and q vectors.
 """
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-from conftest import first_child_path
+from conftest import network_drafter_config
 from scipy.stats import chisquare
 
 import specviz.engine.verify as verify
-from specviz.engine.accept import Acceptance, accept_sampling
+from specviz.engine.accept import Acceptance, RowDraws, accept_sampling, categorical, sibling_slots
+from specviz.engine.record import RECORDER_NAMES
 from specviz.models.cost import VerifyCost
 from specviz.core.decoding import DecodingConfig, target_probs
 from specviz.drafters.kit.base import REGISTRY, DrafterSpec, register
@@ -111,13 +114,13 @@ class Sampled:
     drafted_runs: int
 
 
-def sample(lm, drafter, config, cfg: DecodingConfig, seeds=SEEDS, prompt=PROMPT) -> Sampled:
+def sample(lm, drafter, config, cfg: DecodingConfig, seeds=SEEDS, prompt=PROMPT, recorder="teach") -> Sampled:
     """The first two generated tokens for each seed (3 generated: depth-2 drafts can count)."""
     first, pairs = Counter(), Counter()
     accepted = deep = drafted = 0
     for seed in seeds:
         steps = list(generate_steps(lm, prompt, drafter, config,
-                                    dataclasses.replace(cfg, seed=seed, max_new_tokens=3)))
+                                    dataclasses.replace(cfg, seed=seed, max_new_tokens=3), recorder=recorder))
         out = [t for s in steps for t in s.new_tokens]
         first[out[0]] += 1
         pairs[(out[0], out[1])] += 1
@@ -215,28 +218,31 @@ def q_chain_drafter():
 
 T1 = DecodingConfig(temperature=1.0)
 WARPED = DecodingConfig(temperature=0.8, top_k=8, top_p=0.9)
+every_recorder = pytest.mark.parametrize("recorder", RECORDER_NAMES)
 
 
 def assert_lossless_sampling(lm, drafter: str, config, cfg: DecodingConfig = T1,
-                             prompt: list[int] = PROMPT) -> Sampled:
+                             prompt: list[int] = PROMPT, recorder: str = "teach") -> Sampled:
     """Sample `drafter` from `prompt` and check the first two tokens' distributions against the
     exact ones (both p-values above ALPHA); returns the samples for further checks."""
     p1, p12 = exact_pairs(lm, prompt, cfg)
-    s = sample(lm, drafter, config, cfg, prompt=prompt)
+    s = sample(lm, drafter, config, cfg, prompt=prompt, recorder=recorder)
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
     return s
 
 
-def test_vanilla_sampling_matches_target(lm):
+@every_recorder
+def test_vanilla_sampling_matches_target(lm, recorder):
     p1, p12 = exact_pairs(lm, PROMPT, T1)
-    s = sample(lm, "vanilla", None, T1, seeds=range(300))
+    s = sample(lm, "vanilla", None, T1, seeds=range(300), recorder=recorder)
     assert min(fit_pvalues(s, p1, p12)) > ALPHA
     assert s.drafted_runs == 0
 
 
-def test_ngram_trie_sampling_is_lossless(lm):
-    s = assert_lossless_sampling(lm, "ngram_trie", {"size_by_cost": False})
+@every_recorder
+def test_ngram_trie_sampling_is_lossless(lm, recorder):
+    s = assert_lossless_sampling(lm, "ngram_trie", {"size_by_cost": False}, recorder=recorder)
     # the trie drafted every time and its drafts were often accepted, sometimes 2 deep
     assert s.drafted_runs == SAMPLES
     assert s.accepted_runs > SAMPLES // 3
@@ -249,24 +255,27 @@ def test_ngram_trie_sampling_is_lossless(lm):
     # the prompt tree: after 35, 19 and 50 (1/3 each), then 31 / 38; 4 tokens for a 1-token match
     ("suffix_decoding", {"size_by_cost": False, "global_tree": False, "max_spec_factor": 4.0}),
 ])
-def test_recycling_and_suffix_sampling_is_lossless(lm, drafter, config):
-    s = assert_lossless_sampling(lm, drafter, config)
+@every_recorder
+def test_recycling_and_suffix_sampling_is_lossless(lm, drafter, config, recorder):
+    s = assert_lossless_sampling(lm, drafter, config, recorder=recorder)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 3
 
 
+@every_recorder
 @pytest.mark.parametrize("cfg", [T1, WARPED], ids=["T1", "T0.8-topk8-topp0.9"])
-def test_fixed_tree_sampling_is_lossless(lm, fixed_tree_drafter, cfg):
+def test_fixed_tree_sampling_is_lossless(lm, fixed_tree_drafter, cfg, recorder):
     fixed_tree_drafter.tree = _fixed_tree(lm, PROMPT, cfg)
     p1, p12 = exact_pairs(lm, PROMPT, cfg)
     if cfg is WARPED:
         assert p1[fixed_tree_drafter.tree.tokens[2]] == 0.0    # a draft the target never samples
-    s = sample(lm, "test_fixed_tree", None, cfg)
+    s = sample(lm, "test_fixed_tree", None, cfg, recorder=recorder)
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
     assert s.accepted_runs > SAMPLES // 2 and s.deep_runs > SAMPLES // 10
 
 
-def test_q_chain_sampling_is_lossless(lm, q_chain_drafter):
+@every_recorder
+def test_q_chain_sampling_is_lossless(lm, q_chain_drafter, recorder):
     """Drafts drawn from q != p, with draft_probs: the engine passes q to the rule."""
     p1, p12 = exact_pairs(lm, PROMPT, T1)
     # q1 over-weights the 3rd..6th most likely tokens, q2 is flat over a few tokens
@@ -276,42 +285,52 @@ def test_q_chain_sampling_is_lossless(lm, q_chain_drafter):
     q2 = torch.zeros(64, dtype=torch.float64)
     q2[torch.tensor(order[:8].copy())] = 1 / 8
     q_chain_drafter.q1, q_chain_drafter.q2 = (q1 / q1.sum()).float(), q2.float()
-    s = sample(lm, "test_q_chain", None, T1)
+    s = sample(lm, "test_q_chain", None, T1, recorder=recorder)
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 > ALPHA and pv2 > ALPHA, (pv1, pv2)
     assert s.accepted_runs > SAMPLES // 10
 
 
+def test_the_recorder_never_touches_the_draws(lm, fixed_tree_drafter):
+    """Seed by seed, every recorder commits the same tokens (it reads the logits, never the
+    generator), so each one's samples are the others'."""
+    fixed_tree_drafter.tree = _fixed_tree(lm, PROMPT, WARPED)
+    for seed in range(40):
+        outs = {r: [t for s in generate_steps(lm, PROMPT, "test_fixed_tree", None,
+                                               dataclasses.replace(WARPED, seed=seed, max_new_tokens=4),
+                                               recorder=r) for t in s.new_tokens]
+                for r in RECORDER_NAMES}
+        assert len(set(map(tuple, outs.values()))) == 1, (seed, outs)
+
+
 # ---- the check has power: wrong rules fail it ------------------------------------------
 
-def _accept_first_child(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
+def _accept_first_child(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> RowDraws:
     """WRONG: always accept the first child, then sample the bonus from p."""
-    path, node = first_child_path(tree)
-    return Acceptance(path, int(torch.multinomial(probs[node + 1], 1, generator=generator)))
+    choice = torch.full((len(tree) + 1,), -1, dtype=torch.long)
+    for parent, kids in tree.children.items():
+        if kids:
+            choice[parent + 1] = kids[0]
+    return RowDraws(choice, categorical(probs, generator))
 
 
-def _no_residual(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> Acceptance:
+def _no_residual(tree: DraftTree, probs: torch.Tensor, generator: torch.Generator) -> RowDraws:
     """WRONG: accept child x with probability p(x), but after rejections sample the bonus
     from the unchanged p (forgetting to remove the rejected drafts)."""
-    path, node = [], -1
-    while True:
-        p = probs[node + 1]
-        nxt = None
-        for child in tree.children[node]:
-            if torch.rand((), generator=generator).item() < float(p[tree.tokens[child]]):
-                nxt = child
-                break
-        if nxt is None:
-            return Acceptance(tuple(path), int(torch.multinomial(p, 1, generator=generator)))
-        path.append(nxt)
-        node = nxt
+    u = torch.rand(len(tree), generator=generator)
+    choice = torch.full((len(tree) + 1,), -1, dtype=torch.long)
+    for rows, nodes in reversed(sibling_slots(tree)):
+        for r, c in zip(rows, nodes):
+            if u[c] < probs[r, tree.tokens[c]]:
+                choice[r] = c
+    return RowDraws(choice, categorical(probs, generator))
 
 
 @pytest.mark.parametrize("rule", [_accept_first_child, _no_residual], ids=lambda f: f.__name__)
 def test_wrong_rules_are_detected(lm, fixed_tree_drafter, monkeypatch, rule):
     fixed_tree_drafter.tree = _fixed_tree(lm, PROMPT, T1)
     p1, p12 = exact_pairs(lm, PROMPT, T1)
-    monkeypatch.setattr(verify, "accept_sampling", rule)
+    monkeypatch.setattr(verify, "sample_rows", rule)
     s = sample(lm, "test_fixed_tree", None, T1, seeds=range(WRONG_SAMPLES))
     pv1, pv2 = fit_pvalues(s, p1, p12)
     assert pv1 < 1e-6 and pv2 < 1e-6, (pv1, pv2)
@@ -430,19 +449,21 @@ def test_accept_sampling_iid_siblings_sharing_q_is_not_lossless():
     assert chi2_pvalue(counts, {x: float(p[x]) for x in range(4)}, UNIT_N) < 1e-4
 
 
+@every_recorder
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
-def test_eagle_sampling_is_lossless(lm, kind, tmp_path):
+def test_eagle_sampling_is_lossless(lm, kind, tmp_path, recorder):
     """eagle / eagle3 with a random-init head (tests/test_eagle.py), its tree cut by COST to a few
     nodes, siblings included: the first two tokens' distributions are the target's."""
     from test_eagle import save_random
 
     folder = save_random(lm, kind, tmp_path / kind)
     s = assert_lossless_sampling(lm, kind, {"checkpoint": folder, "top_k": 3, "depth": 2, "total_tokens": 8,
-                                            "size_by_cost": False})
+                                            "size_by_cost": False}, recorder=recorder)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
 
 
-def test_mtp_sampling_is_lossless(lm, tmp_path):
+@every_recorder
+def test_mtp_sampling_is_lossless(lm, tmp_path, recorder):
     """mtp with a module that repeats the last token (tests/test_mtp.py; as a chain its drafts are
     accepted about one time in twelve here, a random module's one in a hundred), drafting SGLang's tree
     (topk 3, 2 steps): siblings, and below the first the chain vLLM drafts (the same EAGLE-2
@@ -452,5 +473,18 @@ def test_mtp_sampling_is_lossless(lm, tmp_path):
 
     folder = save_random(lm, tmp_path / "mtp", copy=True)
     s = assert_lossless_sampling(lm, "mtp", {"checkpoint": folder, "topk": 3, "num_speculative_tokens": 2,
-                                             "num_draft_tokens": 8, "size_by_cost": False})
+                                             "num_draft_tokens": 8, "size_by_cost": False}, recorder=recorder)
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
+
+
+# ---- the drafters whose own tests sit beside their networks, in the other recorders ---------------
+
+@pytest.mark.parametrize("recorder", ["bench", "off"])
+@pytest.mark.parametrize("kind", ["glide", "medusa", "hydra"])
+def test_network_drafters_sample_the_target_in_every_recorder(lm, kind, recorder, tmp_path, tmp_path_factory):
+    """glide (tests/test_glide.py), medusa and hydra (tests/test_heads.py) are checked there in the
+    teaching recorder; here in bench and off, with a quickly made checkpoint of each: the first two
+    tokens' distributions are the target's."""
+    config = network_drafter_config(lm, kind, tmp_path, tmp_path_factory)
+    s = assert_lossless_sampling(lm, kind, config, recorder=recorder)
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50

@@ -405,6 +405,11 @@ def test_a_cut_step_keeps_its_whole_proposal_through_json(tiny_lm_tok, prompt, v
     failed = generate(tiny_lm_tok, prompt, "test_cutting", None, DecodingConfig(max_new_tokens=6))
     assert failed.steps[0].proposal is not None and failed.steps[1].proposal is None
     assert "drafter_error" in failed.steps[1].info and PENDING_KEY not in failed.steps[1].info
+    # the bench's and the text-only recorders keep no proposal (teach's alone)
+    cutting_drafter.fail_at = None
+    for recorder in ("bench", "off"):
+        lean = generate(tiny_lm_tok, prompt, "test_cutting", None, DecodingConfig(max_new_tokens=6), recorder=recorder)
+        assert all(s.proposal is None and PENDING_KEY not in s.info for s in lean.steps), recorder
 
 
 def test_a_proposal_that_does_not_hold_its_tree_is_refused(tiny_lm_tok, prompt, cutting_drafter, oracle):
@@ -436,3 +441,73 @@ def test_a_proposal_that_does_not_hold_its_tree_is_refused(tiny_lm_tok, prompt, 
     from specviz.ui.landing import landing_trace
     assert all(s.proposal is None for s in landing_trace().steps)
     assert Trace.from_dict(dict(good, steps=[dict(s, proposal=None) for s in good["steps"]])).steps[0].proposal is None
+
+
+# ---- the recorders: what each keeps, and every reader still reads it ------------------------------
+
+@pytest.mark.parametrize("recorder", ["teach", "bench", "off"])
+def test_a_trace_of_every_recorder_loads_and_every_reader_reads_it(tiny_lm_tok, prompt, vanilla, recorder):
+    """teach keeps everything; bench no display probabilities; off no logits and no phases but the
+    prefill. The fields a recorder does not keep are empty (never made up), the trace names its
+    recorder, loads back (schema and value checks), and the explorer's views and the bench's
+    readers take it."""
+    from specviz.analysis.divergence import UNKNOWN, explain
+    from specviz.viz import narrative, run_figures, summary, timing, tree
+    from specviz.viz.jumps import jump_targets
+    from specviz.viz.step_views import step_views
+
+    trace = generate(tiny_lm_tok, prompt, "ngram_trie", {"size_by_cost": False}, DecodingConfig(max_new_tokens=NEW),
+                     recorder=recorder)
+    back = Trace.from_json(trace.to_json())
+    assert back.recorder == recorder == back.recorded_by and back.output_ids == vanilla.output_ids
+    drafted = [s for s in back.steps if len(s.tree)]
+    assert drafted, "no step drafted: the check proves little"
+    for s in back.steps:
+        assert bool(s.target_prob) == (recorder == "teach" and len(s.tree) > 0)
+        assert bool(s.target_top_prob) == (recorder == "teach")
+        assert len(s.top_logits) == (len(s.new_tokens) if recorder != "off" else 0)
+        assert len(s.target_top) == len(s.tree) + 1                   # what acceptance needs, always
+        kept = set(s.timings)
+        assert kept == ({"prefill"} if s.index == 0 else set()) if recorder == "off" else kept <= set(PHASES)
+    assert back.totals.prefill_seconds > 0 and back.totals.seconds > 0
+    # the explorer's views
+    assert step_views(back) is not None
+    for k in range(len(back.steps)):
+        narrative.step_narrative(back, k)
+        summary.step_markdown(back, k)
+        tree.tree_figure(back, k)
+        timing.step_timing_figure(back, k)
+    timing.timing_stack_figure(back)
+    run_figures.tokens_over_time_figure(back)
+    jump_targets(back)
+    # the bench's readers
+    back.position_metrics()
+    back.calibration()
+    verdict = explain(vanilla, back)
+    assert verdict.verdict == "identical"
+    if recorder == "off":                      # no logits: a difference could not be explained
+        assert explain(back, dataclasses.replace(vanilla, output_ids=vanilla.output_ids[:3] + (0,))).verdict in (
+            UNKNOWN, "mismatch")
+
+
+def test_old_traces_load_as_teach_and_a_bad_recorder_is_refused(vanilla):
+    d = json.loads(vanilla.to_json())
+    d.pop("recorder"), d.pop("cost_curve")                     # as written before either existed
+    old = Trace.from_dict(d)
+    assert old.recorder is None and old.recorded_by == "teach" and old.cost_curve is None
+    with pytest.raises(TraceFormatError, match="recorder"):
+        Trace.from_dict({**d, "recorder": "loud"})
+    broken = json.loads(vanilla.to_json())                     # teach must keep the display probabilities
+    for s in broken["steps"]:
+        s["tree"] = {"tokens": [5], "parents": [-1], "sources": ["x"]}
+        s["target_prob"] = []
+        s["target_top"] = s["target_top"] + [5]
+    with pytest.raises(TraceFormatError, match="target_prob"):
+        Trace.from_dict(broken)
+
+
+def test_the_shipped_landing_trace_still_loads():
+    from specviz.ui.landing import landing_trace
+
+    trace = landing_trace()
+    assert trace.recorded_by == "teach" and trace.steps and all(len(s.target_prob) == len(s.tree) for s in trace.steps)

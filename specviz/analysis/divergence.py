@@ -124,8 +124,30 @@ def prefix_drift(ref: Sequence[TopLogits], run: Sequence[TopLogits], shared: int
     return best
 
 
+Judged = tuple[str, str, "float | None"]      # (verdict, reason, tolerance)
+
+
+def _vanilla_side(a: int, ref: TopLogits | None, tol: float | None) -> Judged | None:
+    """What both judgements check first on vanilla's side: logits recorded there, and vanilla
+    committed its own argmax; None when both hold."""
+    if not ref:
+        return UNKNOWN, "no logits recorded at this position", None
+    if dict(ref).get(a) != ref[0][1]:
+        return MISMATCH, f"vanilla committed token {a}, but its argmax was {ref[0][0]}", tol
+    return None
+
+
+def _by_tolerance(margin: float, margins: str, tol: float, dtype: str, note: str = "") -> Judged:
+    """near-tie when `margin` (described by `margins`) is within the rounding tolerance, else a
+    mismatch: one sentence either way, `note` added in brackets."""
+    within = margin <= tol
+    tail = f" ({note})" if note else ("" if within else ": not rounding")
+    return (NEAR_TIE if within else MISMATCH,
+            f"{margins} {'within' if within else 'above'} the {dtype} rounding tolerance {tol:.3g}{tail}", tol)
+
+
 def classify(a: int, b: int, ref: TopLogits | None, run: TopLogits | None,
-             dtype: str) -> tuple[str, str, float | None]:
+             dtype: str) -> Judged:
     """Greedy verdict at a differing position: vanilla committed a, the run b, with these
     recorded top logits. Returns (verdict, reason, tolerance)."""
     if not ref or not run:
@@ -137,17 +159,14 @@ def classify(a: int, b: int, ref: TopLogits | None, run: TopLogits | None,
                           f"(logit {run[0][1]:.4g}, token {b}: "
                           f"{'below its top ' + str(len(run)) if b not in in_run else format(in_run[b], '.4g')}): "
                           "a token the target did not choose was accepted"), tol
-    if in_ref.get(a) != ref[0][1]:
-        return MISMATCH, f"vanilla committed token {a}, but its argmax was {ref[0][0]}", tol
+    if (vanilla := _vanilla_side(a, ref, tol)) is not None:
+        return vanilla
     if b not in in_ref or a not in in_run:
         return MISMATCH, (f"the two runs' best tokens are far apart: each run's token is outside the "
                           f"other's top {min(len(ref), len(run))} logits"), tol
     m_ref, m_run = in_ref[a] - in_ref[b], in_run[b] - in_run[a]
-    if max(m_ref, m_run) <= tol:
-        return NEAR_TIE, (f"margins {m_ref:.3g} (vanilla: {a} over {b}) and {m_run:.3g} (run: {b} over "
-                          f"{a}) are within the {dtype} rounding tolerance {tol:.3g}"), tol
-    return MISMATCH, (f"margin {max(m_ref, m_run):.3g} is above the {dtype} rounding tolerance "
-                      f"{tol:.3g}: not rounding"), tol
+    return _by_tolerance(max(m_ref, m_run), f"margins {m_ref:.3g} (vanilla: {a} over {b}) and {m_run:.3g} "
+                                            f"(run: {b} over {a}) are", tol, dtype)
 
 
 @dataclass(frozen=True)
@@ -296,27 +315,22 @@ def of_trace(trace: Trace) -> Divergence | None:
     return Divergence.from_dict(trace.divergence) if trace.divergence else None
 
 
-def classify_one_sided(a: int, b: int, ref: TopLogits | None, dtype: str) -> tuple[str, str, float | None]:
+def classify_one_sided(a: int, b: int, ref: TopLogits | None, dtype: str) -> Judged:
     """Greedy verdict from vanilla's recorded top logits alone, for a run that records none
     (a generate that returned no logits): near-tie when vanilla's margin of its token a over the run's
     token b is within the rounding tolerance; mismatch when b is outside vanilla's top logits or
     further behind. Weaker than `classify` (the run's side is unseen), and its reason says so."""
-    if not ref:
-        return UNKNOWN, "no logits recorded at this position", None
+    tol = tolerance(dtype, [v for _, v in ref]) if ref else None
+    if (vanilla := _vanilla_side(a, ref, tol)) is not None:
+        return vanilla
+    assert ref is not None and tol is not None
     in_ref = dict(ref)
-    tol = tolerance(dtype, [v for _, v in ref])
-    if in_ref.get(a) != ref[0][1]:
-        return MISMATCH, f"vanilla committed token {a}, but its argmax was {ref[0][0]}", tol
     side = "the run records no logits, so only vanilla's side is checked"
     if b not in in_ref:
         return MISMATCH, (f"the run's token {b} is outside vanilla's top {len(ref)} logits, further behind than "
                           f"{dtype} rounding can explain ({side})"), tol
     margin = in_ref[a] - in_ref[b]
-    if margin <= tol:
-        return NEAR_TIE, (f"vanilla's margin {margin:.3g} ({a} over {b}) is within the {dtype} rounding "
-                          f"tolerance {tol:.3g} ({side})"), tol
-    return MISMATCH, (f"vanilla's margin {margin:.3g} ({a} over {b}) is above the {dtype} rounding tolerance "
-                      f"{tol:.3g} ({side})"), tol
+    return _by_tolerance(margin, f"vanilla's margin {margin:.3g} ({a} over {b}) is", tol, dtype, side)
 
 
 def explain_ids(reference: Trace, ids: Sequence[int], seconds: float,

@@ -27,11 +27,21 @@ import json
 import time
 import tomllib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..engine.service import RunRequest
+
+if TYPE_CHECKING:
+    from ..core.trace import Trace
+    from ..models import LoadedModel
+    from .divergence import Divergence
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
 CHECK_PROMPTS = 3
 MAX_NEW_TOKENS = 32
+# the checks' runs record what the bench records: their timings and the logits that tell a near-tie
+# from a bug, at the bench's cost (engine/record.py)
+CHECK_RECORDER = "bench"
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,7 @@ def check_prompts(n: int = CHECK_PROMPTS) -> list[tuple[str, str, str]]:
     return (with_context * n)[:n]
 
 
-def cost_curve(lm: Any, context_len: int, rows: Sequence[int] = ROWS) -> tuple[CostPoint, ...]:
+def cost_curve(lm: LoadedModel, context_len: int, rows: Sequence[int] = ROWS) -> tuple[CostPoint, ...]:
     """Measure one forward per row count over a `context_len` cache, beside the load-time model."""
     from ..models.cost import calibrate
 
@@ -153,26 +163,28 @@ def default_drafters() -> tuple[str, ...]:
     return tuple(s.name for s in ordered() if s.preselected and not s.is_baseline)
 
 
-def drafter_checks(lm: Any, prompts: Sequence[Any], drafters: Sequence[str],
+def drafter_checks(lm: LoadedModel, requests: Sequence[RunRequest], drafters: Sequence[str],
                    max_new_tokens: int) -> tuple[DrafterCheck, ...]:
-    """Each drafter against vanilla on each prompt, interleaved, greedy."""
+    """Each drafter against the baseline (vanilla) on each request's prompt, interleaved, greedy,
+    every run through the run service (engine/service.py) on the loaded `lm`."""
+    from dataclasses import replace
+
     from ..core.decoding import DecodingConfig
+    from ..engine import service
     from .divergence import IDENTICAL, MISMATCH, NEAR_TIE, explain
-    from ..engine import generate
 
-    from ..drafters import baseline
-
-    base = baseline().name
     decoding = DecodingConfig(max_new_tokens=max_new_tokens)
-    generate(lm, prompts[0], base, None, DecodingConfig(max_new_tokens=4))     # untimed warm-up
-    found: dict[str, list[Any]] = {d: [] for d in drafters}
-    runs: dict[str, list[Any]] = {d: [] for d in drafters}
+    base = [replace(service.baseline_request(r), decoding=decoding) for r in requests]
+    service.run(replace(base[0], decoding=DecodingConfig(max_new_tokens=4)), lm=lm)     # untimed warm-up
+    found: dict[str, list[Divergence]] = {d: [] for d in drafters}
+    runs: dict[str, list[Trace]] = {d: [] for d in drafters}
     vanilla = []
-    for prompt in prompts:
-        ref = generate(lm, prompt, base, None, decoding)
+    for request, baseline in zip(requests, base):
+        ref = service.run(baseline, lm=lm)
         vanilla.append(ref)
         for name in drafters:
-            trace = generate(lm, prompt, name, None, decoding)
+            # a drafter that replays the baseline's output (the oracle) gets this prompt's
+            trace = service.run(replace(request, drafter=name, decoding=decoding), lm=lm, reference=ref.output_ids)
             runs[name].append(trace)
             found[name].append(explain(ref, trace))
     out = []
@@ -197,17 +209,19 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
                n_prompts: int = CHECK_PROMPTS, context_len: int | None = None,
                rows: Sequence[int] = ROWS, cpu_linear: bool | None = None,
                device_map: str | None = None, max_memory: str | None = None,
-               offload_folder: str | None = None) -> DoctorReport:
+               offload_folder: str | None = None, retime: bool = False) -> DoctorReport:
     """Load the model (cached) and measure; raises SpecvizError for a bad model, device,
     dtype or drafter name before measuring anything. `drafters`: None checks default_drafters()."""
     import torch
     import transformers
 
-    from ..drafters.kit.base import get
-    from ..errors import ConfigError
-    from ..models import attention_label, load_model
-    from ..models.prompts import build_prompt
+    from dataclasses import replace
+
     from ..core.timing import PeakMemory
+    from ..drafters.kit.base import get
+    from ..engine import service
+    from ..errors import ConfigError
+    from ..models import attention_label
 
     start = time.perf_counter()
     drafters = default_drafters() if drafters is None else tuple(drafters)
@@ -220,10 +234,13 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
     if not rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows) \
             or list(rows) != sorted(set(rows)):
         raise ConfigError("rows", f"must be rising whole numbers of at least 1, like {ROWS}, got {rows!r}")
-    lm = load_model(model_id, device, dtype, cpu_linear=cpu_linear, device_map=device_map,
-                    max_memory=max_memory, offload_folder=offload_folder)
-    prompts = [build_prompt(lm.tokenizer, message, context=context)
-               for _, context, message in check_prompts(n_prompts)]
+    linear = {None: "auto", True: "on", False: "off"}[cpu_linear]
+    target = RunRequest(model_id, device=device, dtype=dtype, cpu_linear=linear, device_map=device_map,
+                        max_memory=max_memory, offload_folder=offload_folder, recorder=CHECK_RECORDER,
+                        retime=retime)
+    lm = service.load(target)
+    requests = [replace(target, message=message, context=context) for _, context, message in check_prompts(n_prompts)]
+    prompts = [service.prompt_of(r, lm) for r in requests]
     longest = lm.max_positions - max(rows)          # the widest forward must fit after the cache
     if context_len is not None and not 1 <= context_len <= longest:
         raise ConfigError("context_len", f"must be from 1 to {longest} for {lm.model_id} (its {lm.max_positions} "
@@ -231,7 +248,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
     ctx = context_len if context_len is not None else max(1, min(len(prompts[0].ids), longest))
     curve = cost_curve(lm, ctx, rows)
     memory = PeakMemory(lm.device)
-    checks = drafter_checks(lm, prompts, drafters, max_new_tokens)
+    checks = drafter_checks(lm, requests, drafters, max_new_tokens)
     notes = []
     if any(c.mismatches for c in checks):
         notes.append("a mismatch is a bug (a drafter, the tree mask, the KV cache or the acceptance): please report it")

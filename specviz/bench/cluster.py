@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import socket
 import sys
 import time
@@ -35,6 +34,7 @@ import torch
 from ..errors import SpecvizError
 from ..files.user_values import ascii_int
 from ..models import LoadedModel
+from ..models.cost_cache import cpu_model      # the CPU's model name (the cost curve's key records it too)
 from .methods import Method
 from .metrics import Run
 from .questions import Question
@@ -56,16 +56,6 @@ def import_ray() -> Any:
     except ImportError:
         raise ClusterError(f"--ray: Ray is not installed; install it with {INSTALL}") from None
     return ray
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def worker_info(device: torch.device) -> dict[str, Any]:

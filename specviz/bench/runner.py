@@ -150,6 +150,9 @@ class Bench(Measured):
     # where the runs are measured (cluster.worker_info: host, device, CPU/GPU model), stamped
     # on every run when set
     worker: dict[str, Any] | None = None
+    # what each run records (engine/record.py): "bench" keeps what the report and the divergence
+    # explainer read, with at most one device synchronisation a step
+    recorder: str = "bench"
     # each method's drafter as the run service runs it (drafter_plan), by label
     _plans: dict[str, service.DrafterPlan] = field(default_factory=dict, init=False, repr=False)
 
@@ -179,7 +182,7 @@ class Bench(Measured):
             earlier: tuple[int, Divergence] | None = None   # the first turn that left vanilla's text
             for turn, message in enumerate(q.turns):
                 request = service.RunRequest(self.lm.model_id, method.label, decoding=decoding, message=message,
-                                             history=tuple(history))
+                                             history=tuple(history), recorder=self.recorder)
                 kept = 0.0                      # MiB held only for the bench (a peer's logits)
                 with peak_memory(self.lm.device) as peak:
                     if method.kind == "peer":

@@ -29,7 +29,7 @@ from ..bench.resume import check_compatible, check_fresh_out, load_previous, sti
 from ..peers import ENGINE_PEERS
 from ..files.user_files import check_output_dir
 from ..errors import SpecvizError
-from .common import add_runtime_arguments, load_target
+from .common import add_record_argument, add_runtime_arguments, load_target
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "each batch size: throughput over the batch and per-request latency, e.g. "
                              "1,2,4,8,16 (docs/under-load.md; above 1 needs the batched engine)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    add_record_argument(parser, "bench")
     parser.add_argument("--limit", type=int, default=10, help="questions per category")
     parser.add_argument("--repeats", type=int, default=1, help="measure every question this many times")
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded warm-up questions")
@@ -170,6 +171,8 @@ def _check_ray(args: argparse.Namespace) -> None:
     if workers is not None and workers < 1:
         raise SpecvizError(f"--ray-workers: must be >= 1, got {workers}")
     if getattr(args, "ray", None) is not None:            # '' too: an empty address is no serial run
+        if args.record != "bench":
+            raise SpecvizError(f"--record: --ray's workers record with bench; leave out --record {args.record}")
         from ..bench.cluster import check_address, import_ray
         check_address(args.ray)
         import_ray()
@@ -270,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         lm, assistant = _load_models(args)
         _check_batch_memory(lm, sizes, questions, args.max_new_tokens)
-        bench = Bench(lm, methods, args.max_new_tokens, assistant, worker=worker_info(lm.device))
+        bench = Bench(lm, methods, args.max_new_tokens, assistant, worker=worker_info(lm.device),
+                      recorder=args.record)
     labels = [m.label for m in methods]
     setup = {"model": lm.model_id, "max_new_tokens": args.max_new_tokens, "methods": labels,
              "repeats": args.repeats, "dtype": str(lm.dtype).replace("torch.", ""), "batch_sizes": list(sizes)}
@@ -293,7 +297,8 @@ def run(args: argparse.Namespace) -> int:
         sitting["questions"] = len({r.question_id for r in bench.runs[kept:]})
         return {
             "command": command, "date": _now(), **setup, "assistant_model": args.draft_model,
-            "device": str(lm.device), "runtime": lm.runtime, "cpu": _cpu_name(), "cores": os.cpu_count(),
+            "device": str(lm.device), "runtime": lm.runtime, "recorder": args.record, "cpu": _cpu_name(),
+            "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__,
             "questions_file": str(args.questions), "categories": args.categories,

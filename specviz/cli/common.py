@@ -70,7 +70,7 @@ class RenamedFlag(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def renamed_flag(parser: Any, old: str, new: str, dest: str) -> None:
+def renamed_flag(parser: argparse._ActionsContainer, old: str, new: str, dest: str) -> None:
     """Accept `old` as a hidden alias of the flag `new` (stored in `dest`), with a warning."""
     parser.add_argument(old, dest=dest, action=RenamedFlag, new=new, default=argparse.SUPPRESS,
                         help=argparse.SUPPRESS)
@@ -131,7 +131,7 @@ def check_trace_path(path: str | None) -> None:
 
 # --- how the target runs: --device, --dtype, --cpu-linear (generate, bench, doctor) ----------
 
-def add_runtime_arguments(parser: Any) -> None:
+def add_runtime_arguments(parser: argparse._ActionsContainer) -> None:
     """--device, --dtype and --cpu-linear, as every command that loads a target model reads them."""
     from ..core.precision import DEVICE_HELP, DTYPE_HELP, DTYPE_METAVAR
 
@@ -139,9 +139,13 @@ def add_runtime_arguments(parser: Any) -> None:
     parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     add_cpu_linear_argument(parser)
     add_device_map_arguments(parser)
+    parser.add_argument("--retime", action="store_true",
+                        help="time the target's forward passes again now (the cost curve that sizes drafts), "
+                             "instead of this machine's curve kept under the cache folder while it is under a "
+                             "week old (models/cost_cache.py)")
 
 
-def add_device_map_arguments(parser: Any) -> None:
+def add_device_map_arguments(parser: argparse._ActionsContainer) -> None:
     """--device-map, --max-memory, --offload-folder: the target split across devices (placement.py)."""
     from ..models.placement import DEVICE_MAP_HELP, MAX_MEMORY_HELP, OFFLOAD_HELP
 
@@ -150,7 +154,19 @@ def add_device_map_arguments(parser: Any) -> None:
     parser.add_argument("--offload-folder", default=None, metavar="DIR", help=OFFLOAD_HELP)
 
 
-def add_cpu_linear_argument(parser: Any) -> None:
+def add_record_argument(parser: argparse._ActionsContainer, default: str) -> None:
+    """--record teach|bench|off: what each step keeps beyond the text (engine/record.py)."""
+    from ..engine.record import RECORDER_NAMES
+
+    parser.add_argument("--record", default=default, choices=RECORDER_NAMES,
+                        help="what each step records beyond the text: teach (everything the explorer shows: "
+                             "display probabilities, top logits, phase timings synchronised on a GPU), bench "
+                             "(what the bench and the divergence explainer read, at most one device "
+                             "synchronisation a step), off (the text only); recorded in the trace. "
+                             f"Default {default}")
+
+
+def add_cpu_linear_argument(parser: argparse._ActionsContainer) -> None:
     from ..models import CPU_LINEAR_CHOICES
 
     parser.add_argument("--cpu-linear", default="auto", choices=CPU_LINEAR_CHOICES,
@@ -167,13 +183,15 @@ def runtime_request(args: argparse.Namespace, model_id: str | None = None, dtype
     from ..engine.service import RunRequest
 
     device_map = getattr(args, "device_map", None)
+    retime = bool(getattr(args, "retime", False))
     if model_id is not None:
-        return RunRequest(model_id, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear)
+        return RunRequest(model_id, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear,
+                          retime=retime)
     if device_map is None and (getattr(args, "max_memory", None) or getattr(args, "offload_folder", None)):
         raise UsageError("--max-memory / --offload-folder budget a device map; add --device-map auto")
     return RunRequest(args.model, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear,
                       device_map=device_map, max_memory=getattr(args, "max_memory", None),
-                      offload_folder=getattr(args, "offload_folder", None))
+                      offload_folder=getattr(args, "offload_folder", None), retime=retime)
 
 
 def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 from ..errors import ConfigError, SpecvizError
-from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, check_trace_path, config_message,
-                     add_runtime_arguments, decoding_values, flag, parse_set, read_context, renamed_flag, runtime_request)
+from .common import (DECODING_FLAGS, EXIT_INTERRUPTED, METAVARS, add_record_argument, add_runtime_arguments,
+                     check_trace_path, config_message, decoding_values, flag, parse_set, read_context, renamed_flag,
+                     runtime_request)
 from .errors import UsageError
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..core.trace import Trace
+    from ..drafters.kit.store import DrafterStore
     from ..engine.service import DrafterPlan, Run
 
 
@@ -55,6 +60,7 @@ def add_arguments(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="a drafter setting (repeatable), e.g. --set num_draft=8")
     gen.add_argument("--trace", metavar="FILE", help="write the full trace (JSON) to FILE")
+    add_record_argument(gen, "teach")
     gen.add_argument("--check", action="store_true",
                      help="also run vanilla and compare: the first differing token, the target's "
                           "top-2 logits there, near-tie (rounding) or mismatch (a bug; exit 1)")
@@ -80,10 +86,10 @@ def drafter_choice_values(text: str, set_items: Sequence[str] | None) -> Drafter
                          "see `python -m specviz drafters`)") from None
 
 
-_PROCESS_STORE: Any = None
+_PROCESS_STORE: DrafterStore | None = None
 
 
-def process_store() -> Any:
+def process_store() -> DrafterStore:
     """This process's drafters.store.DrafterStore: what drafters keep across generations (ADED's
     adapted table) lives as long as the command (a CLI process serves one user)."""
     global _PROCESS_STORE
@@ -113,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--prompt: the prompt is empty; give a question or instruction "
                          "(or a non-empty --context-file)")
     check_trace_path(args.trace)
+    if args.check and args.record == "off":
+        raise UsageError("--check: tells a near-tie from a bug by the top logits, which --record off does not "
+                         "keep; use --record teach or bench")
     target = runtime_request(args)
 
     from transformers.utils import logging as hf_logging
@@ -121,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if args.passage_index:               # retrieved chunks become the context the trie drafts from
         context, message = retrieved_context(args)
     request = replace(target, drafter=args.drafter, settings=tuple(parse_set(args.set).items()),
-                      decoding=decoding, message=message, context=context, chat=args.chat)
+                      decoding=decoding, message=message, context=context, chat=args.chat, recorder=args.record)
     name = drafter.spec.name
     live = service.start(request, drafter=drafter, store=process_store(), on_reference=(
         lambda base: print(f"{name}: no --set {REFERENCE_SETTING}=...; running {base.name} first "
@@ -142,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     print_output(trace, streamer)
     status = 0
     if args.check:
-        trace, status = check_with_vanilla(live.lm, live.prompt, decoding, trace, live.reference)
+        trace, status = check_with_vanilla(live, trace)
     for message in trace.errors:
         print(f"warning: {message} (decoding went on without it)", file=sys.stderr)
     write_trace(trace, args.trace)
@@ -152,25 +161,24 @@ def run(args: argparse.Namespace) -> int:
 EXIT_MISMATCH = 1
 
 
-def check_with_vanilla(lm: Any, prompt: Any, decoding: Any, trace: Any, reference: Any = None) -> tuple[Any, int]:
-    """`generate --check`: run the baseline (vanilla) on the same input (unless `reference` is
-    its run already), print where the outputs part and why (divergence.py); the trace gains the
-    result. Exit status 1 for a mismatch (a bug), else 0."""
+def check_with_vanilla(live: Run, trace: Trace) -> tuple[Trace, int]:
+    """`generate --check`: the baseline (vanilla) on the same request through the run service
+    (unless the run made it already: `live.reference`), and where the outputs part and why
+    (divergence.py); the trace gains the result. Exit status 1 for a mismatch (a bug), else 0."""
     from ..analysis.divergence import MISMATCH, speed_note, with_divergence
-    from ..drafters import baseline
-    from ..engine import generate
+    from ..engine import service
 
-    base = baseline().name
+    reference = live.reference
     if reference is None:
-        reference = generate(lm, prompt, base, None, decoding)
+        reference = service.run(service.baseline_request(live.request), lm=live.lm)
     trace, d = with_divergence(trace, reference)
     print(f"check: {d.line({**reference.token_text, **trace.token_text})}")
-    print(f"check: {speed_note(d)} (run {d.run_seconds:.2f} s, {base} {d.reference_seconds:.2f} s "
+    print(f"check: {speed_note(d)} (run {d.run_seconds:.2f} s, {reference.drafter} {d.reference_seconds:.2f} s "
           f"for {d.shared_tokens} tokens, {d.dtype})", flush=True)
     return trace, (EXIT_MISMATCH if d.verdict == MISMATCH else 0)
 
 
-def write_trace(trace: Any, path: str | None) -> None:
+def write_trace(trace: Trace, path: str | None) -> None:
     if path is None:
         return
     from ..files.user_files import write_text_atomic
@@ -179,7 +187,7 @@ def write_trace(trace: Any, path: str | None) -> None:
     print(f"trace written to {path}", file=sys.stderr)
 
 
-def finish_interrupted(args: argparse.Namespace, live: Run, streamer: Any) -> int:
+def finish_interrupted(args: argparse.Namespace, live: Run, streamer: "Streamer | None") -> int:
     """Ctrl-C: keep what was generated. The steps so far (`live`: the run service's Run) become
     a trace marked `stopped` (as the explorer's Stop makes), its text is printed and the trace
     written; exit 130."""
@@ -199,7 +207,7 @@ def finish_interrupted(args: argparse.Namespace, live: Run, streamer: Any) -> in
 
 # --- output ---------------------------------------------------------------------------------
 
-def print_output(trace: Any, streamer: "Streamer | None") -> None:
+def print_output(trace: Trace, streamer: "Streamer | None") -> None:
     """The text (the rest of it, when streamed) and the summary line, on stdout."""
     if streamer:
         streamer.finish(trace.output_text)
@@ -208,7 +216,7 @@ def print_output(trace: Any, streamer: "Streamer | None") -> None:
     print(summary_line(trace), flush=True)
 
 
-def summary_line(trace: Any) -> str:
+def summary_line(trace: Trace) -> str:
     t = trace.totals
     m = trace.draft_metrics()
     model = (f", alpha {m['alpha']:.2f}, c {m['c']:.2f}, expected speedup {m['expected_speedup']:.2f}x"
@@ -222,7 +230,7 @@ def summary_line(trace: Any) -> str:
 class Streamer:
     """Print the output as it is committed, holding back an incomplete UTF-8 character."""
 
-    def __init__(self, tokenizer: Any, out: Any) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, out: TextIO) -> None:
         self.tokenizer, self.out = tokenizer, out
         self.ids: list[int] = []
         self.printed = ""

@@ -1,8 +1,10 @@
-"""`python -m specviz train-eagle --kind eagle,eagle3`: train EAGLE (EAGLE-1/-2) and EAGLE-3 draft
-heads for a frozen target as the authors train them; resumable; a held-out curve as it goes.
+"""`python -m specviz train-eagle --kind eagle,eagle3,mtp`: train EAGLE (EAGLE-1/-2) and EAGLE-3 draft
+heads for a frozen target as the authors train them, and an MTP module (DeepSeek-V3's, for a target
+that has none); resumable (a kind new to a run starts fresh beside the others); a held-out curve as it goes.
 
-The training itself is the library: specviz/eagle/train.py (the heads and their losses) in
-netkit/recipe.train_online (the loop: one target pass per batch shared by every head). This module
+The training itself is the library: specviz/eagle/train.py (EAGLE's and EAGLE-3's heads and losses),
+specviz/mtp/train.py (MTP's) in netkit/recipe.train_online (the loop: one target pass per batch
+shared by every head). This module
 reads the flags and the data (netkit/data.py: ShareGPT, `specviz distill`'s .jsonl or texts, with
 the target's chat template and the loss on the assistant turns; several sources taken in turn
 by --data-weights), sizes the draft vocabulary by its measured coverage of the target's choices,
@@ -11,10 +13,13 @@ and writes the run folder --out:
     OUT/run.json      where the run is (steps, tokens, batches per source, the coverage curve)
     OUT/curve.csv     held-out top-1 per draft position (teacher-forced, chained) against tokens
     OUT/vocab.pt      the draft vocabulary (target ids, most frequent first)
-    OUT/<kind>/       each head: config.json + model.safetensors (authors' layout) + training.pt
+    OUT/<kind>/       each head: config.json + model.safetensors (authors' layout; mtp: specviz's MTP
+                      layout, DeepSeek's names) + training.pt
 
 --export DIR writes fp16 copies without the training state as DIR/<kind>-<model>/ (the names
-specviz/data/checkpoints/ ships). --device cuda with --target-dtype bfloat16 is the GPU path.
+specviz/data/checkpoints/ ships) after training; with --export-only, from the run's last save
+without training or writing to --out (safe while the run goes on), with a model card per head
+(DIR/<kind>-<model>.md, netkit/card.py). --device cuda with --target-dtype bfloat16 is the GPU path.
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed
                        check_apart, check_fresh_export, check_fresh_out, check_run_flags, config_from,
                        eagle_folder, needs_tokenizer, set_threads)
 
-RUN_FILES = {"run.json", "run.tmp", "curve.csv", "vocab.pt", "vocab.tmp", "train.log"}
+RUN_FILES = {"run.json", "run.tmp", "curve.csv", "curve.tmp", "vocab.pt", "vocab.tmp", "train.log"}
+MTP = "mtp"                        # the MTP module, a kind beside EAGLE's (mtp/train.py)
 VOCAB_WINDOWS = 4096               # training windows (per source) whose assistant tokens rank the draft vocabulary
 
 
@@ -35,9 +41,12 @@ def add_arguments(p: Any) -> None:
     from ..eagle.model import KINDS
     from ..eagle.train import EagleTrainConfig
 
-    d = EagleTrainConfig()
-    p.add_argument("--kind", default=d.kind, metavar="|".join(KINDS) + "|" + ",".join(KINDS),
-                   help="the heads to train, side by side on one target pass per batch (default: eagle3)")
+    from ..mtp.train import MTPTrainConfig
+
+    d, m = EagleTrainConfig(), MTPTrainConfig()
+    p.add_argument("--kind", default=d.kind, metavar="|".join((*KINDS, MTP)) + "|" + ",".join((*KINDS, MTP)),
+                   help="the heads to train, side by side on one target pass per batch (default: eagle3); "
+                        "with --resume, a kind new to the run starts fresh beside the others")
     add_source_arguments(p, "the run's folder: run.json, curve.csv, vocab.pt and one folder per head "
                             "(default: train-eagle/<model> in the specviz cache)")
     p.add_argument("--data-weights", default=None, metavar="W1,W2",
@@ -52,6 +61,14 @@ def add_arguments(p: Any) -> None:
                    help="the head's MLP width (0: the target's, as the authors)")
     p.add_argument("--ttt", type=int, default=d.ttt, help="eagle3: training-time-test steps (authors: 7)")
     p.add_argument("--positions", type=int, default=d.positions, help="held-out: draft positions evaluated")
+    p.add_argument("--mtp-unroll", type=int, default=m.unroll, metavar="N",
+                   help="mtp: steps of the one module on its own output per training row (vLLM reuses it for "
+                        "num_speculative_tokens steps; 1: DeepSeek-V3's objective alone)")
+    p.add_argument("--mtp-positions", type=int, default=m.positions, metavar="N",
+                   help="mtp: held-out draft positions evaluated (its logits run over the whole vocabulary)")
+    p.add_argument("--mtp-steps", type=int, default=m.steps, metavar="N",
+                   help="mtp: its own optimiser steps, fewer than the run's (0: to the run's end); its schedule "
+                        "runs over them from the step it joined at")
     p.add_argument("--steps", type=int, default=d.steps, help="optimiser steps (the schedule's length)")
     add_batch_arguments(p, d)
     p.add_argument("--held-out", type=int, default=16, metavar="K",
@@ -61,6 +78,9 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--save-every", type=int, default=d.save_every, metavar="N", help="save every N steps")
     p.add_argument("--save-minutes", type=float, default=15.0, help="and every this many minutes")
     add_resume_arguments(p, export="DIR")
+    p.add_argument("--export-only", action="store_true",
+                   help="with --export DIR: write the fp16 heads of --out's last save and their model cards "
+                        "(DIR/<kind>-<model>.md) without training and without writing to --out")
     p.add_argument("--target-dtype", default="float32", choices=("float32", "bfloat16"),
                    help="the target's pass: float32, or its decoder under bfloat16 autocast (features kept "
                         "and its logits taken in fp32)")
@@ -73,7 +93,7 @@ def run_folder(path: Path) -> Held:
     from ..eagle.model import KINDS
 
     names = {p.name for p in path.iterdir()}
-    if "run.json" not in names or not names <= RUN_FILES | set(KINDS):
+    if "run.json" not in names or not names <= RUN_FILES | set(KINDS) | {MTP}:
         head = eagle_folder(path)                   # a head's folder: an --export copy is named as one
         return "export" if head == "export" else "other"
     return "run"
@@ -83,9 +103,10 @@ def kinds_of(text: str) -> list[str]:
     from ..eagle.model import KINDS
 
     kinds = [k.strip() for k in str(text).split(",") if k.strip()]
-    bad = [k for k in kinds if k not in KINDS]
+    known = (*KINDS, MTP)
+    bad = [k for k in kinds if k not in known]
     if not kinds or bad or len(set(kinds)) != len(kinds):
-        raise UsageError(f"--kind: give one or more of {', '.join(KINDS)}, comma-separated, each once; got {text!r}")
+        raise UsageError(f"--kind: give one or more of {', '.join(known)}, comma-separated, each once; got {text!r}")
     return kinds
 
 
@@ -110,7 +131,29 @@ def export_folder(export: Path, kind: str, model: str) -> Path:
     return export / f"{kind}-{slug}"
 
 
-def check_flags(args: Any, cfgs: list[Any], out: Path) -> None:
+def head_folder(path: Path) -> Held:
+    """check_fresh's `held` for a head's folder that train-eagle writes: an EAGLE / EAGLE-3 one
+    (eagle_folder) or an MTP module in specviz's layout (its files only, config.json naming
+    specviz's MTP format), with training.pt ("run") or without it ("export"); else "other"."""
+    from ..mtp import checkpoint as mtp_ckpt
+    from ..netkit.files import CheckpointError
+
+    held = eagle_folder(path)
+    if held != "other":
+        return held
+    names = {p.name for p in path.iterdir()}
+    if not names <= set(EAGLE_FILES) or not {"config.json", "model.safetensors"} <= names:
+        return "other"
+    try:
+        entry = mtp_ckpt.read_config(path).get("specviz")
+    except CheckpointError:
+        return "other"
+    if not isinstance(entry, dict) or entry.get("format") != mtp_ckpt.FORMAT:
+        return "other"
+    return "run" if "training.pt" in names else "export"
+
+
+def check_flags(args: Any, cfgs: list[Any], kinds: list[str], out: Path) -> None:
     """Every flag and output checked before the target loads."""
     from ..files.user_files import check_output_dir
 
@@ -123,35 +166,46 @@ def check_flags(args: Any, cfgs: list[Any], out: Path) -> None:
     if not 0 < args.save_minutes < 1e6:
         raise ConfigError("save_minutes", f"must be a positive number of minutes below 1e6, got {args.save_minutes}")
     check_output_dir(str(out), "--out")
-    check_fresh_out(out, run_folder, "a train-eagle run's", True, args.resume, args.overwrite)
+    if args.export_only:
+        if not args.export:
+            raise UsageError("--export-only: give --export DIR, where the heads and their cards go")
+        if args.resume:
+            raise UsageError("--export-only: reads --out's last save without training; drop --resume")
+        if not (out / "run.json").is_file():
+            raise UsageError(f"--export-only: no train-eagle run at {str(out)!r} (no run.json) to export from")
+    else:
+        check_fresh_out(out, run_folder, "a train-eagle run's", True, args.resume, args.overwrite)
     if args.export:
         export = Path(args.export).expanduser()
         check_output_dir(str(export), "--export")
-        for cfg in cfgs:
-            folder = export_folder(export, cfg.kind, args.model)
+        for kind in kinds:
+            folder = export_folder(export, kind, args.model)
             check_apart(out, folder, True)
-            check_fresh_export(folder, eagle_folder, "an EAGLE", True, args.resume, args.overwrite)
+            check_fresh_export(folder, head_folder, "a train-eagle head", True, args.resume, args.overwrite)
 
 
 def run(args: Any) -> int:
     import torch
 
-    from ..eagle import checkpoint as ckpt
     from ..eagle.train import (EagleHead, EagleTrainConfig, check_sizes, coverage_curve, frequent_ids, kind_configs,
                                vocab_for)
     from ..files.cachedir import cache_dir
     from ..models import load_model
+    from ..mtp.train import MTPTrainConfig, MTPTrainHead
     from ..netkit.data import DataError, masked_batches, mixed_batches, split_windows, token_counts
     from ..netkit.recipe import OnlineSchedule, RunState, freeze_target, train_online
     from ..netkit.target_pass import feature_pass
 
     kinds = kinds_of(args.kind)
-    base = config_from(EagleTrainConfig, args, kind=kinds[0])
-    cfgs = kind_configs(base, kinds)
+    eagle_kinds = [k for k in kinds if k != MTP]
+    base = config_from(EagleTrainConfig, args, kind=(eagle_kinds or ["eagle3"])[0])
+    cfgs: list[Any] = kind_configs(base, eagle_kinds)
+    mtp_cfg = MTPTrainConfig(unroll=args.mtp_unroll, positions=args.mtp_positions, steps=args.mtp_steps,
+                             lr=base.lr, seq_len=base.seq_len)
     sources, weights = sources_of(args)
     slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in args.model)
     out = Path(args.out).expanduser() if args.out else cache_dir() / "train-eagle" / slug
-    check_flags(args, cfgs, out)
+    check_flags(args, [base, *cfgs, *([mtp_cfg] if MTP in kinds else [])], kinds, out)
     set_threads(args.threads)
     lm = load_model(args.model, device=args.device, dtype="float32", cpu_linear=False)
     needs_tokenizer(lm, args.model)
@@ -159,6 +213,8 @@ def run(args: Any) -> int:
     for cfg in cfgs:
         check_sizes(cfg, target)
     freeze_target(target, base.seed)
+    if args.export_only:
+        return export_only(args, kinds, out, target, lm.model_id, cfgs, mtp_cfg)
     autocast = torch.bfloat16 if args.target_dtype == "bfloat16" else None
     vocab_size = int(target.get_input_embeddings().weight.shape[0])
     device = lm.device
@@ -209,14 +265,28 @@ def run(args: Any) -> int:
         tmp.replace(vocab_file)
     vocab = order[:k].to(device)
 
-    heads = [EagleHead(target, lm.model_id, cfg, vocab, out / cfg.kind, args.resume, data_name=args.data)
-             for cfg in cfgs]
-    if args.resume:
-        steps_done = {int(torch.load(out / c.kind / "training.pt", map_location="cpu", weights_only=True)["step"])
-                      for c in cfgs}
-        if steps_done != {state.step}:
-            raise UsageError(f"--resume: the heads in {str(out)!r} are at steps {sorted(steps_done)}, the run at "
-                             f"{state.step}; start a new --out")
+    # a kind is continued when the run holds it (its folder or its counters), else it starts fresh
+    # beside the others (a kind new to the run: its own counters from 0, joining at the step reached)
+    def continued(kind: str) -> bool:
+        return args.resume and ((out / kind).exists() or kind in state.heads)
+
+    heads: list[Any] = []
+    for kind in kinds:
+        if kind == MTP:
+            heads.append(MTPTrainHead(target, lm.model_id, mtp_cfg, out / MTP, continued(MTP), data_name=args.data))
+        else:
+            cfg = next(c for c in cfgs if c.kind == kind)
+            heads.append(EagleHead(target, lm.model_id, cfg, vocab, out / kind, continued(kind), data_name=args.data))
+    for head in heads:
+        resumed = continued(head.name)
+        progress = state.progress(head.name, resumed=resumed)
+        if resumed:
+            done = int(torch.load(out / head.name / "training.pt", map_location="cpu", weights_only=True)["step"])
+            if done != progress.step:
+                raise UsageError(f"--resume: the head in {str(out / head.name)!r} is at step {done}, the run records "
+                                 f"{progress.step} for it; start a new --out")
+        elif args.resume:
+            print(f"{head.name}: new to the run, starts fresh at the run's step {state.step}", flush=True)
     batches = mixed_batches(sources, weights, tok, base.seq_len, base.batch, skip=state.batches,
                             max_records=args.max_texts)
     schedule = OnlineSchedule(steps=base.steps, lr=base.lr, warmup=base.warmup, eval_every=args.eval_every,
@@ -225,15 +295,53 @@ def run(args: Any) -> int:
                          log=lambda line: print(line, flush=True))
     if args.export:
         for head in heads:
-            head.save(state)
-            folder = export_folder(Path(args.export).expanduser(), head.name, args.model)
-            extra = ckpt.read_config(head.out).get("specviz") or {}
-            (folder / "training.pt").unlink(missing_ok=True)
-            ckpt.save(folder, head.module, extra, None, torch.float16)
+            head.export(export_folder(Path(args.export).expanduser(), head.name, args.model), state.heads[head.name])
     print(f"saved {out}: {', '.join(kinds)} after {state.step} steps, {state.tokens} tokens"
           + "".join(f"; {h.name} held-out top-1 per draft position: " + ", ".join(f"{a:.3f}" for a in h.held_out["top1"])
                     for h in heads if h.held_out))
     return 0
+
+
+def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: str, cfgs: list[Any],
+                mtp_cfg: Any) -> int:
+    """--export-only: each head of `kinds` as --out's last save holds it, in fp16 without its
+    training state, into --export as <kind>-<model>/, and its model card <kind>-<model>.md
+    (netkit/card.py: run.json, curve.csv, the data). Reads --out only (safe while a run writes it:
+    every file there is replaced whole)."""
+    from ..eagle import checkpoint as ckpt
+    from ..mtp import checkpoint as mtp_ckpt
+    from ..netkit import card
+    from ..netkit.files import CheckpointError
+    from ..netkit.recipe import RunState
+
+    state = RunState.read(out / "run.json")
+    export = Path(args.export).expanduser()
+    for kind in kinds:
+        src, folder = out / kind, export_folder(export, kind, args.model)
+        try:
+            if kind == MTP:
+                module, _ = mtp_ckpt.load(str(src), target, target_id)
+                extra = mtp_ckpt.read_config(src).get("specviz") or {}
+                (folder / "training.pt").unlink(missing_ok=True)
+                mtp_ckpt.save(folder, module, extra, None, torch_half())
+            else:
+                draft = ckpt.load(src, target, target_id, kind)
+                extra = ckpt.read_config(src).get("specviz") or {}
+                (folder / "training.pt").unlink(missing_ok=True)
+                ckpt.save(folder, draft, extra, None, torch_half())
+        except CheckpointError as err:
+            raise UsageError(f"--export-only: {str(src)!r}: {str(err).removeprefix('checkpoint: ')}") from None
+        text = card.model_card(kind, args.model, folder, extra, state, out / "curve.csv")
+        path = folder.with_name(folder.name + ".md")
+        path.write_text(text)
+        print(f"{kind}: {extra.get('steps')} steps, {extra.get('tokens')} tokens -> {folder} "
+              f"({sum(f.stat().st_size for f in folder.iterdir()) / 2**20:.1f} MiB), card {path}", flush=True)
+    return 0
+
+
+def torch_half() -> Any:
+    import torch
+    return torch.float16
 
 
 def _take(it: Any, n: int) -> Any:

@@ -30,9 +30,28 @@ accepted share equal to q: read a sampling run's diagram as what it is, acceptan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 from .flat_tree import depths
+from .tree import DraftTree
+
+
+class StepLike(Protocol):
+    """What calibration reads of a step (core/trace.StepRecord, which imports this module)."""
+    @property
+    def tree(self) -> DraftTree: ...
+    @property
+    def accepted(self) -> tuple[int, ...]: ...
+    @property
+    def info(self) -> dict[str, Any]: ...
+
+
+class TraceLike(Protocol):
+    """What calibration reads of a trace (core/trace.Trace)."""
+    @property
+    def confidence(self) -> str | None: ...
+    @property
+    def steps(self) -> Sequence[StepLike]: ...
 
 N_BINS = 10
 KINDS = ("probability", "path_probability", "chance")      # drafters.base.CONFIDENCE_KINDS
@@ -131,7 +150,7 @@ def expected_calibration_error(rel: Reliability) -> float:
 
 # ---- confidence per node, from a step ----------------------------------------------------------
 
-def step_chances(step: Any) -> list[float | None] | None:
+def step_chances(step: StepLike) -> list[float | None] | None:
     """The recorded chance of each node of the step's tree (None where the node has none, as
     the lookahead columns hierarchy grafts after the cut); None when the record does not line
     up with the tree (then the step is skipped)."""
@@ -150,7 +169,7 @@ def step_chances(step: Any) -> list[float | None] | None:
     return [float(chance[i]) for i in kept] + [None] * (n - len(kept))
 
 
-def node_confidences(step: Any, kind: str) -> tuple[list[float | None], list[float | None]] | None:
+def node_confidences(step: StepLike, kind: str) -> tuple[list[float | None], list[float | None]] | None:
     """(conditional confidence given the parent, confidence of reaching the node) per node of
     the step's tree, None where a node has none; None for a step whose record does not line up."""
     if kind not in KINDS:
@@ -175,13 +194,15 @@ def node_confidences(step: Any, kind: str) -> tuple[list[float | None], list[flo
     cond = [None if c is None else min(1.0, max(0.0, c)) for c in cond]
     path: list[float | None]
     if kind == "path_probability":
+        assert tree.scores is not None                  # checked above: a path probability per node
         path = [min(1.0, max(0.0, float(s))) for s in tree.scores]
     else:
         path = []
         for i, p in enumerate(tree.parents):
-            above = 1.0 if p < 0 else path[p]
+            reach: float | None = 1.0 if p < 0 else path[p]
+
             c = cond[i]
-            path.append(None if c is None or above is None else c * above)
+            path.append(None if c is None or reach is None else c * reach)
     return cond, path
 
 
@@ -214,7 +235,7 @@ class Calibration:
                            int(d.get("steps", 0)), int(d.get("skipped_steps", 0)))
 
 
-def calibration(steps: Sequence[Any], kind: str, n_bins: int = N_BINS) -> Calibration:
+def calibration(steps: Sequence[StepLike], kind: str, n_bins: int = N_BINS) -> Calibration:
     """The calibration of StepRecords whose drafter's confidence is `kind`."""
     node_pairs: list[tuple[float, bool]] = []
     path_pairs: list[tuple[float, bool]] = []
@@ -239,7 +260,7 @@ def calibration(steps: Sequence[Any], kind: str, n_bins: int = N_BINS) -> Calibr
     return Calibration(kind, reliability(node_pairs, n_bins), reliability(path_pairs, n_bins), counted, skipped)
 
 
-def of_trace(trace: Any, n_bins: int = N_BINS) -> Calibration | None:
+def of_trace(trace: TraceLike, n_bins: int = N_BINS) -> Calibration | None:
     """The trace's calibration; None where its drafter declares no confidence (or the trace
     was written before `confidence` was recorded)."""
     kind = getattr(trace, "confidence", None)

@@ -54,6 +54,8 @@ class Proposal:
             raise ValueError(f"proposal: node {orphan} is kept without its parent {self.tree.parents[orphan]}")
         if any(not (math.isfinite(c) and 0.0 <= c <= 1.0) for c in self.chance):
             raise ValueError("proposal: a chance is not a probability (0 to 1)")
+        # 4 significant digits, as JSON keeps them: a proposal read back equals the one written
+        object.__setattr__(self, "chance", tuple(float(f"{c:.4g}") for c in self.chance))
 
     @property
     def cut(self) -> int:
@@ -91,8 +93,7 @@ class Proposal:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON: the tree as DraftTree.to_dict writes it, `kept`, `chance` (4 significant digits)."""
-        return {"tree": self.tree.to_dict(), "kept": list(self.kept),
-                "chance": [float(f"{c:.4g}") for c in self.chance]}
+        return {"tree": self.tree.to_dict(), "kept": list(self.kept), "chance": list(self.chance)}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Proposal":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import ConfigError, warn_renamed
 from ..files.user_values import ascii_int, shown
@@ -102,7 +102,7 @@ def describe(config_cls: type) -> list[SettingInfo]:
     return infos
 
 
-def check_ranges(config: Any) -> None:
+def check_ranges(config: "Settings") -> None:
     """Raise ConfigError for the first field outside its declared range or type."""
     for info in describe(type(config)):
         value = getattr(config, info.name)
@@ -131,6 +131,8 @@ def check_ranges(config: Any) -> None:
 class Settings:
     """Base for frozen config dataclasses: ranges are checked on construction, then `check()`
     (override it for rules across fields, raising ConfigError)."""
+    # every subclass is a dataclass (this says so to a type checker: dataclasses.replace, fields)
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -198,7 +200,7 @@ def build(config_cls: type[T], values: Mapping[str, Any] | None = None) -> T:
         raise ConfigError(config_cls.__name__, str(err)) from None
 
 
-def renamed_values(config_cls: type, values: dict[str, Any], infos: Any) -> dict[str, Any]:
+def renamed_values(config_cls: type, values: dict[str, Any], infos: Iterable[SettingInfo]) -> dict[str, Any]:
     """Old setting names (`setting(..., was=OLD)`) replaced by the new ones, each with a
     RenamedSettingWarning; both names at once is a ConfigError."""
     for info in infos:
@@ -210,6 +212,6 @@ def renamed_values(config_cls: type, values: dict[str, Any], infos: Any) -> dict
     return values
 
 
-def to_dict(config: Any) -> dict[str, Any]:
+def to_dict(config: "Settings") -> dict[str, Any]:
     """JSON-friendly dict of a config (tuples become lists)."""
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(config).items()}

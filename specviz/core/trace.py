@@ -32,6 +32,9 @@ SCHEMA_FILE = "trace.schema.json"       # in specviz/data
 
 
 TOP_LOGITS = 4     # per committed token, how many of the target's largest logits a trace keeps
+TopLogitsRow = tuple[tuple[int, float], ...]   # one row's largest logits as (id, logit) pairs, best first
+# what made a trace's per-step records (engine/record.py); a trace without one was made by `teach`
+RECORDERS = ("teach", "bench", "off")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,17 +48,20 @@ class StepRecord:
     bonus: int                         # the target's own token after the accepted path
     new_tokens: tuple[int, ...]        # what the step committed (accepted + bonus, cut at a stop)
     target_top: tuple[int, ...]        # target argmax per input row: root, then each node
-    target_prob: tuple[float, ...]     # target probability of each node's token given its parent
-    timings: dict[str, float]          # seconds per phase (timing.PHASES)
+    # target probability of each node's token given its parent; () where the recorder keeps none
+    target_prob: tuple[float, ...]
+    timings: dict[str, float]          # seconds per phase (timing.PHASES) the recorder kept
     wall: float                        # seconds of the whole step (prefill included for step 0)
     info: dict[str, Any] = field(default_factory=dict)  # drafter notes (JSON-able)
     stop: str | None = None            # "eos", "length", "stop_string" on the last step
     # per new token, the target's largest logits (TOP_LOGITS of them) at the row that chose
-    # it, as (id, logit) pairs, best first; empty in traces written before they were kept
-    top_logits: tuple[tuple[tuple[int, float], ...], ...] = ()
+    # it, as (id, logit) pairs, best first; empty in traces written before they were kept, and
+    # where the recorder keeps none (`off`)
+    top_logits: tuple[TopLogitsRow, ...] = ()
     peak_memory_mb: float | None = None  # peak GPU memory allocated so far in the run (None: not on a GPU)
     # the target's probability of its own top token per input row (root, then each node):
-    # what the target wanted where it rejected a draft; () in traces recorded before it existed
+    # what the target wanted where it rejected a draft; () in traces recorded before it existed,
+    # and where the recorder keeps no probabilities (`bench`, `off`)
     target_top_prob: tuple[float, ...] = ()
     # what the drafter proposed before its own sizing cut the tree (core/proposal.py): the uncut
     # tree, each node's chance, the nodes kept; None where nothing was cut (and in older traces)
@@ -182,7 +188,19 @@ class Trace:
     # without drafts): {"step": the step it failed at, "phase": "propose" or "observe", "error":
     # "TypeError: ..."}; None when it never failed, and in traces written before it was kept
     drafter_disabled: dict[str, Any] | None = None
+    # which recorder made the steps (RECORDERS, engine/record.py): what they keep beyond the text;
+    # None in traces written before the choice existed (they were all "teach")
+    recorder: str | None = None
+    # the forward-cost curve that sized the drafts (models/cost_cache.py): {"key": the machine, model,
+    # dtype, threads and cpu_linear it was measured for, "measured_at": ISO time, "age_s": its age when
+    # the run started, "source": "disk" | "timed" | "given"}; None in older traces
+    cost_curve: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def recorded_by(self) -> str:
+        """The recorder that made the steps ("teach" for a trace from before the choice)."""
+        return self.recorder or "teach"
 
     def draft_metrics(self) -> dict[str, float]:
         """For model drafters (draft_model, self_draft, glide): acceptance rate alpha, cost
@@ -216,6 +234,9 @@ class Trace:
         d = asdict(self)
         d["steps"] = [s.to_dict() for s in self.steps]
         d["token_text"] = {str(k): v for k, v in self.token_text.items()}
+        for key in ("recorder", "cost_curve"):         # written when known: an older trace reads back as it was
+            if d[key] is None:
+                del d[key]
         # derived from the steps, written for other tools (vLLM's counter names); recomputed, not read
         d["spec_decode"] = self.position_metrics().to_dict()
         return d
@@ -301,7 +322,8 @@ def check_values(trace: Trace) -> None:
             if s.tree.parents[a] != parent:
                 raise bad(f"{where}.accepted: node {a} does not continue the accepted path")
             parent = a
-        if len(s.target_prob) != n:
+        shown = trace.recorded_by == "teach" or bool(s.target_prob)    # () where the recorder keeps none
+        if shown and len(s.target_prob) != n:
             raise bad(f"{where}.target_prob: {len(s.target_prob)} values for {n} tree nodes")
         if len(s.target_top) < 1 + len(s.accepted):
             raise bad(f"{where}.target_top: {len(s.target_top)} values, fewer than the accepted path needs")
@@ -332,6 +354,8 @@ def check_values(trace: Trace) -> None:
             raise bad(f"steps[{k}].committed_len: {s.committed_len}, but the prompt and the earlier steps "
                       f"committed {before} tokens")
         before += len(s.new_tokens)
+    if trace.recorder is not None and trace.recorder not in RECORDERS:
+        raise bad(f"recorder {trace.recorder!r} is not one of {', '.join(RECORDERS)}")
     off = trace.drafter_disabled
     if off is not None and not off["step"] < len(trace.steps):
         raise bad(f"drafter_disabled: step {off['step']} is not one of the {len(trace.steps)} steps")

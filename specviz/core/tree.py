@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .flat_tree import FlatTree
+from .transfer import host_to, to_device
 
 
 @dataclass(frozen=True)
@@ -136,9 +137,9 @@ def build_buffers(tree: DraftTree, root_token: int, past_len: int, dtype: torch.
     """
     n = len(tree)
     pad = max(0, pad_to - (n + 1))
-    input_ids = torch.tensor([[root_token, *tree.tokens] + [root_token] * pad], dtype=torch.long,
-                             device=device)
-    depth = torch.tensor((0, *tree.depths) + (0,) * pad, dtype=torch.long, device=device)
+    # copied without waiting for the device (transfer.py): no synchronisation in the step
+    input_ids = to_device([[root_token, *tree.tokens] + [root_token] * pad], device)       # [1, rows]
+    depth = to_device((0, *tree.depths) + (0,) * pad, device)                              # [rows]
     position_ids = (past_len + depth).unsqueeze(0)
     rows = n + 1 + pad
     # only the tree's own columns are computed; the committed prefix is visible to every row, so
@@ -151,7 +152,7 @@ def build_buffers(tree: DraftTree, root_token: int, past_len: int, dtype: torch.
     tree_part[: n + 1, : n + 1] = torch.from_numpy(tree.ancestor_matrix())
     tree_mask = torch.zeros((rows, rows), dtype=dtype).masked_fill_(~tree_part, torch.finfo(dtype).min)
     mask = torch.zeros((1, 1, rows, past_len + rows), dtype=dtype, device=device)   # [1, 1, rows, past + rows]
-    mask[0, 0, :, past_len:] = tree_mask.to(device)
+    mask[0, 0, :, past_len:] = host_to(tree_mask, device)
     return TreeBuffers(input_ids, position_ids, mask)
 
 

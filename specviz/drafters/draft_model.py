@@ -56,7 +56,7 @@ def check_same_tokenizer(draft: Any, target: Any) -> None:
             f"{target.model_id!r}: {why}; pick a draft model of the same family")
 
 
-class DraftModel(ModelDrafter):
+class DraftModel(ModelDrafter[DraftModelConfig]):
     name = "draft_model"
 
     def draft_lm(self, config: DraftModelConfig, setup: DraftSetup) -> DraftLM:

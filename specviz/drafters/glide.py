@@ -207,7 +207,7 @@ def beam_search(chain: ChainLoop, ctx: DraftContext, gamma: int, width: int) -> 
     return ChainResult(built.build(), forwards, fed, time.perf_counter() - start)
 
 
-class Glide(ModelDrafter):
+class Glide(ModelDrafter[GlideConfig]):
     """GLIDE's draft: a chain, with CAPE's siblings when `cape` is on, or a beam search."""
     name = "glide"
 

@@ -91,7 +91,7 @@ class SelfDraftLM(HFDraftLM):
         return hf_forward(self, ids)                                  # [n, V]
 
 
-class SelfDraft(ModelDrafter):
+class SelfDraft(ModelDrafter[SelfDraftConfig]):
     name = "self_draft"
 
     def draft_lm(self, config: SelfDraftConfig, setup: DraftSetup) -> DraftLM:

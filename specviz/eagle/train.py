@@ -46,7 +46,7 @@ import torch
 
 from ..errors import ConfigError
 from ..models.hidden import FINAL
-from ..netkit.recipe import MAX_STEPS, RunState, TrainSchedule, check_least, optimiser_for
+from ..netkit.recipe import MAX_STEPS, HeadProgress, RunState, TrainSchedule, check_least, optimiser_for
 from ..netkit.target_pass import FeaturePass
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
@@ -127,9 +127,10 @@ def vocab_for(curve: dict[int, float], coverage: float, vocab_size: int) -> int:
     return next((k for k, c in sorted(curve.items()) if c >= coverage), vocab_size)
 
 
-def unroll(draft: EagleDraft, feat: torch.Tensor, ids: torch.Tensor, steps: int,
+def unroll(draft: Any, feat: torch.Tensor, ids: torch.Tensor, steps: int,
            noise: float = 0.0) -> list[torch.Tensor]:
-    """The head unrolled `steps` steps over a batch: feat [B, T, F] (the target's features), ids
+    """The head (an EagleDraft, or a module with its call: mtp/model.MTPHead) unrolled `steps` steps
+    over a batch: feat [B, T, F] (the target's features), ids
     [B, T]. Row j (j = 0..T-2) reads (f_j, t_{j+1}) at step 0 and (its own step s-1 output at
     row j-1, t_{j+1}) at step s, seeing step 0's rows up to j-s and step s' rows j-(s-s').
     Returns per step the outputs [B, T-1, H] (row j predicts the target's choice at row j+1)."""
@@ -156,7 +157,7 @@ def unroll(draft: EagleDraft, feat: torch.Tensor, ids: torch.Tensor, steps: int,
     return outs
 
 
-def _soft_ce(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+def soft_ce(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
     """-sum p log q, the mean over rows: q = softmax(logits) [N, K], p = softmax(target_logits)
     [N, K], both in fp32 (0 with no row)."""
     if not logits.shape[0]:
@@ -169,6 +170,9 @@ def _soft_ce(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
 class EagleHead:
     """One head of `cfg.kind` trained by netkit/recipe.train_online into the folder `out`
     (config.json + model.safetensors in the authors' layout, training.pt with the optimiser)."""
+
+    full_logits = False            # its losses read the pass's logits over the draft vocabulary
+    max_steps = 0                  # it trains to the run's end
 
     def __init__(self, target: Any, target_id: str, cfg: EagleTrainConfig, vocab: torch.Tensor, out: Path,
                  resume: bool = False, data_name: str = "") -> None:
@@ -218,13 +222,13 @@ class EagleHead:
                    if bool(rows.any()) else out.sum() * 0.0)
             # the LM head's product only for the rows in the loss (most of the cost)
             logits = torch.nn.functional.linear(out[keep], self.target.lm_head.weight[self.vocab].to(out.dtype))
-            return REG_WEIGHT * reg + CLS_WEIGHT * _soft_ce(logits, tl[keep])                        # [N, K]
+            return REG_WEIGHT * reg + CLS_WEIGHT * soft_ce(logits, tl[keep])                        # [N, K]
         total = feat.sum() * 0.0
         for s, out in enumerate(unroll(draft, feat, ids, self.cfg.ttt)):
             k = keep[:, s:]                                                    # [B, n-s]
             logits = draft.logits(out[:, s:][k])                               # [N, K] draft order
             target_logits = tl[:, s:][k][:, self.draft_cols]                   # the same order
-            total = total + STEP_DECAY ** s * _soft_ce(logits, target_logits)
+            total = total + STEP_DECAY ** s * soft_ce(logits, target_logits)
         return total
 
     def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None:
@@ -234,14 +238,22 @@ class EagleHead:
             self.held_out = result
         return result
 
-    def save(self, state: RunState, dtype: torch.dtype | None = None) -> None:
-        extra = ckpt.specviz_entry(self.module, self.target, self.target_id, steps=state.step, tokens=state.tokens,
-                                   loss_tokens=state.loss_tokens, data=self.data_name,
-                                   train_config={k: v for k, v in self.cfg.__dict__.items()},
-                                   seconds=round(state.seconds, 1), device=str(self.vocab.device),
-                                   **({"held_out": self.held_out} if self.held_out else {}))
-        ckpt.save(self.out, self.module, extra, {"optimizer": self.opt.state_dict(), "step": state.step,
-                                                 "tokens": state.tokens})
+    def entry(self, state: HeadProgress | RunState) -> dict[str, Any]:
+        """specviz's entry in config.json: the target, this head's counters, the recipe."""
+        return ckpt.specviz_entry(self.module, self.target, self.target_id, steps=state.step, tokens=state.tokens,
+                                  loss_tokens=state.loss_tokens, data=self.data_name,
+                                  train_config={k: v for k, v in self.cfg.__dict__.items()},
+                                  seconds=round(state.seconds, 1), device=str(self.vocab.device),
+                                  **({"held_out": self.held_out} if self.held_out else {}))
+
+    def save(self, state: HeadProgress | RunState) -> None:
+        ckpt.save(self.out, self.module, self.entry(state), {"optimizer": self.opt.state_dict(), "step": state.step,
+                                                             "tokens": state.tokens})
+
+    def export(self, folder: Path, state: HeadProgress | RunState) -> None:
+        """An fp16 copy without the training state (what specviz/data/checkpoints/ ships)."""
+        (Path(folder) / "training.pt").unlink(missing_ok=True)
+        ckpt.save(folder, self.module, self.entry(state), None, torch.float16)
 
 
 def read_training(path: Path) -> dict[str, Any]:
@@ -267,9 +279,10 @@ def read_training(path: Path) -> dict[str, Any]:
     return blob
 
 
-def evaluate(draft: EagleDraft, held: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+def evaluate(draft: Any, held: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
              positions: int) -> dict[str, Any] | None:
-    """Held-out top-1 per draft position over (ids [B, T], loss mask [B, T], features [B, T, F],
+    """Held-out top-1 per draft position of `draft` (an EagleDraft, or a module with its interface:
+    mtp/model.MTPHead) over (ids [B, T], loss mask [B, T], features [B, T, F],
     the target's choices [B, T]): teacher-forced tokens, the head's own features; `chain`: the
     share of rows whose positions 0..s are all right. Rows counted: those whose first drafted
     token is in the loss. eagle3: `label_coverage`, the share of the target's choices (in the
@@ -296,7 +309,7 @@ def evaluate(draft: EagleDraft, held: Iterable[tuple[torch.Tensor, torch.Tensor,
                 hits[s] += int(right.sum())
                 chain[s] += int(all_right.sum())
             rows += int(keep.sum())
-            if draft.spec.kind == "eagle3":
+            if getattr(draft.spec, "kind", "") == "eagle3":
                 covered += int(draft.t2d[labels[:, 1:][mask[:, 1:]]].sum())
                 count += int(mask[:, 1:].sum())
     draft.train(was)
@@ -350,6 +363,7 @@ def train(target: Any, target_id: str, source: Iterable[Any], cfg: EagleTrainCon
         state.notes["vocab"] = vocab.tolist()
     vocab = vocab.to(device)
     head = EagleHead(target, target_id, cfg, vocab, out, resume, data_name)
+    state.progress(cfg.kind, resumed=resume)
     held_rows = [(ids.to(device), mask.to(device), feature_pass(target, ids.to(device), pass_layers(target), autocast))
                  for ids, mask in pairs(held)]
 

@@ -28,18 +28,20 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..core.decoding import DecodingConfig
-from ..core.settings import describe, to_dict
+from ..core.settings import Settings
 from ..core.trace import StepRecord, Trace
 from ..drafters.kit.base import REFERENCE_SETTING, DrafterSpec, baseline, get
-from ..drafters.kit.choice import DrafterChoice, parse_choice
-from ..files.user_values import ascii_int, shown
-from ..errors import ConfigError
+from ..drafters.kit.choice import (DrafterChoice, DrafterPlan, Vet, parse_choice, plan, token_id_values,
+                                   validate)
+from ..drafters.kit.store import DrafterStore
 from ..models import EMBEDDED, LoadedModel, cpu_linear_option, load_model
 from ..models.prompts import Prompt, build_prompt
-from .loop import build_trace, generate
+from .loop import build_trace, generate_steps
+from .record import DEFAULT_RECORDER, recorder as recorder_named
 
-# checks a front end makes on the merged setting values before they are validated (the web policy)
-Vet = Callable[[DrafterSpec, Mapping[str, Any]], None]
+__all__ = ["DrafterPlan", "Run", "RunRequest", "Vet", "baseline_first", "load", "merged_values", "parse", "plan",
+           "prompt_of", "reference_config", "resolve", "run", "start", "token_id_values", "validate",
+           "with_reference"]
 
 
 @dataclass(frozen=True)
@@ -63,23 +65,16 @@ class RunRequest:
     device_map: str | None = None        # a strategy, a JSON file's path or the map as JSON text
     max_memory: str | None = None
     offload_folder: str | None = None
+    # what the run records beyond its text (engine/record.py): teach | bench | off
+    recorder: str = DEFAULT_RECORDER
+    # time the target's forward-cost curve again now, not the one this machine keeps (cost_cache.py)
+    retime: bool = False
+
+    def __post_init__(self) -> None:
+        recorder_named(self.recorder)    # ConfigError("recorder", ...) names the known ones
 
 
-@dataclass(frozen=True)
-class DrafterPlan:
-    """A drafter choice resolved: its spec, the merged setting values and the validated config."""
-    spec: DrafterSpec
-    label: str                               # the choice's canonical text, e.g. ngram_trie@paper[n=8]
-    values: tuple[tuple[str, Any], ...]
-    config: Any
-
-    @property
-    def wants_reference(self) -> bool:
-        """The drafter replays the baseline's output and was given none."""
-        return self.spec.wants_reference(to_dict(self.config))
-
-
-# ---- the drafter: parsed, merged and validated once ------------------------------------------
+# ---- the drafter: parsed, merged and validated once (drafters/kit/choice.py) -----------------
 
 def parse(text: str) -> DrafterChoice:
     """'NAME[@PRESET][[key=value;...]]' -> a DrafterChoice, not validated yet (`plan` does).
@@ -94,40 +89,6 @@ def merged_values(choice: DrafterChoice, settings: Mapping[str, Any] | None = No
     return choice.values(dict(settings or {}), source=source)
 
 
-def token_id_values(spec: DrafterSpec, values: Mapping[str, Any]) -> dict[str, Any]:
-    """A token-list setting (a tuple default, e.g. the oracle's `tokens`) given as text
-    ('3, 17, 9') -> a tuple of ints; ConfigError for text that is not."""
-    out = dict(values)
-    for info in describe(spec.config_cls):
-        if info.name in out and isinstance(info.default, tuple) and isinstance(out[info.name], str):
-            parts = [ascii_int(p, signed=True) for p in out[info.name].split(",") if p.strip()]
-            if any(p is None for p in parts):          # ASCII digits only: "٣" is no token id
-                raise ConfigError(info.name, f"expected comma-separated integers (token ids), "
-                                             f"got {shown(values[info.name])}")
-            out[info.name] = tuple(parts)
-    return out
-
-
-def validate(spec: DrafterSpec, values: Mapping[str, Any]) -> Any:
-    """The drafter's config from `values`; ConfigError names the field. The one validation of a
-    request's drafter settings."""
-    return spec.config(values)
-
-
-def plan(choice: DrafterChoice | DrafterSpec, settings: Mapping[str, Any] | None = None,
-         source: str = "--set", vet: Vet | None = None) -> DrafterPlan:
-    """Merge and validate a parsed choice (or a spec the registry does not list, with its
-    values: a bench peer's). `vet` sees the merged values before they are validated."""
-    if isinstance(choice, DrafterSpec):
-        spec, label, values = choice, choice.name, dict(settings or {})
-    else:
-        spec, label, values = choice.spec, choice.label, merged_values(choice, settings, source)
-    if vet is not None:
-        vet(spec, values)
-    values = token_id_values(spec, values)
-    return DrafterPlan(spec, label, tuple(values.items()), validate(spec, values))
-
-
 def resolve(request: RunRequest, vet: Vet | None = None) -> DrafterPlan:
     """The request's drafter, parsed, merged and validated: everything that fails without a model."""
     return plan(parse(request.drafter), dict(request.settings), request.settings_source, vet)
@@ -139,7 +100,8 @@ def load(request: RunRequest) -> LoadedModel:
     """The request's target (loaded once per process and options: models.load_model's cache)."""
     return load_model(request.model_id, request.device, request.dtype,
                       cpu_linear=cpu_linear_option(request.cpu_linear), device_map=request.device_map,
-                      max_memory=request.max_memory, offload_folder=request.offload_folder)
+                      max_memory=request.max_memory, offload_folder=request.offload_folder,
+                      retime_cost=request.retime)
 
 
 def prompt_of(request: RunRequest, lm: LoadedModel) -> Prompt:
@@ -159,9 +121,22 @@ def with_reference(drafter: DrafterPlan, output_ids: Sequence[int]) -> DrafterPl
     return dataclasses.replace(drafter, values=values, config=config)
 
 
+def baseline_request(request: RunRequest) -> RunRequest:
+    """The same request with the baseline drafter (plain decoding) and no settings: what every
+    comparison runs first (generate --check, doctor, a drafter that replays its output)."""
+    return dataclasses.replace(request, drafter=baseline().name, settings=())
+
+
+def _to_the_end(lm: LoadedModel, prompt: Prompt, drafter: DrafterPlan, decoding: DecodingConfig,
+                recorder: str) -> Trace:
+    """One whole generation of a resolved drafter on a built prompt."""
+    steps = list(generate_steps(lm, prompt, drafter, None, decoding, recorder=recorder))
+    return build_trace(lm, prompt, drafter, None, decoding, steps, recorder=recorder)
+
+
 def baseline_first(lm: LoadedModel, prompt: Prompt, drafter: DrafterPlan, decoding: DecodingConfig,
-                   on_reference: Callable[[DrafterSpec], None] | None = None
-                   ) -> tuple[DrafterPlan, Trace | None]:
+                   on_reference: Callable[[DrafterSpec], None] | None = None,
+                   recorder: str = DEFAULT_RECORDER) -> tuple[DrafterPlan, Trace | None]:
     """A drafter that wants a reference gets the baseline's output on the same prompt and
     decoding, from a baseline run made here first (`on_reference` is told before it starts);
     returns the plan and the baseline's Trace (None when none was run)."""
@@ -170,14 +145,14 @@ def baseline_first(lm: LoadedModel, prompt: Prompt, drafter: DrafterPlan, decodi
     base = plan(baseline())
     if on_reference is not None:
         on_reference(base.spec)
-    reference = generate(lm, prompt, base.spec, base.config, decoding)
+    reference = _to_the_end(lm, prompt, base, decoding, recorder)
     return with_reference(drafter, reference.output_ids), reference
 
 
 def reference_config(lm: LoadedModel, prompt: Prompt, drafter: str, values: Mapping[str, Any] | None,
                      decoding: DecodingConfig | None = None,
                      on_reference: Callable[[DrafterSpec], None] | None = None,
-                     on_trace: Callable[[Trace], None] | None = None) -> Any:
+                     on_trace: Callable[[Trace], None] | None = None) -> Settings:
     """The drafter's validated config from `values`; a drafter whose spec `needs_reference`
     (the oracle) and was given no continuation gets the baseline's output on the same prompt
     and decoding settings, from a baseline run made here first (`on_reference` is told
@@ -206,7 +181,7 @@ class Run:
     steps: list[StepRecord] = field(default_factory=list)
 
     @property
-    def config(self) -> Any:
+    def config(self) -> Settings:
         return self.drafter.config
 
     def __iter__(self) -> Iterator[StepRecord]:
@@ -228,12 +203,12 @@ class Run:
             close()
 
     def trace(self) -> Trace:
-        return build_trace(self.lm, self.prompt, self.drafter.spec, self.drafter.config,
-                           self.request.decoding, self.steps)
+        return build_trace(self.lm, self.prompt, self.drafter, None, self.request.decoding, self.steps,
+                           recorder=self.request.recorder)
 
 
 def start(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: LoadedModel | None = None,
-          store: Any = None, reference: Sequence[int] | None = None, vet: Vet | None = None,
+          store: DrafterStore | None = None, reference: Sequence[int] | None = None, vet: Vet | None = None,
           on_reference: Callable[[DrafterSpec], None] | None = None) -> Run:
     """Resolve the drafter (unless `drafter`: already resolved), load the target (unless `lm`),
     build the prompt, fill a reference-needing drafter's continuation (`reference`: the
@@ -247,16 +222,17 @@ def start(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: Loaded
     if reference is not None:
         drafter = with_reference(drafter, reference)
     else:
-        drafter, made = baseline_first(lm, prompt, drafter, request.decoding, on_reference)
-    from . import generate_steps as steps_of   # the engine's public entry, looked up per run (a
-    #                                            patch of specviz.engine.generate_steps reaches every front end)
-    steps = steps_of(lm, prompt, drafter.spec, drafter.config, request.decoding, store)
+        drafter, made = baseline_first(lm, prompt, drafter, request.decoding, on_reference, request.recorder)
+    steps = generate_steps(lm, prompt, drafter, None, request.decoding, store, recorder=request.recorder)
     return Run(request, drafter, lm, prompt, steps, made)
 
 
-def run(request: RunRequest, **options: Any) -> Trace:
+def run(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: LoadedModel | None = None,
+        store: DrafterStore | None = None, reference: Sequence[int] | None = None, vet: Vet | None = None,
+        on_reference: Callable[[DrafterSpec], None] | None = None) -> Trace:
     """`start` (same options), run to the end, the Trace."""
-    live = start(request, **options)
+    live = start(request, drafter=drafter, lm=lm, store=store, reference=reference, vet=vet,
+                 on_reference=on_reference)
     for _ in live:
         pass
     return live.trace()

@@ -18,7 +18,6 @@ PyTorch's choice alone. The choice is recorded in the trace's runtime ("sdpa, cu
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import torch
 
@@ -28,7 +27,7 @@ ENV = "SPECVIZ_CUDNN_ATTENTION"        # "1": keep PyTorch's cuDNN SDPA backend 
 HALF = (torch.bfloat16, torch.float16)
 
 
-def attention_implementation(model: Any) -> str:
+def attention_implementation(model: torch.nn.Module) -> str:
     """The attention kernel transformers picked for `model` (sdpa, eager, flash_attention_2...)."""
     return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "unknown")
 
@@ -47,7 +46,8 @@ def avoid_cudnn_attention(device: torch.device, dtype: torch.dtype) -> bool:
     return True
 
 
-def attention_label(model: Any, device: torch.device) -> str:
+def attention_label(model: torch.nn.Module, device: torch.device) -> str:
+
     """What the runtime records: the implementation, and for sdpa on CUDA whether cuDNN may serve it."""
     name = attention_implementation(model)
     if device.type == "cuda" and name == "sdpa" and not torch.backends.cuda.cudnn_sdp_enabled():

@@ -23,10 +23,25 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
 
 import torch
 
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
+
+@dataclass(frozen=True)
+class CurveStamp:
+    """Where a cost curve comes from: the key it is kept under (cost_cache.py: the model's
+    fingerprint, the device, dtype, threads, cpu_linear...), when it was measured (Unix time) and
+    how this process got it ("timed": measured here, "disk": read from the store)."""
+    key: str
+    measured_at: float
+    source: str
+
+    def age(self, now: float | None = None) -> float:
+        return max(0.0, (time.time() if now is None else now) - self.measured_at)
 
 
 @dataclass
@@ -35,9 +50,19 @@ class VerifyCost:
     seconds: tuple[float, ...]      # measured seconds per forward at each size
     scale: float = 1.0              # running mean of observed / calibrated seconds
     smoothing: float = 0.2          # weight of the newest observation in `scale`
+    stamp: CurveStamp | None = None  # where it comes from (None: given as is, e.g. a test's table)
 
     def copy(self) -> "VerifyCost":
-        return VerifyCost(self.sizes, self.seconds, 1.0, self.smoothing)
+        return VerifyCost(self.sizes, self.seconds, 1.0, self.smoothing, self.stamp)
+
+    def described(self, now: float | None = None) -> dict[str, Any]:
+        """Which curve this is, for a Trace (Trace.cost_curve): its key, when it was measured, its
+        age and where it came from; {"source": "given"} for a table passed in as it is."""
+        if self.stamp is None:
+            return {"source": "given"}
+        when = datetime.fromtimestamp(self.stamp.measured_at, timezone.utc).isoformat(timespec="seconds")
+        return {"key": self.stamp.key, "measured_at": when, "age_s": round(self.stamp.age(now), 3),
+                "source": self.stamp.source}
 
     def _table(self, m: int) -> float:
         """Calibrated seconds for exactly m rows (linear between / beyond grid points)."""

@@ -11,7 +11,6 @@ through the same layers.
 from __future__ import annotations
 
 import types
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +46,8 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return few_row_linear(x, self.weight, self.bias, self.few_rows_limit)
 
 
-def use_few_row_linear(model: Any, max_rows: int = MAX_ROWS) -> int:
+def use_few_row_linear(model: nn.Module, max_rows: int = MAX_ROWS) -> int:
+
     """Switch every nn.Linear of `model` to the few-row form; returns how many."""
     count = 0
     for module in model.modules():

@@ -33,12 +33,12 @@ _CONFIG_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", 
 SAMPLE_RTOL = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float32": 0.0, "float64": 0.0}
 
 
-def _config_key(model: Any) -> dict[str, Any]:
+def _config_key(model: torch.nn.Module) -> dict[str, Any]:
     cfg = model.config.to_dict()
     return {k: cfg.get(k) for k in _CONFIG_KEYS}
 
 
-def _sample(model: Any) -> tuple[list[list[float]], str]:
+def _sample(model: torch.nn.Module) -> tuple[list[list[float]], str]:
     """Every (V // 64)-th row's first 8 embedding values, rounded; and the dtype they were read in."""
     with torch.no_grad():
         emb = model.get_input_embeddings().weight                  # [V, H]
@@ -51,12 +51,12 @@ def _hash(config_key: Mapping[str, Any], sample: list[list[float]]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def target_fingerprint(model: Any) -> str:
+def target_fingerprint(model: torch.nn.Module) -> str:
     """A hash of the target's architecture and a sample of its weights, in the dtype it is loaded in."""
     return _hash(_config_key(model), _sample(model)[0])
 
 
-def target_identity(model: Any) -> dict[str, Any]:
+def target_identity(model: torch.nn.Module) -> dict[str, Any]:
     """What a checkpoint's manifest records of its target: target_fingerprint, target_sample
     (the sampled embedding values) and target_dtype."""
     sample, dtype = _sample(model)
@@ -64,7 +64,7 @@ def target_identity(model: Any) -> dict[str, Any]:
             "target_dtype": dtype}
 
 
-def identity_mismatch(manifest: Mapping[str, Any], model: Any) -> str | None:
+def identity_mismatch(manifest: Mapping[str, Any], model: torch.nn.Module) -> str | None:
     """None when `manifest` (with target_fingerprint, maybe target_sample/target_dtype) was made for
     `model`, in its dtype or another; else why not, in words."""
     want = manifest.get("target_fingerprint")
@@ -91,7 +91,8 @@ def identity_mismatch(manifest: Mapping[str, Any], model: Any) -> str | None:
     return f"its weights differ from this target's beyond the rounding of {dtype} and {recorded_dtype}"
 
 
-def is_sample(value: Any) -> TypeGuard[list[list[float]]]:
+def is_sample(value: object) -> TypeGuard[list[list[float]]]:
+
     return (isinstance(value, list) and 0 < len(value) <= 4 * SAMPLE_ROWS
             and all(isinstance(row, list) and len(row) <= SAMPLE_COLS
                     and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row) for row in value))

@@ -26,12 +26,13 @@ forward pre-hooks on the decoder layers (and on the final norm for L), which cha
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Callable
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 
-def final_norm(model: Any) -> torch.nn.Module:
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
     """The decoder's final norm of a Hugging Face causal LM (Llama-style `model.model.norm`;
     `get_decoder().norm` or GPT-2's `ln_f` otherwise)."""
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
@@ -45,7 +46,7 @@ def final_norm(model: Any) -> torch.nn.Module:
 FINAL = -1          # a feature layer id: the final norm's output (what the LM head reads)
 
 
-def decoder_layers(model: Any) -> Any:
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     """The decoder's list of layers (Llama-style `model.model.layers`)."""
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
     layers = getattr(decoder, "layers", None)
@@ -60,21 +61,22 @@ class HiddenCapture:
     (see the module's doc) it also keeps those layers' hidden states; `rows(ids)` is their
     concatenation for batch 0's rows `ids`, [n, len(layers) x H]."""
 
-    def __init__(self, model: Any, layers: tuple[int, ...] = ()) -> None:
+    def __init__(self, model: torch.nn.Module, layers: tuple[int, ...] = ()) -> None:
         self.norm = final_norm(model)
         self.layers = tuple(layers)
         self.last: torch.Tensor | None = None
         self.inputs: dict[int, torch.Tensor] = {}
         self._thread = 0
-        self._handles: list[Any] = []
+        self._handles: list[RemovableHandle] = []
         self._blocks = decoder_layers(model) if any(i != FINAL for i in self.layers) else None
 
-    def _hook(self, module: Any, args: Any, output: Any) -> None:
+    def _hook(self, module: torch.nn.Module, args: tuple[object, ...], output: torch.Tensor | tuple[torch.Tensor, ...]) -> None:
         if threading.get_ident() == self._thread:
             self.last = output[0] if isinstance(output, tuple) else output
 
-    def _pre_hook(self, layer: int) -> Any:
-        def hook(module: Any, args: Any, kwargs: Any = None) -> None:
+    def _pre_hook(self, layer: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: tuple[torch.Tensor, ...],
+                 kwargs: dict[str, torch.Tensor] | None = None) -> None:
             if threading.get_ident() == self._thread:
                 x = args[0] if args else (kwargs or {}).get("hidden_states")
                 self.inputs[layer] = x
@@ -92,7 +94,7 @@ class HiddenCapture:
                 self._handles.append(module.register_forward_pre_hook(self._pre_hook(i), with_kwargs=True))
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []

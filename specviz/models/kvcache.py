@@ -21,18 +21,20 @@ model and fails, naming what to re-check, when transformers is not TRANSFORMERS_
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import DynamicLayer
+
+from ..core.transfer import to_device
 
 # the transformers release this adapter's assumptions were last checked against (requirements.txt
 # pins it; tests/test_kvcache.py fails on another one, listing what to re-check)
 TRANSFORMERS_CHECKED = "5.23.0"
 
 
-def _layers(cache: Any) -> list[Any]:
+def _layers(cache: DynamicCache) -> list[DynamicLayer]:
     """The cache's layer objects: the only read of `cache.layers` in specviz."""
     if type(cache) is not DynamicCache:
         raise TypeError(f"unsupported KV cache type {type(cache).__name__}: specviz edits only "
@@ -40,12 +42,12 @@ def _layers(cache: Any) -> list[Any]:
     return cache.layers
 
 
-def new_cache(config: Any) -> DynamicCache:
+def new_cache(config: PretrainedConfig) -> DynamicCache:
     """An empty cache for a model of this config (its layer types from config.layer_types)."""
     return DynamicCache(config=config)
 
 
-def check_supported(cache: Any) -> None:
+def check_supported(cache: DynamicCache) -> None:
     """Tree verification needs plain full-attention layers (DynamicLayer with keys/values)."""
     for layer in _layers(cache):
         if type(layer) is not DynamicLayer:        # a DynamicSlidingWindowLayer is a subclass: exact type
@@ -54,7 +56,7 @@ def check_supported(cache: Any) -> None:
                 "is not supported by tree verification yet")
 
 
-def layer_kv(cache: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+def layer_kv(cache: DynamicCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Layer i's (keys, values), each [B, H_kv, S, D], the cache's own tensors (no copy)."""
     layer = _layers(cache)[i]
     if layer.keys is None:
@@ -62,42 +64,44 @@ def layer_kv(cache: Any, i: int) -> tuple[torch.Tensor, torch.Tensor]:
     return layer.keys, layer.values
 
 
-def num_layers(cache: Any) -> int:
+def num_layers(cache: DynamicCache) -> int:
     return len(_layers(cache))
 
 
-def length(cache: Any) -> int:
+def length(cache: DynamicCache) -> int:
     """Rows held (those of the first layer; 0 when empty)."""
     layers = _layers(cache)
     keys = layers[0].keys if layers else None
     return 0 if keys is None or keys.numel() == 0 else int(keys.shape[2])
 
 
-def append(cache: Any, i: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+def append(cache: DynamicCache, i: int, keys: torch.Tensor, values: torch.Tensor) -> None:
     """Append rows [B, H_kv, n, D] to layer i (new tensors: the given ones are never written)."""
     _layers(cache)                                  # the type check
     cache.update(keys, values, i)
 
 
-def commit(cache: Any, past_len: int, accepted: Sequence[int]) -> None:
+def commit(cache: DynamicCache, past_len: int, accepted: Sequence[int]) -> None:
     """Keep rows [0, past_len] (prefix + root) and the accepted nodes' rows, in order."""
     new_len = past_len + 1 + len(accepted)
     src = [past_len + 1 + node for node in accepted]        # row of node i is past_len + 1 + i
     dst = list(range(past_len + 1, new_len))
+    index: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}     # per device: copied once, not waited for
     for layer in _layers(cache):
         keys, values = layer.keys, layer.values              # [B, H_kv, S, D]
         if keys is None or keys.numel() == 0:
             continue
         if src != dst:
-            idx_src = torch.tensor(src, device=keys.device)
-            idx_dst = torch.tensor(dst, device=keys.device)
+            if keys.device not in index:
+                index[keys.device] = (to_device(src, keys.device), to_device(dst, keys.device))
+            idx_src, idx_dst = index[keys.device]
             keys[:, :, idx_dst] = keys[:, :, idx_src]
             values[:, :, idx_dst] = values[:, :, idx_src]
         layer.keys = keys[:, :, :new_len]
         layer.values = values[:, :, :new_len]
 
 
-def crop_to(cache: Any, length: int) -> None:
+def crop_to(cache: DynamicCache, length: int) -> None:
     """Keep the first `length` rows of every layer (a drafter rolling back its own cache)."""
     for layer in _layers(cache):
         if layer.keys is not None and layer.keys.numel():

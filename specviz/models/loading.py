@@ -28,7 +28,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -36,9 +36,14 @@ from . import embedded, placement
 from .attention import attention_label, avoid_cudnn_attention
 from ..files.cachedir import cache_dir, finished, publish_folder
 from .cost import VerifyCost, calibrate
+from .cost_cache import curve_key, kept_curve
+from .fingerprint import target_fingerprint
 from .cpu_linear import use_few_row_linear
 from ..errors import ModelLoadError
 from ..core.precision import DTYPE_CHOICES
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 EMBEDDED = "embedded"
 TINY = "tiny-random"
@@ -49,8 +54,8 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, embedded)"
 @dataclass(frozen=True)
 class LoadedModel:
     model_id: str
-    model: Any                   # transformers PreTrainedModel, eval mode
-    tokenizer: Any
+    model: PreTrainedModel       # eval mode
+    tokenizer: PreTrainedTokenizerBase   # (None only for a test's model of token ids)
     device: torch.device
     dtype: torch.dtype
     max_positions: int           # the model's context length
@@ -67,14 +72,25 @@ class LoadedModel:
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
-    def cost_model(self) -> VerifyCost:
-        """The verify cost model: the one given, else calibrated once per model on first use."""
+    def cost_model(self, retime: bool = False) -> VerifyCost:
+        """The verify cost model: the one given, else once per model on first use: this machine's
+        curve for this model, device, dtype, threads and cpu_linear from the store when it is fresh,
+        else timed now and kept there (cost_cache.py). `retime`: time it again now."""
         if self.verify_cost is not None:
             return self.verify_cost
         with _COST_LOCK:
-            if self.model not in _COSTS:
-                _COSTS[self.model] = calibrate(self.model)
+            if retime or self.model not in _COSTS:
+                _COSTS[self.model] = kept_curve(self.curve_key(), lambda: calibrate(self.model), retime=retime)
             return _COSTS[self.model]
+
+    def curve_key(self) -> dict[str, Any]:
+        """What the forward-cost curve of this target depends on (cost_cache.curve_key)."""
+        try:
+            model = target_fingerprint(self.model)
+        except (RuntimeError, NotImplementedError, ValueError, AttributeError):  # weights not in memory (offloaded)
+            model = f"{self.model_id}:{type(self.model).__name__}"
+        return curve_key(model, self.device, self.dtype, self.cpu_linear,
+                         attention_label(self.model, self.device), self.device_map)
 
     @property
     def runtime(self) -> dict[str, Any]:
@@ -86,7 +102,7 @@ class LoadedModel:
         return out
 
 
-_COSTS: "weakref.WeakKeyDictionary[Any, VerifyCost]" = weakref.WeakKeyDictionary()
+_COSTS: "weakref.WeakKeyDictionary[torch.nn.Module, VerifyCost]" = weakref.WeakKeyDictionary()
 _COST_LOCK = threading.Lock()
 _TIMED: dict[tuple[Any, ...], VerifyCost] = {}      # the cost models of dropped models, by load key
 
@@ -168,12 +184,12 @@ def uses_cpu_linear(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def cpu_linear_active(model: Any) -> bool:
+def cpu_linear_active(model: torch.nn.Module) -> bool:
     """Whether any linear layer of `model` runs the few-row form (cpu_linear.py)."""
     return any(hasattr(m, "few_rows_limit") for m in model.modules())
 
 
-def _load_embedded() -> tuple[Any, Any]:
+def _load_embedded() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     converted = cache_dir() / "embedded-smollm2-135m-instruct"
@@ -201,7 +217,7 @@ def _load_embedded() -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
+def tiny_random_model(vocab_size: int, seed: int = 0) -> PreTrainedModel:
     """A 2-layer Llama with random weights. Logits are made peaked (large init) so greedy
     decoding has clear winners and fp32 rounding cannot flip an argmax."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -214,7 +230,7 @@ def tiny_random_model(vocab_size: int, seed: int = 0) -> Any:
     return LlamaForCausalLM(config)
 
 
-def fp32_bytes(model: Any) -> int:
+def fp32_bytes(model: torch.nn.Module) -> int:
     """The model's parameters' size in float32."""
     return 4 * sum(p.numel() for p in model.parameters())
 
@@ -261,7 +277,7 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     eos: set[int] = set()
     for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
         if isinstance(source, int):
@@ -271,7 +287,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return eos
 
 
-def _load_embedded_tokenizer() -> tuple[None, Any]:
+def _load_embedded_tokenizer() -> tuple[None, PreTrainedTokenizerBase]:
     """The embedded tokenizer alone (parsing it from the GGUF takes ~8 s, so it is cached too)."""
     from transformers import AutoTokenizer
 
@@ -296,7 +312,7 @@ MODEL_CACHE_SIZE = 2
 def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torch.dtype = "auto",
                cpu_linear: bool | str | None = None, calibrate_cost: bool = False,
                device_map: str | dict[str, Any] | None = None, max_memory: str | dict[Any, str] | None = None,
-               offload_folder: str | None = None) -> LoadedModel:
+               offload_folder: str | None = None, retime_cost: bool = False) -> LoadedModel:
     """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
     `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
     device, off otherwise (uses_cpu_linear); True with a non-CPU device is a ModelLoadError.
@@ -305,7 +321,9 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
     A load runs no forward pass: the verify cost model is calibrated once per model on first
     use (LoadedModel.cost_model(), called by the engine when a generation starts), so a ZeroGPU
     Space may load at import, outside its GPU window (ui/gpu.py). `calibrate_cost=True`
-    calibrates it now instead.
+    calibrates it now instead. The curve is this machine's, kept on disk per model, device, dtype,
+    threads and cpu_linear and reused while it is fresh (cost_cache.py); `retime_cost=True` times
+    it again now (the CLI's --retime) and keeps the new one.
 
     `device_map` ("auto", "balanced", "balanced_low_0", "sequential", a JSON file's path, or a
     {module: device} dict) splits the model across devices through accelerate, within
@@ -356,8 +374,8 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
     # on every load, a cached one too, so that the flag holds for whatever target runs next
     on_gpu = lm.device.type == "cuda" or any(d not in ("cpu", "disk") for _, d in lm.device_map)
     avoid_cudnn_attention(torch.device("cuda") if on_gpu else lm.device, lm.dtype)
-    if calibrate_cost:
-        lm.cost_model()
+    if calibrate_cost or retime_cost:
+        lm.cost_model(retime=retime_cost)
     return lm
 
 

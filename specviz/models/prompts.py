@@ -7,9 +7,12 @@ inside the prompt text is kept so a front end can highlight where drafts were co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import PromptError, not_unicode
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,8 @@ class Prompt:
     context_char_span: tuple[int, int] | None  # [start, end) of the context within `text`
 
 
-def build_prompt(tokenizer: Any, message: str, context: str = "", chat: bool = True,
+def build_prompt(tokenizer: PreTrainedTokenizerBase | None, message: str,
+ context: str = "", chat: bool = True,
                  system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> Prompt:
     """Raise PromptError if there is nothing to generate from.
 

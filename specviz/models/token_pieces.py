@@ -14,7 +14,10 @@ inside a character gets "" and the next one carries the whole character.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 REPLACEMENT = "\ufffd"          # what a decoder emits for an incomplete UTF-8 sequence
 
@@ -25,7 +28,7 @@ class PieceStream:
     The decode window runs from the token before the last emitted piece (`prefix`) to the end,
     so each call decodes a few tokens, not the whole sequence."""
 
-    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, skip_special_tokens: bool = True) -> None:
         self.tokenizer, self.skip = tokenizer, skip_special_tokens
         self.ids: list[int] = []
         self.pieces: list[str] = []
@@ -62,7 +65,7 @@ class PieceStream:
         return after[len(before):] if after.startswith(before) else ""
 
 
-def _exact(tokenizer: Any, ids: Sequence[int], skip: bool) -> list[str]:
+def _exact(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], skip: bool) -> list[str]:
     """Whole-prefix incremental decoding (slow: n decodes of growing length), for tokenizers
     whose decoder rewrites earlier text, so the windowed pieces did not join to the text."""
     pieces, emitted = [], ""
@@ -94,7 +97,7 @@ def _settle(pieces: list[str], full: str) -> list[str]:
     return out
 
 
-def incremental_pieces(tokenizer: Any, ids: Sequence[int], skip_special_tokens: bool = True) -> list[str]:
+def incremental_pieces(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], skip_special_tokens: bool = True) -> list[str]:
     """One piece per id; "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=...)."""
     ids = [int(i) for i in ids]
     if not ids:
@@ -107,7 +110,7 @@ def incremental_pieces(tokenizer: Any, ids: Sequence[int], skip_special_tokens: 
     return _settle(pieces, full)
 
 
-def _anchor(tokenizer: Any) -> list[int]:
+def _anchor(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """An ordinary token to decode others after, so a token shows the space it carries."""
     try:
         ids = tokenizer("a", add_special_tokens=False)["input_ids"]
@@ -116,7 +119,7 @@ def _anchor(tokenizer: Any) -> list[int]:
     return [int(ids[-1])] if ids else []
 
 
-def token_labels(tokenizer: Any, ids: Iterable[int]) -> dict[int, str]:
+def token_labels(tokenizer: PreTrainedTokenizerBase, ids: Iterable[int]) -> dict[int, str]:
     """id -> the text the token adds after an ordinary letter: a label for a draft node or a
     target's choice seen out of context (" the" for Metaspace's "▁the", as in running text).
     Committed text never comes from here: it comes from `incremental_pieces`."""
@@ -136,7 +139,8 @@ class StopText:
     string in is searched: the last (longest stop string - 1) characters of the emitted text,
     and what the token added (its piece, or, while a character is incomplete, the pending text)."""
 
-    def __init__(self, tokenizer: Any, stops: Sequence[str]) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stops: Sequence[str]) -> None:
+
         self.stream = PieceStream(tokenizer)
         self.stops = tuple(stops)
         self.keep = max((len(s) for s in self.stops), default=1) - 1

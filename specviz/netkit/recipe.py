@@ -331,16 +331,59 @@ class OnlineSchedule:
 
 
 @dataclass
+class HeadProgress:
+    """One head's own counters in an online run (run.json `heads`): the run's step at which it
+    started (`joined`: 0, or the step reached when a resume added its kind), the optimiser steps
+    it took, the training tokens it saw and of them in the loss, and the seconds of the steps it
+    took (the target's pass included), and the batches of each data source it trained on. Its
+    learning-rate schedule runs over its own steps."""
+    joined: int = 0
+    step: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+    seconds: float = 0.0
+    batches: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, blob: Any) -> "HeadProgress | None":
+        """The progress a run.json holds, or None when it is not one."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(blob, dict) or not set(blob) <= names:
+            return None
+        try:
+            got = cls(**blob)
+        except TypeError:
+            return None
+        ints = all(isinstance(getattr(got, k), int) and not isinstance(getattr(got, k), bool) and getattr(got, k) >= 0
+                   for k in ("joined", "step", "tokens", "loss_tokens"))
+        ok = (ints and isinstance(got.seconds, (int, float)) and got.step <= MAX_STEPS and got.joined <= MAX_STEPS
+              and isinstance(got.batches, dict)
+              and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in got.batches.values()))
+        return got if ok else None
+
+
+@dataclass
 class RunState:
-    """Where an online run is (run.json): optimiser steps taken, training tokens seen (B x T a
-    step) and of them in the loss, the seconds trained, the batches read from each data source,
-    and anything the trainer records once (the draft vocabulary's coverage curve, ...)."""
+    """Where an online run is (run.json): optimiser steps taken (batches read), training tokens
+    seen (B x T a step) and of them in the loss, the seconds trained, the batches read from each
+    data source, each head's own counters (`heads`: a kind added on resume counts from 0), and
+    anything the trainer records once (the draft vocabulary's coverage curve, ...)."""
     step: int = 0
     tokens: int = 0
     loss_tokens: int = 0
     seconds: float = 0.0
     batches: dict[str, int] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    heads: dict[str, HeadProgress] = field(default_factory=dict)
+
+    def progress(self, name: str, resumed: bool) -> HeadProgress:
+        """Head `name`'s counters, recorded now if missing: a head resumed from a run.json written
+        before heads had their own counters has the run's (it trained from step 0); a head new to
+        the run starts at 0, joining at the step reached."""
+        if name not in self.heads:
+            self.heads[name] = (HeadProgress(0, self.step, self.tokens, self.loss_tokens, self.seconds,
+                                             dict(self.batches)) if resumed else HeadProgress(joined=self.step))
+        return self.heads[name]
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -359,8 +402,12 @@ class RunState:
         names = {f.name for f in dataclasses.fields(cls)}
         if not isinstance(blob, dict) or not set(blob) <= names:
             raise ConfigError("resume", f"{str(path)!r} is not a specviz run state; start a new --out")
+        heads = blob.get("heads", {})
+        parsed = {k: HeadProgress.parse(v) for k, v in heads.items()} if isinstance(heads, dict) else {"": None}
+        if any(v is None for v in parsed.values()):
+            raise ConfigError("resume", f"{str(path)!r} holds a damaged run state (heads); start a new --out")
         try:
-            state = cls(**blob)
+            state = cls(**{**blob, "heads": parsed})
             ok = (all(isinstance(getattr(state, k), int) and not isinstance(getattr(state, k), bool)
                       and getattr(state, k) >= 0 for k in ("step", "tokens", "loss_tokens"))
                   and isinstance(state.batches, dict) and isinstance(state.notes, dict)
@@ -373,12 +420,16 @@ class RunState:
 
 
 class OnlineHead(Protocol):
-    """A head train_online trains (eagle/train.py's EAGLE and EAGLE-3; MTP's): its name, the
-    target layers it reads (FeaturePass ids), its module and optimiser, its loss on a batch
-    (ids [B, T], loss mask [B, T], the target's pass), its held-out evaluation (a dict whose
-    'top1' / 'chain' lists go into the curve) and its checkpoint save."""
+    """A head train_online trains (eagle/train.py's EAGLE and EAGLE-3; mtp/train.py's MTP): its
+    name, the target layers it reads (FeaturePass ids), whether its loss needs the target's logits
+    over the whole vocabulary (`full_logits`), its own length in optimiser steps (`max_steps`, 0:
+    to the run's end), its module and optimiser, its loss on a batch (ids [B, T], loss mask
+    [B, T], the target's pass), its held-out evaluation (a dict whose 'top1' / 'chain' lists go
+    into the curve) and its checkpoint save (its own counters)."""
     name: str
     layers: tuple[int, ...]
+    full_logits: bool
+    max_steps: int
     module: torch.nn.Module
     opt: torch.optim.Optimizer
 
@@ -386,21 +437,48 @@ class OnlineHead(Protocol):
 
     def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None: ...
 
-    def save(self, state: RunState) -> None: ...
+    def save(self, progress: HeadProgress) -> None: ...
 
 
-def append_curve(path: Path, state: RunState, kind: str, split: str, result: dict[str, Any]) -> None:
-    """One row of the held-out curve (CSV): where the run is, the head and held-out split, and
-    top-1 per draft position (teacher-forced, `top1_<s>`) and chained (`chain_<s>`)."""
+def append_curve(path: Path, progress: HeadProgress | RunState, kind: str, split: str, result: dict[str, Any]) -> None:
+    """One row of the held-out curve (CSV): where the head is (its own steps and tokens), the
+    head and held-out split, and top-1 per draft position (teacher-forced, `top1_<s>`) and chained
+    (`chain_<s>`). Heads evaluated over fewer positions leave the others' columns empty; a row
+    with more positions than the header widens the file (its rows kept)."""
     top1, chain = result.get("top1", []), result.get("chain", [])
     cols = list(CURVE_FIELDS) + [f"top1_{i + 1}" for i in range(len(top1))] + [f"chain_{i + 1}" for i in range(len(chain))]
-    row = [state.step, state.tokens, state.loss_tokens, round(state.seconds, 1), kind, split, result.get("rows", 0),
-           result.get("label_coverage", "")] + list(top1) + list(chain)
-    new = not path.is_file()
-    with path.open("a") as fh:
-        if new:
-            fh.write(",".join(cols) + "\n")
-        fh.write(",".join(str(v) for v in row) + "\n")
+    values = [progress.step, progress.tokens, progress.loss_tokens, round(progress.seconds, 1), kind, split,
+              result.get("rows", 0), result.get("label_coverage", "")] + list(top1) + list(chain)
+    row = dict(zip(cols, (str(v) for v in values)))
+    if not path.is_file():
+        header = cols
+        old: list[dict[str, str]] = []
+    else:
+        import csv
+
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            old = list(reader) if not set(cols) <= set(header) else []
+        if set(cols) <= set(header):
+            with path.open("a") as fh:
+                fh.write(",".join(row.get(c, "") for c in header) + "\n")
+            return
+        width = max([len(cols)] + [int(c.split("_")[1]) for c in header if c.startswith("top1_")])
+        header = list(CURVE_FIELDS) + [f"top1_{i + 1}" for i in range(width)] + [f"chain_{i + 1}" for i in range(width)]
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as fh:
+        fh.write(",".join(header) + "\n")
+        for r in [*old, row]:
+            fh.write(",".join((r.get(c) or "") for c in header) + "\n")
+    os.replace(tmp, path)
+
+
+def head_schedule(cfg: OnlineSchedule, progress: HeadProgress, max_steps: int = 0) -> OnlineSchedule:
+    """A head's own schedule: warm-up and cosine over its own steps, from the run's step it joined
+    at to the run's end (or `max_steps` of its own, when fewer)."""
+    length = max(1, cfg.steps - progress.joined)
+    return dataclasses.replace(cfg, steps=min(length, max_steps) if max_steps else length)
 
 
 def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tuple[str, torch.Tensor, torch.Tensor]],
@@ -409,38 +487,58 @@ def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tup
                  autocast: torch.dtype | None = None, log: Callable[[str], None] = print) -> RunState:
     """Train `heads` from step state.step + 1 to cfg.steps, each batch (source name, ids [B, T],
     loss mask [B, T]) going once through the frozen target (feature_pass: the layers every head
-    reads, the logits over `vocab`), then every head's loss and optimiser step on that one pass.
-    The held-out splits are evaluated at the start of a fresh run, every cfg.eval_every steps and
-    at the end, each head's result appended to run_dir/curve.csv; every head and run_dir/run.json
-    are saved every cfg.save_every steps, every cfg.save_minutes minutes, on Ctrl-C and at the end."""
+    reads, the logits over `vocab`, and over the whole vocabulary when a head asks), then every
+    head's loss and optimiser step on that one pass. Each head keeps its own counters
+    (state.heads: a head without a record is new, joining at the step reached) and its own
+    schedule (head_schedule: a head of `max_steps` stops there). The held-out splits are evaluated
+    for a head at its step 0, every cfg.eval_every steps of the run while it trains and at the end,
+    each result appended to run_dir/curve.csv; every head and run_dir/run.json are saved every
+    cfg.save_every steps, every cfg.save_minutes minutes, on Ctrl-C and at the end."""
     from ..models.hidden import FINAL
 
     layers = tuple(sorted({i for h in heads for i in h.layers} | {FINAL}))
+    full = any(getattr(h, "full_logits", False) for h in heads)
     device = next(target.parameters()).device
     run_dir.mkdir(parents=True, exist_ok=True)
     curve = run_dir / "curve.csv"
+    progress = {h.name: state.progress(h.name, resumed=False) for h in heads}
+    plans = {h.name: head_schedule(cfg, progress[h.name], getattr(h, "max_steps", 0)) for h in heads}
+    evaluated: dict[str, int] = {}
+
+    def training(h: OnlineHead) -> bool:
+        return progress[h.name].step < plans[h.name].steps
 
     def save_all() -> None:
         for h in heads:
-            h.save(state)
+            h.save(progress[h.name])
         state.save(run_dir / "run.json")
 
-    def evaluate_all() -> None:
+    def save_interrupted() -> None:
+        save_all()
+        log(f"interrupted: saved {run_dir} at step {state.step} ("
+            + ", ".join(f"{h.name} at its step {progress[h.name].step}" for h in heads) + ")")
+
+    def evaluate(chosen: Sequence[OnlineHead]) -> None:
         for split, rows in held.items():
-            for h in heads:
+            for h in chosen:
+                p = progress[h.name]
                 result = h.evaluate(rows)
                 if result:
-                    append_curve(curve, state, h.name, split, result)
-                    log(f"held-out {split} {h.name} at step {state.step} ({state.tokens} tokens): top-1 "
+                    append_curve(curve, p, h.name, split, result)
+                    log(f"held-out {split} {h.name} at step {p.step} ({p.tokens} tokens): top-1 "
                         + " ".join(f"{a:.3f}" for a in result["top1"]) + "; chained "
                         + " ".join(f"{a:.3f}" for a in result["chain"])
                         + (f"; coverage {result['label_coverage']:.4f}" if "label_coverage" in result else ""))
+        for h in chosen:
+            evaluated[h.name] = progress[h.name].step
 
-    if state.step == 0:
-        evaluate_all()
+    def changed() -> list[OnlineHead]:
+        return [h for h in heads if evaluated.get(h.name) != progress[h.name].step]
+
+    evaluate([h for h in heads if progress[h.name].step == 0])
     saved = time.monotonic()
     start = state.step
-    with saving_on_interrupt(save_all, None):
+    with saving_on_interrupt(save_interrupted, None):
         while state.step < cfg.steps:
             t0 = time.perf_counter()
             got = next(batches, None)
@@ -450,15 +548,27 @@ def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tup
                 break
             source, ids, mask = got
             ids, mask = ids.to(device), mask.to(device)
-            fp = feature_pass(target, ids, layers, autocast, vocab)
+            fp = feature_pass(target, ids, layers, autocast, vocab, full=full)
             t1 = time.perf_counter()
             lr = lr_at(state.step, cfg)
-            losses = []
+            losses, times, stepped = [], [], []
             for h in heads:
+                if not training(h):
+                    continue
+                p, th = progress[h.name], time.perf_counter()
+                stepped.append(p)
+                head_lr = lr_at(p.step, plans[h.name])
                 loss = h.loss(ids, mask, fp)
-                optimise(loss, h.opt, lr)
-                losses.append(f"{h.name} {float(loss.detach()):.4f}")
+                optimise(loss, h.opt, head_lr)
+                p.step += 1
+                p.tokens += ids.numel()
+                p.loss_tokens += int(mask.sum())
+                p.batches[source] = p.batches.get(source, 0) + 1
+                losses.append(f"{h.name} {float(loss.detach()):.4f}" + ("" if head_lr == lr else f" (lr {head_lr:.2e})"))
+                times.append(f"{h.name} {time.perf_counter() - th:.1f}s")
             t2 = time.perf_counter()
+            for p in stepped:
+                p.seconds += t2 - t0
             state.step += 1
             state.tokens += ids.numel()
             state.loss_tokens += int(mask.sum())
@@ -467,12 +577,12 @@ def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tup
             if cfg.log_every and state.step % cfg.log_every == 0:
                 log(f"step {state.step}/{cfg.steps} tokens {state.tokens} ({source}) loss {', '.join(losses)} "
                     f"lr {lr:.2e} target {ids.numel() / max(t1 - t0, 1e-9):.0f} tok/s heads "
-                    f"{ids.numel() / max(t2 - t1, 1e-9):.0f} tok/s step {t2 - t0:.1f}s")
+                    f"{ids.numel() / max(t2 - t1, 1e-9):.0f} tok/s ({' '.join(times)}) step {t2 - t0:.1f}s")
             if cfg.eval_every and state.step % cfg.eval_every == 0 and state.step < cfg.steps:
-                evaluate_all()
+                evaluate(changed())
             if state.step % cfg.save_every == 0 or time.monotonic() - saved > cfg.save_minutes * 60:
                 save_all()
                 saved = time.monotonic()
-    evaluate_all()
+    evaluate(changed())
     save_all()
     return state

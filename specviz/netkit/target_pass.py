@@ -123,10 +123,12 @@ class FeaturePass:
     """The frozen target over ids [B, T], for heads that read its hidden states: `features`
     {layer id: [B, T, H]} (models/hidden.py's ids: FINAL for the final norm's output, i for the
     input to decoder layer i), `labels` [B, T] its argmax over the whole vocabulary (fp32), and
-    `logits` [B, T, K] its fp32 logits over `vocab` ([K] target ids; None when not asked)."""
+    `logits` [B, T, K] its fp32 logits over `vocab` ([K] target ids; None when not asked) and
+    `full_logits` [B, T, V] over the whole vocabulary (MTP's loss; None when not asked)."""
     features: dict[int, torch.Tensor]
     labels: torch.Tensor
     logits: torch.Tensor | None = None
+    full_logits: torch.Tensor | None = None
 
     def concat(self, layers: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The features of `layers`, concatenated in that order: [B, T, len(layers) x H]."""
@@ -134,10 +136,11 @@ class FeaturePass:
 
 
 def feature_pass(target: Any, ids: torch.Tensor, layers: tuple[int, ...], autocast: torch.dtype | None = None,
-                 vocab: torch.Tensor | None = None) -> FeaturePass:
+                 vocab: torch.Tensor | None = None, full: bool = False) -> FeaturePass:
     """One no-grad forward of the frozen target over ids [B, T] (its decoder under `autocast`, or
     fp32), keeping the hidden states at `layers` (fp32) and, from the final hidden state in fp32,
-    the argmax over the whole vocabulary and the logits over `vocab` [K], LOGIT_ROWS rows at a time."""
+    the argmax over the whole vocabulary and the logits over `vocab` [K] (and over the whole
+    vocabulary when `full`: no second product, the same blocks kept), LOGIT_ROWS rows at a time."""
     from ..models.hidden import FINAL, HiddenCapture
 
     capture = HiddenCapture(target, tuple(sorted(set(layers) | {FINAL})))
@@ -149,13 +152,16 @@ def feature_pass(target: Any, ids: torch.Tensor, layers: tuple[int, ...], autoca
         final = capture.last.float()                                                        # [B, T, H]
         weight = target.lm_head.weight.float()                                              # [V, H]
         rows = final.flatten(0, 1)                                                          # [B*T, H]
-        labels, kept = [], []
+        labels, kept, whole = [], [], []
         for start in range(0, rows.shape[0], LOGIT_ROWS):
             block = torch.nn.functional.linear(rows[start:start + LOGIT_ROWS], weight)      # [r, V]
             labels.append(block.argmax(-1))
             if vocab is not None:
                 kept.append(block[:, vocab])                                                # [r, K]
+            if full:
+                whole.append(block)
         features = {i: (final if i == FINAL else capture.inputs[i].float()) for i in layers}
     b, t = ids.shape
     return FeaturePass(features=features, labels=torch.cat(labels).view(b, t),
-                       logits=torch.cat(kept).view(b, t, -1) if vocab is not None else None)
+                       logits=torch.cat(kept).view(b, t, -1) if vocab is not None else None,
+                       full_logits=torch.cat(whole).view(b, t, -1) if full else None)

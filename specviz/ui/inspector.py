@@ -109,8 +109,11 @@ def build_inspector(page: Page) -> Inspector:
         with gr.Column(scale=3, min_width=340):
             # the figures' titles say what they are: no label over them (it took 60 px of each)
             parts["tree"] = gr.Plot(label="Draft tree", show_label=False, elem_id=PLACES["tree"][0])
-            whole = gr.Button(WHOLE_LABEL, size="sm", visible=False, elem_id=WHOLE_ID)
-            whole_note = gr.Markdown("", elem_id=WHOLE_NOTE_ID)
+            whole: gr.Button | None = None
+            whole_note: gr.Markdown | None = None
+            if page.panel is not None:           # it runs the panel's input: no button without one
+                whole = gr.Button(WHOLE_LABEL, size="sm", visible=False, elem_id=WHOLE_ID)
+                whole_note = gr.Markdown("", elem_id=WHOLE_NOTE_ID)
         with gr.Column(scale=2, min_width=280):
             parts["md"] = gr.Markdown(EMPTY_NOTE, elem_id=PLACES["md"][0])      # the step's numbers
             parts["narrative"] = gr.Markdown(EMPTY_NARRATIVE, elem_id=PLACES["narrative"][0], container=True)
@@ -124,7 +127,8 @@ def build_inspector(page: Page) -> Inspector:
     inspector = Inspector(slider, prev, nxt, play, speed, parts, note, jumps, views, whole, whole_note)
     _register(page, inspector)
     wire_browser_stepping(inspector)
-    wire_whole_proposal(page, inspector)
+    if inspector.whole is not None:
+        wire_whole_proposal(page, inspector)
     return inspector
 
 
@@ -141,9 +145,10 @@ def _register(page: Page, inspector: Inspector) -> None:
     page.views.add("inspector.note", inspector.note, empty="")
     # the button shows where a step of the run was cut to size; its note is cleared by every run
     # but the one it made (wire_whole_proposal keeps it)
-    page.views.add("inspector.whole", inspector.whole, empty=gr.update(visible=False),
-                   draw=lambda trace, k: gr.update(visible=bool(cut_steps(trace))))
-    page.views.add("inspector.whole_note", inspector.whole_note, empty="")
+    if inspector.whole is not None:
+        page.views.add("inspector.whole", inspector.whole, empty=gr.update(visible=False),
+                       draw=lambda trace, k: gr.update(visible=bool(cut_steps(trace))))
+        page.views.add("inspector.whole_note", inspector.whole_note, empty="")
     page.views.after_drawn("(k, b) => window.specviz.opened(k, b)", [inspector.slider, inspector.views],
                            inspector.outputs)
 

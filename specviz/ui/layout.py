@@ -164,8 +164,10 @@ def build_demo() -> gr.Blocks:
                         dep = dep.then(**redraw, queue=False, api_visibility="private", show_progress="hidden")
                     return dep
 
-                page = Page(session, panel, views,
-                            lambda event, where, keep=(): show_run(event, where, keep, success=True))
+                # a tab's show_run is wired once every tab is built: it draws every tab's views,
+                # those of the tabs after it too (the inspector's button is in the first)
+                shown: list[tuple[Any, str, tuple[Any, ...]]] = []
+                page = Page(session, panel, views, lambda event, where, keep=(): shown.append((event, where, keep)))
                 views.add("run.output", run.output, empty=viz.output_html([]),
                           draw=lambda trace, k: viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)))
                 views.add("run.strip", run.strip, empty="", draw=lambda trace, k: viz.acceptance_strip_html(trace))
@@ -176,6 +178,8 @@ def build_demo() -> gr.Blocks:
                     for title, build in TABS:
                         with gr.Tab(title):
                             build(page)
+                for event, where, keep in shown:
+                    show_run(event, where, keep, success=True)
 
         # ---- the landing run: shown before anything runs, its views drawn once per process -----
         def show_landing(s: Session) -> dict[Any, Any]:

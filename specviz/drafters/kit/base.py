@@ -242,8 +242,8 @@ class DrafterSpec:
     """What the registry knows of a drafter: everything a front end (CLI, UI, bench) needs to
     list, configure and run it without naming it."""
     name: str
-    config_cls: type
-    factory: Callable[[Any, DraftSetup], Drafter]
+    config_cls: type[settings.Settings]
+    factory: Callable[[Any, DraftSetup], Drafter]   # takes its own config_cls (Any: each method's differs)
     summary: str
     reference: str = "-"            # the paper, by authors, year and title ("-": none)
     family: str = "other"           # "baseline", "context", "corpus", "model", "oracle": where it drafts from
@@ -281,11 +281,11 @@ class DrafterSpec:
         for preset in self.presets.values():
             settings.build(self.config_cls, preset.values)     # a broken preset fails at import
 
-    def config(self, values: Mapping[str, Any] | None = None) -> Any:
+    def config(self, values: Mapping[str, Any] | None = None) -> settings.Settings:
         """A validated config from loose values; raises ConfigError naming the field."""
         return settings.build(self.config_cls, values)
 
-    def make(self, config: Any, setup: DraftSetup) -> Drafter:
+    def make(self, config: settings.Settings, setup: DraftSetup) -> Drafter:
         return self.factory(config, setup)
 
     def wants_reference(self, values: Mapping[str, Any]) -> bool:

@@ -1,17 +1,27 @@
 """A drafter chosen by text: `NAME`, `NAME@PRESET`, `NAME[key=value;...]` or
-`NAME@PRESET[key=value;...]`, e.g. `ngram_trie@paper[num_draft=16]`.
+`NAME@PRESET[key=value;...]`, e.g. `ngram_trie@paper[num_draft=16]`, and the one resolver of a
+drafter choice.
 
 The one parser behind the CLI's `--drafter`, `bench --drafters` and the explorer's preset
 dropdown: a preset's values (DrafterSpec.presets) come first, the bracketed overrides on top,
 and the result is validated against the drafter's config, so a typo fails before a model loads.
+
+`plan` merges a parsed choice with the settings given on top (the CLI's --set, the explorer's
+form, the library's dict) and validates the result once: a `DrafterPlan`, which the run service
+(engine/service.py) and the engine's own entry points (`plan_of`, for a library caller's name,
+choice text, spec or config) both use; nothing downstream parses a choice again.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.settings import Settings, describe, to_dict
 from ...errors import ConfigError, SpecvizError
+from ...files.user_values import ascii_int, shown
+
 from .base import DrafterSpec, Preset, get
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")     # a drafter's or preset's name, as a choice names it
@@ -51,7 +61,7 @@ class DrafterChoice:
             out.update(extra)
         return out
 
-    def config(self, extra: dict[str, Any] | None = None) -> Any:
+    def config(self, extra: dict[str, Any] | None = None) -> Settings:
         """The validated config; ConfigError names the field."""
         return self.spec.config(self.values(extra))
 
@@ -128,3 +138,84 @@ def parse_choice(text: str, validate: bool = True) -> DrafterChoice:
 def preset_rows(spec: DrafterSpec) -> list[dict[str, Any]]:
     """The drafter's presets as plain data (listings, docs)."""
     return [{"name": name, "values": dict(p.values), "source": p.source} for name, p in spec.presets.items()]
+
+
+# ---- a choice resolved: merged with the settings on top and validated once --------------------
+
+# checks a front end makes on the merged setting values before they are validated (the web policy)
+Vet = Callable[[DrafterSpec, Mapping[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class DrafterPlan:
+    """A drafter choice resolved: its spec, the merged setting values and the validated config."""
+    spec: DrafterSpec
+    label: str                               # the choice's canonical text, e.g. ngram_trie@paper[n=8]
+    values: tuple[tuple[str, Any], ...]
+    config: Settings
+
+    @property
+    def wants_reference(self) -> bool:
+        """The drafter replays the baseline's output and was given none."""
+        return self.spec.wants_reference(to_dict(self.config))
+
+
+def token_id_values(spec: DrafterSpec, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A token-list setting (a tuple default, e.g. the oracle's `tokens`) given as text
+    ('3, 17, 9') -> a tuple of ints; ConfigError for text that is not."""
+    out = dict(values)
+    for info in describe(spec.config_cls):
+        if info.name in out and isinstance(info.default, tuple) and isinstance(out[info.name], str):
+            parts = [ascii_int(p, signed=True) for p in out[info.name].split(",") if p.strip()]
+            if any(p is None for p in parts):          # ASCII digits only: "٣" is no token id
+                raise ConfigError(info.name, f"expected comma-separated integers (token ids), "
+                                             f"got {shown(values[info.name])}")
+            out[info.name] = tuple(parts)
+    return out
+
+
+def validate(spec: DrafterSpec, values: Mapping[str, Any]) -> Settings:
+    """The drafter's config from `values`; ConfigError names the field. The one validation of a
+    request's drafter settings."""
+    return spec.config(values)
+
+
+def plan(choice: DrafterChoice | DrafterSpec, settings: Mapping[str, Any] | None = None,
+         source: str = "--set", vet: Vet | None = None) -> DrafterPlan:
+    """Merge and validate a parsed choice (or a spec the registry does not list, with its
+    values: a bench peer's). `vet` sees the merged values before they are validated."""
+    if settings is not None and not isinstance(settings, Mapping):
+        raise ConfigError(source, f"give the settings as a dict of name -> value, not {type(settings).__name__}")
+    if isinstance(choice, DrafterSpec):
+        spec, label, values = choice, choice.name, dict(settings or {})
+    else:
+        spec, label, values = choice.spec, choice.label, choice.values(dict(settings or {}), source=source)
+    if vet is not None:
+        vet(spec, values)
+    values = token_id_values(spec, values)
+    return DrafterPlan(spec, label, tuple(values.items()), validate(spec, values))
+
+
+def plan_of(drafter: "str | DrafterSpec | DrafterPlan", config: Mapping[str, Any] | Settings | None = None
+            ) -> DrafterPlan:
+    """What a library caller passes to the engine, resolved by `plan`: a plan as it is; a name or
+    a choice's text (`ngram_trie@paper[num_draft=16]`) with a dict of settings on top (one that
+    contradicts the brackets is refused); a spec the registry does not list (a bench peer's)
+    with its dict; or a name / spec with the drafter's config itself (taken as validated)."""
+    if isinstance(drafter, DrafterPlan):
+        return drafter
+    spec = drafter if isinstance(drafter, DrafterSpec) else None
+    choice = None
+    if spec is None:
+        assert isinstance(drafter, str)
+        choice = parse_choice(drafter, validate=False)
+        spec = choice.spec
+    if isinstance(config, spec.config_cls):
+        if choice is not None and (choice.preset or choice.overrides):
+            raise ConfigError("drafter_config", f"with a choice like {drafter!r}, give a dict of settings, "
+                                                f"not {type(config).__name__}")
+        return DrafterPlan(spec, choice.label if choice else spec.name, tuple(to_dict(config).items()), config)
+    if config is not None and not isinstance(config, Mapping):
+        raise ConfigError("drafter_config", f"give the settings as a dict of name -> value, not "
+                                            f"{type(config).__name__} (or a {spec.config_cls.__name__})")
+    return plan(choice if choice is not None else spec, config, source="drafter_config")

@@ -4,9 +4,10 @@ model; self_draft's truncated target reuses `hf_forward`).
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from ...models.kvcache import crop_to, new_cache
 from ...models.placement import input_device
@@ -23,7 +24,15 @@ class DraftLM(Protocol):
         ...
 
 
-def hf_forward(lm: Any, ids: Sequence[int]) -> torch.Tensor:
+class HFState(Protocol):
+    """What hf_forward reads and advances: a Hugging Face causal LM, its cache and its length."""
+    model: torch.nn.Module
+    cache: DynamicCache
+    device: torch.device
+    length: int
+
+
+def hf_forward(lm: HFState, ids: Sequence[int]) -> torch.Tensor:
     """Forward `ids` through a Hugging Face causal LM `lm.model` at positions `lm.length`..,
     appending to its DynamicCache `lm.cache`; returns the logits [n, V]."""
     pos = torch.arange(lm.length, lm.length + len(ids), device=lm.device)[None]      # [1, n]
@@ -37,7 +46,7 @@ class HFDraftLM:
     """A Hugging Face causal LM with its own DynamicCache, as a DraftLM (draft_model's; self_draft's
     reads the target's committed rows into it)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.device = input_device(model)              # where its input ids go (placement.py)
         self.cache = new_cache(model.config)

@@ -8,14 +8,16 @@ metrics in ctx.info) and `note` (drafter-specific info after a non-empty draft).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Generic, Sequence, TypeVar
 
 from ...core.tree import DraftTree
 from ...errors import ConfigError
-from .base import DraftContext, DraftSetup, TokensOnly
+from .base import DraftContext, DraftSetup, StepView, TokensOnly
 from .chain import PROPOSAL, ChainLoop, ChainResult
 from .draft_lm import DraftLM
 from .gamma import GammaSettings, adapt_gamma
+
+C = TypeVar("C", bound=GammaSettings)      # the method's own config (a GammaSettings)
 
 
 def step_info(ctx: DraftContext, result: ChainResult, gamma: int) -> None:
@@ -36,7 +38,7 @@ def accepted_proposals(tree: DraftTree, accepted: Sequence[int]) -> int:
     return sum(1 for i in accepted if tree.sources[i] == PROPOSAL)
 
 
-class ModelDrafter(TokensOnly):
+class ModelDrafter(TokensOnly, Generic[C]):
     """The base of the model drafters: refuses a setup without a target, keeps the config
     (a GammaSettings), makes the ChainLoop around the subclass's `draft_lm` (seeded by the
     decoding seed), and shares propose / observe: gamma capped by the token budget, the
@@ -44,15 +46,15 @@ class ModelDrafter(TokensOnly):
     name = "model drafter"
     chain: ChainLoop
 
-    def __init__(self, config: GammaSettings, setup: DraftSetup) -> None:
+    def __init__(self, config: C, setup: DraftSetup) -> None:
         if setup.target is None:
             raise ConfigError("target", f"drafter {self.name} needs the target model (DraftSetup.target)")
-        self.config: Any = config
+        self.config: C = config
         self.gamma = int(config.gamma)
         seed = setup.decoding.seed if setup.decoding is not None else 0
         self.chain = ChainLoop(self.draft_lm(config, setup), setup.vocab_size, setup.decoding, seed)
 
-    def draft_lm(self, config: Any, setup: DraftSetup) -> DraftLM:
+    def draft_lm(self, config: C, setup: DraftSetup) -> DraftLM:
         """The draft model the chain runs (called once, by __init__, after the target check)."""
         raise NotImplementedError
 
@@ -78,7 +80,7 @@ class ModelDrafter(TokensOnly):
     def note(self, ctx: DraftContext) -> None:
         """Drafter-specific step info, added after a non-empty draft (none by default)."""
 
-    def observe(self, step: Any) -> None:
+    def observe(self, step: StepView) -> None:
         if self.config.adaptive:
             drafted = sum(1 for s in step.tree.sources if s == PROPOSAL)
             self.gamma = adapt_gamma(self.gamma, accepted_proposals(step.tree, step.accepted), drafted,

@@ -9,7 +9,18 @@ must not share it. Entries are keyed by what they are valid for (drafter, model 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Hashable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from ...core.settings import Settings
+
+
+class SetupLike(Protocol):
+    """What tokenizer_key reads of a DraftSetup (drafters/kit/base.py, which imports this module)."""
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def target(self) -> object: ...
 
 T = TypeVar("T")
 
@@ -50,7 +61,7 @@ class DrafterStore:
         return len(self._items)
 
 
-def settings_key(config: Any, leave_out: tuple[str, ...] = ()) -> tuple[tuple[str, Any], ...]:
+def settings_key(config: Settings, leave_out: tuple[str, ...] = ()) -> tuple[tuple[str, Any], ...]:
     """A hashable key of a config's values (those in `leave_out` excluded)."""
     import dataclasses
 
@@ -58,7 +69,7 @@ def settings_key(config: Any, leave_out: tuple[str, ...] = ()) -> tuple[tuple[st
                  if f.name not in leave_out)
 
 
-def shared_entry(setup: Any, key: Hashable, make: Callable[[], T]) -> tuple[T, threading.Lock]:
+def shared_entry(setup: object, key: Hashable, make: Callable[[], T]) -> tuple[T, threading.Lock]:
     """(the object under `key` in the session's store, made on first use; its lock), for state
     that generations of one session share (Token Recycling's matrix, SuffixDecoding's global
     tree). Hold the lock while reading or changing the object: generations may run on several
@@ -69,7 +80,7 @@ def shared_entry(setup: Any, key: Hashable, make: Callable[[], T]) -> tuple[T, t
     return store.get(key, lambda: (make(), threading.Lock()))
 
 
-def tokenizer_key(setup: Any) -> str:
+def tokenizer_key(setup: SetupLike) -> str:
     """The tokenizer fingerprint of a DraftSetup's target (token ids only without one)."""
     from ...index.store import tokenizer_identity
 

@@ -1,0 +1,96 @@
+"""How long `specviz generate` takes to reach its first step, in a new process, with this
+machine's forward-cost curve already kept (models/cost_cache.py) and without it.
+
+    python benchmarks/startup.py --runs 5                 # the embedded model, 5 new processes each way
+    python benchmarks/startup.py --model tiny-random --runs 2
+
+Each run is a fresh `python` process that runs the command line's `generate` (the same code as
+`python -m specviz generate --model MODEL --prompt hi --max-new-tokens 1 --no-stream`) and notes,
+on the wall clock from the moment the parent started it:
+
+- imported: specviz's command line imported (torch and transformers with it);
+- loaded: the run service has the target (models.load_model: the converted model from the cache);
+- first step: the engine is asked for its first step (the prefill starts), the cost curve read
+  from the store (`kept`) or timed in the process (`timed`: the store pointed at an empty folder).
+
+The two kinds alternate (kept, timed, kept, ...), so a slow spell of a shared machine hits both;
+the figures are medians, with the process's CPU seconds at the first step beside the wall time
+(CPU seconds are what the machine's other load does not stretch).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, os, resource, sys, time
+t0 = float(sys.argv[1])
+marks = {}
+def mark(name):
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    marks[name] = (time.time() - t0, u.ru_utime + u.ru_stime)
+from specviz import cli
+from specviz.engine import service
+mark("imported")
+load, steps = service.load, service.generate_steps
+def timed_load(request):
+    lm = load(request)
+    mark("loaded")
+    return lm
+def first_step(*args, **kwargs):
+    it = steps(*args, **kwargs)                      # validation and the cost curve happen here
+    mark("first step")
+    return it
+service.load, service.generate_steps = timed_load, first_step
+code = cli.main(["generate", "--model", sys.argv[2], "--prompt", "hi", "--max-new-tokens", "1", "--no-stream"])
+print("MARKS " + json.dumps(marks), flush=True)
+sys.exit(code)
+"""
+
+
+def one_run(model: str, store: str | None) -> dict[str, tuple[float, float]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    if store is not None:
+        env["SPECVIZ_COST_CURVES"] = store
+    start = time.time()
+    done = subprocess.run([sys.executable, "-c", CHILD, repr(start), model], env=env, cwd=str(ROOT),
+                          capture_output=True, text=True, check=True)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("MARKS "))
+    return {k: tuple(v) for k, v in json.loads(line[6:]).items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--runs", type=int, default=5, help="new processes of each kind (default 5)")
+    args = ap.parse_args()
+    one_run(args.model, None)                         # the store holds this machine's curve (timed if it did not)
+    runs: dict[str, list[dict[str, tuple[float, float]]]] = {"kept": [], "timed": []}
+    for i in range(args.runs):
+        for kind in (("kept", "timed") if i % 2 == 0 else ("timed", "kept")):
+            with tempfile.TemporaryDirectory() as empty:
+                runs[kind].append(one_run(args.model, None if kind == "kept" else empty))
+            print(f"run {i + 1}/{args.runs}: {kind} done", file=sys.stderr, flush=True)
+    print(f"\n{args.model}: seconds from the process's start, median of {args.runs} new processes each "
+          f"(wall / CPU)\n")
+    print("| cost curve | imported | loaded | first step | imported (CPU s) | loaded (CPU s) | first step (CPU s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    marks = ("imported", "loaded", "first step")
+    for kind, rows in runs.items():
+        wall = [statistics.median(r[m][0] for r in rows) for m in marks]
+        cpu = [statistics.median(r[m][1] for r in rows) for m in marks]
+        print(f"| {kind} | " + " | ".join(f"{v:.2f}" for v in wall + cpu) + " |")
+
+
+
+if __name__ == "__main__":
+    main()
