@@ -225,9 +225,12 @@ def _at_rows(surface: CostSurface, rows: float) -> float:
     return (1 - frac) * surface.at(1, lo) + frac * surface.at(1, lo + 1)
 
 
-def vanilla_like(profile: LoadProfile, label: str = "vanilla") -> LoadProfile:
+def vanilla_like(profile: LoadProfile, label: str | None = None) -> LoadProfile:
     """A vanilla profile for a source that has none (a server's stats): plain steps, the same
-    requests, no drafting, the same other costs."""
+    requests, no drafting, the same other costs; labelled as the registry's baseline by default."""
+    if label is None:
+        from ..drafters import baseline as registered_baseline
+        label = registered_baseline().name
     return LoadProfile(label, PLAIN, 0.0, profile.overhead_s, profile.prefill_s, profile.request_tokens,
                        None, profile.source, label)
 

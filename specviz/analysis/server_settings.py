@@ -25,13 +25,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..drafters import REGISTRY
 from .planner import Prediction, best_length
 
-# specviz's drafters with a counterpart in the engine (the same method, so the engine's acceptance
-# would be about specviz's); a drafter not listed has none and gets the numbers without a method name
-VLLM_METHODS = {"prompt_lookup": "ngram", "suffix_decoding": "suffix", "eagle": "eagle", "eagle3": "eagle3",
-                "medusa": "medusa", "draft_model": "draft_model", "mtp": "mtp"}
-SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE", "mtp": "NEXTN"}
 OPEN_END = 1024            # the last range's end when speculation stays off beyond the measured sizes
 
 
@@ -88,9 +84,17 @@ def schedule(predictions: Sequence[Prediction]) -> Schedule:
     return Schedule(tuple(ranges), sizes[-1] if sizes else 0, tree, tuple(notes))
 
 
+def served_as(drafter: str, engine: str) -> str | None:
+    """The serving engine's name for this drafter's method (the registry's `served_as`: the same
+    method, so the engine's acceptance would be about specviz's), None where it has none or the
+    drafter is not specviz's (a server's stats name their own)."""
+    spec = REGISTRY.get(drafter)
+    return None if spec is None else spec.served_as.get(engine)
+
+
 def vllm_settings(drafter: str, plan: Schedule) -> dict[str, Any]:
     """vLLM's speculative_config for this schedule, and notes."""
-    method = VLLM_METHODS.get(drafter)
+    method = served_as(drafter, "vllm")
     notes = list(plan.notes)
     if method is None:
         notes.append(f"vLLM has no method for {drafter}: the numbers below are for a vLLM method with its acceptance")
@@ -113,7 +117,7 @@ def vllm_settings(drafter: str, plan: Schedule) -> dict[str, Any]:
 
 def sglang_settings(drafter: str, plan: Schedule, deepest: int | None, mean_nodes: float) -> dict[str, Any]:
     """SGLang's launch flags for the draft length that pays at the smallest batch, and notes."""
-    algorithm = SGLANG_ALGORITHMS.get(drafter)
+    algorithm = served_as(drafter, "sglang")
     notes = list(n for n in plan.notes if "plan every batch size" not in n)
     if algorithm is None:
         notes.append(f"SGLang has no algorithm for {drafter}: the flags below size a draft with its acceptance")

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .errors import UsageError
-from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
+from .training import (EAGLE_FILES, Held, add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
                        check_apart, check_fresh_export, check_fresh_out, check_run_flags, config_from,
                        eagle_folder, needs_tokenizer, set_threads)
 

@@ -80,7 +80,7 @@ class Proposal:
         the rest); None if `tree` is not the kept tree, possibly with nodes added after it."""
         if self.matches(tree):
             return self
-        kept_tree, out = self.kept_tree(), []     # out: the proposal's ids of the nodes that survived
+        kept_tree, out = self.kept_tree(), list[int]()     # out: the proposal's ids of the nodes that survived
         for node, tok, par in zip(self.kept, kept_tree.tokens, kept_tree.parents):
             j = len(out)                    # the verified tree's next node, if this one survived
             if j >= len(tree) or tree.tokens[j] != tok:

@@ -74,4 +74,5 @@ SPEC = register(DrafterSpec("draft_model", DraftModelConfig, DraftModel,
                             "(exact speculative sampling, own KV cache rolled back on rejection).",
                             "Leviathan et al. 2023; Chen et al. 2023",
                             family="model", order=70, confidence="probability",
-                            narrate=narrate_model_chain))
+                            narrate=narrate_model_chain,
+                            served_as={"vllm": "draft_model", "sglang": "STANDALONE"}))

@@ -243,4 +243,5 @@ SPEC = register(DrafterSpec("eagle", EagleConfig, EagleDrafter,
                             "Li et al. 2024, EAGLE: Speculative Sampling Requires Rethinking Feature "
                             "Uncertainty; EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees",
                             family="model", order=96, presets=PRESETS, confidence="probability",
-                            narrate=narrate_size))
+                            narrate=narrate_size,
+                            served_as={"vllm": "eagle", "sglang": "EAGLE"}))

@@ -34,4 +34,5 @@ SPEC = register(DrafterSpec("eagle3", EagleConfig, Eagle3Drafter,
                             "Li et al. 2025, EAGLE-3: Scaling up Inference Acceleration of Large Language "
                             "Models via Training-Time Test",
                             family="model", order=97, presets=PRESETS, confidence="probability",
-                            narrate=narrate_size))
+                            narrate=narrate_size,
+                            served_as={"vllm": "eagle3", "sglang": "EAGLE3"}))

@@ -242,4 +242,5 @@ SPEC = register(DrafterSpec("medusa", MedusaConfig, MedusaDrafter,
                             "Cai et al. 2024, Medusa: Simple LLM Inference Acceleration Framework with "
                             "Multiple Decoding Heads",
                             family="model", order=92, presets=PRESETS, confidence="probability",
-                            narrate=narrate_size))
+                            narrate=narrate_size,
+                            served_as={"vllm": "medusa"}))

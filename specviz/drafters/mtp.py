@@ -135,4 +135,5 @@ SPEC = register(DrafterSpec("mtp", MTPConfig, MTPDrafter,
                             "DeepSeek-AI 2024, DeepSeek-V3 Technical Report (multi-token prediction); "
                             "vLLM method mtp, SGLang NEXTN",
                             family="model", order=98, presets=PRESETS, confidence="probability",
-                            narrate=narrate_size))
+                            narrate=narrate_size,
+                            served_as={"vllm": "mtp", "sglang": "NEXTN"}))

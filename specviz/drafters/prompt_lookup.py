@@ -54,4 +54,5 @@ SPEC = register(DrafterSpec("prompt_lookup", PromptLookupConfig, PromptLookup,
                             "Copy what followed the last n-gram's earliest earlier occurrence (a chain).",
                             "Saxena 2023, Prompt Lookup Decoding",
                             family="context", order=10, preselected=True,
-                            narrate=narrate_lookup))
+                            narrate=narrate_lookup,
+                            served_as={"vllm": "ngram"}))

@@ -205,4 +205,5 @@ SPEC = register(DrafterSpec("suffix_decoding", SuffixDecodingConfig, SuffixDecod
                             "Oliaro et al. 2024, SuffixDecoding: Extreme Speculative Decoding for "
                             "Emerging AI Applications",
                             family="context", order=65, presets={"paper": PAPER}, confidence="chance",
-                            narrate=narrate_lookup))
+                            narrate=narrate_lookup,
+                            served_as={"vllm": "suffix"}))

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..errors import ConfigError, check_choice
+from ..files.user_files import loads_json
 from .data import Conversation, DataError, conversations, is_held_out
 
 POOL_BATCHES = 8
@@ -84,8 +85,9 @@ def done_ids(path: Path) -> set[str]:
     ids: set[str] = set()
     for n, line in enumerate(data[:keep].splitlines(), 1):
         try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            record = loads_json(line.decode("utf-8"), f"distill: {str(path)}:{n}", error=DataError,
+                                hint="it is not a record distill wrote; give another --out")
+        except UnicodeDecodeError:
             raise DataError(f"distill: {str(path)}:{n} is not a record distill wrote; give another --out") from None
         if not isinstance(record, dict) or "distill" not in record or not isinstance(record.get("id"), str):
             raise DataError(f"distill: {str(path)}:{n} is not a record distill wrote; give another --out")

@@ -47,11 +47,14 @@ def as_run(predictions: Sequence[Prediction]) -> dict[str, list[Prediction]]:
     return {d: sorted(ps, key=lambda p: p.batch_size) for d, ps in out.items()}
 
 
-def load_figure(rows: Sequence[dict[str, Any]], predictions: Sequence[Prediction], baseline: str = "vanilla",
+def load_figure(rows: Sequence[dict[str, Any]], predictions: Sequence[Prediction], baseline: str | None = None,
                 title: str = "Speedup against batch size") -> go.Figure:
     """Per drafter: measured speedup (solid, markers) and predicted (dashed) against batch size; a
     dotted line at 1 (vanilla at the same batch size); a drafter's crossover (where its best draft
     length stops beating vanilla) marked with an x on the axis."""
+    if baseline is None:
+        from ..drafters import baseline as registered_baseline
+        baseline = registered_baseline().name
     fig = go.Figure()
     palette = plotly.colors.qualitative.Plotly
     measured = measured_points(rows, baseline)

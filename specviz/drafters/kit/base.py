@@ -268,6 +268,9 @@ class DrafterSpec:
     # are not cut by a setting. Default: the config class's WHOLE_PROPOSAL (TreeSizingSettings:
     # size_by_cost = false), so every drafter that sizes with the kit's TreeCutter has it
     whole_proposal: Mapping[str, Any] | None = None
+    # the same method in the serving engines, by engine ("vllm": speculative_config's method,
+    # "sglang": --speculative-algorithm), for the planner's settings; an engine not named has none
+    served_as: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.whole_proposal is None:

@@ -69,12 +69,12 @@ def sizing(scene: Scene, also: Sequence[Sentence] = (), otherwise: Sequence[Sent
     lines: list[Sentence] = []
     cands = info.get("candidates")
     kept = int(info.get("kept", n))
-    p = s.proposal                      # what the sizing cut (core/proposal.py)
-    if p is not None:
-        found = (f"The drafter proposed {plural(len(p.tree), 'node')}; " if cands is None else
+    whole = s.proposal                   # what the sizing cut (core/proposal.py)
+    if whole is not None:
+        found = (f"The drafter proposed {plural(len(whole.tree), 'node')}; " if cands is None else
                  f"The drafter found {plural(int(cands), 'candidate')}"
-                 + (f" and proposed {len(p.tree)} of them; " if int(cands) > len(p.tree) else "; "))
-        lines.append((found + f"its sizing kept {len(p.kept)}. The {p.cut} it cut are drawn faintly in the tree: "
+                 + (f" and proposed {len(whole.tree)} of them; " if int(cands) > len(whole.tree) else "; "))
+        lines.append((found + f"its sizing kept {len(whole.kept)}. The {whole.cut} it cut are drawn faintly in the tree: "
                       "the target never verified them.",))
     elif cands is not None:
         lines.append((f"The drafter found {plural(int(cands), 'candidate')} and kept {plural(kept, 'node')}.",))
