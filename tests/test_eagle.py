@@ -166,6 +166,31 @@ def test_tree_is_eagle2s_rerank_and_scores_are_per_node(tiny_lm, tmp_path, kind)
     assert probs == sorted(probs, reverse=True) or len(first) <= 3
 
 
+def test_the_cost_cut_keeps_eagle2s_whole_tree_for_the_trace(tiny_lm, tmp_path):
+    """Where the cost model cuts EAGLE-2's reranked tree, the step keeps it whole: the proposal
+    is the tree size_by_cost = false verifies from the same place (step 0: the same features),
+    the verified tree its kept nodes, each chance the path's draft probability (full trust; 4 significant digits)."""
+    import dataclasses
+    import math
+
+    from specviz.models.cost import VerifyCost
+
+    # a fixed cost, steep past 4 rows (a measured one is nearly flat for this 64-token model: it may cut nothing)
+    lm = dataclasses.replace(tiny_lm, verify_cost=VerifyCost((1, 4, 8), (1.0, 1.0, 3.0)))
+    folder = save_random(lm, "eagle", tmp_path / "eagle")
+    cfg = {"checkpoint": folder, "top_k": 3, "depth": 2, "total_tokens": 8}
+    _, cut = run_ids(lm, PROMPT, "eagle", cfg, max_new_tokens=6)
+    _, whole = run_ids(lm, PROMPT, "eagle", {**cfg, "size_by_cost": False}, max_new_tokens=6)
+    assert all(s.proposal is None for s in whole)                     # nothing cut: nothing kept
+    p = cut[0].proposal
+    assert p is not None and len(cut[0].tree) < len(p.tree) == 7 == cut[0].info["kept"] + p.cut
+    assert (p.tree.tokens, p.tree.parents) == (whole[0].tree.tokens, whole[0].tree.parents)
+    assert p.kept_tree().tokens == cut[0].tree.tokens
+    for i, par in enumerate(p.tree.parents):
+        assert p.chance[i] == pytest.approx(p.tree.scores[i] * (p.chance[par] if par >= 0 else 1.0), rel=2e-3)
+    assert all(math.isfinite(c) for c in p.chance)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_trained_heads_are_lossless_and_accepted(tiny_lm, trained, self_data, kind):
     """On its training text (the tiny random model's own greedy continuations, which a head this
