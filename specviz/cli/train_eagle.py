@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..mtp import KIND as MTP          # the MTP module, a kind beside EAGLE's (mtp/train.py)
 from .errors import UsageError
 from .training import (EAGLE_FILES, Held, add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
                        check_apart, check_fresh_export, check_fresh_out, check_run_flags, config_from,
                        eagle_folder, needs_tokenizer, set_threads)
 
 RUN_FILES = {"run.json", "run.tmp", "curve.csv", "curve.tmp", "vocab.pt", "vocab.tmp", "train.log"}
-MTP = "mtp"                        # the MTP module, a kind beside EAGLE's (mtp/train.py)
 VOCAB_WINDOWS = 4096               # training windows (per source) whose assistant tokens rank the draft vocabulary
 
 
@@ -198,7 +198,7 @@ def run(args: Any) -> int:
 
     kinds = kinds_of(args.kind)
     eagle_kinds = [k for k in kinds if k != MTP]
-    base = config_from(EagleTrainConfig, args, kind=(eagle_kinds or ["eagle3"])[0])
+    base = config_from(EagleTrainConfig, args, kind=(eagle_kinds or [EagleTrainConfig().kind])[0])
     cfgs: list[Any] = kind_configs(base, eagle_kinds)
     mtp_cfg = MTPTrainConfig(unroll=args.mtp_unroll, positions=args.mtp_positions, steps=args.mtp_steps,
                              lr=base.lr, seq_len=base.seq_len)

@@ -48,6 +48,7 @@ from typing import Any, Sequence
 
 import torch
 
+from . import KIND
 from ..eagle.train import STEP_DECAY, evaluate, read_training, soft_ce, unroll
 from ..errors import ConfigError
 from ..models.hidden import FINAL
@@ -56,7 +57,6 @@ from ..netkit.target_pass import FeaturePass
 from . import checkpoint as ckpt
 from .model import MTPHead
 
-KIND = "mtp"
 
 
 @dataclass(frozen=True, kw_only=True)
