@@ -200,3 +200,19 @@ def test_export_only_refuses_in_one_line(tmp_path: Path) -> None:
         proc = run_cli_here("train-eagle", "--kind", "mtp", "--model", "tiny-random", "--out", str(tmp_path / "none"),
                             "--export-only", "--held-out", "0", *more)
         assert_one_line_refusal(proc, words)
+
+
+def test_a_heads_folder_is_told_by_its_own_checkpoint_format(tiny_lm: Any, tmp_path: Path) -> None:
+    """train-eagle's --out/--export check (cli/train_eagle.head_folder, one folder check for both
+    layouts: cli/training.folder_checkpoint): an MTP module it saved is a "run", its fp16 export an
+    "export"; another folder, or one with a stray file, is "other"."""
+    from specviz.cli.train_eagle import head_folder
+    from specviz.netkit.recipe import RunState
+
+    head = MTPTrainHead(_frozen(tiny_lm), "tiny-64", MTPTrainConfig(unroll=1, seq_len=12), tmp_path / "mtp")
+    head.save(RunState())
+    head.export(tmp_path / "ship", RunState())
+    assert head_folder(tmp_path / "mtp") == "run" and head_folder(tmp_path / "ship") == "export"
+    (tmp_path / "ship" / "notes.txt").write_text("mine")
+    (tmp_path / "other").mkdir()
+    assert head_folder(tmp_path / "ship") == "other" and head_folder(tmp_path / "other") == "other"
