@@ -185,6 +185,18 @@ class SavedHead:
     def entry(self, state: HeadProgress | RunState) -> dict[str, Any]:
         raise NotImplementedError
 
+    def saved_weights(self) -> dict[str, torch.Tensor]:
+        """The weights of the head saved in `out`, read and checked against this one (resume);
+        ConfigError naming the folder when they are not."""
+        raise NotImplementedError
+
+    def begin(self, resume: bool) -> None:
+        """The end of the constructor: no held-out result yet; with `resume`, the module and its
+        optimiser as the run in `out` left them."""
+        self.held_out = {}
+        if resume:
+            self.restore(self.saved_weights())
+
     def restore(self, weights: dict[str, torch.Tensor]) -> None:
         """The module's `weights` (its checkpoint's, read and checked) and the optimiser's state
         from `out`/training.pt; ConfigError naming the file when it is another head's."""
@@ -239,15 +251,13 @@ class EagleHead(SavedHead):
         if cfg.kind == "eagle3":                                               # the head's draft ids -> those columns
             self.draft_cols = self.column[self.module.d2t + torch.arange(len(vocab), device=device)]
         self.history: list[dict[str, Any]] = []
-        self.held_out: dict[str, Any] = {}
-        if resume:
-            self._resume()
+        self.begin(resume)
 
-    def _resume(self) -> None:
+    def saved_weights(self) -> dict[str, torch.Tensor]:
         loaded = ckpt.load(self.out, self.target, self.target_id, self.cfg.kind)
         if loaded.spec != self.module.spec:
             raise ConfigError("resume", f"{self.out} holds another head ({loaded.spec}); start a new --out")
-        self.restore(loaded.state_dict())
+        return loaded.state_dict()
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, fp: FeaturePass) -> torch.Tensor:
         assert fp.logits is not None

@@ -101,11 +101,9 @@ class MTPTrainHead(SavedHead):
         self.module = MTPHead.for_target(target)
         device, self.opt = optimiser_for(self.module, target, cfg.lr)
         self.device = device
-        self.held_out: dict[str, Any] = {}
-        if resume:
-            self._resume()
+        self.begin(resume)
 
-    def _resume(self) -> None:
+    def saved_weights(self) -> dict[str, torch.Tensor]:
         from ..netkit.files import CheckpointError
 
         try:
@@ -113,7 +111,7 @@ class MTPTrainHead(SavedHead):
         except CheckpointError as err:
             raise ConfigError("resume", f"{self.out}: {str(err).removeprefix('checkpoint: ')}; start a new --out") \
                 from None
-        self.restore(loaded.state_dict())
+        return loaded.state_dict()
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, fp: FeaturePass) -> torch.Tensor:
         """Sum over unroll steps s of 0.8^s x the soft cross-entropy of the module's logits over the
