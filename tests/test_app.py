@@ -383,3 +383,42 @@ def test_a_second_timing_of_a_model_is_said() -> None:
     assert runner.retimed_note(seen, run((0.1, 0.2))) == ""              # the session's first run of it
     assert runner.retimed_note(seen, run((0.1, 0.2))) == ""              # the same curve: the same load
     assert "timed again" in runner.retimed_note(seen, run((0.1, 0.3)))
+
+
+def test_verify_the_whole_proposal_reruns_the_input_with_the_sizing_off(panel: SetupPanel, tiny_lm_tok, tmp_path,
+                                                                       monkeypatch) -> None:
+    """The inspector's button: the shown run's input again with its drafter's whole_proposal
+    settings (size_by_cost = false), opened at the step that drafted from the same place, whose
+    tree is that step's whole proposal; refused in one line without a cut step, once the boxes
+    hold another input, and for a run whose sizing was off already."""
+    from test_eagle import save_random
+
+    from specviz.ui import inspector
+    from specviz.ui.whole_proposal import cut_steps, whole_request
+
+    folder = save_random(tiny_lm_tok, "eagle", tmp_path / "head")
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path))
+    session = Session()
+    settings = dict(drafter="eagle", checkpoint=folder, max_new_tokens=8, top_k=3, depth=2, total_tokens=8)
+    form = values(panel, **settings)
+    _run(panel, session, **settings)
+    before = session.trace
+    assert cut_steps(before), "nothing was cut: the test proves little"
+    k = cut_steps(before)[0]
+    whole = inspector.make_whole_handler(panel)
+    session, note = whole(session, k, **form)
+    after = session.trace
+    assert after.drafter_config["size_by_cost"] is False and after.output_ids == before.output_ids
+    j = session.open_at
+    assert after.steps[j].committed_len == before.steps[k].committed_len and "drafted from the same place" in note
+    proposal = before.steps[k].proposal
+    if k == 0:                                 # the same features: the very tree
+        assert after.steps[j].tree.tokens == proposal.tree.tokens
+    assert len(after.steps[j].tree) == len(proposal.tree) and not cut_steps(after)
+    with pytest.raises(gr.Error, match="had size_by_cost = false already"):
+        whole(session, j, **form)
+    session.trace = before
+    with pytest.raises(gr.Error, match="no longer hold this run's input"):
+        whole(session, k, **{**form, "message": "Something else."})
+    with pytest.raises(Exception, match="no run on the page"):
+        whole_request(None, panel.request(form))

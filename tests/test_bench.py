@@ -515,3 +515,20 @@ def test_a_later_turn_after_a_differing_answer_is_not_judged_against_vanilla(tmp
     row = next(r for r in rows if (r["category"], r["method"]) == ("all", "ngram_trie"))
     assert row["mismatch_bugs"] == ["2/t1"] and row["follow_on"] == 1
     assert "| 0 / 1 (1 after an earlier turn) |" in (out / "summary.md").read_text()
+
+
+def test_the_results_tabs_positions_read_na_where_no_draft_reached_them():
+    """The Benchmark results tab's per-position table and figure: a position no draft reached
+    (num_tested_per_pos 0) has no rate given the earlier ones: n/a in the table, a gap in the
+    dotted line, not 0.00; results written before num_tested_per_pos was kept show their numbers."""
+    from specviz.bench.report import position_table
+    sd = {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 10,
+          "num_accepted_tokens_per_pos": [10, 0, 0], "mean_acceptance_length": 2.0, "draft_acceptance_rate": 0.33,
+          "acceptance_rate_per_pos": [1.0, 0.0, 0.0], "conditional_acceptance_per_pos": [1.0, 0.0, 0.0],
+          "num_tested_per_pos": [10, 3, 0], "num_steps": 10, "cut_at_stop": 0}
+    row = {"category": "all", "method": "m", "spec_decode": sd, "ece": None}
+    assert "| 1.00 0.00 n/a |" in position_table([row])
+    dotted = next(t for t in figures.position_lines([row]).data if t.name.endswith("given earlier accepted"))
+    assert list(dotted.y) == [1.0, 0.0, None]
+    old = dict(row, spec_decode={k: v for k, v in sd.items() if k != "num_tested_per_pos"})
+    assert "| 1.00 0.00 0.00 |" in position_table([old])

@@ -142,6 +142,15 @@ def test_generate_and_step_through_in_a_browser(app_url: str, tmp_path: Path) ->
 
 # ---- the page before any run: the landing trace, its colours in both themes, the keys ------
 
+def _file_shown(page, elem_id: str, name: str, timeout: int) -> None:
+    """Wait until the file box `elem_id` lists a file called `name`. gradio draws a listed file's
+    name as two spans (stem, extension) with a space between them in the DOM, so a text match on
+    the whole name fails; the cell's aria-label holds it whole."""
+    page.wait_for_function(
+        "([id, name]) => Array.from(document.querySelectorAll(`#${id} td.filename`))"
+        ".some(td => td.getAttribute('aria-label') === name)", arg=[elem_id, name], timeout=timeout)
+
+
 def _luminance(rgb: tuple[float, ...]) -> float:
     lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in rgb[:3])]
     return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
@@ -592,7 +601,7 @@ def test_every_figure_fits_its_box_and_no_view_goes_stale(app_url: str, replay_f
                                       for k, n in enumerate((80, 60, 40))), encoding="utf-8")
             page.get_by_role("tab", name="Server metrics", exact=True).click()
             page.locator("#metrics-upload input[type=file]").set_input_files(str(dump))
-            page.locator("#metrics-upload").get_by_text(dump.name).first.wait_for(timeout=WAIT_MS)
+            _file_shown(page, "metrics-upload", dump.name, WAIT_MS)
             page.locator("#metrics-draw").click()
             page.locator("#metrics-plot .js-plotly-plot .legendtext").nth(1).wait_for(timeout=WAIT_MS)
             legend = page.locator("#metrics-plot .legendtext").all_text_contents()
@@ -635,4 +644,77 @@ def test_every_figure_fits_its_box_and_no_view_goes_stale(app_url: str, replay_f
                 boxes = page.evaluate("() => Array.from(document.querySelectorAll('#view-tabs [role=tab]'))"
                                       ".map(e => e.getBoundingClientRect()).map(r => [r.left, r.right, r.width])")
                 assert len(boxes) == len(TABS) and all(w > 0 and 0 <= a and b <= other for a, b, w in boxes), boxes
+        browser.close()
+
+
+# ---- the whole proposal in view: cut nodes drawn faintly, "kept N of M", verified on a click ----
+
+def _set_number(page, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]").first
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def test_the_proposed_tree_and_the_kept_tree_and_verifying_the_whole_proposal(app_url: str, tiny_lm_tok, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    """An EAGLE run whose cost model cuts its trees: a cut step's tree is titled "kept N of M
+    proposed" and draws the cut nodes in their own pale trace; "Verify the whole proposal" runs
+    the input again with size_by_cost = false and opens the new run at the step that drafted from
+    the same place, its whole tree verified (no cut, the button hidden)."""
+    from test_eagle import save_random
+
+    folder = save_random(tiny_lm_tok, "eagle", tmp_path / "head")
+    monkeypatch.setenv("SPECVIZ_ALLOWED_DIRS", str(tmp_path))
+    cut_js = ("() => { const gd = document.querySelector('#tree-plot .js-plotly-plot');"
+              " return !!(gd && gd.layout && /kept \\d+ of \\d+ proposed/.test(gd.layout.title.text)); }")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(app_url)
+        _views_shown(page)
+        assert not page.locator("#verify-whole-btn").is_visible()          # the landing run cut nothing
+        _set_text(page, "model-id", "tiny-random")
+        dropdown = page.locator("#drafter input").first
+        dropdown.click()
+        dropdown.fill("eagle")
+        page.get_by_role("option", name="eagle", exact=True).click()
+        _set_text(page, "set-eagle-checkpoint", folder)
+        for name, value in (("top_k", 3), ("depth", 2), ("total_tokens", 8)):
+            _set_number(page, f"set-eagle-{name}", value)
+        page.get_by_text("Decoding", exact=True).click()
+        _set_number(page, "set-decoding-max_new_tokens", 8)
+        page.locator("#generate-btn").click()
+        page.locator("#counters").get_by_text(re.compile("done|stopped")).wait_for(timeout=WAIT_MS)
+        _views_shown(page)
+        page.locator("#verify-whole-btn").wait_for(state="visible", timeout=WAIT_MS)
+        # step through to a cut step: its title says what was kept, the cut nodes are drawn pale
+        slider = page.locator("#step-slider input[type=range]")
+        slider.focus()
+        page.keyboard.press("Home")
+        page.locator("#step-details").get_by_text(re.compile(r"^Step 0 of")).wait_for(timeout=WAIT_MS)
+        for _ in range(12):
+            if page.evaluate(cut_js):
+                break
+            page.keyboard.press("ArrowRight")
+            page.wait_for_timeout(200)
+        assert page.evaluate(cut_js), "no cut step drawn"
+        k = _step_number(page)
+        traces = page.evaluate("() => document.querySelector('#tree-plot .js-plotly-plot').data"
+                               ".map(t => [t.name, t.opacity === undefined ? 1 : t.opacity, (t.x || []).length])")
+        cut = [t for t in traces if t[0] == "proposed, cut"]
+        drawn = [t for t in traces if t[0] == "draft nodes"]
+        assert cut and cut[0][1] < 1 and cut[0][2] > 0 and drawn and drawn[0][1] == 1, traces
+        assert "kept" in page.locator("#step-details").inner_text()
+        # verify the whole proposal: a new run, opened where step k drafted, nothing cut
+        page.locator("#verify-whole-btn").click()
+        page.locator("#whole-note").get_by_text("Verified the whole proposal").wait_for(timeout=WAIT_MS)
+        _views_shown(page)
+        note = page.locator("#whole-note").inner_text()
+        assert "size_by_cost = false" in note and f"step {k} of the last run" in note, note
+        j = int(re.search(r"Step (\d+) drafted from the same place", note).group(1))
+        page.locator("#step-details").get_by_text(re.compile(rf"^Step {j} of")).wait_for(timeout=WAIT_MS)
+        page.wait_for_function("() => { const gd = document.querySelector('#tree-plot .js-plotly-plot');"
+                               " return gd && gd.layout && /draft node/.test(gd.layout.title.text)"
+                               " && !/proposed/.test(gd.layout.title.text); }", timeout=WAIT_MS)
+        page.locator("#verify-whole-btn").wait_for(state="hidden", timeout=WAIT_MS)
         browser.close()

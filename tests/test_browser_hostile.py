@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 # test_browser's fixture (the explorer on a free local port, launched once for this module), its
 # helpers and its skip when chromium is missing
-from test_browser import WAIT_MS, _open, app_url, playwright_api, pytestmark  # noqa: F401
+from test_browser import WAIT_MS, _file_shown, _open, app_url, playwright_api, pytestmark  # noqa: F401
 
 from specviz import build_prompt, generate
 from specviz.bench.report import ResultsFormatError, load_results
@@ -252,11 +252,10 @@ def _file_given(page: Any, elem_id: str, path: Path) -> None:
     name. Once more if it does not: right after a tab opens, chromium can drop the first
     change event of its file input (seen once in CI), which is not what this file tests."""
     page.locator(f"#{elem_id}").wait_for(state="visible", timeout=WAIT_MS)
-    shown = page.locator(f"#{elem_id}").get_by_text(path.name).first
     for attempt in (1, 2):
         page.locator(f"#{elem_id} input[type=file]").set_input_files(str(path))
         try:
-            shown.wait_for(timeout=WAIT_MS // 2)
+            _file_shown(page, elem_id, path.name, WAIT_MS // 2)
             return
         except playwright_api.TimeoutError:
             if attempt == 2:

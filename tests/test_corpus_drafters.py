@@ -19,7 +19,8 @@ import pytest
 from conftest import model_documents, run_ids
 from specviz.core.decoding import DecodingConfig
 from specviz.drafters import get
-from specviz.drafters.kit.base import DraftSetup, StepView
+from specviz.core.timing import PhaseTimer
+from specviz.drafters.kit.base import DraftContext, DraftSetup, StepView
 from specviz.engine import generate_steps
 from specviz.errors import SpecvizError
 from specviz.index.model_db import ModelDB, count_ngrams
@@ -181,22 +182,26 @@ def test_tree_cutter_explores_a_source_it_never_tested():
         return 1.0 if n == 0 else (2.0 if n <= 3 else 2.0 + n)
 
     tree = DraftTree((1, 2, 3, 4), (-1, 0, 1, -1), ("corpus",) * 4, (1.0,) * 4)
+
+    def step() -> DraftContext:                    # a step's context, priced by `cost`
+        return DraftContext([5, 99], 1, 0, 64, cost, PhaseTimer())
+
     for every, expect in ((0, [0] * 12), (3, [0, 0, 0, 3, 0, 0, 0, 3])):   # after 3 steps without a draft
         cutter = TreeCutter(0.01, 0.01, every)
         sizes, explored = [], 0
         for _ in range(len(expect)):
-            info: dict = {}
-            kept, _ = cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, cost, True, info)
+            c = step()
+            kept, _ = cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, c, True)
             sizes.append(len(kept))
-            explored += bool(info.get("explore"))
+            explored += bool(c.info.get("explore"))
             cutter.observe(StepView(kept, (), (99,), [99], (99,) * (len(kept) + 1)))
         assert sizes == expect and explored == sum(1 for k in expect if k)
     cutter = TreeCutter(0.01, 0.01, 1)
     for _ in range(40):                             # rejected every time: stops once tested enough
-        kept, _ = cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, cost, True, {})
+        kept, _ = cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, step(), True)
         cutter.observe(StepView(kept, (), (99,), [99], (99,) * (len(kept) + 1)))
     assert cutter.first.tests(0) >= EXPLORE_TESTS
-    assert len(cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, cost, True, {})[0]) == 0
+    assert len(cutter.cut(tree, [0.5] * 4, ["corpus"] * 4, step(), True)[0]) == 0
 
 
 def test_lookahead_comb_is_the_lookahead_mask():

@@ -174,3 +174,47 @@ def test_ngram_trie_stops_exploring_after_enough_tests():
     from specviz.drafters.kit.sizing import EXPLORE_TESTS
     assert d.cutter.tests(3) >= EXPLORE_TESTS         # exploration ran until enough were tested
     assert 1 <= explored <= EXPLORE_TESTS             # then stopped: at least one test per exploring step
+
+
+# ---- the whole proposal: what the kit's TreeCutter cut (core/proposal.py) -----------------------
+
+def test_a_cut_keeps_the_whole_proposal_and_a_full_tree_keeps_none():
+    """TreeCutter.cut hands the step the uncut tree, each node's path chance (what it ranked)
+    and the kept nodes; a cut that keeps every node, sizing off, and a context that keeps no
+    proposals leave none."""
+    from specviz.core.proposal import PENDING_KEY
+    from specviz.drafters.kit.tree_cutter import TreeCutter
+
+    tree = DraftTree((1, 2, 3, 4, 5), (-1, 0, 1, -1, 3), ("t",) * 5, (1.0,) * 5)
+    ratios = [0.9, 0.8, 0.5, 0.3, 0.5]
+
+    def cut(cost, enabled=True, keep=True):
+        c = DraftContext([7, 8], 1, 0, 64, cost, PhaseTimer(), keep_proposals=keep)
+        kept, path = TreeCutter(1.0, 1.0).cut(tree, ratios, ["b"] * 5, c, enabled)
+        return kept, path, c.info.get(PENDING_KEY)
+
+    kept, path, p = cut(_flat_then_steep)              # 3 nodes cost what one does: the 3 likeliest
+    assert p is not None and p.tree == tree and len(kept) == 3
+    assert p.kept == (0, 1, 2) and p.kept_tree().tokens == kept.tokens == (1, 2, 3)
+    assert p.chance == pytest.approx((0.9, 0.72, 0.36, 0.3, 0.15)) and path == pytest.approx([0.9, 0.72, 0.36])
+    assert cut(lambda n: 1.0)[2] is None                # free nodes: all kept, nothing to record
+    assert cut(_flat_then_steep, enabled=False)[2] is None
+    kept, _, p = cut(_flat_then_steep, keep=False)      # a run that records its text only
+    assert p is None and len(kept) == 3
+
+
+def test_every_drafter_that_sizes_with_the_cutter_says_how_to_verify_its_whole_proposal():
+    """DrafterSpec.whole_proposal: size_by_cost = false for every TreeSizingSettings drafter
+    (the default), None for one without sizing; a setting its config lacks fails at registration."""
+    from specviz.drafters.kit.base import DrafterSpec
+    from specviz.drafters.kit.tree_cutter import TreeSizingSettings
+
+    for name, spec in REGISTRY.items():
+        if issubclass(spec.config_cls, TreeSizingSettings):
+            assert dict(spec.whole_proposal or {}) == {"size_by_cost": False}, name
+            assert spec.config(dict(spec.whole_proposal)).size_by_cost is False
+        else:
+            assert spec.whole_proposal is None, name
+    from specviz.errors import ConfigError
+    with pytest.raises(ConfigError, match="no_such_setting"):
+        DrafterSpec("x", get("ngram_trie").config_cls, lambda c, s: None, "x", whole_proposal={"no_such_setting": 1})

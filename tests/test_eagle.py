@@ -19,7 +19,7 @@ from specviz.eagle.train import EagleTrainConfig, evaluate, feature_layers, pass
 from specviz.netkit.target_pass import feature_pass
 from specviz.models.hidden import FINAL, HiddenCapture
 
-from conftest import assert_shipped_heads_equal_vanilla, self_data as make_self_data, run_ids
+from conftest import assert_shipped_heads_equal_vanilla, self_data as make_self_data, run_ids, target_features
 
 PROMPT = [1, 5, 9, 13, 2, 7, 30, 31]
 KINDS = ("eagle", "eagle3")
@@ -113,11 +113,7 @@ def test_drafter_cache_equals_the_head_over_the_whole_sequence(tiny_lm, tmp_path
     tokens = PROMPT + out
     done = drafter.done
     assert len(PROMPT) + len(steps) - 2 <= done < len(tokens)   # the last step's rows come at a next step
-    ids = torch.tensor([tokens])
-    capture = HiddenCapture(tiny_lm.model, drafter.needs.feature_layers)
-    with torch.no_grad(), capture:
-        tiny_lm.model(input_ids=ids)
-    feats = capture.rows(list(range(done)))[None]                                        # [1, done, F]
+    ids, feats = target_features(tiny_lm, tokens, drafter.needs.feature_layers, done)   # [1, T], [1, done, F]
     pos = torch.arange(done)
     with torch.no_grad():
         ref, (k, _) = drafter.draft(feats, ids[:, 1:done + 1], pos, None,
@@ -164,6 +160,31 @@ def test_tree_is_eagle2s_rerank_and_scores_are_per_node(tiny_lm, tmp_path, kind)
     first = [i for i, p in enumerate(tree.parents) if p < 0]
     probs = [tree.scores[i] for i in first]
     assert probs == sorted(probs, reverse=True) or len(first) <= 3
+
+
+def test_the_cost_cut_keeps_eagle2s_whole_tree_for_the_trace(tiny_lm, tmp_path):
+    """Where the cost model cuts EAGLE-2's reranked tree, the step keeps it whole: the proposal
+    is the tree size_by_cost = false verifies from the same place (step 0: the same features),
+    the verified tree its kept nodes, each chance the path's draft probability (full trust; 4 significant digits)."""
+    import dataclasses
+    import math
+
+    from specviz.models.cost import VerifyCost
+
+    # a fixed cost, steep past 4 rows (a measured one is nearly flat for this 64-token model: it may cut nothing)
+    lm = dataclasses.replace(tiny_lm, verify_cost=VerifyCost((1, 4, 8), (1.0, 1.0, 3.0)))
+    folder = save_random(lm, "eagle", tmp_path / "eagle")
+    cfg = {"checkpoint": folder, "top_k": 3, "depth": 2, "total_tokens": 8}
+    _, cut = run_ids(lm, PROMPT, "eagle", cfg, max_new_tokens=6)
+    _, whole = run_ids(lm, PROMPT, "eagle", {**cfg, "size_by_cost": False}, max_new_tokens=6)
+    assert all(s.proposal is None for s in whole)                     # nothing cut: nothing kept
+    p = cut[0].proposal
+    assert p is not None and len(cut[0].tree) < len(p.tree) == 7 == cut[0].info["kept"] + p.cut
+    assert (p.tree.tokens, p.tree.parents) == (whole[0].tree.tokens, whole[0].tree.parents)
+    assert p.kept_tree().tokens == cut[0].tree.tokens
+    for i, par in enumerate(p.tree.parents):
+        assert p.chance[i] == pytest.approx(p.tree.scores[i] * (p.chance[par] if par >= 0 else 1.0), rel=2e-3)
+    assert all(math.isfinite(c) for c in p.chance)
 
 
 @pytest.mark.parametrize("kind", KINDS)

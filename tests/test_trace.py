@@ -338,6 +338,111 @@ def test_target_top_prob_is_the_targets_own_choice_and_old_traces_load(tiny_lm_t
     assert old.output_ids == oracle.output_ids
 
 
+# ---- the whole proposal (core/proposal.py): what a drafter's sizing cut --------------------------
+
+class _Cutting:
+    """Proposes the known continuation's next 3 tokens with a wrong sibling under the root and
+    another under the first node (5 nodes), keeps the chain's first 2 (as a cut would), and from
+    step 1 on adds one node after the cut (as hierarchy's Lookahead columns are)."""
+    tokens: tuple[int, ...] = ()
+    fail_at: int | None = None
+
+    def __init__(self, config, setup) -> None:
+        pass
+
+    def propose(self, ctx) -> DraftTree:
+        from specviz.core.proposal import proposal_of
+        from specviz.core.tree import graft_chains
+        done = len(ctx.tokens) - ctx.prompt_len
+        a, b, c = (self.tokens[done: done + 3] + (7, 8, 9))[:3]
+        whole = DraftTree((a, 11, b, 12, c), (-1, -1, 0, 0, 2), ("test",) * 5, (0.9, 0.1, 0.8, 0.1, 0.7))
+        ctx.keep_proposal(proposal_of(whole, [0, 2], [0.9, 0.1, 0.72, 0.09, 0.5]))
+        if ctx.step == self.fail_at:
+            raise RuntimeError("boom after the cut")
+        kept = whole.prune([0, 2])
+        return graft_chains(kept, [((13,), "extra")])[0] if ctx.step else kept
+
+    def observe(self, step) -> None:
+        pass
+
+
+@pytest.fixture
+def cutting_drafter(vanilla):
+    register(DrafterSpec("test_cutting", _FailConfig, _Cutting, "test only", "-"))
+    _Cutting.tokens, _Cutting.fail_at = vanilla.output_ids, None
+    yield _Cutting
+    REGISTRY.pop("test_cutting", None)
+
+
+def test_a_cut_step_keeps_its_whole_proposal_through_json(tiny_lm_tok, prompt, vanilla, oracle, cutting_drafter):
+    """The step's record holds the uncut tree, the chance per node and the kept nodes (the
+    verified tree's first ones; a node added after the cut follows them); the engine's depth cut
+    at the end of the budget drops kept nodes from it; every proposed token has its text; JSON
+    round-trips; a step or a drafter that cut nothing writes no field."""
+    from specviz.core.proposal import PENDING_KEY
+    tr = generate(tiny_lm_tok, prompt, "test_cutting", None, DecodingConfig(max_new_tokens=NEW + 2))
+    assert tr.output_ids[:NEW] == vanilla.output_ids
+    for s in tr.steps:
+        p = s.proposal
+        assert p is not None and len(p.tree) == 5 and PENDING_KEY not in s.info
+        assert p.chance == (0.9, 0.1, 0.72, 0.09, 0.5)
+        assert p.kept_tree().tokens == s.tree.tokens[:len(p.kept)]
+        assert set(p.tree.tokens) <= set(tr.token_text)                   # 11 and 12 were never verified
+    assert tr.steps[0].proposal.kept == (0, 2) and len(tr.steps[0].tree) == 2
+    assert all(len(s.tree) == 3 and s.tree.sources[2] == "extra" for s in tr.steps[1:-2])
+    # two tokens left, then one: the engine keeps depth 1 only, then no node (its own cut)
+    assert [s.committed_len - len(tr.prompt_ids) for s in tr.steps[-2:]] == [NEW, NEW + 1]
+    assert tr.steps[-2].proposal.kept == (0,) and tr.steps[-2].tree.sources == ("test", "extra")
+    assert tr.steps[-1].proposal.kept == () and not len(tr.steps[-1].tree)
+    d = json.loads(tr.to_json())
+    assert d["steps"][0]["proposal"] == {"tree": tr.steps[0].proposal.tree.to_dict(), "kept": [0, 2],
+                                         "chance": [0.9, 0.1, 0.72, 0.09, 0.5]}
+    back = Trace.from_json(tr.to_json())
+    assert back.to_json() == tr.to_json() and back.steps[3].proposal == tr.steps[3].proposal
+    assert all("proposal" not in s for s in json.loads(oracle.to_json())["steps"])   # nothing cut: no field
+    # a drafter that fails after its cut verified nothing of it: no proposal on that step
+    cutting_drafter.fail_at = 1
+    failed = generate(tiny_lm_tok, prompt, "test_cutting", None, DecodingConfig(max_new_tokens=6))
+    assert failed.steps[0].proposal is not None and failed.steps[1].proposal is None
+    assert "drafter_error" in failed.steps[1].info and PENDING_KEY not in failed.steps[1].info
+    # the bench's and the text-only recorders keep no proposal (teach's alone)
+    cutting_drafter.fail_at = None
+    for recorder in ("bench", "off"):
+        lean = generate(tiny_lm_tok, prompt, "test_cutting", None, DecodingConfig(max_new_tokens=6), recorder=recorder)
+        assert all(s.proposal is None and PENDING_KEY not in s.info for s in lean.steps), recorder
+
+
+def test_a_proposal_that_does_not_hold_its_tree_is_refused(tiny_lm_tok, prompt, cutting_drafter, oracle):
+    """Kept nodes that are not the verified tree, a chance that is not a probability, kept ids
+    out of order or range, and more nodes than one tree may hold are refused with the place
+    named; a trace written before proposals (the landing run) still loads."""
+    from specviz.core.proposal import MAX_PROPOSAL_NODES
+    from specviz.ui.uploads import MAX_TREE_NODES
+    assert MAX_PROPOSAL_NODES == MAX_TREE_NODES
+    good = json.loads(generate(tiny_lm_tok, prompt, "test_cutting", None, DecodingConfig(max_new_tokens=6)).to_json())
+
+    def with_proposal(**change) -> dict:
+        d = json.loads(json.dumps(good))
+        d["steps"][0]["proposal"].update(change)
+        return d
+
+    for change, words in (({"kept": [1, 2]}, "without its parent"), ({"kept": [1]}, "steps\\[0\\].proposal"), ({"kept": [2, 0]}, "ascending"),
+                          ({"kept": [0, 9]}, "ascending"), ({"chance": [0.5] * 4}, "chances"),
+                          ({"chance": [1.5, 0.1, 0.1, 0.1, 0.1]}, "chance"), ({"extra": 1}, "extra"),
+                          ({"tree": {"tokens": [1] * 5000, "parents": [-1] + list(range(4999)),
+                                     "sources": ["t"] * 5000}, "kept": [0, 1], "chance": [0.5] * 5000}, "chance")):
+        with pytest.raises(TraceFormatError, match=words):
+            Trace.from_dict(with_proposal(**change))
+    big = with_proposal(tree={"tokens": [1] * 5000, "parents": [-1] + list(range(4999)), "sources": ["t"] * 5000},
+                        kept=[0, 1], chance=[0.5] * 4096)
+    big["token_text"]["1"] = "x"
+    with pytest.raises(TraceFormatError):
+        Trace.from_dict(big)
+    from specviz.ui.landing import landing_trace
+    assert all(s.proposal is None for s in landing_trace().steps)
+    assert Trace.from_dict(dict(good, steps=[dict(s, proposal=None) for s in good["steps"]])).steps[0].proposal is None
+
+
 # ---- the recorders: what each keeps, and every reader still reads it ------------------------------
 
 @pytest.mark.parametrize("recorder", ["teach", "bench", "off"])

@@ -549,3 +549,69 @@ def test_bar_numbers_sit_outside_their_bars(spied) -> None:
     trace, _ = spied
     for fig in (viz.step_timing_figure(trace, 0), viz.phase_totals_figure(trace), viz.acceptance_figure(trace)):
         assert fig.data[0].textposition == "outside"
+
+
+# ---- the whole proposal in view (StepRecord.proposal) ---------------------------------------------
+
+def _cut_trace(n_cut: int = 3) -> Trace:
+    """hand_trace's step, its 2-node chain being the kept part of a proposal with n_cut more
+    nodes: a sibling of each chain node, then a chain below the second."""
+    from specviz.core.proposal import Proposal
+    trace = hand_trace("eagle", {"candidates": 9})
+    step = trace.steps[0]
+    tokens, parents = [3, 4], [-1, 0]
+    for k in range(n_cut):
+        tokens.append(100 + k)
+        parents.append(-1 if k == 0 else (0 if k == 1 else len(tokens) - 2 if k > 2 else 1))
+    whole = DraftTree(tuple(tokens), tuple(parents), ("context",) * len(tokens))
+    chance = tuple(round(0.9 ** (d + 1) / (1 + i), 4) for i, d in enumerate(whole.depths))
+    step = dataclasses.replace(step, proposal=Proposal(whole, (0, 1), chance))
+    text = {**trace.token_text, **{100 + k: f"c{k}" for k in range(n_cut)}}
+    return dataclasses.replace(trace, steps=(step,), token_text=text)
+
+
+def test_the_tree_draws_the_cut_nodes_faintly_with_kept_n_of_m() -> None:
+    """A cut step's figure draws its whole proposal: the verified nodes as always (their own
+    trace, in their places in the proposal's layout), the cut ones pale with their chance in the
+    hover, and the title says "kept 2 of 5 proposed"; the step's notes and its narrative say so."""
+    trace = _cut_trace(3)
+    fig = viz.tree_figure(trace, 0)
+    nodes = next(t for t in fig.data if t.name == "draft nodes")
+    cut = next(t for t in fig.data if t.name == "proposed, cut")
+    assert len(nodes.x) == 2 and list(nodes.customdata) == [0, 1] and len(cut.x) == 3
+    assert cut.opacity < 1 and list(cut.customdata) == [2, 3, 4]
+    assert "kept 2 of 5 proposed" in fig.layout.title.text
+    assert all("cut: not verified" in h and "chance" in h for h in cut.hovertext)
+    assert [lab for group in fig.layout.meta["fit_labels"]["labels"] for lab in group][:3] == ["c0", "c1", "c2"]
+    xs, ys, _ = viz.tree.tree_positions(trace.steps[0])
+    assert (list(nodes.x), list(nodes.y)) == (xs, ys)
+    points = {(x, y) for t in (nodes, cut) for x, y in zip(t.x, t.y)}
+    assert len(points) == 5                                    # no two nodes in one place
+    assert "**kept 2 of 5 proposed**" in viz.step_markdown(trace, 0)
+    assert "its sizing kept 2" in viz.step_narrative(trace, 0) and "found 9 candidates and proposed 5" in viz.step_narrative(trace, 0)
+    plain = viz.tree_figure(hand_trace("eagle"), 0)             # no proposal: no cut trace, the old title
+    assert not any(t.name == "proposed, cut" for t in plain.data) and "2 draft node(s)" in plain.layout.title.text
+
+
+def test_a_huge_proposal_is_drawn_with_its_likeliest_nodes() -> None:
+    from specviz.viz.tree import PROPOSAL_DRAWN
+    trace = _cut_trace(PROPOSAL_DRAWN + 50)
+    fig = viz.tree_figure(trace, 0)
+    cut = next(t for t in fig.data if t.name == "proposed, cut")
+    assert len(cut.x) + 2 <= PROPOSAL_DRAWN + 2 and f"of {PROPOSAL_DRAWN + 52} proposed" in fig.layout.title.text
+    assert "likeliest drawn" in fig.layout.title.text
+
+
+def test_positions_no_draft_reached_say_never_tested_and_what_the_sizing_cut_there() -> None:
+    """The per-position view names the positions no verified draft reached ("never tested"),
+    with the steps whose proposal had a node there that the sizing cut."""
+    from specviz.viz.draft_head import cut_positions, draft_head_lines, trace_positions_figure
+    trace = _cut_trace(3)                      # verified to depth 2, proposed to depth 3 (and 4?)
+    deepest = max(trace.steps[0].proposal.tree.depths)
+    assert cut_positions(trace) == [0, 0] + [1] * (deepest - 2)
+    fig = trace_positions_figure(trace)
+    ticks = list(fig.layout.xaxis.ticktext)
+    assert len(ticks) == deepest and ticks[2] == "2<br>never tested<br>(1 cut)"
+    assert "never tested" in fig.data[0].hovertext[2] and "cut by the sizing" in fig.data[0].hovertext[2]
+    line = next(x for x in draft_head_lines(trace) if "never tested" in x)
+    assert "position 2**" in line and "at 1 step(s) at position 2" in line and "sizing cut them" in line

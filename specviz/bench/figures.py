@@ -104,7 +104,11 @@ def position_lines(rows: Sequence[dict[str, Any]], category: str = "all") -> go.
                         line={"color": colour}, legendgroup=r["method"], customdata=sd["num_accepted_tokens_per_pos"],
                         meta=method, hovertemplate="position %{x}: %{y:.0%} (%{customdata} of " + str(sd["num_drafts"])
                                                    + " drafts)<extra>%{meta}</extra>")
-        fig.add_scatter(name=f"{method}, given earlier accepted", x=pos, y=sd["conditional_acceptance_per_pos"],
+        # a position no draft reached has no rate given the earlier ones: a gap in the line, not 0
+        tested = sd.get("num_tested_per_pos")
+        cond = [None if tested is not None and not (i < len(tested) and tested[i]) else x
+                for i, x in enumerate(sd["conditional_acceptance_per_pos"])]
+        fig.add_scatter(name=f"{method}, given earlier accepted", x=pos[:len(cond)], y=cond,
                         mode="lines+markers", line={"dash": "dot", "color": colour}, legendgroup=r["method"],
                         customdata=sd.get("num_tested_per_pos", []), meta=method,
                         hovertemplate="position %{x}: %{y:.0%} of %{customdata} that reached it<extra>%{meta}</extra>")

@@ -123,7 +123,9 @@ def position_table(rows: Sequence[dict[str, Any]], text: Text = str) -> str:
     for r in rows:
         sd = r["spec_decode"]
         rates = " ".join(f"{x:.2f}" for x in sd["acceptance_rate_per_pos"])
-        cond = " ".join(f"{x:.2f}" for x in sd["conditional_acceptance_per_pos"])
+        tested = sd.get("num_tested_per_pos")      # n/a where no draft reached the position (not 0.00)
+        cond = " ".join("n/a" if tested is not None and not (i < len(tested) and tested[i]) else f"{x:.2f}"
+                        for i, x in enumerate(sd["conditional_acceptance_per_pos"]))
         per_pos = " ".join(str(x) for x in sd["num_accepted_tokens_per_pos"])
         lines.append(f"| {text(r['category'])} | {text(r['method'])} | {sd['num_drafts']} | {sd['num_draft_tokens']} | "
                      f"{sd['num_accepted_tokens']} | {per_pos} | {rates} | {cond} | "

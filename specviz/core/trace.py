@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import TraceFormatError
 from ..files.json_schema import SchemaError, shipped_schema, validate
+from .proposal import MAX_PROPOSAL_NODES, PENDING_KEY, Proposal
 from .tree import DraftTree
 from ..files.user_files import FileCheckError, loads_json
 
@@ -62,21 +63,47 @@ class StepRecord:
     # what the target wanted where it rejected a draft; () in traces recorded before it existed,
     # and where the recorder keeps no probabilities (`bench`, `off`)
     target_top_prob: tuple[float, ...] = ()
+    # what the drafter proposed before its own sizing cut the tree (core/proposal.py): the uncut
+    # tree, each node's chance, the nodes kept; None where nothing was cut (and in older traces)
+    proposal: Proposal | None = None
+
+    def __post_init__(self) -> None:
+        """Take a proposal the drafter left in the notes (DraftContext.keep_proposal) into
+        `proposal`, fitted to the tree the target verified (the engine may have dropped nodes
+        after the cut); dropped where the step's tree is not the proposal's (the drafter failed)."""
+        pending = self.info.pop(PENDING_KEY, None) if isinstance(self.info, dict) else None
+        if isinstance(pending, Proposal) and self.proposal is None and "drafter_error" not in self.info:
+            object.__setattr__(self, "proposal", pending.fitted(self.tree))
 
     @property
     def accepted_len(self) -> int:
         """Tokens the step committed, the bonus token included (1 = plain decoding)."""
         return len(self.new_tokens)
 
+    @property
+    def token_ids(self) -> set[int]:
+        """Every token id the step's trees hold (the verified tree's, the whole proposal's) and
+        the target's choices: what a trace's token_text must name."""
+        ids = {*self.tree.tokens, *self.target_top}
+        if self.proposal is not None:
+            ids.update(self.proposal.tree.tokens)
+        return ids
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tree"] = self.tree.to_dict()
+        if self.proposal is None:        # written only where there is one: older traces read back as they were
+            del d["proposal"]
+        else:
+            d["proposal"] = self.proposal.to_dict()
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "StepRecord":
         d = dict(d)
         d["tree"] = DraftTree.from_dict(d["tree"])
+        if d.get("proposal") is not None:
+            d["proposal"] = Proposal.from_dict(d["proposal"])
         for key in ("accepted", "new_tokens", "target_top", "target_prob", "target_top_prob"):
             if key not in d:
                 continue
@@ -310,6 +337,9 @@ def check_values(trace: Trace) -> None:
                       f"to {MAX_SCORE:g})")
         if s.peak_memory_mb is not None and not (math.isfinite(s.peak_memory_mb) and s.peak_memory_mb <= MAX_MIB):
             raise bad(f"{where}.peak_memory_mb: {s.peak_memory_mb:g} MiB is more memory than any machine has")
+        if s.proposal is not None:
+            check_proposal(s, where)
+            need_text(s.proposal.tree.tokens, f"{where}.proposal.tree.tokens")
         need_text(s.tree.tokens, f"{where}.tree.tokens")
         need_text(s.new_tokens, f"{where}.new_tokens")
         need_text(s.target_top, f"{where}.target_top")
@@ -332,3 +362,19 @@ def check_values(trace: Trace) -> None:
     span = trace.context_char_span
     if span is not None and not span[0] <= span[1] <= len(trace.prompt_text):
         raise bad(f"context_char_span {list(span)} is not a span of prompt_text ({len(trace.prompt_text)} characters)")
+
+
+def check_proposal(s: StepRecord, where: str) -> None:
+    """TraceFormatError unless the step's proposal holds its verified tree: the kept nodes, in
+    order, as the tree's first nodes (core/proposal.py), within the node limit."""
+    p = s.proposal
+    assert p is not None
+    if len(p.tree) > MAX_PROPOSAL_NODES:
+        raise TraceFormatError(f"malformed trace: {where}.proposal: {len(p.tree):,} nodes; at most "
+                               f"{MAX_PROPOSAL_NODES:,} in one tree")
+    if not p.matches(s.tree):
+        raise TraceFormatError(f"malformed trace: {where}.proposal: its kept nodes {list(p.kept)[:8]} are not the "
+                               "step's verified tree (the same tokens and parents, in order)")
+    bad_score = next((x for x in p.tree.scores or () if not (math.isfinite(x) and 0 <= x <= MAX_SCORE)), None)
+    if bad_score is not None:
+        raise TraceFormatError(f"malformed trace: {where}.proposal.tree.scores: {bad_score:g} is not a draft score")

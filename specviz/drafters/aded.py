@@ -128,8 +128,7 @@ class AdedDrafter(TokensOnly):
                     ratios.append(visits_of[i] / max(1, denom))
             tree = DraftTree(tree.tokens, tree.parents, tuple(sources), tree.scores)
             buckets = [s for s in sources]
-            tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost,
-                                      ctx.info)
+            tree, _ = self.cutter.cut(tree, ratios, buckets, ctx, cfg.size_by_cost)
             ctx.info.update(mcts=search.to_info(), mcts_root=[t1, t2], mcts_seconds=round(seconds, 6),
                             candidates=len(chains), kept=len(tree))
             if self.model.table is None:

@@ -207,8 +207,7 @@ class EagleDrafter:
             tree = DraftTree(tuple(nodes[c].token for c in keep),
                              tuple(index[nodes[c].parent] if nodes[c].parent >= 0 else -1 for c in keep),
                              (self.source,) * len(keep), tuple(math.exp(nodes[c].logp) for c in keep))
-            tree, _ = self.cutter.cut(tree, list(tree.scores or ()), tree.depths, ctx.verify_cost,
-                                      self.config.size_by_cost, ctx.info)
+            tree, _ = self.cutter.cut(tree, list(tree.scores or ()), tree.depths, ctx, self.config.size_by_cost)
             ctx.info.update(candidates=len(nodes), kept=len(tree))
             return tree
 

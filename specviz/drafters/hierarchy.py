@@ -187,7 +187,7 @@ class HierarchyDrafter(TokensOnly):
                 for node in nodes:
                     rank.setdefault(node, (db, min(r, RANK_BUCKETS)))
             buckets = [rank[i] for i in range(len(tree))]
-            tree, _ = self.cutter.cut(tree, ratios, buckets, ctx.verify_cost, cfg.size_by_cost, ctx.info)
+            tree, _ = self.cutter.cut(tree, ratios, buckets, ctx, cfg.size_by_cost)
             self._db_nodes = len(tree)
             ctx.info.update(db_hits=hits, candidates=len(chains), kept=len(tree))
             if self.window is not None:    # the Jacobi columns ride along (never cut)

@@ -206,8 +206,7 @@ class HeadsDrafter:
                              tuple(index[t.parents[i]] if t.parents[i] >= 0 else -1 for i in keep),
                              (self.source,) * len(keep), tuple(probs[i] for i in keep))
             depths = tree.depths
-            tree, _ = self.cutter.cut(tree, list(tree.scores or ()), depths, ctx.verify_cost,
-                                      self.config.size_by_cost, ctx.info)
+            tree, _ = self.cutter.cut(tree, list(tree.scores or ()), depths, ctx, self.config.size_by_cost)
             ctx.info.update(candidates=len(keep), kept=len(tree))
             return tree
 

@@ -79,8 +79,8 @@ class NgramTrieDrafter(TokensOnly):
             sources = tuple("context" if p < ctx.prompt_len else "output" for p in positions)
             tree = DraftTree(tuple(c.node.token for c in cands), tuple(c.parent for c in cands),
                              sources, tuple(c.node.count for c in cands))
-            tree, _ = self.cutter.cut(tree, [c.ratio for c in cands], [m] * len(cands), ctx.verify_cost,
-                                         cfg.size_by_cost, ctx.info, best_first=True)
+            tree, _ = self.cutter.cut(tree, [c.ratio for c in cands], [m] * len(cands), ctx, cfg.size_by_cost,
+                                         best_first=True)
             if cfg.size_by_cost:         # the cutter recorded expected_tokens, predicted_ms, plain_ms
                 ctx.info.update(trust_first=round(t1, 4), trust_later=round(t2, 4))
             ctx.info["kept"] = len(tree)

@@ -58,7 +58,7 @@ class RestDrafter(TokensOnly):
             m = self.sa.match(ctx.tokens[-cfg.max_span:], cfg.max_span, cfg.min_span)
             if not m.length:
                 ctx.info.update(match_len=0, matches=0)
-                self.cutter.cut(DraftTree.empty(), [], [], ctx.verify_cost, False)
+                self.cutter.cut(DraftTree.empty(), [], [], ctx, False)
                 return DraftTree.empty()
             ends = self.sa.positions(m, cfg.max_matches)
             cands = rank_continuations(self.sa.continuations(ends, cfg.cont_len), cfg.num_draft)
@@ -66,8 +66,7 @@ class RestDrafter(TokensOnly):
             tree = DraftTree(cands.tokens, cands.parents, ("corpus",) * len(cands),
                              tuple(float(c) for c in cands.counts))
             buckets = [min(m.length, MATCH_BUCKETS)] * len(tree)
-            tree, path = self.cutter.cut(tree, cands.ratios, buckets, ctx.verify_cost, cfg.size_by_cost,
-                                           ctx.info)
+            tree, path = self.cutter.cut(tree, cands.ratios, buckets, ctx, cfg.size_by_cost)
             ctx.info.update(match_len=m.length, matches=m.count, counted=len(ends),
                             candidates=len(cands), kept=len(tree))
             return tree

@@ -144,14 +144,14 @@ class SuffixDecodingDrafter(TokensOnly):
         with ctx.timer("draft.tree"):
             if not spec.tokens:
                 ctx.info.update(match_len=0)
-                self.cutter.cut(DraftTree.empty(), [], [], ctx.verify_cost, False)
+                self.cutter.cut(DraftTree.empty(), [], [], ctx, False)
                 return DraftTree.empty()
             sources, positions = labels
             tree = DraftTree(tuple(spec.tokens), tuple(spec.parents), tuple(sources),
                              tuple(round(p, 4) for p in spec.probs))
             buckets = [(min(spec.match_len, MATCH_BUCKETS), name)] * len(tree)
             full = len(tree)
-            tree, _ = self.cutter.cut(tree, chances, buckets, ctx.verify_cost, cfg.size_by_cost, ctx.info)
+            tree, _ = self.cutter.cut(tree, chances, buckets, ctx, cfg.size_by_cost)
             positions = [positions[i] for i in self.cutter.kept]
             ctx.info.update(match_len=spec.match_len, tree=name, score=round(spec.score, 3),
                             candidates=full, kept=len(tree), positions=positions)

@@ -103,8 +103,7 @@ class TokenRecyclingDrafter:
             sources = tuple(SOURCES.get(o, "recycled") for o in exp.origins)
             tree = DraftTree(exp.tokens, exp.parents, sources, tuple(float(r) for r in exp.ranks))
             buckets = [(r, s) for r, s in zip(exp.ranks, sources)]
-            tree, _ = self.cutter.cut(tree, [1.0] * len(tree), buckets, ctx.verify_cost,
-                                      cfg.size_by_cost, ctx.info)
+            tree, _ = self.cutter.cut(tree, [1.0] * len(tree), buckets, ctx, cfg.size_by_cost)
             ctx.info.update(rows_known=self.matrix.filled, candidates=len(exp.tokens), kept=len(tree))
             return tree
 

@@ -290,7 +290,8 @@ def _run(g: _Generation) -> Iterator[StepRecord]:
             past_len, budget = g.past_len, g.budget
             ctx = DraftContext(g.tokens, g.prompt_len, g.step, budget, g.cost.predict, g.timer,
                                target_cache=CacheView(g.cache, past_len), hidden=g.hidden,
-                               features=g.features, features_at=g.features_at)
+                               features=g.features, features_at=g.features_at,
+                               keep_proposals=g.recorder.proposals)
             tree = _draft(g, ctx)                                    # 1
             tree, buf = _buffers(g, tree, ctx.info)                  # 2
             verdict = _forward_and_judge(g, tree, buf)               # 3, 4
@@ -424,7 +425,7 @@ def build_trace(lm: LoadedModel, prompt: Prompt, drafter: DrafterLike, drafter_c
     output = tuple(t for s in steps for t in s.new_tokens)
     ids = set(prompt.ids) | set(output)
     for s in steps:
-        ids.update(s.tree.tokens)
+        ids.update(s.token_ids)                    # the trees (the whole proposals too) and the target's choices
         ids.update(s.target_top)
     output_pieces = incremental_pieces(lm.tokenizer, output)           # joins to the output text
     errors = tuple(s.info["drafter_error"] for s in steps if "drafter_error" in s.info)

@@ -6,7 +6,7 @@ on the logits' device, so that it travels in the step's one transfer (verify.py)
 
 | recorder | keeps | costs |
 | --- | --- | --- |
-| `teach` | all the explorer shows: per node the target's probability of it given its parent and per row the probability of the target's own choice (`target_prob`, `target_top_prob`), the target's TOP_LOGITS largest logits per committed token, seconds per phase, peak GPU memory | a log-sum-exp over the vocabulary per row and a gather (greedy; under sampling a gather from the distribution the rule samples anyway); on a GPU a device synchronisation at every phase edge, so each phase is charged its own kernels |
+| `teach` | all the explorer shows: the whole proposal where the drafter's sizing cut it (StepRecord.proposal), per node the target's probability of it given its parent and per row the probability of the target's own choice (`target_prob`, `target_top_prob`), the target's TOP_LOGITS largest logits per committed token, seconds per phase, peak GPU memory | a log-sum-exp over the vocabulary per row and a gather (greedy; under sampling a gather from the distribution the rule samples anyway); on a GPU a device synchronisation at every phase edge, so each phase is charged its own kernels |
 | `bench` | what the bench reports and the divergence explainer (analysis/divergence.py) reads: the top logits per committed token, seconds per phase, peak GPU memory | two sorts of TOP_LOGITS columns; no synchronisation of its own: on a GPU the forward's phase lasts until the step's one transfer, where its kernels finish |
 | `off` | the text: each step's tree, accepted nodes and new tokens, its wall time, and the prefill's seconds (once a run, for the totals) | nothing |
 
@@ -47,6 +47,7 @@ class Recorder:
     top_logits: bool         # per committed token, the target's TOP_LOGITS largest logits
     probabilities: bool      # target_prob and target_top_prob
     memory: bool             # peak GPU memory (StepRecord.peak_memory_mb)
+    proposals: bool = False  # the drafter's whole proposal where its sizing cut it (StepRecord.proposal)
 
     def timer(self, device: torch.device | None) -> PhaseTimer:
         return PhaseTimer(device, sync=self.sync_phases, keep=self.phases)
@@ -98,7 +99,8 @@ class Recorder:
             target_top_prob=display.target_top_prob)
 
 
-TEACH = Recorder("teach", sync_phases=True, phases=PHASES, top_logits=True, probabilities=True, memory=True)
+TEACH = Recorder("teach", sync_phases=True, phases=PHASES, top_logits=True, probabilities=True, memory=True,
+                 proposals=True)
 BENCH = Recorder("bench", sync_phases=False, phases=PHASES, top_logits=True, probabilities=False, memory=True)
 # off times the prefill only (once a run), so that a trace's totals stay true
 OFF = Recorder("off", sync_phases=False, phases=("prefill",), top_logits=False, probabilities=False, memory=False)

@@ -9,7 +9,12 @@ run views, views.py), and the browser draws the step the page opens on and every
 (`window.specviz`, static/explorer.js) without a request. The step's views are named in one
 place, viz.step_views.STEP_VIEWS; PLACES below gives each name its component here (its element
 id and what it shows without a run), and the browser reads both (`browser_config`). A new view
-of a step: its entry in STEP_VIEWS, its place in PLACES, its component in `build_inspector`."""
+of a step: its entry in STEP_VIEWS, its place in PLACES, its component in `build_inspector`.
+
+Under the tree, where the run's drafter cut its trees to size (a step's whole proposal is in the
+trace: "kept 3 of 31 proposed", the cut nodes drawn faintly), **Verify the whole proposal** runs
+the same input again with the drafter's sizing off and opens the new run at the step that drafted
+from the same place (whole_proposal.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +25,14 @@ import gradio as gr
 from ..core.trace import Trace
 from ..viz import jump_targets
 from ..viz.step_views import STEP_VIEWS, step_views
-from .views import BROWSER, Page
+from . import runner
+from .errors import shown_to_user
+from .gpu import gpu
+from .progress import tracked
+from .session import Session
+from .setup_panel import SetupPanel
+from .views import BROWSER, MODEL_SLOT, Page
+from .whole_proposal import check_same_prompt, cut_steps, opened_note, same_place, whole_request
 
 EMPTY_NOTE = "*Generate, step, or load a trace to inspect its steps.*"
 EMPTY_NARRATIVE = "*What happened at each step, in words, appears here.*"
@@ -28,6 +40,8 @@ PLAY, PAUSE = "▶ Play", "⏸ Pause"
 SPEEDS = [0.5, 1, 2, 3, 5, 10]            # Play's speeds, steps a second
 PREV_ID, NEXT_ID, SLIDER_ID, PLAY_ID, SPEED_ID, VIEWS_ID, NOTE_ID = (
     "step-prev", "step-next", "step-slider", "play-btn", "play-speed", "step-views", "jump-note")
+WHOLE_ID, WHOLE_NOTE_ID = "verify-whole-btn", "whole-note"
+WHOLE_LABEL = "Verify the whole proposal"
 # jump: (key, button id, button label)
 JUMPS = {
     "rejections": ("r", "jump-rejection", "Next rejection at depth 1"),
@@ -66,6 +80,8 @@ class Inspector:
     note: gr.Markdown                  # why a jump went nowhere
     jumps: dict[str, gr.Button]        # JUMPS' keys -> the jump buttons
     views: gr.JSON                     # every step's views (viz.step_views), hidden
+    whole: gr.Button | None = None     # "Verify the whole proposal" (shown where a step's tree was cut)
+    whole_note: gr.Markdown | None = None   # what it did
 
     @property
     def outputs(self) -> list[Any]:
@@ -93,6 +109,11 @@ def build_inspector(page: Page) -> Inspector:
         with gr.Column(scale=3, min_width=340):
             # the figures' titles say what they are: no label over them (it took 60 px of each)
             parts["tree"] = gr.Plot(label="Draft tree", show_label=False, elem_id=PLACES["tree"][0])
+            whole: gr.Button | None = None
+            whole_note: gr.Markdown | None = None
+            if page.panel is not None:           # it runs the panel's input: no button without one
+                whole = gr.Button(WHOLE_LABEL, size="sm", visible=False, elem_id=WHOLE_ID)
+                whole_note = gr.Markdown("", elem_id=WHOLE_NOTE_ID)
         with gr.Column(scale=2, min_width=280):
             parts["md"] = gr.Markdown(EMPTY_NOTE, elem_id=PLACES["md"][0])      # the step's numbers
             parts["narrative"] = gr.Markdown(EMPTY_NARRATIVE, elem_id=PLACES["narrative"][0], container=True)
@@ -103,9 +124,11 @@ def build_inspector(page: Page) -> Inspector:
             gr.Markdown("**Where the draft came from** (in the context)")
             parts["context"] = gr.HTML(elem_id=PLACES["context"][0])
     parts["timing"] = gr.Plot(label="Time by phase", show_label=False, elem_id=PLACES["timing"][0])
-    inspector = Inspector(slider, prev, nxt, play, speed, parts, note, jumps, views)
+    inspector = Inspector(slider, prev, nxt, play, speed, parts, note, jumps, views, whole, whole_note)
     _register(page, inspector)
     wire_browser_stepping(inspector)
+    if inspector.whole is not None:
+        wire_whole_proposal(page, inspector)
     return inspector
 
 
@@ -120,6 +143,12 @@ def _register(page: Page, inspector: Inspector) -> None:
         page.views.add(f"inspector.{v.name}", inspector.parts[v.name], empty=PLACES[v.name][1],
                        note=(v.name == "md"))
     page.views.add("inspector.note", inspector.note, empty="")
+    # the button shows where a step of the run was cut to size; its note is cleared by every run
+    # but the one it made (wire_whole_proposal keeps it)
+    if inspector.whole is not None:
+        page.views.add("inspector.whole", inspector.whole, empty=gr.update(visible=False),
+                       draw=lambda trace, k: gr.update(visible=bool(cut_steps(trace))))
+        page.views.add("inspector.whole_note", inspector.whole_note, empty="")
     page.views.after_drawn("(k, b) => window.specviz.opened(k, b)", [inspector.slider, inspector.views],
                            inspector.outputs)
 
@@ -141,6 +170,48 @@ def wire_browser_stepping(inspector: Inspector) -> None:
                          js="(k, b) => window.specviz.togglePlay(k, b)", **BROWSER)
     inspector.speed.change(inputs=inspector.speed, outputs=None, js="(v) => window.specviz.setSpeed(v)",
                            **BROWSER)
+
+
+def wire_whole_proposal(page: Page, inspector: Inspector) -> None:
+    """The button runs the whole proposal (on the model's queue slot, with progress), then the
+    page draws the new run opened at the step that drafted from the same place (session.open_at)."""
+    assert inspector.whole is not None and inspector.whole_note is not None
+    event = inspector.whole.click(tracked(make_whole_handler(page.panel), 2, "loading the model"),
+                                  [page.session, inspector.slider], [page.session, inspector.whole_note],
+                                  inputs_kwargs=page.panel.inputs, api_visibility="private", **MODEL_SLOT)
+    page.show_run(event, "asked", (inspector.whole_note,))
+
+
+def make_whole_handler(panel: SetupPanel):
+    @gpu
+    def verify_whole(session: Session, k: Any, **form: Any) -> tuple[Session, str]:
+        """The shown run's input again with its drafter's sizing off (whole_proposal.py); the page
+        then opens the new run at the step that drafted where step k of the shown one did."""
+        session = session if isinstance(session, Session) else Session()
+        before = session.trace
+        with shown_to_user():
+            request = whole_request(before, panel.request(form))
+            plan = runner.prepare(request)
+            assert before is not None                 # whole_request refuses a page without a run
+            session.close()                           # a new run ends any teaching run
+            session.stop_requested = False
+            run = runner.start(request, plan, session.drafter_store)
+            try:
+                check_same_prompt(before, run.prompt.ids)
+                for _ in run:                         # kept in run.steps; Stop keeps what was made
+                    if session.stop_requested:
+                        break
+            finally:
+                run.close()
+        after = run.trace()
+        if not after.steps:
+            return session, "*Stopped before the first step: nothing to show.*"
+        k = clamp(before, k)
+        j, exact = same_place(before, k, after)
+        session.trace, session.open_at = after, j
+        return session, opened_note(before, k, after, j, exact)
+
+    return verify_whole
 
 
 def clamp(trace: Trace | None, k: Any) -> int:

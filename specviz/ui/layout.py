@@ -154,6 +154,8 @@ def build_demo() -> gr.Blocks:
                             return
                         yield views.cleared(building_note(trace), keep=keep)
                         k = {"last": len(trace.steps) - 1}.get(where, most_accepted_step(trace))
+                        if where == "asked" and s.open_at is not None:       # the handler said where
+                            k = s.open_at
                         yield views.by_component({n: v for n, v in views.values(trace, clamp(trace, k)).items()
                                                   if views.component(n) not in keep})
 
@@ -162,7 +164,10 @@ def build_demo() -> gr.Blocks:
                         dep = dep.then(**redraw, queue=False, api_visibility="private", show_progress="hidden")
                     return dep
 
-                page = Page(session, panel, views, lambda event, where: show_run(event, where, success=True))
+                # a tab's show_run is wired once every tab is built: it draws every tab's views,
+                # those of the tabs after it too (the inspector's button is in the first)
+                shown: list[tuple[Any, str, tuple[Any, ...]]] = []
+                page = Page(session, panel, views, lambda event, where, keep=(): shown.append((event, where, keep)))
                 views.add("run.output", run.output, empty=viz.output_html([]),
                           draw=lambda trace, k: viz.output_html(viz.output_spans(trace.steps, trace.output_pieces)))
                 views.add("run.strip", run.strip, empty="", draw=lambda trace, k: viz.acceptance_strip_html(trace))
@@ -173,6 +178,8 @@ def build_demo() -> gr.Blocks:
                     for title, build in TABS:
                         with gr.Tab(title):
                             build(page)
+                for event, where, keep in shown:
+                    show_run(event, where, keep, success=True)
 
         # ---- the landing run: shown before anything runs, its views drawn once per process -----
         def show_landing(s: Session) -> dict[Any, Any]:

@@ -19,6 +19,9 @@ class Session:
     stop_requested: bool = False
     vanilla_tps: dict[tuple, float] = field(default_factory=dict)   # reference per input
     compared: dict[str, Trace] = field(default_factory=dict)        # last comparison's runs
+    # the step the page opens `trace` on when the handler that made it knows best ("asked": the
+    # inspector's verify-the-whole-proposal opens the step that drafted from the same place)
+    open_at: int | None = None
     # the forward-cost curve each model's last run was sized with (model id -> seconds per row
     # count): a run whose curve differs was re-timed (another load of the model) and says so
     costs_seen: dict[str, tuple[float, ...]] = field(default_factory=dict)

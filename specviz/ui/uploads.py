@@ -4,7 +4,7 @@ A trace's size is checked on the parsed JSON, before it is validated or turned i
 trees (the work grows with them, and the views' with the steps and each tree's nodes): at most
 MAX_STEPS steps (a run makes one per new token at most, and max_new_tokens is at most 8192), at
 most MAX_TREE_NODES nodes in one step's tree (the largest a drafter makes: aded's token_budget at
-its maximum) and MAX_TRACE_NODES in all. Within them the explorer's first view is bounded
+its maximum), the same in a step's whole proposal (core/proposal.py), and MAX_TRACE_NODES in all. Within them the explorer's first view is bounded
 (viz/step_views.py draws the figures of the first FIGURE_STEPS steps, viz/mask.py the first
 MASK_ROWS rows of a mask): an 8,192-step trace in about a minute and under 0.5 GB, a 4,096-node
 tree in seconds, measured on a loaded 2-core machine (tests/test_hardening.py).
@@ -67,6 +67,11 @@ def read_trace_file(path: str | Path) -> Trace:
     return Trace.from_dict(data)
 
 
+def _field(value: Any, key: str) -> Any:
+    """value[key] of a parsed JSON object; None for anything else."""
+    return value.get(key) if isinstance(value, dict) else None
+
+
 def check_trace_size(data: Any, name: str) -> None:
     """UploadError when a parsed trace holds more steps or tree nodes than the explorer takes
     (see the module doc); anything malformed is left to Trace.from_dict to name."""
@@ -78,13 +83,13 @@ def check_trace_size(data: Any, name: str) -> None:
                           "(a run makes one per new token at most)")
     total = 0
     for k, step in enumerate(steps):
-        tree = step.get("tree") if isinstance(step, dict) else None
-        tokens = tree.get("tokens") if isinstance(tree, dict) else None
-        nodes = len(tokens) if isinstance(tokens, list) else 0
-        if nodes > MAX_TREE_NODES:
-            raise UploadError(f"trace file {name!r}: step {k}'s draft tree has {nodes:,} nodes; the explorer takes at "
-                              f"most {MAX_TREE_NODES:,} in one tree (the largest a drafter makes)")
-        total += nodes
+        for what, tree in (("draft tree", _field(step, "tree")), ("whole proposal", _field(_field(step, "proposal"), "tree"))):
+            tokens = _field(tree, "tokens")
+            nodes = len(tokens) if isinstance(tokens, list) else 0
+            if nodes > MAX_TREE_NODES:
+                raise UploadError(f"trace file {name!r}: step {k}'s {what} has {nodes:,} nodes; the explorer takes at "
+                                  f"most {MAX_TREE_NODES:,} in one tree (the largest a drafter makes)")
+            total += nodes
     if total > MAX_TRACE_NODES:
         raise UploadError(f"trace file {name!r} has {total:,} draft-tree nodes in all; the explorer takes at most "
                           f"{MAX_TRACE_NODES:,}")

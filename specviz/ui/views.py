@@ -101,9 +101,11 @@ class RunViews:
 class Page:
     """What a tab's builder gets: the visitor's session (gr.State of session.Session), the set-up
     panel (a run's inputs by name: SetupPanel.inputs / .request), the registry of the run's
-    views, where a tab that shows the session's run adds its own, and `show_run(event, where)`,
-    which chains drawing every view of the session's run after a gradio event (`where`: the
-    step it opens on, "best" / "last").
+    views, where a tab that shows the session's run adds its own, and `show_run(event, where,
+    keep=())`, which chains drawing every view of the session's run after a gradio event (`where`:
+    the step it opens on, "best" / "last" / "asked": Session.open_at, set by the handler; `keep`:
+    components the event set for this run itself, left as they are), wired once every tab
+    is built (so it draws the views of the tabs after the caller's too).
 
     A tab is a builder `build_x(page) -> handles` that lays out its components and wires its
     own events (layout.TABS lists them, in order): e.g. a button that makes a new run in the
@@ -111,4 +113,4 @@ class Page:
     session: Any
     panel: Any
     views: RunViews
-    show_run: Callable[[Any, str], Any]
+    show_run: Callable[..., Any]

@@ -1,6 +1,11 @@
 """Views that debug a draft head, from a Trace only: the reliability diagram of the drafter's
 confidence (calibration.py) and acceptance per draft position under vLLM's metric names
-(position_metrics.py), with the lines of text the run summary shows beside them."""
+(position_metrics.py), with the lines of text the run summary shows beside them.
+
+A position no verified draft reached (`num_tested_per_pos` 0) was never tested: its rate given
+the earlier positions reads n/a, its tick says "never tested", and where the drafter proposed
+tokens there that its sizing cut (StepRecord.proposal), the figure and the line say at how many
+steps: a head is not bad at a position the cost model never let the target test."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -69,38 +74,89 @@ def conditional_cells(counts: PositionCounts) -> list[float | None]:
     return [r if tested[i] else None for i, r in enumerate(counts.conditional_acceptance_per_pos)]
 
 
-def positions_figure(counts: PositionCounts, title: str = "") -> go.Figure:
+def cut_positions(trace: Trace) -> list[int]:
+    """Per draft position (0 = depth 1): the steps whose whole proposal had a node there while
+    the tree the target verified did not reach it (the drafter's sizing cut it); [] where no
+    step was cut."""
+    out: list[int] = []
+    for s in trace.steps:
+        if s.proposal is None:
+            continue
+        deepest, verified = max(s.proposal.tree.depths, default=0), max(s.tree.depths, default=0)
+        out += [0] * (deepest - len(out))
+        for d in range(verified, deepest):
+            out[d] += 1
+    return out
+
+
+def never_tested(counts: PositionCounts, proposed_cut: Sequence[int] = ()) -> list[int]:
+    """The positions (of those counted or proposed) that no verified draft reached."""
+    n = max(len(counts.num_accepted_tokens_per_pos), len(proposed_cut))
+    tested = list(counts.num_tested_per_pos) + [0] * n
+    return [i for i in range(n) if not tested[i]]
+
+
+def _tick(i: int, tested: int, cut: int) -> str:
+    if tested:
+        return str(i)
+    return f"{i}<br>never tested" + (f"<br>({cut} cut)" if cut else "")
+
+
+def positions_figure(counts: PositionCounts, title: str = "", proposed_cut: Sequence[int] = ()) -> go.Figure:
     """Per draft position (0 = the first draft token, as vLLM numbers them): vLLM's rate
     (accepted at the position / drafts) and the rate given every earlier position accepted
-    ("n/a" where no draft reached the position); the title states the mean acceptance length
-    with the bonus token counted."""
-    pos = list(range(len(counts.num_accepted_tokens_per_pos)))
-    cond = conditional_cells(counts)
-    tested = list(counts.num_tested_per_pos) + [0] * len(pos)
+    ("n/a" where no draft reached the position, whose tick reads "never tested", with the steps
+    whose proposal the sizing cut there: `proposed_cut`, cut_positions); the title states the
+    mean acceptance length with the bonus token counted."""
+    n = max(len(counts.num_accepted_tokens_per_pos), len(proposed_cut))
+    pos = list(range(n))
+    rates = list(counts.acceptance_rate_per_pos) + [0.0] * n
+    accepted = list(counts.num_accepted_tokens_per_pos) + [0] * n
+    cond = conditional_cells(counts) + [None] * n
+    tested = list(counts.num_tested_per_pos) + [0] * n
+    cut = list(proposed_cut) + [0] * n
     fig = go.Figure()
-    fig.add_bar(x=pos, y=list(counts.acceptance_rate_per_pos), name="accepted / num_drafts (vLLM's rate)",
-                marker_color="#2f9e44", customdata=list(counts.num_accepted_tokens_per_pos),
+    fig.add_bar(x=pos, y=rates[:n], name="accepted / num_drafts (vLLM's rate)",
+                marker_color="#2f9e44", customdata=accepted[:n],
+                hovertext=["" if tested[i] else " · never tested: no verified draft reached it"
+                           + (f" (proposed at {cut[i]} step(s), cut by the sizing)" if cut[i] else "") for i in pos],
                 hovertemplate="position %{x}: %{y:.0%} (%{customdata} of " + str(counts.num_drafts)
-                              + " drafts)<extra></extra>")
-    fig.add_bar(x=pos, y=[0.0 if c is None else c for c in cond], name="given every earlier position accepted",
-                marker_color="#74c0fc", text=["n/a" if c is None else "" for c in cond], textposition="outside",
+                              + " drafts)%{hovertext}<extra></extra>")
+    fig.add_bar(x=pos, y=[0.0 if c is None else c for c in cond[:n]], name="given every earlier position accepted",
+                marker_color="#74c0fc", text=["n/a" if c is None else "" for c in cond[:n]], textposition="outside",
                 cliponaxis=False,
-                customdata=[[a, t, "n/a: no draft reached this position" if c is None else f"{c:.0%}"]
-                            for a, t, c in zip(counts.num_accepted_tokens_per_pos, tested, cond)],
+                customdata=[[accepted[i], tested[i], "n/a: no draft reached this position" if cond[i] is None
+                             else f"{cond[i]:.0%}"] for i in pos],
                 hovertemplate="position %{x}: %{customdata[2]} (%{customdata[0]} of %{customdata[1]})<extra></extra>")
     head = ((title or "Acceptance per draft position")
             + f"<br><sup>mean acceptance length {counts.mean_acceptance_length:.2f} "
               "(1 + accepted / drafts: the bonus counted)</sup>")
     fig.update_layout(title=dict(text=head, font=dict(size=13)), template=FIGURE_TEMPLATE, height=360,
                       barmode="group", margin=dict(l=20, r=20, t=60, b=30),
-                      xaxis=dict(title="draft position (0 = first draft token; tree: depth - 1)", dtick=1),
+                      xaxis=dict(title="draft position (0 = first draft token; tree: depth - 1)", tickmode="array",
+                                 tickvals=pos, ticktext=[_tick(i, tested[i], cut[i]) for i in pos]),
                       yaxis=dict(title="accepted", range=[0, 1.1]), legend=dict(orientation="h", y=-0.25))
     return fig
 
 
 def trace_positions_figure(trace: Trace) -> go.Figure:
-    """The run's acceptance per draft position."""
-    return positions_figure(trace.position_metrics())
+    """The run's acceptance per draft position, the positions the sizing cut marked."""
+    return positions_figure(trace.position_metrics(), proposed_cut=cut_positions(trace))
+
+
+def never_tested_line(counts: PositionCounts, proposed_cut: Sequence[int] = ()) -> str:
+    """'never tested: positions 1, 2 (...)' ('' when every position was tested)."""
+    never = never_tested(counts, proposed_cut)
+    if not never:
+        return ""
+    cut = [proposed_cut[i] if i < len(proposed_cut) else 0 for i in never]
+    many = len(never) > 1
+    why = ("; the drafter proposed tokens there, " + ", ".join(f"at {c} step(s) at position {i}" for i, c in
+                                                               zip(never, cut) if c)
+           + ", and its sizing cut them before the target could test them" if any(cut) else "")
+    return (f"**never tested: position{'s' if many else ''} {', '.join(map(str, never))}** (no verified draft "
+            f"reached {'them' if many else 'it'}: {'their rates say' if many else 'its rate says'} nothing of the "
+            f"drafter{why})")
 
 
 def vllm_counters_line(counts: PositionCounts) -> str:
@@ -133,5 +189,8 @@ def draft_head_lines(trace: Trace) -> Sequence[str]:
     """The run summary's lines: vLLM's counters (where the run drafted) and the calibration."""
     counts = trace.position_metrics()
     lines = [vllm_counters_line(counts)] if counts.num_drafts else []
+    never = never_tested_line(counts, cut_positions(trace))
+    if never and counts.num_drafts:
+        lines.append(never)
     line = calibration_line(trace.calibration())
     return lines + ([line] if line else [])

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 from ..core.trace import StepRecord, Trace
 from .markup import md_code, md_text
 from .palette import show_token
-from .tree import node_status
+from .tree import kept_of, node_status
 
 
 def counters_markdown(steps: Sequence[StepRecord], vanilla_tps: float | None = None,
@@ -34,6 +34,10 @@ def step_markdown(trace: Trace, step_index: int) -> str:
              f"{tested} tested by the target, **{len(s.accepted)} accepted** + bonus "
              f"{md_code(show_token(text.get(s.bonus, '?')))} · committed {len(s.new_tokens)} token(s) "
              f"· {s.wall * 1e3:.1f} ms"]
+    if s.proposal is not None:          # the sizing cut the tree (core/proposal.py; faint in the tree)
+        p = s.proposal
+        lines.append(f"**{kept_of(s)}**: the drafter proposed {len(p.tree)} node(s) and its sizing kept "
+                     f"{len(p.kept)}; the {p.cut} cut are drawn faintly in the tree, never verified")
     if acc:
         lines.append(f"accepted draft: “{md_text(acc[:300])}”" + ("…" if len(acc) > 300 else ""))
     notes = {k: v for k, v in s.info.items() if k != "positions"}

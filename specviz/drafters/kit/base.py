@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 from ...core import settings
 from ...core.narration import Narrator
 from ...errors import ConfigError, UnknownDrafterError
+from ...core.proposal import PENDING_KEY, Proposal
 from ...core.timing import PhaseTimer
 from ...core.tree import DraftTree
 from .narration import narrate_size
@@ -88,6 +89,17 @@ class DraftContext:
     # [n, len(layers) x H], in position order from position `features_at`; None otherwise
     features: torch.Tensor | None = None
     features_at: int = 0
+    # the step's record keeps what a drafter proposed before its sizing cut it (core/proposal.py);
+    # a run that records only its text may turn this off, and no proposal is then even built
+    keep_proposals: bool = True
+
+    def keep_proposal(self, proposal: Proposal | None) -> None:
+        """Keep the whole proposal of this step's cut (TreeCutter.cut calls it) for the step's
+        record: it rides in `info` until the StepRecord takes it into its `proposal` field."""
+        if proposal is not None and self.keep_proposals:
+            self.info[PENDING_KEY] = proposal
+        else:
+            self.info.pop(PENDING_KEY, None)
 
     def require_cache(self, drafter: str) -> CacheView:
         """The target's committed KV cache, for a drafter that reuses it; ConfigError without one."""
@@ -251,11 +263,21 @@ class DrafterSpec:
     # kit/narration.py): where its draft came from and why its tree has its size, from what it
     # recorded in StepRecord.info; the default tells only what the kit's TreeCutter records
     narrate: Narrator = narrate_size
+    # the settings that verify every node the drafter proposes (its sizing turned off): the
+    # explorer's "verify the whole proposal" re-runs a step's input with them. None: its trees
+    # are not cut by a setting. Default: the config class's WHOLE_PROPOSAL (TreeSizingSettings:
+    # size_by_cost = false), so every drafter that sizes with the kit's TreeCutter has it
+    whole_proposal: Mapping[str, Any] | None = None
     # the same method in the serving engines, by engine ("vllm": speculative_config's method,
     # "sglang": --speculative-algorithm), for the planner's settings; an engine not named has none
     served_as: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.whole_proposal is None:
+            object.__setattr__(self, "whole_proposal", getattr(self.config_cls, "WHOLE_PROPOSAL", None))
+        if self.whole_proposal is not None:
+            object.__setattr__(self, "whole_proposal", MappingProxyType(dict(self.whole_proposal)))
+            settings.build(self.config_cls, self.whole_proposal)    # a setting it does not have fails at import
         if self.confidence is not None and self.confidence not in CONFIDENCE_KINDS:
             raise ValueError(f"drafter {self.name!r}: confidence {self.confidence!r} is not one of "
                              f"{', '.join(CONFIDENCE_KINDS)} (or None)")

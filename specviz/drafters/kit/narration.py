@@ -8,7 +8,8 @@ Info keys read here, by what writes them:
   draft node, where its token sat in the committed sequence);
 - a corpus drafter: corpus (a note naming the index);
 - TreeCutter (tree_cutter.py) and the drafters that size with it: candidates, kept,
-  expected_tokens, predicted_ms, plain_ms, explore;
+  expected_tokens, predicted_ms, plain_ms, explore (and, outside the notes, the step's
+  `proposal`: what the cut left out);
 - the draft-model chain (chain.py): draft_forwards, gamma, proposal_len, expansion_tokens,
   draft_model.
 """
@@ -68,7 +69,14 @@ def sizing(scene: Scene, also: Sequence[Sentence] = (), otherwise: Sequence[Sent
     lines: list[Sentence] = []
     cands = info.get("candidates")
     kept = int(info.get("kept", n))
-    if cands is not None:
+    whole = s.proposal                   # what the sizing cut (core/proposal.py)
+    if whole is not None:
+        found = (f"The drafter proposed {plural(len(whole.tree), 'node')}; " if cands is None else
+                 f"The drafter found {plural(int(cands), 'candidate')}"
+                 + (f" and proposed {len(whole.tree)} of them; " if int(cands) > len(whole.tree) else "; "))
+        lines.append((found + f"its sizing kept {len(whole.kept)}. The {whole.cut} it cut are drawn faintly in the tree: "
+                      "the target never verified them.",))
+    elif cands is not None:
         lines.append((f"The drafter found {plural(int(cands), 'candidate')} and kept {plural(kept, 'node')}.",))
     if kept > n:
         lines.append((f"The engine dropped {kept - n} of them: deeper than the tokens left to generate.",))

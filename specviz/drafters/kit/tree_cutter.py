@@ -8,7 +8,10 @@ chooses: the matched prefix length for ngram_trie, the source for the corpus dra
 kept apart for the first draft token and for the ones after it (sizing.TrustEstimate).
 The tree is cut to the prefix, in best-first order, with the best expected tokens per
 second (sizing.best_prefix); where drafts are rarely accepted the tree shrinks to nothing
-and the step costs what a plain step costs. Bounded exploration: a trust moves only on
+and the step costs what a plain step costs. A cut that leaves nodes out keeps the whole
+proposal for the step's record (core/proposal.py: the uncut tree, each node's estimated path
+chance, the kept nodes), so the explorer can draw what was not verified; `size_by_cost = false`
+(TreeSizingSettings.WHOLE_PROPOSAL) verifies the whole proposal. Bounded exploration: a trust moves only on
 tested drafts, so while the best candidate's first-token bucket has had fewer than
 sizing.EXPLORE_TESTS tests, a step that follows `explore_every` steps without a draft
 verifies the best nodes anyway (as many as cost what one costs).
@@ -16,12 +19,14 @@ verifies the best nodes anyway (as many as cost what one costs).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
+from ...core.proposal import proposal_of
 from ...core.settings import Settings, setting
 from .sizing import EXPLORE_TESTS, TrustEstimate, best_prefix, free_prefix
 from ...core.tree import DraftTree
-from .base import StepView
+from .base import DraftContext, StepView
 
 
 # trust buckets by matched length (rest's suffix match, suffix_decoding's suffix-tree match):
@@ -49,6 +54,8 @@ class TreeSizingSettings(Settings):
     """The settings of every drafter that sizes its tree with a TreeCutter (settings.describe
     lists them after the drafter's own, as GammaSettings' for the model drafters). A drafter
     whose priors differ redeclares them with first_prior_setting(x) / continue_prior_setting(x)."""
+    # the settings that verify every node proposed (DrafterSpec.whole_proposal's default)
+    WHOLE_PROPOSAL: ClassVar[Mapping[str, Any]] = MappingProxyType({"size_by_cost": False})
     size_by_cost: bool = setting(True, "Cut the tree to the size with the best expected tokens/s "
                                        "(extension, on by default; a `paper` preset turns it off).")
     first_prior: float = first_prior_setting()
@@ -92,12 +99,14 @@ class TreeCutter:
         self._last = None
 
     def cut(self, tree: DraftTree, ratios: Sequence[float], buckets: Sequence[Hashable],
-            verify_cost: Callable[[int], float], enabled: bool = True, info: dict | None = None,
-            best_first: bool = False) -> tuple[DraftTree, list[float]]:
-        """(the kept subtree, estimated path probability per kept node); `info` gets
-        "explore": True on a step kept only to explore. `best_first`: the nodes are already
-        in the order to keep them (each prefix closed under ancestors, as
-        NgramTrie.top_nodes returns them); else they are ranked by path probability."""
+            ctx: DraftContext, enabled: bool = True, best_first: bool = False) -> tuple[DraftTree, list[float]]:
+        """(the kept subtree, estimated path probability per kept node), sized by the step's
+        `ctx.verify_cost`; `ctx.info` gets the sizing's numbers, "explore": True on a step kept
+        only to explore, and the raw chance per kept node; a cut that leaves nodes out keeps
+        the whole proposal (ctx.keep_proposal). `best_first`: the nodes are already in the
+        order to keep them (each prefix closed under ancestors, as NgramTrie.top_nodes returns
+        them); else they are ranked by path probability."""
+        info, verify_cost = ctx.info, ctx.verify_cost
         ids = [self._bucket(b) for b in buckets]
         self.kept = list(range(len(tree)))
         path: list[float] = []
@@ -112,22 +121,23 @@ class TreeCutter:
             if (not k and self.explore_every and self._idle >= self.explore_every
                     and self.first.tests(ids[first_node]) < EXPLORE_TESTS):
                 k = free_prefix(verify_cost, len(tree))
-                if info is not None:
-                    info["explore"] = True
-            if info is not None:         # the sizing in numbers, for the step's narrative
-                info.update(expected_tokens=round(1 + sum(path[i] for i in order[:k]), 3),
-                            predicted_ms=round(1000 * verify_cost(k), 2),
-                            plain_ms=round(1000 * verify_cost(0), 2))
+                info["explore"] = True
+            # the sizing in numbers, for the step's narrative
+            info.update(expected_tokens=round(1 + sum(path[i] for i in order[:k]), 3),
+                        predicted_ms=round(1000 * verify_cost(k), 2),
+                        plain_ms=round(1000 * verify_cost(0), 2))
             keep = sorted(order[:k])
             self.kept = keep
             if len(keep) < len(tree):
+                if ctx.keep_proposals:       # what was proposed, for the step's record
+                    ctx.keep_proposal(proposal_of(tree, keep, path))
                 tree = tree.prune(keep)
                 ratios = [ratios[i] for i in keep]
                 ids = [ids[i] for i in keep]
                 path = [path[i] for i in keep]
         self._idle = 0 if len(tree) else self._idle + 1     # steps in a row without a draft
         self._last = (tree, list(ratios), ids)
-        if info is not None and len(tree):   # the raw chance per kept node (and its depth, to
+        if len(tree):                        # the raw chance per kept node (and its depth, to
             # line it up after the engine's depth cut), for the calibration view (calibration.py)
             info.update(chance=[round(min(1.0, float(r)), 4) for r in ratios], chance_depth=list(tree.depths))
         return tree, path
