@@ -205,7 +205,8 @@ def _step(lm: LoadedModel, requests: list[_Request], active: list[int], cache: D
     for slot, g in enumerate(gens):                                        # 1. each request drafts
         ctx = DraftContext(g.tokens, g.prompt_len, g.step, g.budget, g.cost.predict, g.timer,
                            target_cache=CacheView(cache, g.past_len, row=slot),
-                           hidden=g.hidden, features=g.features, features_at=g.features_at)
+                           hidden=g.hidden, features=g.features, features_at=g.features_at,
+                           keep_proposals=g.recorder.proposals)
         tree = _draft(g, ctx)
         with g.timer("draft.tree"):                                        # 2. cut to what can be committed
             tree = _fit_tree(tree, min(g.budget - 1, lm.max_positions - 1 - g.past_len))
