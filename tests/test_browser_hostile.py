@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -232,10 +233,16 @@ def _text(page: Any, sel: str) -> str:
 
 
 def _shows(page: Any, sel: str, *texts: str) -> None:
-    """Each of `texts` is in the view `sel`'s text, as written."""
-    shown = _text(page, sel)
-    for t in texts:
-        assert t in shown, (sel, t, shown[:3000])
+    """Each of `texts` is in the view `sel`'s text, as written, waited for up to WAIT_MS (one
+    event's outputs are not drawn in one frame: a figure can show before the Markdown beside it)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:
+        shown = _text(page, sel)
+        missing = [t for t in texts if t not in shown]
+        if not missing or time.monotonic() > deadline:
+            break
+        page.wait_for_timeout(200)
+    assert not missing, (sel, missing[0], shown[:3000])
 
 
 def _upload(page: Any, path: Path) -> None:

@@ -85,6 +85,7 @@ def test_three_kinds_share_one_pass_each_with_its_own_counters(tiny_lm: Any, tmp
     first step, learns (held-out top-1 at position 1 rises), and stops at its own --mtp-steps."""
     from tests.conftest import eagle_train_heads, self_data
 
+    torch.manual_seed(0)                 # the heads start from the same weights whatever ran before
     data = self_data(tiny_lm, 16, 24)
     target = _frozen(tiny_lm)
     vocab = torch.arange(64)
