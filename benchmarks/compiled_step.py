@@ -52,6 +52,15 @@ def _generate(lm: Any, drafter: str, prompt: Any, new: int) -> tuple[list[int], 
     return [t for s in steps for t in s.new_tokens], time.perf_counter() - start
 
 
+def _write(out: str | None, result: dict[str, Any], text: str | None) -> None:
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "compiled-step.json").write_text(json.dumps(result, indent=1) + "\n")
+        if text is not None:
+            (folder / "compiled-step.md").write_text(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded")
@@ -102,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                    "all": [round(x, 3) for x in rates[m]], "warmup_s": warm[m],
                    "ratio_to_" + ref: round(statistics.median(a / b for a, b in zip(rates[m], rates[ref])), 3),
                    "vanilla_identical": outputs[m] == vanilla} for m in modes}
+    _write(args.out, {"info": info, "vanilla": summary, "identity": "not run yet"}, None)   # kept if cut short
     names = (FREE + SHIPPED if args.methods == "all" else [] if args.methods == "none"
              else [n.strip() for n in args.methods.split(",") if n.strip()])
     identity: dict[str, Any] = {}
@@ -133,11 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                                 else f"DIFFERS from token {v['first_difference']}") for n, v in identity.items()]
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        folder = Path(args.out)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "compiled-step.json").write_text(json.dumps(result, indent=1) + "\n")
-        (folder / "compiled-step.md").write_text(text)
+    _write(args.out, result, text)
     bad = [n for n, v in identity.items() if v.get("identical") is False]
     bad += [m for m in modes if not summary[m]["vanilla_identical"]]
     return 1 if bad else 0
