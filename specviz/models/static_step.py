@@ -42,7 +42,7 @@ from transformers import DynamicCache, PretrainedConfig
 from ..core.tree import TreeBuffers
 from ..errors import ModelLoadError
 from .cost import GRID
-from .kvcache import AnyCache, StaticKV, new_cache
+from .kvcache import AnyCache, StaticKV, crop_to, new_cache
 
 COMPILE_CHOICES = ("auto", "on", "off", "static")
 STEP_KINDS = ("off", "static", "on")           # what a choice resolves to on a device
@@ -131,7 +131,7 @@ class StaticStep:
         elif self.cache.capacity < capacity:
             self.cache.grow(capacity)
         self.cache.compiled_forward = self.compiled_forward(device) if self.compiled and compiled else None
-        _set_length(self.cache, 0)
+        crop_to(self.cache, 0)                    # emptied: its stale rows are masked, then overwritten
         return self.cache
 
     def release(self, cache: StaticKV) -> None:
@@ -173,11 +173,6 @@ def release(cache: AnyCache) -> None:
     """The generation that held `cache` is over: its lender may lend it again."""
     if isinstance(cache, StaticKV) and cache in _LENDERS:
         _LENDERS.pop(cache).release(cache)
-
-
-def _set_length(cache: StaticKV, rows: int) -> None:
-    for layer in cache.layers:
-        layer.cumulative_length.fill_(rows)
 
 
 def forward_static(model: torch.nn.Module, cache: StaticKV, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
