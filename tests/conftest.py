@@ -13,11 +13,12 @@ Helpers shared by several test files live here too (`run_ids`).
 from __future__ import annotations
 
 import ast
+import http.server
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pytest
 import torch
@@ -294,3 +295,53 @@ def drafter_literals(path: Path, names: set[str], skip_colour_tables: bool = Fal
                 and set(node.value.strip().split(",")) & names:
             found.append(f"{shown_path(path)}:{node.lineno} {node.value!r}")
     return found
+
+
+def raised_one_line(make: Callable[[], Any], errors: type[BaseException] | tuple[type[BaseException], ...],
+                    words: Sequence[str]) -> str:
+    """`make()` raises one of `errors` whose message is one line holding every one of `words`;
+    the message."""
+    with pytest.raises(errors) as info:
+        make()
+    text = str(info.value)
+    assert "\n" not in text and all(w in text for w in words), text
+    return text
+
+
+def target_features(lm: LoadedModel, tokens: Sequence[int], layers: Sequence[int],
+                    rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward of the target over `tokens`: (ids [1, T], the hidden states of `layers` at
+    rows 0 .. rows-1 as a drafter reads them [1, rows, F])."""
+    from specviz.models.hidden import HiddenCapture
+
+    ids = torch.tensor([list(tokens)])
+    capture = HiddenCapture(lm.model, tuple(layers))
+    with torch.no_grad(), capture:
+        lm.model(input_ids=ids)
+    return ids, capture.rows(list(range(rows)))[None]                                    # [1, rows, F]
+
+
+def eagle_train_heads(target: Any, out: Path) -> list[Any]:
+    """An EAGLE and an EAGLE-3 training head for the 64-token tiny target (vocabulary all 64 ids,
+    24-token rows, 3 held-out positions, EAGLE-3 unrolled twice), in out/eagle and out/eagle3."""
+    from specviz.eagle.train import EagleHead, EagleTrainConfig
+
+    vocab = torch.arange(64)
+    return [EagleHead(target, "tiny-64", EagleTrainConfig(kind=k, vocab=64, seq_len=24, ttt=2 if k == "eagle3" else 1,
+                                                          positions=3, lr=1e-2), vocab, out / k)
+            for k in ("eagle", "eagle3")]
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A request handler for the tests' local HTTP servers: no log lines; `send_body` answers 200."""
+
+    def send_body(self, body: bytes, content_type: str | None = None) -> None:
+        self.send_response(200)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass

@@ -21,6 +21,7 @@ from specviz.netkit.files import CheckpointError
 from specviz.glide.model import GlideDraft, GlideSpec
 from specviz.heads import checkpoint as heads_ckpt
 
+from conftest import raised_one_line
 from test_eagle import save_random
 from test_eagle_layouts import _edit_config, authors_eagle
 from test_heads import _random_ckpt
@@ -31,11 +32,7 @@ def refused(load: Callable[[], Any], *words: str) -> str:
     before it."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(CheckpointError) as info:
-            load()
-    message = str(info.value)
-    assert "\n" not in message and all(w in message for w in words), message
-    return message
+        return raised_one_line(load, CheckpointError, words)
 
 
 # ---- EAGLE / EAGLE-3: config.json ---------------------------------------------------------------------------

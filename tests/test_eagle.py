@@ -19,7 +19,7 @@ from specviz.eagle.train import EagleTrainConfig, evaluate, feature_layers, pass
 from specviz.netkit.target_pass import feature_pass
 from specviz.models.hidden import FINAL, HiddenCapture
 
-from conftest import assert_shipped_heads_equal_vanilla, self_data as make_self_data, run_ids
+from conftest import assert_shipped_heads_equal_vanilla, self_data as make_self_data, run_ids, target_features
 
 PROMPT = [1, 5, 9, 13, 2, 7, 30, 31]
 KINDS = ("eagle", "eagle3")
@@ -113,11 +113,7 @@ def test_drafter_cache_equals_the_head_over_the_whole_sequence(tiny_lm, tmp_path
     tokens = PROMPT + out
     done = drafter.done
     assert len(PROMPT) + len(steps) - 2 <= done < len(tokens)   # the last step's rows come at a next step
-    ids = torch.tensor([tokens])
-    capture = HiddenCapture(tiny_lm.model, drafter.needs.feature_layers)
-    with torch.no_grad(), capture:
-        tiny_lm.model(input_ids=ids)
-    feats = capture.rows(list(range(done)))[None]                                        # [1, done, F]
+    ids, feats = target_features(tiny_lm, tokens, drafter.needs.feature_layers, done)   # [1, T], [1, done, F]
     pos = torch.arange(done)
     with torch.no_grad():
         ref, (k, _) = drafter.draft(feats, ids[:, 1:done + 1], pos, None,

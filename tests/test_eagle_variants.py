@@ -36,7 +36,7 @@ from specviz.engine import generate_steps
 from specviz.netkit.checkpoint import CheckpointWarning
 from specviz.netkit.files import CheckpointError
 
-from conftest import run_ids
+from conftest import run_ids, target_features
 from test_eagle import PROMPT
 
 H, V, NH, KV, D, INTER = 64, 64, 4, 2, 16, 128      # the tiny target's sizes (conftest.tiny_random_model)
@@ -519,7 +519,6 @@ def test_the_drafters_cache_of_a_variant_equals_the_head_over_the_whole_sequence
     import dataclasses
 
     from specviz.drafters.kit.base import REGISTRY, get
-    from specviz.models.hidden import HiddenCapture
 
     folder, *_ = speculators_head(tiny_lm, tmp_path / "head", case)
     spec, made = get("eagle3"), []
@@ -528,11 +527,7 @@ def test_the_drafters_cache_of_a_variant_equals_the_head_over_the_whole_sequence
     out, _ = run_ids(tiny_lm, PROMPT, "eagle3", {"checkpoint": folder, "size_by_cost": False}, max_new_tokens=20)
     drafter = made[-1]
     tokens, done = PROMPT + out, drafter.done
-    ids = torch.tensor([tokens])
-    capture = HiddenCapture(tiny_lm.model, drafter.needs.feature_layers)
-    with torch.no_grad(), capture:
-        tiny_lm.model(input_ids=ids)
-    feats = capture.rows(list(range(done)))[None]                                        # [1, done, F]
+    ids, feats = target_features(tiny_lm, tokens, drafter.needs.feature_layers, done)   # [1, T], [1, done, F]
     with torch.no_grad():
         ref, (k, v) = drafter.draft(feats, ids[:, 1:done + 1], torch.arange(done), None,
                                     torch.ones(done, done, dtype=torch.bool).tril(), committed=True)

@@ -35,7 +35,7 @@ from specviz.index.store import IndexFileError, read_manifest
 from specviz.core.trace import Trace
 from specviz.files.user_files import (MAX_JSON_DEPTH, FileCheckError, check_output_dir, check_output_file, json_depth, loads_json, write_text_atomic)
 from specviz.ui.web_policy import NotAllowedError, check_model, check_path
-from tests.conftest import assert_one_line_refusal, run_cli_cases, run_cli_here
+from tests.conftest import QuietHandler, assert_one_line_refusal, run_cli_cases, run_cli_here
 from tests.serving import api_error, trace_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -742,7 +742,7 @@ def test_training_text_files_with_windows_line_ends_part_on_blank_lines(tmp_path
 
 # ---- the one URL fetcher (files/fetch.py): real servers on loopback addresses ----------------------
 
-class _Hostile(http.server.BaseHTTPRequestHandler):
+class _Hostile(QuietHandler):
     """/metrics: a dump; /redirect?to=URL: 302 there; /loop: 302 to itself; /trickle: a byte every 0.2 s (headers and
     body); /trickle-head: the status line itself trickled; /huge: 4 MiB without a length;
     /declared: a Content-Length of a terabyte; /reason: 404 with a secret reason phrase;
@@ -792,20 +792,9 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
             self.send_response(404, "SECRET-REASON")
             self.end_headers()
         elif path == "/foreign":
-            body = b"SECRET-TEXT root:x:0:0\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(b"SECRET-TEXT root:x:0:0\n")
         else:
-            body = b"sglang:spec_accept_length 2.6\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+            self.send_body(b"sglang:spec_accept_length 2.6\n")
 
 
 @pytest.fixture(scope="module")

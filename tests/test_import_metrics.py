@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import run_cli
+from conftest import QuietHandler, run_cli
 from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate
 from specviz.models.prompts import build_prompt
@@ -181,22 +181,14 @@ def test_foreign_or_truncated_input_is_one_clear_error(tmp_path, text, message):
 
 # --- a URL, served on 127.0.0.1 only --------------------------------------------------------------
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_GET(self) -> None:  # noqa: N802 - the http.server name
         if self.path == "/slow":
             time.sleep(1.5)
         if self.path not in ("/metrics", "/slow"):
             self.send_error(404)
             return
-        body = SGLANG.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.send_body(SGLANG.encode(), "text/plain; version=0.0.4")
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from specviz.models.hidden import FINAL
 from specviz.mtp import checkpoint as ckpt
 from specviz.mtp.model import MTPHead
 
-from conftest import run_ids
+from conftest import raised_one_line, run_ids
 
 PROMPT = [1, 2, 3, 3, 3, 3, 3, 3]
 
@@ -223,11 +223,7 @@ def test_every_preset_is_greedy_identical_to_vanilla(tiny_lm, heads, preset):
 # ---- refused before the first step, in one line --------------------------------------------------
 
 def _refused(make, *words):
-    with pytest.raises((CheckpointError, ConfigError)) as info:
-        make()
-    text = str(info.value)
-    assert "\n" not in text and all(w in text for w in words), text
-    return text
+    return raised_one_line(make, (CheckpointError, ConfigError), words)
 
 
 def test_no_module_for_the_embedded_target_is_refused_naming_where_it_looked(tiny_lm):

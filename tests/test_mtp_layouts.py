@@ -39,7 +39,7 @@ from specviz.models import LoadedModel
 from specviz.models.cost import VerifyCost
 from specviz.mtp import checkpoint as ckpt
 
-from conftest import run_ids
+from conftest import raised_one_line, run_ids
 
 L = 2                      # the targets' decoder layers: the MTP module is layer 2 of the file
 COST = VerifyCost((1, 8, 16, 32, 64), (1.0, 1.0, 2.0, 3.0, 4.0))
@@ -298,10 +298,7 @@ def _copy_with_index(pub: Published, tmp_path: Path, edit) -> Path:
 
 
 def _refused(make, *words):
-    with pytest.raises(CheckpointError) as info:
-        make()
-    text = str(info.value)
-    assert "\n" not in text and all(w in text for w in words), text
+    raised_one_line(make, CheckpointError, words)
 
 
 def test_a_missing_expert_is_named_as_the_file_names_it(published, tmp_path):

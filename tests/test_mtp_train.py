@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from specviz.eagle.train import EagleHead, EagleTrainConfig, pass_layers
+from specviz.eagle.train import pass_layers
 from specviz.models.hidden import FINAL
 from specviz.mtp.train import MTPTrainConfig, MTPTrainHead
 from specviz.netkit import recipe
@@ -83,14 +83,12 @@ def test_three_kinds_share_one_pass_each_with_its_own_counters(tiny_lm: Any, tmp
     """EAGLE, EAGLE-3 and MTP on one target pass a batch; the MTP module joins at step 10 (a kind
     added on resume), keeps its own step and token counters and curve rows, warms up from its own
     first step, learns (held-out top-1 at position 1 rises), and stops at its own --mtp-steps."""
-    from tests.conftest import self_data
+    from tests.conftest import eagle_train_heads, self_data
 
     data = self_data(tiny_lm, 16, 24)
     target = _frozen(tiny_lm)
     vocab = torch.arange(64)
-    eagles = [EagleHead(target, "tiny-64", EagleTrainConfig(kind=k, vocab=64, seq_len=24, ttt=2 if k == "eagle3" else 1,
-                                                            positions=3, lr=1e-2), vocab, tmp_path / k)
-              for k in ("eagle", "eagle3")]
+    eagles = eagle_train_heads(target, tmp_path)
     mask = torch.ones_like(data[0], dtype=torch.bool)
     held = {"held": [(data[0], mask, feature_pass(target, data[0], pass_layers(target)))]}
     schedule = recipe.OnlineSchedule(steps=40, lr=1e-2, warmup=2, eval_every=10, log_every=1)
@@ -200,3 +198,19 @@ def test_export_only_refuses_in_one_line(tmp_path: Path) -> None:
         proc = run_cli_here("train-eagle", "--kind", "mtp", "--model", "tiny-random", "--out", str(tmp_path / "none"),
                             "--export-only", "--held-out", "0", *more)
         assert_one_line_refusal(proc, words)
+
+
+def test_a_heads_folder_is_told_by_its_own_checkpoint_format(tiny_lm: Any, tmp_path: Path) -> None:
+    """train-eagle's --out/--export check (cli/train_eagle.head_folder, one folder check for both
+    layouts: cli/training.folder_checkpoint): an MTP module it saved is a "run", its fp16 export an
+    "export"; another folder, or one with a stray file, is "other"."""
+    from specviz.cli.train_eagle import head_folder
+    from specviz.netkit.recipe import RunState
+
+    head = MTPTrainHead(_frozen(tiny_lm), "tiny-64", MTPTrainConfig(unroll=1, seq_len=12), tmp_path / "mtp")
+    head.save(RunState())
+    head.export(tmp_path / "ship", RunState())
+    assert head_folder(tmp_path / "mtp") == "run" and head_folder(tmp_path / "ship") == "export"
+    (tmp_path / "ship" / "notes.txt").write_text("mine")
+    (tmp_path / "other").mkdir()
+    assert head_folder(tmp_path / "ship") == "other" and head_folder(tmp_path / "other") == "other"

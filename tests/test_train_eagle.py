@@ -112,17 +112,16 @@ def test_the_feature_pass_keeps_the_targets_choices_and_logits(tiny_lm: Any) -> 
 
 def test_both_heads_share_one_target_pass_and_the_curve_rises(tiny_lm: Any, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from specviz.eagle.train import EagleHead, pass_layers
-    from tests.conftest import self_data
+    from specviz.eagle.train import pass_layers
+    from tests.conftest import eagle_train_heads, self_data
 
+    torch.manual_seed(0)                 # the heads start from the same weights whatever ran before
     data = self_data(tiny_lm, 16, 24)
     target = tiny_lm.model
     for p in target.parameters():
         p.requires_grad_(False)
     vocab = torch.arange(64)
-    heads = [EagleHead(target, "tiny-64", EagleTrainConfig(kind=k, vocab=64, seq_len=24, ttt=2 if k == "eagle3" else 1,
-                                                           positions=3, lr=1e-2), vocab, tmp_path / k)
-             for k in ("eagle", "eagle3")]
+    heads = eagle_train_heads(target, tmp_path)
     calls = []
     real = recipe.feature_pass
     monkeypatch.setattr(recipe, "feature_pass", lambda *a, **k: calls.append(1) or real(*a, **k))

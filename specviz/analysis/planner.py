@@ -48,6 +48,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..core.trace import Totals
 from ..errors import SpecvizError
 from ..models.cost_surface import CostSurface
 
@@ -561,11 +562,8 @@ def profiles_from_traces(traces: Sequence[Any], baseline: str | None = None
             continue
         dist = StepDistribution.of((len(s.tree), max(s.tree.depths, default=0), max(1, s.accepted_len))
                                    for s in steps)
-        phases: dict[str, float] = {}
-        for s in steps:
-            for k, v in s.timings.items():
-                phases[k] = phases.get(k, 0.0) + v
-        wall = sum(s.wall for s in steps)
+        totals = Totals.of(steps)
+        phases, wall = totals.phase_seconds, totals.seconds
         prefill = phases.get("prefill", 0.0)
         verify = phases.get("verify.forward")
         draft = sum(phases.get(k, 0.0) for k in DRAFTING)

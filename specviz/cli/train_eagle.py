@@ -29,9 +29,9 @@ from typing import Any
 from ..errors import ConfigError
 from ..mtp import KIND as MTP          # the MTP module, a kind beside EAGLE's (mtp/train.py)
 from .errors import UsageError
-from .training import (EAGLE_FILES, Held, add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
+from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed_arguments, add_source_arguments,
                        check_apart, check_fresh_export, check_fresh_out, check_run_flags, config_from,
-                       eagle_folder, needs_tokenizer, set_threads)
+                       eagle_folder, folder_checkpoint, needs_tokenizer, set_threads)
 
 RUN_FILES = {"run.json", "run.tmp", "curve.csv", "curve.tmp", "vocab.pt", "vocab.tmp", "train.log"}
 VOCAB_WINDOWS = 4096               # training windows (per source) whose assistant tokens rank the draft vocabulary
@@ -136,21 +136,9 @@ def head_folder(path: Path) -> Held:
     (eagle_folder) or an MTP module in specviz's layout (its files only, config.json naming
     specviz's MTP format), with training.pt ("run") or without it ("export"); else "other"."""
     from ..mtp import checkpoint as mtp_ckpt
-    from ..netkit.files import CheckpointError
 
     held = eagle_folder(path)
-    if held != "other":
-        return held
-    names = {p.name for p in path.iterdir()}
-    if not names <= set(EAGLE_FILES) or not {"config.json", "model.safetensors"} <= names:
-        return "other"
-    try:
-        entry = mtp_ckpt.read_config(path).get("specviz")
-    except CheckpointError:
-        return "other"
-    if not isinstance(entry, dict) or entry.get("format") != mtp_ckpt.FORMAT:
-        return "other"
-    return "run" if "training.pt" in names else "export"
+    return held if held != "other" else folder_checkpoint(path, mtp_ckpt)
 
 
 def check_flags(args: Any, cfgs: list[Any], kinds: list[str], out: Path) -> None:

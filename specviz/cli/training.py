@@ -246,6 +246,14 @@ def eagle_folder(path: Path) -> Held:
     config.json naming specviz's format), with training.pt or without it (an --export copy); any
     other folder (the authors' layout, a user's files) is "other"."""
     from ..eagle import checkpoint as ckpt
+
+    return folder_checkpoint(path, ckpt)
+
+
+def folder_checkpoint(path: Path, ckpt: Any) -> Held:
+    """check_fresh's `held` for a head's folder in the layout of the checkpoint module `ckpt`
+    (eagle/ or mtp/checkpoint: `read_config`, `FORMAT`): train-eagle's files only, config.json
+    naming that format; "run" with training.pt, "export" without it, else "other"."""
     from ..glide.checkpoint import CheckpointError
 
     names = {p.name for p in path.iterdir()}

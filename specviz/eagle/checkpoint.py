@@ -59,8 +59,8 @@ from ..files.resources import data_path
 from ..netkit import fields
 from ..netkit.checkpoint import (check_fingerprint, check_finite, check_fit, check_made_for, check_trained_for,
                                  meta_state)
-from ..netkit.files import (CheckpointError, check_identity, read_config as read_config_file, read_weights,
-                            shown_value, user_path, weight_shapes, write_folder)
+from ..netkit.files import (CheckpointError, check_identity, file_tensors, read_config as read_config_file,
+                            read_weights, shown_value, user_path, weight_shapes, write_folder)
 from .model import EagleDraft, EagleSpec, default_aux_layers
 
 FORMAT = "specviz-eagle/1"
@@ -412,9 +412,8 @@ def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],
     """Write the head in the authors' layout (config.json + model.safetensors, `dtype` for the
     weights if given), with specviz's entry `extra`; `training` (optimiser state, step...) to
     training.pt (netkit/files.write_folder: each file written whole or not at all)."""
-    state = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
-             for k, v in draft.state_dict().items()}
-    write_folder(folder, "model.safetensors", state, config_of(draft.spec, extra), training)
+    write_folder(folder, "model.safetensors", file_tensors(draft.state_dict(), dtype), config_of(draft.spec, extra),
+                 training)
 
 
 def specviz_entry(draft: EagleDraft, target: Any, target_id: str, **more: Any) -> dict[str, Any]:

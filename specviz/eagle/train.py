@@ -167,10 +167,70 @@ def soft_ce(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
     return -(p * logq).sum(-1).mean()
 
 
-class EagleHead:
+class SavedHead:
+    """What the heads train_online trains share (EagleHead here, mtp/train.MTPTrainHead): the
+    resume of the module and its optimiser from the folder `out`, the held-out evaluation of the
+    module on the features of its `layers`, and the save and fp16 export through the checkpoint
+    module `ckpt` (eagle/checkpoint, mtp/checkpoint: `save(folder, module, entry, training,
+    dtype)`) with the subclass's `entry`."""
+
+    ckpt: Any                      # the checkpoint module (a class attribute)
+    layers: tuple[int, ...]
+    cfg: Any                       # its `positions`: the held-out draft positions
+    module: Any
+    opt: torch.optim.Optimizer
+    out: Path
+    held_out: dict[str, Any]
+
+    def entry(self, state: HeadProgress | RunState) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def saved_weights(self) -> dict[str, torch.Tensor]:
+        """The weights of the head saved in `out`, read and checked against this one (resume);
+        ConfigError naming the folder when they are not."""
+        raise NotImplementedError
+
+    def begin(self, resume: bool) -> None:
+        """The end of the constructor: no held-out result yet; with `resume`, the module and its
+        optimiser as the run in `out` left them."""
+        self.held_out = {}
+        if resume:
+            self.restore(self.saved_weights())
+
+    def restore(self, weights: dict[str, torch.Tensor]) -> None:
+        """The module's `weights` (its checkpoint's, read and checked) and the optimiser's state
+        from `out`/training.pt; ConfigError naming the file when it is another head's."""
+        self.module.load_state_dict(weights)
+        self.module.train()
+        training = read_training(self.out / "training.pt")
+        try:
+            self.opt.load_state_dict(training["optimizer"])
+        except (ValueError, KeyError, RuntimeError, TypeError) as err:
+            raise ConfigError("resume", f"{str(self.out / 'training.pt')!r} holds an optimiser state for another "
+                              f"head ({type(err).__name__}); start a new --out") from None
+
+    def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None:
+        result = evaluate(self.module, [(ids, mask, fp.concat(self.layers), fp.labels) for ids, mask, fp in held],
+                          self.cfg.positions)
+        if result:
+            self.held_out = result
+        return result
+
+    def save(self, state: HeadProgress | RunState) -> None:
+        self.ckpt.save(self.out, self.module, self.entry(state),
+                       {"optimizer": self.opt.state_dict(), "step": state.step, "tokens": state.tokens})
+
+    def export(self, folder: Path, state: HeadProgress | RunState) -> None:
+        """An fp16 copy without the training state (what specviz/data/checkpoints/ ships)."""
+        (Path(folder) / "training.pt").unlink(missing_ok=True)
+        self.ckpt.save(folder, self.module, self.entry(state), None, torch.float16)
+
+
+class EagleHead(SavedHead):
     """One head of `cfg.kind` trained by netkit/recipe.train_online into the folder `out`
     (config.json + model.safetensors in the authors' layout, training.pt with the optimiser)."""
 
+    ckpt = ckpt                    # the authors' layout
     full_logits = False            # its losses read the pass's logits over the draft vocabulary
     max_steps = 0                  # it trains to the run's end
 
@@ -191,22 +251,13 @@ class EagleHead:
         if cfg.kind == "eagle3":                                               # the head's draft ids -> those columns
             self.draft_cols = self.column[self.module.d2t + torch.arange(len(vocab), device=device)]
         self.history: list[dict[str, Any]] = []
-        self.held_out: dict[str, Any] = {}
-        if resume:
-            self._resume()
+        self.begin(resume)
 
-    def _resume(self) -> None:
+    def saved_weights(self) -> dict[str, torch.Tensor]:
         loaded = ckpt.load(self.out, self.target, self.target_id, self.cfg.kind)
         if loaded.spec != self.module.spec:
             raise ConfigError("resume", f"{self.out} holds another head ({loaded.spec}); start a new --out")
-        self.module.load_state_dict(loaded.state_dict())
-        self.module.train()
-        training = read_training(self.out / "training.pt")
-        try:
-            self.opt.load_state_dict(training["optimizer"])
-        except (ValueError, KeyError, RuntimeError, TypeError) as err:
-            raise ConfigError("resume", f"{str(self.out / 'training.pt')!r} holds an optimiser state for another "
-                              f"head ({type(err).__name__}); start a new --out") from None
+        return loaded.state_dict()
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, fp: FeaturePass) -> torch.Tensor:
         assert fp.logits is not None
@@ -231,13 +282,6 @@ class EagleHead:
             total = total + STEP_DECAY ** s * soft_ce(logits, target_logits)
         return total
 
-    def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None:
-        result = evaluate(self.module, [(ids, mask, fp.concat(self.layers), fp.labels) for ids, mask, fp in held],
-                          self.cfg.positions)
-        if result:
-            self.held_out = result
-        return result
-
     def entry(self, state: HeadProgress | RunState) -> dict[str, Any]:
         """specviz's entry in config.json: the target, this head's counters, the recipe."""
         return ckpt.specviz_entry(self.module, self.target, self.target_id, steps=state.step, tokens=state.tokens,
@@ -245,15 +289,6 @@ class EagleHead:
                                   train_config={k: v for k, v in self.cfg.__dict__.items()},
                                   seconds=round(state.seconds, 1), device=str(self.vocab.device),
                                   **({"held_out": self.held_out} if self.held_out else {}))
-
-    def save(self, state: HeadProgress | RunState) -> None:
-        ckpt.save(self.out, self.module, self.entry(state), {"optimizer": self.opt.state_dict(), "step": state.step,
-                                                             "tokens": state.tokens})
-
-    def export(self, folder: Path, state: HeadProgress | RunState) -> None:
-        """An fp16 copy without the training state (what specviz/data/checkpoints/ ships)."""
-        (Path(folder) / "training.pt").unlink(missing_ok=True)
-        ckpt.save(folder, self.module, self.entry(state), None, torch.float16)
 
 
 def read_training(path: Path) -> dict[str, Any]:

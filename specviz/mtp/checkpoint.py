@@ -26,8 +26,6 @@ names it), NaN or infinite values (netkit/checkpoint.py check_weights).
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,7 @@ from ..eagle.checkpoint import read_config
 from ..files.resources import data_path
 from ..files.user_files import FileCheckError, read_json_file
 from ..netkit.checkpoint import build_checked, check_fingerprint
-from ..netkit.files import CheckpointError, check_identity, shown_value
+from ..netkit.files import CheckpointError, check_identity, file_tensors, shown_value, write_folder
 from ..models.fingerprint import target_identity
 from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
@@ -339,28 +337,13 @@ def save(folder: str | Path, head: MTPHead, extra: dict[str, Any], training: dic
          dtype: torch.dtype | None = None) -> None:
     """Write the module in specviz's layout (DeepSeek's names: `model.layers.{L}.*`, config.json
     + model.safetensors, `dtype` for the weights if given), with specviz's entry `extra`;
-    `training` (optimiser state, step...) to training.pt. Each file is written to a temporary
-    name and renamed: a Ctrl-C never leaves half a checkpoint."""
-    from safetensors.torch import save_file
-
+    `training` (optimiser state, step...) to training.pt (netkit/files.write_folder: each file
+    written whole or not at all)."""
     if head.spec.layout != "deepseek":
         raise ValueError(f"specviz writes MTP modules in DeepSeek's layout, not {head.spec.layout!r}")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    state = {layouts.to_file("deepseek", k, head.spec.target_layers):
-             (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
+    state = {layouts.to_file("deepseek", k, head.spec.target_layers): v
              for k, v in layouts.split_experts(head.state_dict()).items()}
-    tmp = folder / f"{SINGLE}.tmp"
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, folder / SINGLE)
-    os.chmod(folder / SINGLE, 0o644)                      # safetensors writes 0600
-    tmp = folder / "config.json.tmp"
-    tmp.write_text(json.dumps(config_of(head, extra), indent=2) + "\n")
-    os.replace(tmp, folder / "config.json")
-    if training is not None:
-        tmp = folder / "training.pt.tmp"
-        torch.save(training, tmp)
-        os.replace(tmp, folder / "training.pt")
+    write_folder(folder, SINGLE, file_tensors(state, dtype), config_of(head, extra), training, {"format": "pt"})
 
 
 def specviz_entry(head: MTPHead, target: Any, target_id: str, **more: Any) -> dict[str, Any]:

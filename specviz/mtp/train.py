@@ -44,12 +44,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from . import KIND
-from ..eagle.train import STEP_DECAY, evaluate, read_training, soft_ce, unroll
+from ..eagle.train import STEP_DECAY, SavedHead, soft_ce, unroll
 from ..errors import ConfigError
 from ..models.hidden import FINAL
 from ..netkit.recipe import MAX_STEPS, HeadProgress, RunState, check_least, check_lr, optimiser_for
@@ -83,10 +83,11 @@ class MTPTrainConfig:
             raise ConfigError("lr", f"must be finite, got {self.lr}")
 
 
-class MTPTrainHead:
+class MTPTrainHead(SavedHead):
     """The MTP module trained by netkit/recipe.train_online into the folder `out` (specviz's MTP
     layout: config.json + model.safetensors, and training.pt with the optimiser)."""
 
+    ckpt = ckpt                    # specviz's MTP layout
     name = KIND
     layers = (FINAL,)              # the target's final-norm hidden state
     full_logits = True             # the loss is over the whole vocabulary
@@ -100,11 +101,9 @@ class MTPTrainHead:
         self.module = MTPHead.for_target(target)
         device, self.opt = optimiser_for(self.module, target, cfg.lr)
         self.device = device
-        self.held_out: dict[str, Any] = {}
-        if resume:
-            self._resume()
+        self.begin(resume)
 
-    def _resume(self) -> None:
+    def saved_weights(self) -> dict[str, torch.Tensor]:
         from ..netkit.files import CheckpointError
 
         try:
@@ -112,14 +111,7 @@ class MTPTrainHead:
         except CheckpointError as err:
             raise ConfigError("resume", f"{self.out}: {str(err).removeprefix('checkpoint: ')}; start a new --out") \
                 from None
-        self.module.load_state_dict(loaded.state_dict())
-        self.module.train()
-        training = read_training(self.out / "training.pt")
-        try:
-            self.opt.load_state_dict(training["optimizer"])
-        except (ValueError, KeyError, RuntimeError, TypeError) as err:
-            raise ConfigError("resume", f"{str(self.out / 'training.pt')!r} holds an optimiser state for another "
-                              f"head ({type(err).__name__}); start a new --out") from None
+        return loaded.state_dict()
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, fp: FeaturePass) -> torch.Tensor:
         """Sum over unroll steps s of 0.8^s x the soft cross-entropy of the module's logits over the
@@ -139,13 +131,6 @@ class MTPTrainHead:
             total = total + STEP_DECAY ** s * soft_ce(logits, tl[:, s:][k])
         return total
 
-    def evaluate(self, held: Sequence[tuple[torch.Tensor, torch.Tensor, FeaturePass]]) -> dict[str, Any] | None:
-        result = evaluate(self.module, [(ids, mask, fp.features[FINAL], fp.labels) for ids, mask, fp in held],
-                          self.cfg.positions)
-        if result:
-            self.held_out = result
-        return result
-
     def entry(self, progress: HeadProgress | RunState) -> dict[str, Any]:
         """specviz's entry in config.json: the target, the run's counters for this head, the recipe."""
         return ckpt.specviz_entry(self.module, self.target, self.target_id, kind=KIND, steps=progress.step,
@@ -153,15 +138,6 @@ class MTPTrainHead:
                                   train_config=dict(self.cfg.__dict__), objective=OBJECTIVE,
                                   seconds=round(progress.seconds, 1), device=str(self.device),
                                   **({"held_out": self.held_out} if self.held_out else {}))
-
-    def save(self, progress: HeadProgress | RunState) -> None:
-        ckpt.save(self.out, self.module, self.entry(progress),
-                  {"optimizer": self.opt.state_dict(), "step": progress.step, "tokens": progress.tokens})
-
-    def export(self, folder: Path, progress: HeadProgress | RunState) -> None:
-        """An fp16 copy without the training state (what specviz/data/checkpoints/ ships)."""
-        (Path(folder) / "training.pt").unlink(missing_ok=True)
-        ckpt.save(folder, self.module, self.entry(progress), None, torch.float16)
 
 
 OBJECTIVE = ("soft cross-entropy against the target's distribution at row j+1 over the whole vocabulary "

@@ -42,6 +42,13 @@ def write_blob(path: str | Path, blob: dict[str, Any]) -> None:
     path.with_suffix(".json").write_text(json.dumps(blob["manifest"], indent=2, sort_keys=True) + "\n")
 
 
+def file_tensors(state: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """A module's tensors as a weights file holds them: detached, on the CPU, contiguous, the
+    floating-point ones in `dtype` when given (an fp16 export)."""
+    return {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).detach().cpu().contiguous()
+            for k, v in state.items()}
+
+
 def write_folder(folder: str | Path, weights: str, state: Mapping[str, torch.Tensor], config: Mapping[str, Any],
                  training: dict[str, Any] | None = None, metadata: dict[str, str] | None = None) -> None:
     """A head as a folder, the layout published heads have: `weights` (a .safetensors file of

@@ -331,18 +331,24 @@ class OnlineSchedule:
 
 
 @dataclass
-class HeadProgress:
+class Counters:
+    """What an online run counts, for the run (RunState) and for each head (HeadProgress):
+    optimiser steps, training tokens seen and of them in the loss, seconds, batches per source."""
+    step: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+    seconds: float = 0.0
+    batches: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class HeadProgress(Counters):
     """One head's own counters in an online run (run.json `heads`): the run's step at which it
     started (`joined`: 0, or the step reached when a resume added its kind), the optimiser steps
     it took, the training tokens it saw and of them in the loss, and the seconds of the steps it
     took (the target's pass included), and the batches of each data source it trained on. Its
     learning-rate schedule runs over its own steps."""
     joined: int = 0
-    step: int = 0
-    tokens: int = 0
-    loss_tokens: int = 0
-    seconds: float = 0.0
-    batches: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, blob: Any) -> "HeadProgress | None":
@@ -363,16 +369,11 @@ class HeadProgress:
 
 
 @dataclass
-class RunState:
+class RunState(Counters):
     """Where an online run is (run.json): optimiser steps taken (batches read), training tokens
     seen (B x T a step) and of them in the loss, the seconds trained, the batches read from each
     data source, each head's own counters (`heads`: a kind added on resume counts from 0), and
     anything the trainer records once (the draft vocabulary's coverage curve, ...)."""
-    step: int = 0
-    tokens: int = 0
-    loss_tokens: int = 0
-    seconds: float = 0.0
-    batches: dict[str, int] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     heads: dict[str, HeadProgress] = field(default_factory=dict)
 
@@ -381,8 +382,8 @@ class RunState:
         before heads had their own counters has the run's (it trained from step 0); a head new to
         the run starts at 0, joining at the step reached."""
         if name not in self.heads:
-            self.heads[name] = (HeadProgress(0, self.step, self.tokens, self.loss_tokens, self.seconds,
-                                             dict(self.batches)) if resumed else HeadProgress(joined=self.step))
+            self.heads[name] = (HeadProgress(self.step, self.tokens, self.loss_tokens, self.seconds, dict(self.batches),
+                                             joined=0) if resumed else HeadProgress(joined=self.step))
         return self.heads[name]
 
     def save(self, path: Path) -> None:
