@@ -72,6 +72,17 @@ def test_the_cli_takes_compile_and_refuses_a_bad_one(capsys):
     assert "--compile: invalid choice: 'fast'" in capsys.readouterr().err
 
 
+def test_the_cli_passes_compile_to_the_run_request():
+    from specviz.cli import build_parser
+    from specviz.cli.common import runtime_request
+
+    for command in (["generate", "--prompt", "hi"], ["bench"], ["doctor"]):
+        args = build_parser().parse_args(command + ["--compile", "static"])
+        assert args.compile == "static"
+        assert runtime_request(args).compile == "static"
+        assert build_parser().parse_args(command).compile == "auto"
+
+
 def test_a_trace_records_the_step(tiny_lm_tok):
     from specviz.core.trace import Trace
     from specviz.engine import generate
