@@ -119,8 +119,8 @@ def test_static_cache_commit_crop_and_view(tiny_lm):
 
 
 def test_buckets():
-    assert [bucket(r) for r in (1, 3, 7, 64, 65, 97)] == [1, 3, 8, 64, 96, 128]
-    assert BUCKETS[0] == 1 and list(BUCKETS) == sorted(BUCKETS)
+    assert [bucket(r) for r in (1, 3, 7, 64, 65, 97, 129)] == [1, 4, 8, 64, 128, 128, 192]
+    assert BUCKETS == (1, 2, 4, 8, 16, 32, 64)
 
 
 def test_one_cache_is_lent_at_a_time_and_reused(tiny_lm):
@@ -165,7 +165,7 @@ def test_medusa_reads_hidden_states_on_the_static_step(tiny_lm, vanilla, tmp_pat
 
 def test_a_run_that_crosses_row_buckets(tiny_lm, vanilla):
     """Token recycling's trees of up to 80 nodes: forwards of small trees and of more rows than the
-    cost grid's largest (64), which run in the bucket beyond it (96)."""
+    cost grid's largest (64), which run in the bucket beyond it (128)."""
     cfg = {"size_by_cost": False, "init_from_prompt": True}
     out, steps = run_ids(_static(tiny_lm), PROMPTS["repetitive"], "token_recycling", cfg, max_new_tokens=NEW)
     assert out == vanilla["repetitive"]
@@ -212,6 +212,33 @@ def test_the_compiled_step_traces_once_per_bucket_and_stays_identical(tiny_lm, v
     assert run_ids(lm, PROMPTS["loop"], max_new_tokens=NEW)[0] == vanilla["loop"]
     assert counters["stats"]["unique_graphs"] == graphs                 # the same bucket: no new graph
     assert run_ids(lm, PROMPTS["repetitive"], *TREE, max_new_tokens=NEW)[0] == vanilla["repetitive"]
+    assert step.cache is not None and step.cache.capacity >= tiny_lm.max_positions    # the whole context: fixed shapes
+    monkeypatch.setattr(step, "forward", None)
+
+
+def test_warming_compiles_every_bucket_once(tiny_lm, vanilla, monkeypatch):
+    """StaticStep.warm (what the first compiled lease on CUDA does): afterwards a tree drafter's
+    run, whose trees take several buckets, compiles nothing more."""
+    from torch._dynamo.utils import counters
+
+    step = static_step.step_of(tiny_lm.model, True)
+    monkeypatch.setattr(step, "backend", "eager")
+    monkeypatch.setattr(step, "forward", None)
+    monkeypatch.setattr(static_step, "WARM_ON", ("cpu",))
+    monkeypatch.setattr(step, "warmed", False)
+    warmed_at: list[int] = []
+    warm = step.warm
+
+    def counted(cache):
+        warm(cache)
+        warmed_at.append(counters["stats"]["unique_graphs"])
+
+    monkeypatch.setattr(step, "warm", counted)
+    lm = _static(tiny_lm, "on")
+    out, steps = run_ids(lm, PROMPTS["repetitive"], *TREE, max_new_tokens=NEW)
+    assert out == vanilla["repetitive"] and step.warmed and len(warmed_at) == 1
+    assert len({bucket(tiny_lm.cost_model().padded_len(len(s.tree) + 1)) for s in steps}) > 1
+    assert counters["stats"]["unique_graphs"] == warmed_at[0]          # every bucket at the lease, none after
     monkeypatch.setattr(step, "forward", None)
 
 

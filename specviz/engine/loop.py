@@ -259,7 +259,7 @@ def _run(g: _Generation) -> Iterator[StepRecord]:
     """The steps on this generation's KV cache: a static one (static_step.py) is leased when the
     first step is asked for and given back however the generation ends."""
     g.cache = generation_cache(g.lm.model, g.lm.compile_step, g.prompt_len + g.decoding.max_new_tokens,
-                               g.lm.device, g.lm.dtype, hooks=g.capture is not None)
+                               g.lm.device, g.lm.dtype, hooks=g.capture is not None, context=g.lm.max_positions)
     try:
         yield from _steps(g)
     finally:

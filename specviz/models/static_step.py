@@ -11,7 +11,11 @@ the CLI's `--compile`, recorded in the trace's and the bench's runtime as "compi
   hides the stale columns, so the same shapes recur and nothing is reallocated.
 - "on": "static" with the forward compiled by torch.compile: mode "reduce-overhead" on CUDA
   (CUDA graphs: one graph per bucket, replayed without Python or launch overhead), inductor's
-  default mode on a CPU. Buckets bound the recompiles (`BUCKETS`).
+  default mode on a CPU. Buckets bound the recompiles (`BUCKETS`: 7 up to 64 rows), and the
+  compiled step's cache holds the model's whole context, so its shapes never change from one
+  generation to the next (a graph depends on the cache's length too). On CUDA the first
+  generation compiles every bucket up to 64 rows at once (`StaticStep.warm`), so no later step
+  pays a compilation inside a measured run.
 `--compile auto` is "on" for a CUDA device and "off" on a CPU, where benchmarks/compiled_step.py
 measured no gain (benchmarks/README.md).
 
@@ -47,14 +51,19 @@ from .kvcache import AnyCache, StaticKV, crop_to, new_cache
 COMPILE_CHOICES = ("auto", "on", "off", "static")
 STEP_KINDS = ("off", "static", "on")           # what a choice resolves to on a device
 
-# row buckets: the cost model's grid (cost.GRID, which already pads rows to its sizes), then
-# multiples of BUCKET_STEP. One compiled graph per bucket used.
-BUCKET_STEP = 32
-BUCKETS = GRID
-# a lent cache's capacity: the prompt, the new tokens and HEADROOM rows of a tree step, rounded
-# up to CAPACITY_STEP (so generations of similar lengths share one cache, hence one set of graphs)
+# row buckets: powers of two up to the cost model's largest grid size (cost.GRID, whose padded row
+# counts they round up further), then multiples of BUCKET_STEP. One compiled graph per bucket
+# used; a GPU's forward costs about the same for 3 rows as for 4, so coarse buckets cost little.
+BUCKET_STEP = 64
+BUCKETS = tuple(2 ** i for i in range(GRID[-1].bit_length()) if 2 ** i <= GRID[-1])
+# an uncompiled static cache's capacity: the prompt, the new tokens and HEADROOM rows of a tree
+# step, rounded up to CAPACITY_STEP (attention runs over all of it: no bigger than needed); a
+# compiled one's: the model's context and HEADROOM, rounded up likewise
 HEADROOM = 64
 CAPACITY_STEP = 256
+# devices where the first compiled lease compiles every bucket at once (StaticStep.warm): CUDA,
+# where a compilation inside a timed run would distort it; on a CPU each bucket compiles on first use
+WARM_ON = ("cuda",)
 # compiled graphs kept per forward before torch gives up compiling (each bucket is one)
 RECOMPILE_LIMIT = 64
 
@@ -104,6 +113,8 @@ class StaticStep:
     lent: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     forward: Callable[..., torch.Tensor] | None = None
+    model_ref: "weakref.ref[torch.nn.Module] | None" = None
+    warmed: bool = False
 
     def compiled_forward(self, device: torch.device) -> Callable[..., torch.Tensor]:
         if self.forward is None:
@@ -120,7 +131,8 @@ class StaticStep:
     def lease(self, config: PretrainedConfig, rows: int, device: torch.device, dtype: torch.dtype,
               compiled: bool) -> StaticKV:
         """A static cache of at least `rows` rows, emptied: the step's own (grown if too small;
-        compiled forward attached when `compiled`) when free, else a private one (eager)."""
+        compiled forward attached when `compiled`, every bucket compiled at the first lease on
+        CUDA) when free, else a private one (eager)."""
         capacity = capacity_for(rows)
         with self.lock:
             if self.lent:
@@ -132,7 +144,29 @@ class StaticStep:
             self.cache.grow(capacity)
         self.cache.compiled_forward = self.compiled_forward(device) if self.compiled and compiled else None
         crop_to(self.cache, 0)                    # emptied: its stale rows are masked, then overwritten
+        if self.cache.compiled_forward is not None and device.type in WARM_ON and not self.warmed:
+            self.warm(self.cache)
         return self.cache
+
+    def warm(self, cache: StaticKV) -> None:
+        """Run (so compile, and on CUDA capture) the compiled forward once per bucket up to the
+        cost grid's largest, on the empty cache (the model's own), which it leaves empty."""
+        forward, model = cache.compiled_forward, self.model_ref() if self.model_ref is not None else None
+        if forward is None or model is None:
+            return
+        keys = cache.layers[0].keys                                             # [1, H_kv, C, D]
+        dtype, device = keys.dtype, keys.device
+        with torch.inference_mode():
+            for size in BUCKETS:
+                ids = torch.zeros((1, size), dtype=torch.long, device=device)                # [1, R]
+                pos = torch.arange(size, device=device)[None]                              # [1, R]
+                mask = torch.full((1, 1, size, cache.capacity), torch.finfo(dtype).min, dtype=dtype, device=device)
+                mask[..., 0] = 0                                                # [1, 1, R, C]: column 0 only
+                if device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                forward(model, ids, pos, mask, cache)
+                crop_to(cache, 0)
+        self.warmed = True
 
     def release(self, cache: StaticKV) -> None:
         if cache is self.cache:
@@ -150,20 +184,23 @@ def step_of(model: torch.nn.Module, compiled: bool) -> StaticStep:
     with _STEPS_LOCK:
         steps = _STEPS.setdefault(model, {})
         if compiled not in steps:
-            steps[compiled] = StaticStep(compiled)
+            steps[compiled] = StaticStep(compiled, model_ref=weakref.ref(model))
         return steps[compiled]
 
 
 def generation_cache(model: torch.nn.Module, mode: str, rows: int, device: torch.device, dtype: torch.dtype,
-                     hooks: bool = False) -> AnyCache:
+                     hooks: bool = False, context: int = 0) -> AnyCache:
     """The KV cache of one generation whose committed sequence reaches `rows` tokens: a
     DynamicCache for mode "off", else a lent StaticKV ("on": with the compiled forward, unless
-    `hooks`, a drafter reading hidden states through forward hooks). `release` it at the end."""
+    `hooks`, a drafter reading hidden states through forward hooks; sized for the model's whole
+    `context`, so that every generation runs the same shapes). `release` it at the end."""
     if mode == "off":
         return new_cache(model.config)
     if mode not in STEP_KINDS:
         raise ModelLoadError(f"compile: a model's step is one of {', '.join(STEP_KINDS)}, got {mode!r}")
     step = step_of(model, mode == "on")
+    if step.compiled:
+        rows = max(rows, context)
     cache = step.lease(model.config, rows + HEADROOM, device, dtype, compiled=not hooks)
     _LENDERS[cache] = step
     return cache
