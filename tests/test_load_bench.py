@@ -1,8 +1,7 @@
-"""The bench under load, the parts outside the engine (bench/batched.py, bench/metrics.py's batch
-sizes, the report, cli/bench.py's --batch-sizes): the flag's refusals, the summary of batched runs
-by hand, the timeline's latencies, old results still loading, and a whole run through a stand-in for
-the batched engine (the engine's `run_batch` does not exist yet: the stand-in decodes each request
-alone and reports a plausible timeline, so only the bench's side is under test here)."""
+"""The bench under load (bench/batched.py, bench/metrics.py's batch sizes, the report, cli/bench.py's
+--batch-sizes): the flag's refusals, the summary of batched runs by hand, the timeline's latencies,
+old results still loading, and a whole run through the batched engine (engine.service.run_batch,
+engine/batch.py; its own lossless tests are tests/test_batch_engine.py)."""
 from __future__ import annotations
 
 import json
@@ -16,7 +15,6 @@ from specviz.bench.metrics import Run, summarise
 from specviz.bench.questions import Question
 from specviz.bench.report import load_results, markdown_table
 from specviz.cli import main
-from specviz.engine import service
 from specviz.files.json_schema import shipped_schema, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,26 +28,11 @@ def _questions(tmp_path: Path) -> Path:
     return path
 
 
-def fake_run_batch(requests, *, drafter, lm, store, references):
-    """A stand-in for the batched engine: each request decoded alone (service.run), and a timeline
-    whose step k lasts the requests' own step k together and holds the requests still running."""
-    traces = [service.run(r, drafter=drafter, lm=lm, store=store,
-                          reference=None if references is None else references[i]) for i, r in enumerate(requests)]
-    longest = max(len(t.steps) for t in traces)
-    timeline = [SimpleNamespace(seconds=sum(t.steps[k].wall for t in traces if k < len(t.steps)),
-                                active=tuple(i for i, t in enumerate(traces) if k < len(t.steps)),
-                                rows=1 + max(len(t.steps[k].tree) for t in traces if k < len(t.steps)))
-                for k in range(longest)]
-    return SimpleNamespace(traces=traces, timeline=timeline)
-
-
 @pytest.mark.parametrize("value, words", [
     ("0", "--batch-sizes: 0 is out of range"), ("-4", "--batch-sizes: -4 is out of range"),
     ("1,1", "--batch-sizes: 1 is given twice"), ("one", "--batch-sizes: 'one' is not a whole number"),
-    ("2", "need the batched engine"),                           # none yet: refused before anything loads
 ])
-def test_batch_sizes_are_refused_in_one_line(tmp_path, capsys, monkeypatch, value, words):
-    monkeypatch.delattr(service, "run_batch", raising=False)          # the engine as it is today
+def test_batch_sizes_are_refused_in_one_line(tmp_path, capsys, value, words):
     code = main(["bench", "--model", "tiny-random", "--questions", str(_questions(tmp_path)), "--categories", "qa",
                  "--batch-sizes", value, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
@@ -62,8 +45,7 @@ def test_batch_sizes_are_refused_in_one_line(tmp_path, capsys, monkeypatch, valu
     (["--batch-sizes", "2", "--ray", "auto"], "leave out --ray"),
     (["--batch-sizes", "2", "--resume"], "cannot be continued with --resume"),
 ])
-def test_batch_sizes_the_run_cannot_measure(tmp_path, capsys, monkeypatch, extra, words):
-    monkeypatch.setattr(service, "run_batch", fake_run_batch, raising=False)
+def test_batch_sizes_the_run_cannot_measure(tmp_path, capsys, extra, words):
     code = main(["bench", "--model", "tiny-random", "--questions", str(_questions(tmp_path)), "--categories", "qa",
                  "--limit", "5", "--out", str(tmp_path / "out"), *extra])
     err = capsys.readouterr().err.strip().splitlines()
@@ -73,7 +55,6 @@ def test_batch_sizes_the_run_cannot_measure(tmp_path, capsys, monkeypatch, extra
 def test_a_batch_beyond_memory_is_refused_before_anything_is_measured(tmp_path, capsys, monkeypatch):
     from specviz.models import cost_surface
 
-    monkeypatch.setattr(service, "run_batch", fake_run_batch, raising=False)
     monkeypatch.setattr(cost_surface, "free_memory", lambda device: 2**20)      # a 1 MiB device
     code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_questions(tmp_path)),
                  "--categories", "qa", "--limit", "4", "--peers", "", "--batch-sizes", "1,4", "--out", str(tmp_path / "out")])
@@ -83,21 +64,14 @@ def test_a_batch_beyond_memory_is_refused_before_anything_is_measured(tmp_path, 
     assert not (tmp_path / "out" / "results.json").exists()
 
 
-def test_without_the_batched_engine_batch_sizes_above_one_are_refused(monkeypatch):
-    monkeypatch.delattr(service, "run_batch", raising=False)          # the engine as it is today
-    assert batched.batched_engine() is None
-    assert batched.check_batch_sizes((1,), 10) == []                 # batch size 1 needs no batched engine
-    with pytest.raises(batched.BatchError, match="need the batched engine"):
-        batched.check_batch_sizes((1, 2), 10)
-    with pytest.raises(batched.BatchError, match="need the batched engine"):
-        batched.run_batch(None, [], None, None, None)
+def test_batch_sizes_above_one_go_to_the_engine_and_batches_are_cut_in_order():
+    assert batched.check_batch_sizes((1, 2), 10) == []
     qs = [Question(i, "qa", ("x",)) for i in range(10)]
     whole, left = batched.batches_of(qs, 4)
     assert [len(b) for b in whole] == [4, 4] and [q.question_id for q in left] == [8, 9]
 
 
-def test_the_remainder_note(monkeypatch):
-    monkeypatch.setattr(service, "run_batch", fake_run_batch, raising=False)
+def test_the_remainder_note():
     notes = batched.check_batch_sizes((1, 2, 4), 10)
     assert notes == ["batch size 4: 8 of the 10 questions in 2 batches; the last 2 are left out at this size "
                      "(make --limit x categories a multiple of it)"]
@@ -160,14 +134,13 @@ def test_older_results_still_load_and_plan():
     assert "batch" not in markdown_table(rows).splitlines()[0]
 
 
-def test_the_bench_under_load_end_to_end(tmp_path, monkeypatch, capsys):
-    """--batch-sizes 1,2 over 5 questions with the stand-in engine: 2 batches of 2 at batch size 2
+def test_the_bench_under_load_end_to_end(tmp_path, capsys):
+    """--batch-sizes 1,2 over 5 questions through the batched engine: 2 batches of 2 at batch size 2
     (the fifth question left out and said), each request's tokens as its solo run's, rows at both
     batch sizes with throughput and latency, the report's figure of speedup against batch size, and
     the planner reading the file back with the measurement at batch size 2."""
     from specviz.analysis.planner import profiles_from_rows
 
-    monkeypatch.setattr(service, "run_batch", fake_run_batch, raising=False)
     out = tmp_path / "out"
     code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_questions(tmp_path)),
                  "--categories", "qa", "--limit", "5", "--max-new-tokens", "8", "--warmup", "0",

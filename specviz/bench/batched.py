@@ -11,67 +11,42 @@ batch, prefill to its last request's last step) and `seconds` = the request's la
 (its last active step's end, prefill included), so the summary gives throughput over the batch
 and per-request latency. transformers' peers decode one request at a time and are left out above 1.
 
-The contract with the engine (docs/under-load.md): one function, `engine.service.run_batch`,
+The contract with the engine (docs/under-load.md): one function, `engine.service.run_batch`
+(engine/batch.py),
 
     run_batch(requests, drafter=plan, lm=lm, store=store, references=refs) -> BatchResult
         BatchResult.traces    one Trace per request, in the order given (its tokens as a solo run's)
         BatchResult.timeline  the batch's steps in order: BatchStep(seconds, active, rows)
 
-`run_batch` below is the one place the bench calls it. Until the engine has it (issue #49's batched
-engine), `batched_engine()` is None, and the command line refuses a batch size above 1 before
-loading anything, saying why (`NOT_YET`).
+`run_batch` below is the one place the bench calls it.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from ..analysis.divergence import Divergence, after_earlier_turn, explain
 from ..core.decoding import DecodingConfig
 from ..core.trace import Trace
 from ..engine import service
+from ..engine.service import BatchResult
 from ..errors import PromptError, SpecvizError
 from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance, tree_shape
 from .questions import Question
 from .runner import _calibration_dict, _tally_dict, peak_memory
 
-ENGINE_ENTRY = "run_batch"          # engine/service.py's batched entry, added by the batched engine
-NOT_YET = ("--batch-sizes: batch sizes above 1 need the batched engine (engine.service.run_batch, issue #49), "
-           "which this version does not have yet; measure --batch-sizes 1 and predict the rest with "
-           "`specviz plan` (docs/under-load.md)")
-
 
 class BatchError(SpecvizError):
-    """A batch size the bench cannot measure (no batched engine, more requests than questions)."""
-
-
-class BatchStep(Protocol):
-    """One step of a batch: one target forward over every request still running."""
-    seconds: float                   # its wall time (the batch's prefill is the first step)
-    active: Sequence[int]            # the requests (indices into the batch) it decoded
-    rows: int                        # rows per request after padding (1: plain decoding)
-
-
-class BatchResult(Protocol):
-    traces: Sequence[Trace]          # one per request, in the order given
-    timeline: Sequence[BatchStep]    # the batch's steps, in order
-
-
-def batched_engine() -> Callable[..., BatchResult] | None:
-    """The engine's batched entry, or None before the engine has one."""
-    return getattr(service, ENGINE_ENTRY, None)
+    """A batch size the bench cannot measure (more requests than questions)."""
 
 
 def run_batch(lm: Any, requests: Sequence[service.RunRequest], drafter: service.DrafterPlan, store: Any,
               references: Sequence[Sequence[int]] | None) -> BatchResult:
     """The one call of the batched engine the bench makes: `requests` decoded together."""
-    engine = batched_engine()
-    if engine is None:
-        raise BatchError(NOT_YET)
-    return engine(list(requests), drafter=drafter, lm=lm, store=store,
-                  references=None if references is None else [tuple(r) for r in references])
+    return service.run_batch(list(requests), drafter=drafter, lm=lm, store=store,
+                             references=None if references is None else [tuple(r) for r in references])
 
 
 def latencies(result: BatchResult, count: int) -> tuple[list[float], float]:
@@ -93,8 +68,6 @@ def batches_of(questions: Sequence[Question], size: int) -> tuple[list[list[Ques
 
 def check_batch_sizes(sizes: Sequence[int], questions: int) -> list[str]:
     """BatchError for a batch size the run cannot measure; notes for questions left out."""
-    if any(b > 1 for b in sizes) and batched_engine() is None:
-        raise BatchError(NOT_YET)
     notes = []
     for b in sizes:
         if b > questions:

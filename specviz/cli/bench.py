@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-sizes", default="1", metavar="B1,B2,...",
                         help="decode this many requests together and measure each method against vanilla at "
                              "each batch size: throughput over the batch and per-request latency, e.g. "
-                             "1,2,4,8,16 (docs/under-load.md; above 1 needs the batched engine)")
+                             "1,2,4,8,16 (docs/under-load.md)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     add_record_argument(parser, "bench")
     parser.add_argument("--limit", type=int, default=10, help="questions per category")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -95,13 +95,23 @@ def _first_forward(model: torch.nn.Module, cache: DynamicCache, buf: TreeBuffers
         return forward_tree(model, cache, buf, n_nodes)                  # [N+1, V]
     except torch.OutOfMemoryError:
         raise
-    except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as err:
-        first = (str(err).splitlines() or [""])[0][:200]
-        raise ModelLoadError(
-            f"model: {type(model).__name__} rejected the 4-D attention mask (shape "
-            f"{tuple(buf.attention_mask.shape)}) that specviz verifies draft trees with "
-            f"({type(err).__name__}: {first}); use a model whose attention accepts a custom 4-D "
-            "mask (Llama, Mistral, Qwen2, Gemma, GPT-2 and most decoder-only models in transformers)") from None
+    except MASK_ERRORS as err:
+        raise mask_refused(model, buf, err) from None
+
+
+# what a model that cannot take the engine's 4-D mask raises at its first forward
+MASK_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError)
+
+
+def mask_refused(model: torch.nn.Module, buf: TreeBuffers, err: Exception) -> ModelLoadError:
+    """The one line for a model that rejected the 4-D (tree) attention mask (the solo loop's and
+    the batched engine's first forward)."""
+    first = (str(err).splitlines() or [""])[0][:200]
+    return ModelLoadError(
+        f"model: {type(model).__name__} rejected the 4-D attention mask (shape "
+        f"{tuple(buf.attention_mask.shape)}) that specviz verifies draft trees with "
+        f"({type(err).__name__}: {first}); use a model whose attention accepts a custom 4-D "
+        "mask (Llama, Mistral, Qwen2, Gemma, GPT-2 and most decoder-only models in transformers)")
 
 
 _NO_CAPTURE = nullcontext()
@@ -236,10 +246,23 @@ def _commit(g: _Generation, acc: Acceptance) -> None:
     """5. keep the accepted path's KV rows; the hidden states of its rows for the drafter."""
     with g.timer("cache.commit"):
         commit(g.cache, g.past_len, acc.accepted)
-    if g.capture is not None:                     # the row whose logits chose the bonus token
-        g.hidden = g.capture.row(acc.accepted[-1] + 1 if acc.accepted else 0) if g.needs.hidden else None  # [H]
+    keep_hidden(g, acc, g.capture)
+
+
+class RowReader(Protocol):
+    """What `keep_hidden` reads a verify forward's hidden states from: a HiddenCapture (batch
+    row 0), or the batched engine's view of one request's row."""
+    def row(self, i: int) -> torch.Tensor | None: ...
+    def rows(self, ids: list[int]) -> torch.Tensor | None: ...
+
+
+def keep_hidden(g: _Generation, acc: Acceptance, capture: RowReader | None) -> None:
+    """The hidden states of the step's committed rows, for a drafter that needs them (before
+    g.tokens grows: features_at is the root's position)."""
+    if capture is not None:                       # the row whose logits chose the bonus token
+        g.hidden = capture.row(acc.accepted[-1] + 1 if acc.accepted else 0) if g.needs.hidden else None  # [H]
         if g.needs.feature_layers:                # the root's row and the accepted nodes' rows
-            g.features = g.capture.rows([0, *(a + 1 for a in acc.accepted)])          # [1+k, F]
+            g.features = capture.rows([0, *(a + 1 for a in acc.accepted)])            # [1+k, F]
             g.features_at = g.past_len
 
 
@@ -372,6 +395,15 @@ def generate_steps(lm: LoadedModel, prompt: PromptLike, drafter: DrafterLike = "
     `store` (drafters.kit.store.DrafterStore, owned by the caller's session) holds what a drafter
     keeps across generations; None: the drafter starts fresh. `recorder`: what each step keeps
     beyond its text (record.py: teach, bench, off)."""
+    return _run(new_generation(lm, prompt, drafter, drafter_config, decoding, store, recorder))
+
+
+def new_generation(lm: LoadedModel, prompt: PromptLike, drafter: DrafterLike = "vanilla",
+                   drafter_config: ConfigLike = None, decoding: DecodingLike = None,
+                   store: DrafterStore | None = None, recorder: str | Recorder = DEFAULT_RECORDER
+                   ) -> _Generation:
+    """One generation's state, validated (SpecvizError) and not started: its drafter made, its
+    cache empty (generate_steps runs it; the batched engine, batch.py, runs several together)."""
     check_model(lm)
     decoding = as_decoding(decoding)
     chosen = plan_of(drafter, drafter_config)
@@ -395,7 +427,7 @@ def generate_steps(lm: LoadedModel, prompt: PromptLike, drafter: DrafterLike = "
         stops=StopText(lm.tokenizer, decoding.stop) if decoding.stop else None,
         # a drafter that recycles the verifier's candidates may ask for more than verify.TOP_K
         top_k=max(TOP_K, needs.target_topk))
-    return _run(g)
+    return g
 
 
 def build_trace(lm: LoadedModel, prompt: Prompt, drafter: DrafterLike, drafter_config: ConfigLike,

@@ -20,6 +20,10 @@ Trace (engine.build_trace) from the steps pulled so far.
 Front ends keep what is theirs: flags and messages (cli/), the web policy checks (ui/web_policy,
 passed in as `vet`, which sees the merged values before they are validated), the bench's
 interleaving and resume (bench/).
+
+Several requests decoded together (issue #49; the bench's `--batch-sizes`): `run_batch(requests,
+drafter=plan, lm=lm, store=store, references=refs)` -> BatchResult (engine/batch.py): one Trace per
+request, in the order given, and the batch's step timeline.
 """
 from __future__ import annotations
 
@@ -36,12 +40,13 @@ from ..drafters.kit.choice import (DrafterChoice, DrafterPlan, Vet, parse_choice
 from ..drafters.kit.store import DrafterStore
 from ..models import EMBEDDED, LoadedModel, cpu_linear_option, load_model
 from ..models.prompts import Prompt, build_prompt
+from .batch import BatchRefusedError, BatchResult, BatchStep, generate_batch
 from .loop import build_trace, generate_steps
 from .record import DEFAULT_RECORDER, recorder as recorder_named
 
-__all__ = ["DrafterPlan", "Run", "RunRequest", "Vet", "baseline_first", "load", "merged_values", "parse", "plan",
-           "prompt_of", "reference_config", "resolve", "run", "start", "token_id_values", "validate",
-           "with_reference"]
+__all__ = ["BatchRefusedError", "BatchResult", "BatchStep", "DrafterPlan", "Run", "RunRequest", "Vet",
+           "baseline_first", "load", "merged_values", "parse", "plan", "prompt_of", "reference_config", "resolve", "run",
+           "run_batch", "start", "token_id_values", "validate", "with_reference"]
 
 
 @dataclass(frozen=True)
@@ -237,3 +242,36 @@ def run(request: RunRequest, *, drafter: DrafterPlan | None = None, lm: LoadedMo
     for _ in live:
         pass
     return live.trace()
+
+
+def run_batch(requests: Sequence[RunRequest], *, drafter: DrafterPlan | None = None, lm: LoadedModel | None = None,
+              store: DrafterStore | None = None, references: Sequence[Sequence[int]] | None = None,
+              vet: Vet | None = None) -> BatchResult:
+    """`requests` decoded together (engine/batch.py): one drafter for all (`drafter`, resolved;
+    else the first request's, and every request must name the same), each request its own prompt
+    and decoding; the model (`lm`, else the first request's) and the recorder are the batch's, so the
+    requests must agree on them. A drafter that replays the baseline's output gets `references`
+    (one per request), else the baseline's batched run made first. -> BatchResult: one Trace per
+    request, in the order given, and the timeline (BatchStep per step, the prefill first)."""
+    requests = list(requests)
+    if not requests:
+        raise BatchRefusedError("run_batch: give at least one request")
+    first = requests[0]
+    for what in ("drafter", "model_id", "recorder", "device", "dtype"):
+        if drafter is not None and what == "drafter":
+            continue
+        values = sorted({str(getattr(r, what)) for r in requests})
+        if len(values) > 1:
+            raise BatchRefusedError(f"run_batch: the requests of a batch share one {what}; got {', '.join(values)}")
+    if references is not None and len(references) != len(requests):
+        raise BatchRefusedError(f"run_batch: give one reference per request ({len(requests)}), not {len(references)}")
+    drafter = drafter if drafter is not None else resolve(first, vet)
+    lm = lm if lm is not None else load(first)
+    prompts = [prompt_of(r, lm) for r in requests]
+    decodings = [r.decoding for r in requests]
+    if drafter.wants_reference and references is None:
+        made = generate_batch(lm, prompts, plan(baseline()), None, decodings, None, first.recorder)
+        references = [t.output_ids for t in made.traces]
+    plans = [with_reference(drafter, ref) for ref in references] if references is not None and drafter.wants_reference \
+        else [drafter] * len(requests)
+    return generate_batch(lm, prompts, plans, None, decodings, store, first.recorder)

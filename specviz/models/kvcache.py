@@ -16,7 +16,12 @@ model and fails, naming what to re-check, when transformers is not TRANSFORMERS_
 - `crop_to(cache, length)`: keep the first `length` rows (a drafter rolling back its cache).
 - `layer_kv(cache, i)`, `length(cache)`, `append(cache, i, keys, values)`: read one layer's
   keys and values, the rows held, append rows to one layer.
-- `CacheView`: the read-only view of the target's committed rows handed to drafters.
+- `CacheView`: the read-only view of the target's committed rows handed to drafters (`row`:
+  one request's batch row of a batched cache, engine/batch.py).
+- Batched (engine/batch.py; B requests, right-padded: request b's rows are 0..lengths[b]-1, the
+  rest of its row is padding its attention mask hides): `stack(caches, config)` pads single-request
+  caches to one [B, H_kv, S, D] cache, `commit_batch(cache, lengths, width, kept)` keeps each
+  request's rows of a batched verify forward, `keep_batch(cache, slots)` drops finished requests.
 - `check_supported(cache)`: refuse layers tree verification cannot edit (sliding window, ...).
 
 A `StaticKV` (transformers' StaticCache, preallocated [1, H_kv, C, D] per layer, written in place
@@ -150,6 +155,69 @@ def commit(cache: AnyCache, past_len: int, accepted: Sequence[int]) -> None:
             layer.values = values[:, :, :new_len]
 
 
+def stack(caches: Sequence[DynamicCache], config: PretrainedConfig) -> DynamicCache:
+    """One batched cache of single-request caches ([1, H_kv, S_b, D] per layer): each
+    right-padded with zeros to the longest, S = max S_b, stacked on the batch dimension ->
+    [B, H_kv, S, D]. Empty caches (a one-token prompt has no prefill) are all padding; all
+    empty: an empty cache (the first forward fills it)."""
+    out = new_cache(config)
+    longest = max(length(c) for c in caches)
+    if longest == 0:
+        return out
+    filled = next(c for c in caches if length(c))
+    for i in range(num_layers(filled)):
+        ref_k, ref_v = layer_kv(filled, i)                             # [1, H_kv, S_b, D]
+        keys, values = [], []
+        for c in caches:
+            n = length(c)
+            k, v = layer_kv(c, i) if n else (ref_k[:, :, :0], ref_v[:, :, :0])
+            pad = longest - n
+            keys.append(torch.nn.functional.pad(k, (0, 0, 0, pad)))    # [1, H_kv, S, D]
+            values.append(torch.nn.functional.pad(v, (0, 0, 0, pad)))
+        append(out, i, torch.cat(keys), torch.cat(values))             # [B, H_kv, S, D]
+    return out
+
+
+def commit_batch(cache: DynamicCache, lengths: Sequence[int], width: int, kept: Sequence[Sequence[int]]
+                 ) -> list[int]:
+    """After a batched verify forward: the cache held `width` rows per request (request b's
+    first `lengths[b]` valid) and the forward appended R more (its root, nodes and pad rows at
+    width + r). Request b keeps its input rows `kept[b]` (increasing: 0 = the root, node i + 1),
+    moved right after its valid rows; the cache is cut to the longest. Returns the new lengths."""
+    new = [n + len(k) for n, k in zip(lengths, kept)]
+    batch = [b for b, k in enumerate(kept) for _ in k]
+    dst = [n + j for n, k in zip(lengths, kept) for j in range(len(k))]
+    src = [width + r for k in kept for r in k]
+    longest = max(new)
+    index: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+    for layer in _layers(cache):
+        keys, values = layer.keys, layer.values              # [B, H_kv, width + R, D]
+        if keys is None or keys.numel() == 0:
+            continue
+        if src != dst:
+            if keys.device not in index:
+                index[keys.device] = tuple(to_device(x, keys.device) for x in (batch, src, dst))
+            bi, si, di = index[keys.device]                  # [K] each
+            keys[bi, :, di] = keys[bi, :, si]                # [K, H_kv, D]: the right side is a copy
+            values[bi, :, di] = values[bi, :, si]
+        layer.keys = keys[:, :, :longest]
+        layer.values = values[:, :, :longest]
+    return new
+
+
+def keep_batch(cache: DynamicCache, slots: Sequence[int]) -> None:
+    """Keep only these batch rows (requests that finished leave the batch)."""
+    index: dict[torch.device, torch.Tensor] = {}
+    for layer in _layers(cache):
+        if layer.keys is None or layer.keys.numel() == 0:
+            continue
+        dev = layer.keys.device
+        if dev not in index:
+            index[dev] = to_device(list(slots), dev)
+        layer.keys = layer.keys.index_select(0, index[dev])
+        layer.values = layer.values.index_select(0, index[dev])
+
+
 def crop_to(cache: AnyCache, length: int) -> None:
     """Keep the first `length` rows of every layer (a drafter rolling back its own cache)."""
     if isinstance(cache, StaticKV):
@@ -173,9 +241,10 @@ class CacheView:
     current step only: the engine appends to and commits the cache after the draft.
     """
 
-    def __init__(self, cache: AnyCache, length: int) -> None:
+    def __init__(self, cache: AnyCache, length: int, row: int | None = None) -> None:
         self._cache = cache
         self.length = length
+        self._row = row             # one batch row of a batched cache (engine/batch.py); None: all (B = 1)
 
     @property
     def num_layers(self) -> int:
@@ -184,7 +253,10 @@ class CacheView:
     def _kv(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if not -self.num_layers <= i < self.num_layers:
             raise IndexError(f"layer {i} out of range for a cache of {self.num_layers} layers")
-        return layer_kv(self._cache, i)                            # each [B, H_kv, S, D]
+        keys, values = layer_kv(self._cache, i)                    # each [B, H_kv, S, D]
+        if self._row is None:
+            return keys, values
+        return keys[self._row:self._row + 1], values[self._row:self._row + 1]     # [1, H_kv, S, D]: views
 
     def keys(self, i: int) -> torch.Tensor:
         """Layer i's committed keys [B, H_kv, length, D] (check `length` first: an empty view
