@@ -46,7 +46,7 @@ from transformers import DynamicCache, PretrainedConfig
 from ..core.tree import TreeBuffers
 from ..errors import ModelLoadError
 from .cost import GRID
-from .kvcache import AnyCache, StaticKV, crop_to, new_cache
+from .kvcache import AnyCache, StaticKV, crop_to, layer_kv, new_cache
 
 COMPILE_CHOICES = ("auto", "on", "off", "static")
 STEP_KINDS = ("off", "static", "on")           # what a choice resolves to on a device
@@ -154,7 +154,7 @@ class StaticStep:
         forward, model = cache.compiled_forward, self.model_ref() if self.model_ref is not None else None
         if forward is None or model is None:
             return
-        keys = cache.layers[0].keys                                             # [1, H_kv, C, D]
+        keys = layer_kv(cache, 0)[0]                                            # [1, H_kv, C, D]
         dtype, device = keys.dtype, keys.device
         with torch.inference_mode():
             for size in BUCKETS:
