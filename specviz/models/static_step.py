@@ -12,8 +12,8 @@ the CLI's `--compile`, recorded in the trace's and the bench's runtime as "compi
 - "on": "static" with the forward compiled by torch.compile: mode "reduce-overhead" on CUDA
   (CUDA graphs: one graph per bucket, replayed without Python or launch overhead), inductor's
   default mode on a CPU. Buckets bound the recompiles (`BUCKETS`: 7 up to 64 rows), and the
-  compiled step's cache holds the model's whole context, so its shapes never change from one
-  generation to the next (a graph depends on the cache's length too). On CUDA the first
+  compiled step's cache holds the model's whole context (up to CONTEXT_CAP tokens), so its shapes
+  never change from one generation to the next (a graph depends on the cache's length too). On CUDA the first
   generation compiles every bucket up to 64 rows at once (`StaticStep.warm`), so no later step
   pays a compilation inside a measured run.
 `--compile auto` is "on" for a CUDA device and "off" on a CPU, where benchmarks/compiled_step.py
@@ -58,7 +58,9 @@ BUCKET_STEP = 64
 BUCKETS = tuple(2 ** i for i in range(GRID[-1].bit_length()) if 2 ** i <= GRID[-1])
 # an uncompiled static cache's capacity: the prompt, the new tokens and HEADROOM rows of a tree
 # step, rounded up to CAPACITY_STEP (attention runs over all of it: no bigger than needed); a
-# compiled one's: the model's context and HEADROOM, rounded up likewise
+# compiled one's: the model's context (at most CONTEXT_CAP: a 128k-token model's whole cache
+# would not fit a GPU) and HEADROOM, rounded up likewise; a longer generation gets a bigger one
+CONTEXT_CAP = 8192
 HEADROOM = 64
 CAPACITY_STEP = 256
 # devices where the first compiled lease compiles every bucket at once (StaticStep.warm): CUDA,
@@ -200,7 +202,7 @@ def generation_cache(model: torch.nn.Module, mode: str, rows: int, device: torch
         raise ModelLoadError(f"compile: a model's step is one of {', '.join(STEP_KINDS)}, got {mode!r}")
     step = step_of(model, mode == "on")
     if step.compiled:
-        rows = max(rows, context)
+        rows = max(rows, min(context, CONTEXT_CAP))
     cache = step.lease(model.config, rows + HEADROOM, device, dtype, compiled=not hooks)
     _LENDERS[cache] = step
     return cache
