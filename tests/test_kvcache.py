@@ -22,9 +22,13 @@ Re-check, against the new transformers/cache_utils.py, what the adapter assumes:
 - a full-attention layer's exact class is DynamicLayer (sliding-window layers subclass it);
 - a layer's `keys` / `values` are tensors [B, H_kv, S, D], None before the first update, and
   assigning sliced tensors to them is how rows are dropped (no other length is kept);
-- DynamicCache.update(keys, values, i) concatenates into new tensors (never writes in place).
+- DynamicCache.update(keys, values, i) concatenates into new tensors (never writes in place);
+- StaticCache (kvcache.StaticKV): early_initialization allocates each StaticLayer's `keys` /
+  `values` [B, H_kv, max_cache_len, D] and marks them static; `update` writes in place at the
+  layer's `cumulative_length` (a device tensor) and adds the rows written to it, and the mask
+  sizes are max_cache_len (so setting that length is how rows are dropped: commit, crop_to).
 Then run tests/test_kvcache.py, tests/test_verify.py, tests/test_cache_view.py,
-tests/test_lossless.py and set TRANSFORMERS_CHECKED (and requirements.txt's pin) to {installed}."""
+tests/test_lossless.py, tests/test_static_step.py and set TRANSFORMERS_CHECKED (and requirements.txt's pin) to {installed}."""
 
 
 def test_the_adapter_was_checked_against_the_installed_transformers():

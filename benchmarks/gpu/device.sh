@@ -3,6 +3,7 @@
 # pieces, set up, and run one stage, writing its outputs to $OUT. See README.md.
 #   bash benchmarks/gpu/device.sh receive                 # copy the carried .gpu/cK into /tmp/specviz-gpu
 #   bash benchmarks/gpu/device.sh doctor|doctor-bf16|tests|bench-bf16|bench-fp32|profile [extra args]
+#   bash benchmarks/gpu/device.sh compiled [extra args]   # vanilla tok/s with --compile off vs on, every method's identity
 #   bash benchmarks/gpu/device.sh train-eagle             # self-distil, then train EAGLE + EAGLE-3 (fp16 heads to $OUT)
 #   bash benchmarks/gpu/device.sh pack                    # $OUT's files into one gpu-out.tgz (a call returns 8 files at most)
 set -uo pipefail
@@ -85,6 +86,11 @@ case $STAGE in
   bench-fp32) setup && bench float32 "$@" ;;
   pack)   (cd "$OUT" && find . -maxdepth 1 -type f ! -name gpu-out.tgz -printf '%P\n' | tar -czf gpu-out.tgz --remove-files -T - && ls -l) ;;
   train-eagle) setup && train_eagle ;;
+  compiled)   # the static / compiled verify step (models/static_step.py): benchmarks/compiled_step.py, fp32;
+              # NO_SETUP=1 DEVICE=cpu MODEL=tiny-random: a dry run without the payload (tests/test_static_step.py)
+          { [ -n "${NO_SETUP:-}" ] || setup; } && python3 benchmarks/compiled_step.py --device $DEVICE \
+            --model "${MODEL:-embedded}" --dtype float32 --out "$OUT" "$@" 2>&1 | grep -v -e GGUF -e '^Loading weights' \
+            | tee "$OUT/compiled-step.log"; exit "${PIPESTATUS[0]}" ;;
   profile) setup && python3 benchmarks/gpu/profile_step.py --device $DEVICE --out "$OUT" "$@" 2>&1 | grep -v '^USDT' ;;
   *) echo "unknown stage $STAGE"; exit 2 ;;
 esac

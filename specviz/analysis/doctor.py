@@ -110,6 +110,7 @@ class DoctorReport:
     seconds: float                 # the whole report, model load included
     notes: tuple[str, ...] = field(default_factory=tuple)
     device_map: dict[str, str] | None = None   # the target's accelerate device map, if split
+    compile_step: str = "off"      # the verify step the checks ran (models/static_step.py)
 
     @property
     def ok(self) -> bool:
@@ -209,7 +210,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
                n_prompts: int = CHECK_PROMPTS, context_len: int | None = None,
                rows: Sequence[int] = ROWS, cpu_linear: bool | None = None,
                device_map: str | None = None, max_memory: str | None = None,
-               offload_folder: str | None = None, retime: bool = False) -> DoctorReport:
+               offload_folder: str | None = None, retime: bool = False, compile: str = "auto") -> DoctorReport:
     """Load the model (cached) and measure; raises SpecvizError for a bad model, device,
     dtype or drafter name before measuring anything. `drafters`: None checks default_drafters()."""
     import torch
@@ -237,7 +238,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
     linear = {None: "auto", True: "on", False: "off"}[cpu_linear]
     target = RunRequest(model_id, device=device, dtype=dtype, cpu_linear=linear, device_map=device_map,
                         max_memory=max_memory, offload_folder=offload_folder, recorder=CHECK_RECORDER,
-                        retime=retime)
+                        retime=retime, compile=compile)
     lm = service.load(target)
     requests = [replace(target, message=message, context=context) for _, context, message in check_prompts(n_prompts)]
     prompts = [service.prompt_of(r, lm) for r in requests]
@@ -263,7 +264,7 @@ def run_doctor(model_id: str = "embedded", device: str = "auto", dtype: str = "a
         torch_threads=torch.get_num_threads(), cpu_linear=lm.cpu_linear,
         context_len=ctx, cost_curve=curve, max_new_tokens=max_new_tokens, checks=checks,
         peak_memory_mb=memory.peak_mb(), seconds=time.perf_counter() - start, notes=tuple(notes),
-        device_map=dict(lm.device_map) or None)
+        device_map=dict(lm.device_map) or None, compile_step=lm.compile_step)
 
 
 def format_report(r: DoctorReport) -> str:
@@ -275,6 +276,7 @@ def format_report(r: DoctorReport) -> str:
         f"attention    {r.attention}",
         f"torch        {r.torch_version} ({r.torch_threads} threads), transformers {r.transformers_version}",
         f"cpu_linear   {'on' if r.cpu_linear else 'off'}",
+        f"compile      {r.compile_step}",
         *([f"device_map   {', '.join(f'{k or chr(39) * 2}={v}' for k, v in r.device_map.items())}"]
           if r.device_map else []),
         "",

@@ -138,6 +138,7 @@ def add_runtime_arguments(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--dtype", default="auto", metavar=DTYPE_METAVAR, help=DTYPE_HELP)
     add_cpu_linear_argument(parser)
+    add_compile_argument(parser)
     add_device_map_arguments(parser)
     parser.add_argument("--retime", action="store_true",
                         help="time the target's forward passes again now (the cost curve that sizes drafts), "
@@ -175,6 +176,16 @@ def add_cpu_linear_argument(parser: argparse._ActionsContainer) -> None:
                              "Recorded in the trace's and the bench's runtime")
 
 
+def add_compile_argument(parser: argparse._ActionsContainer) -> None:
+    from ..models import COMPILE_CHOICES
+
+    parser.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
+                        help="the verify forward (models/static_step.py): on = a static KV cache in padded row "
+                             "buckets compiled by torch.compile (CUDA graphs on a GPU), static = the same "
+                             "uncompiled, off = the dynamic cache; auto (default) = on for a CUDA device, off on a "
+                             "CPU (measured: benchmarks/README.md). Recorded in the trace's and the bench's runtime")
+
+
 def runtime_request(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:
     """The run service's request (engine/service.py) for how the target runs: the command's
     --model (or `model_id`), --device, --dtype, --cpu-linear; the target (no `model_id`) with
@@ -186,12 +197,13 @@ def runtime_request(args: argparse.Namespace, model_id: str | None = None, dtype
     retime = bool(getattr(args, "retime", False))
     if model_id is not None:
         return RunRequest(model_id, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear,
-                          retime=retime)
+                          retime=retime, compile=getattr(args, "compile", "auto"))
     if device_map is None and (getattr(args, "max_memory", None) or getattr(args, "offload_folder", None)):
         raise UsageError("--max-memory / --offload-folder budget a device map; add --device-map auto")
     return RunRequest(args.model, device=args.device, dtype=dtype or args.dtype, cpu_linear=args.cpu_linear,
                       device_map=device_map, max_memory=getattr(args, "max_memory", None),
-                      offload_folder=getattr(args, "offload_folder", None), retime=retime)
+                      offload_folder=getattr(args, "offload_folder", None), retime=retime,
+                      compile=getattr(args, "compile", "auto"))
 
 
 def load_target(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:

@@ -55,6 +55,6 @@ def run(args: argparse.Namespace) -> int:
     report = run_doctor(args.model, args.device, args.dtype, drafters, args.max_new_tokens, args.prompts,
                         args.context_len, cpu_linear=cpu_linear_option(args.cpu_linear),
                         device_map=args.device_map, max_memory=args.max_memory,
-                        offload_folder=args.offload_folder, retime=args.retime)
+                        offload_folder=args.offload_folder, retime=args.retime, compile=args.compile)
     print(report.to_json() if args.json else format_report(report))
     return 0 if report.ok else EXIT_MISMATCH

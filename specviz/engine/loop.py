@@ -38,9 +38,10 @@ from ..drafters.kit.store import DrafterStore
 from ..errors import ConfigError, ModelLoadError, PromptError
 from ..models.cost import VerifyCost
 from ..models.hidden import HiddenCapture
-from ..models.kvcache import CacheView, check_supported, commit, new_cache
+from ..models.kvcache import AnyCache, CacheView, check_supported, commit, new_cache
 from ..models.loading import LoadedModel
 from ..models.prompts import Prompt, build_prompt
+from ..models.static_step import generation_cache, release
 from ..models.token_pieces import StopText, incremental_pieces, token_labels
 from .accept import Acceptance
 from .record import DEFAULT_RECORDER, Display, Recorder, recorder as recorder_named
@@ -133,7 +134,7 @@ class _Generation:
     cost: VerifyCost                   # this generation's copy: its running scale is its own
     tokens: list[int]                  # the committed sequence, prompt first
     prompt_len: int
-    cache: DynamicCache
+    cache: AnyCache                    # a kvcache.StaticKV once _run leases one (LoadedModel.compile_step)
     needs: DrafterNeeds
     capture: HiddenCapture | None      # the target's hidden states, for a drafter that needs them
     stops: StopText | None             # the output's text so far, when there are stop strings
@@ -278,6 +279,17 @@ def _observe(g: _Generation, tree: DraftTree, verdict: Verdict, new: tuple[int, 
 
 
 def _run(g: _Generation) -> Iterator[StepRecord]:
+    """The steps on this generation's KV cache: a static one (static_step.py) is leased when the
+    first step is asked for and given back however the generation ends."""
+    g.cache = generation_cache(g.lm.model, g.lm.compile_step, g.prompt_len + g.decoding.max_new_tokens,
+                               g.lm.device, g.lm.dtype, hooks=g.capture is not None, context=g.lm.max_positions)
+    try:
+        yield from _steps(g)
+    finally:
+        release(g.cache)
+
+
+def _steps(g: _Generation) -> Iterator[StepRecord]:
     memory = g.recorder.peak_memory(g.lm.device)   # reset here: the peak is this generation's
     clock = g.timer.now()
     with torch.inference_mode():

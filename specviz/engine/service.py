@@ -67,6 +67,7 @@ class RunRequest:
     device: str = "auto"
     dtype: str = "auto"
     cpu_linear: str = "auto"             # auto | on | off
+    compile: str = "auto"                # the verify step: auto | on | off | static (models/static_step.py)
     device_map: str | None = None        # a strategy, a JSON file's path or the map as JSON text
     max_memory: str | None = None
     offload_folder: str | None = None
@@ -106,7 +107,7 @@ def load(request: RunRequest) -> LoadedModel:
     return load_model(request.model_id, request.device, request.dtype,
                       cpu_linear=cpu_linear_option(request.cpu_linear), device_map=request.device_map,
                       max_memory=request.max_memory, offload_folder=request.offload_folder,
-                      retime_cost=request.retime)
+                      retime_cost=request.retime, compile=request.compile)
 
 
 def prompt_of(request: RunRequest, lm: LoadedModel) -> Prompt:

@@ -26,6 +26,7 @@ from ..core.decoding import DecodingConfig, target_probs
 from ..core.trace import TOP_LOGITS, TopLogitsRow
 from ..core.transfer import to_device, to_host
 from ..core.tree import DraftTree, TreeBuffers
+from ..models.static_step import forward_static, is_static
 
 __all__ = ["TOP_K", "Pending", "Verdict", "first_max", "forward_tree", "judge", "launch", "to_device", "to_host"]
 
@@ -50,7 +51,10 @@ TOP_K = TOP_LOGITS  # what every drafter gets and a trace keeps; one that wants 
 
 
 def forward_tree(model: torch.nn.Module, cache: DynamicCache, buffers: TreeBuffers, n_nodes: int) -> torch.Tensor:
-    """One forward over root + tree (+ pad rows); the fp32 logits of root and nodes, [N+1, V]."""
+    """One forward over root + tree (+ pad rows); the fp32 logits of root and nodes, [N+1, V].
+    On a static cache (LoadedModel.compile_step static / on) the static step runs it (static_step.py)."""
+    if is_static(cache):
+        return forward_static(model, cache, buffers, n_nodes)
     out = model(input_ids=buffers.input_ids, position_ids=buffers.position_ids,
                 attention_mask=buffers.attention_mask, past_key_values=cache, use_cache=True)
     return out.logits[0, : n_nodes + 1].float()          # pad rows (if any) are dropped

@@ -7,10 +7,11 @@ token text, and the two views the engine and the drafters take of a running targ
 `from specviz.models import load_model, LoadedModel` is the public surface; the rest is per module.
 """
 from .attention import attention_implementation, attention_label
+from .static_step import COMPILE_CHOICES
 from .loading import (CPU_LINEAR_CHOICES, EMBEDDED, TINY, LoadedModel, cpu_linear_active,
                       cpu_linear_option, fp32_bytes, free_gpu_bytes, load_model, low_precision_dtype, resolve_device,
                       resolve_dtype, tiny_random_model, uses_cpu_linear)
 
-__all__ = ["CPU_LINEAR_CHOICES", "EMBEDDED", "TINY", "LoadedModel", "attention_implementation", "attention_label",
+__all__ = ["COMPILE_CHOICES", "CPU_LINEAR_CHOICES", "EMBEDDED", "TINY", "LoadedModel", "attention_implementation", "attention_label",
            "cpu_linear_active", "cpu_linear_option", "fp32_bytes", "free_gpu_bytes", "load_model",
            "low_precision_dtype", "resolve_device", "resolve_dtype", "tiny_random_model", "uses_cpu_linear"]

@@ -23,14 +23,20 @@ model and fails, naming what to re-check, when transformers is not TRANSFORMERS_
   caches to one [B, H_kv, S, D] cache, `commit_batch(cache, lengths, width, kept)` keeps each
   request's rows of a batched verify forward, `keep_batch(cache, slots)` drops finished requests.
 - `check_supported(cache)`: refuse layers tree verification cannot edit (sliding window, ...).
+
+A `StaticKV` (transformers' StaticCache, preallocated [1, H_kv, C, D] per layer, written in place
+at each layer's `cumulative_length`, a device tensor) is the static step's cache
+(models/static_step.py): the same functions edit it, by moving rows in place and setting that
+length (no reallocation, so the tensors keep the addresses a CUDA graph captured); its rows past
+the length are stale and the static step's mask hides them. `grow` reallocates a bigger one.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence, Union
 
 import torch
-from transformers import DynamicCache, PretrainedConfig
-from transformers.cache_utils import DynamicLayer
+from transformers import DynamicCache, PretrainedConfig, StaticCache
+from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from ..core.transfer import to_device
 
@@ -39,11 +45,43 @@ from ..core.transfer import to_device
 TRANSFORMERS_CHECKED = "5.23.0"
 
 
-def _layers(cache: DynamicCache) -> list[DynamicLayer]:
+class StaticKV(StaticCache):
+    """A StaticCache of `capacity` rows allocated now (batch 1), whose tensors are marked as
+    static addresses (a compiled step's CUDA graphs read them in place). `compiled_forward`: the compiled
+    forward that may run on it (set by static_step.py; None = eager only)."""
+
+    def __init__(self, config: PretrainedConfig, capacity: int, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__(config=config, max_cache_len=capacity)
+        self.capacity = capacity
+        self.config = config
+        self.compiled_forward: Callable[..., torch.Tensor] | None = None
+        text = config.get_text_config(decoder=True)
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        self.early_initialization(1, kv_heads, head_dim, dtype, device)
+
+    def grow(self, capacity: int) -> None:
+        """Reallocate every layer with `capacity` rows, keeping the rows and length held (new
+        addresses: a compiled forward recompiles once for them)."""
+        old = [(layer.keys, layer.values, layer.cumulative_length) for layer in self.layers]
+        fresh = StaticKV(self.config, capacity, old[0][0].device, old[0][0].dtype)
+        for layer, new, (keys, values, held) in zip(self.layers, fresh.layers, old):
+            new.keys[:, :, : self.capacity] = keys
+            new.values[:, :, : self.capacity] = values
+            new.cumulative_length.copy_(held)
+            layer.keys, layer.values, layer.cumulative_length = new.keys, new.values, new.cumulative_length
+            layer.max_cache_len = capacity
+        self.capacity = capacity
+
+
+AnyCache = Union[DynamicCache, StaticKV]
+
+
+def _layers(cache: AnyCache) -> list:
     """The cache's layer objects: the only read of `cache.layers` in specviz."""
-    if type(cache) is not DynamicCache:
+    if type(cache) not in (DynamicCache, StaticKV):
         raise TypeError(f"unsupported KV cache type {type(cache).__name__}: specviz edits only "
-                        "transformers.DynamicCache (specviz/models/kvcache.py)")
+                        "transformers.DynamicCache and its own StaticKV (specviz/models/kvcache.py)")
     return cache.layers
 
 
@@ -52,30 +90,35 @@ def new_cache(config: PretrainedConfig) -> DynamicCache:
     return DynamicCache(config=config)
 
 
-def check_supported(cache: DynamicCache) -> None:
-    """Tree verification needs plain full-attention layers (DynamicLayer with keys/values)."""
+def check_supported(cache: AnyCache) -> None:
+    """Tree verification needs plain full-attention layers (DynamicLayer / StaticLayer with keys/values)."""
+    full = StaticLayer if isinstance(cache, StaticKV) else DynamicLayer
     for layer in _layers(cache):
-        if type(layer) is not DynamicLayer:        # a DynamicSlidingWindowLayer is a subclass: exact type
+        if type(layer) is not full:        # a DynamicSlidingWindowLayer is a subclass: exact type
             raise NotImplementedError(
                 f"cache layer type {type(layer).__name__} (sliding window / linear attention) "
                 "is not supported by tree verification yet")
 
 
-def layer_kv(cache: DynamicCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Layer i's (keys, values), each [B, H_kv, S, D], the cache's own tensors (no copy)."""
+def layer_kv(cache: AnyCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer i's (keys, values), each [B, H_kv, S, D], the cache's own tensors (no copy); for a
+    StaticKV S is its capacity, rows past `length` being stale (CacheView slices)."""
     layer = _layers(cache)[i]
     if layer.keys is None:
         raise ValueError(f"layer {i} of the KV cache holds no rows yet: read it after a forward")
     return layer.keys, layer.values
 
 
-def num_layers(cache: DynamicCache) -> int:
+def num_layers(cache: AnyCache) -> int:
     return len(_layers(cache))
 
 
-def length(cache: DynamicCache) -> int:
-    """Rows held (those of the first layer; 0 when empty)."""
+def length(cache: AnyCache) -> int:
+    """Rows held (those of the first layer; 0 when empty). A StaticKV's is read from the device
+    (a synchronisation on a GPU: not for the step's hot path, where the engine knows it)."""
     layers = _layers(cache)
+    if isinstance(cache, StaticKV):
+        return int(layers[0].cumulative_length)
     keys = layers[0].keys if layers else None
     return 0 if keys is None or keys.numel() == 0 else int(keys.shape[2])
 
@@ -83,11 +126,14 @@ def length(cache: DynamicCache) -> int:
 def append(cache: DynamicCache, i: int, keys: torch.Tensor, values: torch.Tensor) -> None:
     """Append rows [B, H_kv, n, D] to layer i (new tensors: the given ones are never written)."""
     _layers(cache)                                  # the type check
+    if isinstance(cache, StaticKV):
+        raise TypeError("kvcache.append: a StaticKV is written by the target's forward only")
     cache.update(keys, values, i)
 
 
-def commit(cache: DynamicCache, past_len: int, accepted: Sequence[int]) -> None:
-    """Keep rows [0, past_len] (prefix + root) and the accepted nodes' rows, in order."""
+def commit(cache: AnyCache, past_len: int, accepted: Sequence[int]) -> None:
+    """Keep rows [0, past_len] (prefix + root) and the accepted nodes' rows, in order (a
+    StaticKV: moved in place and its length set, no tensor reallocated)."""
     new_len = past_len + 1 + len(accepted)
     src = [past_len + 1 + node for node in accepted]        # row of node i is past_len + 1 + i
     dst = list(range(past_len + 1, new_len))
@@ -102,8 +148,11 @@ def commit(cache: DynamicCache, past_len: int, accepted: Sequence[int]) -> None:
             idx_src, idx_dst = index[keys.device]
             keys[:, :, idx_dst] = keys[:, :, idx_src]
             values[:, :, idx_dst] = values[:, :, idx_src]
-        layer.keys = keys[:, :, :new_len]
-        layer.values = values[:, :, :new_len]
+        if isinstance(cache, StaticKV):
+            layer.cumulative_length.fill_(new_len)           # a device write: no synchronisation
+        else:
+            layer.keys = keys[:, :, :new_len]
+            layer.values = values[:, :, :new_len]
 
 
 def stack(caches: Sequence[DynamicCache], config: PretrainedConfig) -> DynamicCache:
@@ -169,8 +218,12 @@ def keep_batch(cache: DynamicCache, slots: Sequence[int]) -> None:
         layer.values = layer.values.index_select(0, index[dev])
 
 
-def crop_to(cache: DynamicCache, length: int) -> None:
+def crop_to(cache: AnyCache, length: int) -> None:
     """Keep the first `length` rows of every layer (a drafter rolling back its own cache)."""
+    if isinstance(cache, StaticKV):
+        for layer in _layers(cache):
+            layer.cumulative_length.fill_(length)
+        return
     for layer in _layers(cache):
         if layer.keys is not None and layer.keys.numel():
             layer.keys = layer.keys[:, :, :length]
@@ -188,7 +241,7 @@ class CacheView:
     current step only: the engine appends to and commits the cache after the draft.
     """
 
-    def __init__(self, cache: DynamicCache, length: int, row: int | None = None) -> None:
+    def __init__(self, cache: AnyCache, length: int, row: int | None = None) -> None:
         self._cache = cache
         self.length = length
         self._row = row             # one batch row of a batched cache (engine/batch.py); None: all (B = 1)

@@ -16,9 +16,11 @@ accelerate (placement.py): hub ids and local folders by `from_pretrained(device_
 embedded and tiny-random models (built in memory) by `accelerate.dispatch_model`. The map is
 recorded in `LoadedModel.runtime` (so in every Trace and the bench's results.json).
 
-Two explicit runtime choices, recorded in every Trace (`LoadedModel.runtime`) and in the
+Three explicit runtime choices, recorded in every Trace (`LoadedModel.runtime`) and in the
 bench metadata: `cpu_linear` (few-row matrix products the fast way round on a CPU,
-cpu_linear.py; default on for a CPU device, off elsewhere) and the verify cost model
+cpu_linear.py; default on for a CPU device, off elsewhere), `compile` (the verify forward on a
+static KV cache, compiled: static_step.py; default on for a CUDA device, off elsewhere; the same
+loaded weights serve every mode) and the verify cost model
 (cost.calibrate), timed on first use by the engine, so draft and test models never pay for it.
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -39,6 +41,7 @@ from .cost import VerifyCost, calibrate
 from .cost_cache import curve_key, kept_curve
 from .fingerprint import target_fingerprint
 from .cpu_linear import use_few_row_linear
+from .static_step import resolve_compile
 from ..errors import ModelLoadError
 from ..core.precision import DTYPE_CHOICES
 
@@ -67,6 +70,8 @@ class LoadedModel:
     # the accelerate device map the target was placed by, (module, device) pairs; () = one device.
     # `device` is then the input embedding's execution device (placement.input_device)
     device_map: tuple[tuple[str, str], ...] = ()
+    # the verify step (static_step.py): "off" (DynamicCache, eager), "static" or "on" (compiled)
+    compile_step: str = "off"
 
     @property
     def vocab_size(self) -> int:
@@ -96,7 +101,8 @@ class LoadedModel:
     def runtime(self) -> dict[str, Any]:
         """How the model runs (JSON-able): device, dtype, cpu_linear, attention implementation."""
         out: dict[str, Any] = {"device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-                               "cpu_linear": self.cpu_linear, "attention": attention_label(self.model, self.device)}
+                               "cpu_linear": self.cpu_linear, "attention": attention_label(self.model, self.device),
+                               "compile": self.compile_step}
         if self.device_map:
             out["device_map"] = dict(self.device_map)
         return out
@@ -312,7 +318,7 @@ MODEL_CACHE_SIZE = 2
 def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torch.dtype = "auto",
                cpu_linear: bool | str | None = None, calibrate_cost: bool = False,
                device_map: str | dict[str, Any] | None = None, max_memory: str | dict[Any, str] | None = None,
-               offload_folder: str | None = None, retime_cost: bool = False) -> LoadedModel:
+               offload_folder: str | None = None, retime_cost: bool = False, compile: str = "auto") -> LoadedModel:
     """Load (once) and return a model with its tokenizer. Raises ModelLoadError with a reason.
     `cpu_linear`: patch nn.Linear for few-row products (cpu_linear.py); None = on for a CPU
     device, off otherwise (uses_cpu_linear); True with a non-CPU device is a ModelLoadError.
@@ -323,7 +329,9 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
     Space may load at import, outside its GPU window (ui/gpu.py). `calibrate_cost=True`
     calibrates it now instead. The curve is this machine's, kept on disk per model, device, dtype,
     threads and cpu_linear and reused while it is fresh (cost_cache.py); `retime_cost=True` times
-    it again now (the CLI's --retime) and keeps the new one.
+    it again now (the CLI's --retime) and keeps the new one. `compile` (auto|on|off|static): the
+    verify step (static_step.py); auto = on for a CUDA device, off elsewhere; it does not load the
+    weights again (one load serves every mode).
 
     `device_map` ("auto", "balanced", "balanced_low_0", "sequential", a JSON file's path, or a
     {module: device} dict) splits the model across devices through accelerate, within
@@ -336,6 +344,7 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
     model_id = (model_id or "").strip()
     if not model_id:
         raise ModelLoadError("model: empty model id; use 'embedded', a hub id or a local path")
+    resolve_compile(compile, torch.device("cpu"))      # a bad --compile fails before loading anything
     if isinstance(dtype, torch.dtype):                 # torch.bfloat16 -> "bfloat16" (an unknown one is refused below)
         dtype = str(dtype).removeprefix("torch.")
     if isinstance(cpu_linear, str):                    # the CLI's words: auto, on, off
@@ -376,7 +385,20 @@ def load_model(model_id: str = EMBEDDED, device: str = "auto", dtype: str | torc
     avoid_cudnn_attention(torch.device("cuda") if on_gpu else lm.device, lm.dtype)
     if calibrate_cost or retime_cost:
         lm.cost_model(retime=retime_cost)
-    return lm
+    return _with_step(lm, compile)
+
+
+def _with_step(lm: LoadedModel, choice: str) -> LoadedModel:
+    """`lm` running the verify step `choice` resolves to (static_step.resolve_compile); a
+    device-mapped target runs the dynamic cache (a static one lives on one device)."""
+    if lm.device_map:
+        if choice in ("on", "static"):
+            raise ModelLoadError(f"compile: {choice} keeps the KV cache on one device, but the target is split by a "
+                                 "device map; use auto or off with --device-map")
+        step = "off"
+    else:
+        step = resolve_compile(choice, lm.device)
+    return lm if step == lm.compile_step else replace(lm, compile_step=step)
 
 
 def _cached(key: tuple, load: Callable[[], LoadedModel]) -> LoadedModel:
