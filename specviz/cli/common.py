@@ -182,8 +182,8 @@ def add_compile_argument(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
                         help="the verify forward (models/static_step.py): on = a static KV cache in padded row "
                              "buckets compiled by torch.compile (CUDA graphs on a GPU), static = the same "
-                             "uncompiled, off = the dynamic cache; auto (default) = on for a CUDA device, off on a "
-                             "CPU (measured: benchmarks/README.md). Recorded in the trace's and the bench's runtime")
+                             "uncompiled, off = the dynamic cache; auto (default) = off until a GPU run has measured "
+                             "it (on a CPU it was measured to lose: benchmarks/README.md). Recorded in the trace's and the bench's runtime")
 
 
 def runtime_request(args: argparse.Namespace, model_id: str | None = None, dtype: str | None = None) -> Any:

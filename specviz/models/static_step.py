@@ -16,8 +16,10 @@ the CLI's `--compile`, recorded in the trace's and the bench's runtime as "compi
   never change from one generation to the next (a graph depends on the cache's length too). On CUDA the first
   generation compiles every bucket up to 64 rows at once (`StaticStep.warm`), so no later step
   pays a compilation inside a measured run.
-`--compile auto` is "on" for a CUDA device and "off" on a CPU, where benchmarks/compiled_step.py
-measured no gain (benchmarks/README.md).
+`--compile auto` is "off" on every device for now: on a CPU benchmarks/compiled_step.py measured a
+loss (benchmarks/README.md), and on CUDA the compiled step has not yet been run on a GPU (the GPU
+kit's `compiled` stage measures it: benchmarks/gpu/README.md); `--compile on` asks for it. When the
+kit has shown it token-identical and faster on a GPU, auto turns it on for CUDA (AUTO_ON).
 
 The lossless rules hold: pad rows see only the committed prefix and the root, their logits and
 KV rows are discarded (the commit keeps the accepted rows and sets the length, kvcache.commit),
@@ -77,11 +79,14 @@ def compile_option(text: object) -> str:
     return str(text)
 
 
+AUTO_ON: tuple[str, ...] = ()       # device types where auto means "on": none until a GPU run measures it
+
+
 def resolve_compile(choice: str, device: torch.device) -> str:
-    """The step a choice runs on `device`: auto -> "on" on CUDA, "off" elsewhere."""
+    """The step a choice runs on `device`: auto -> "on" on the device types in AUTO_ON, else "off"."""
     choice = compile_option(choice)
     if choice == "auto":
-        return "on" if device.type == "cuda" else "off"
+        return "on" if device.type in AUTO_ON else "off"
     return choice
 
 
