@@ -326,3 +326,13 @@ def test_a_module_for_the_embedded_model(embedded_lm, tmp_path):
     vanilla, _ = run_ids(embedded_lm, prompt, max_new_tokens=16)
     out, _ = run_ids(embedded_lm, prompt, "mtp", {"checkpoint": str(tmp_path / "m")}, max_new_tokens=16)
     assert out == vanilla
+
+
+@pytest.mark.slow
+def test_the_shipped_module_for_the_embedded_model(embedded_lm):
+    """specviz/data/checkpoints/mtp-embedded/ (trained by train-eagle --kind mtp, its card beside
+    it) is what `mtp` reads for the embedded model by default: greedy-identical to vanilla with the
+    defaults and with mtp@paper, whose single drafted token a step is accepted at times."""
+    from conftest import assert_shipped_heads_equal_vanilla
+
+    assert_shipped_heads_equal_vanilla(embedded_lm, ["mtp"])
