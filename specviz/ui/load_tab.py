@@ -25,7 +25,7 @@ from .uploads import TRACE_LIMIT_BYTES, UploadError
 SHIPPED_SURFACE = data_path("cost_surfaces", "embedded-cpu.json")
 DEFAULT_SIZES = "1,2,4,8,16"
 # the shipped benchmark the tab opens on: one whose rows keep the draft sizes the planner reads
-DEFAULT_RESULTS = "benchmarks/eagle-presets/results.json"
+DEFAULT_RESULTS = "benchmarks/under-load/results.json"
 
 INTRO = """**Why speculation stops paying under load.** A drafter guesses tokens and the model checks them
 all in one forward: with one request, that forward has spare compute, so checking 8 guesses costs
