@@ -144,7 +144,7 @@ def test_the_bench_under_load_end_to_end(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_questions(tmp_path)),
                  "--categories", "qa", "--limit", "5", "--max-new-tokens", "8", "--warmup", "0",
-                 "--drafters", "vanilla,prompt_lookup,oracle", "--peers", "", "--batch-sizes", "1,2",
+                 "--drafters", "vanilla,prompt_lookup,oracle,suffix_decoding", "--peers", "", "--batch-sizes", "1,2",
                  "--out", str(out), "--cpu-linear", "off"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -154,13 +154,19 @@ def test_the_bench_under_load_end_to_end(tmp_path, capsys):
     data = json.loads((out / "results.json").read_text())
     validate(data, shipped_schema("results.schema.json"))              # the whole file, runs included
     batched_runs = [r for r in data["runs"] if r["batch_size"] == 2]
-    assert {r["batch_index"] for r in batched_runs} == {0, 1} and len(batched_runs) == 3 * 4
+    assert {r["batch_index"] for r in batched_runs} == {0, 1} and len(batched_runs) == 4 * 4
+    # SuffixDecoding's memory of earlier outputs starts empty at each batch size: the first question
+    # drafts at batch size 2 as at batch size 1 (with batch size 1's answers kept, it copied them)
+    first = min(r["question_id"] for r in data["runs"])
+    steps = {r["batch_size"]: r["steps"] for r in data["runs"]
+             if r["method"] == "suffix_decoding" and r["question_id"] == first and r["turn"] == 0}
+    assert steps[2] == steps[1], steps
     assert all(0 < r["seconds"] <= r["batch_seconds"] for r in batched_runs)
     solo = {(r["question_id"], r["method"]): r["output_ids"] for r in data["runs"] if r["batch_size"] == 1}
     assert all(r["output_ids"] == solo[(r["question_id"], r["method"])] for r in batched_runs)
     assert all(len(r["tree_sizes"]) == len(r["accepted_lengths"]) for r in data["runs"])
     by = {(r["batch_size"], r["category"], r["method"]): r for r in rows}
-    for method in ("prompt_lookup", "oracle"):
+    for method in ("prompt_lookup", "oracle", "suffix_decoding"):
         row = by[(2, "all", method)]
         assert row["identical_to_vanilla"] == "4/4" and row["latency_speedup"] > 0 and row["speedup"] > 0
     assert by[(2, "all", "vanilla")]["speedup"] == 1.0

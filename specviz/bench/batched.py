@@ -23,12 +23,13 @@ The contract with the engine (docs/under-load.md): one function, `engine.service
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ..analysis.divergence import Divergence, after_earlier_turn, explain
 from ..core.decoding import DecodingConfig
 from ..core.trace import Trace
+from ..drafters.kit.store import DrafterStore
 from ..engine import service
 from ..engine.service import BatchResult
 from ..errors import PromptError, SpecvizError
@@ -86,6 +87,10 @@ class BatchedBench:
     the drafters' plans and store)."""
     bench: Any                                   # runner.Bench
     batch_size: int
+    # what drafters keep across generations (SuffixDecoding's tree of earlier outputs, ADED's
+    # adapted table), fresh at each batch size: the bench asks the same questions at every size, and
+    # a memory of the answers given at the last size would make the next one copy them
+    store: DrafterStore = field(default_factory=DrafterStore)
 
     def methods(self) -> list[Method]:
         return [m for m in self.bench.methods if m.kind != "peer"]
@@ -108,7 +113,7 @@ class BatchedBench:
                 refs = ([baseline[(questions[i].question_id, turn)].output_ids for i in members]
                         if plan.wants_reference else None)
                 with peak_memory(bench.lm.device) as peak:
-                    result = run_batch(bench.lm, requests, plan, bench.store, refs)
+                    result = run_batch(bench.lm, requests, plan, self.store, refs)
                     measured = peak()
                 finish, wall = latencies(result, len(members))
                 for slot, (i, trace) in enumerate(zip(members, result.traces)):
