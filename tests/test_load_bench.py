@@ -177,3 +177,34 @@ def test_the_bench_under_load_end_to_end(tmp_path, capsys):
     measured = {p.label: dict((b, s) for b, s, _ in p.measured) for p in drafters}
     assert set(measured["prompt_lookup"]) == {1, 2}
     assert measured["prompt_lookup"][2] == pytest.approx(by[(2, "all", "prompt_lookup")]["speedup"])
+
+
+def test_warm_ups_and_each_batch_size_remember_apart(tmp_path, capsys, monkeypatch):
+    """What drafters remember across generations (bench.store: SuffixDecoding's earlier outputs)
+    is never shared between a warm-up and the measured questions (the warm-up asks the first
+    question again), nor between batch sizes (each asks the same questions again)."""
+    from specviz.bench import batched, runner
+
+    used: list[tuple[str, int, int]] = []                       # (where, warm-up or not, id of the store)
+    solo, batch = runner.Bench.run_question, batched.BatchedBench.run_batch_of
+
+    def run_question(self, q, repeat, *a, **k):
+        used.append(("solo", repeat < 0, id(self.store)))
+        return solo(self, q, repeat, *a, **k)
+
+    def run_batch_of(self, questions, index, repeat):
+        used.append((f"batch {self.batch_size}", index < 0, id(self.store)))
+        return batch(self, questions, index, repeat)
+
+    monkeypatch.setattr(runner.Bench, "run_question", run_question)
+    monkeypatch.setattr(batched.BatchedBench, "run_batch_of", run_batch_of)
+    code = main(["bench", "--model", "tiny-random", "--device", "cpu", "--questions", str(_questions(tmp_path)),
+                 "--categories", "qa", "--limit", "4", "--max-new-tokens", "4", "--warmup", "1",
+                 "--drafters", "vanilla,suffix_decoding", "--peers", "", "--batch-sizes", "1,2",
+                 "--out", str(tmp_path / "out"), "--cpu-linear", "off"])
+    assert code == 0, capsys.readouterr().err
+    warm = {s for _, w, s in used if w}
+    measured = {where: {s for w2, w, s in used if w2 == where and not w} for where, _, _ in used}
+    assert {w for w, _, _ in used} == {"solo", "batch 2"} and all(len(s) == 1 for s in measured.values())
+    assert len(warm) == 2 and not warm & (measured["solo"] | measured["batch 2"])
+    assert measured["solo"] != measured["batch 2"]

@@ -153,10 +153,13 @@ class BatchedBench:
         bench = self.bench
         try:
             if warmup and batches:
+                kept, self.store = self.store, DrafterStore()     # the warm-up's answers are not remembered
                 try:
                     self.run_batch_of(batches[0], -1, -1)
                 except PromptError:
                     pass
+                finally:
+                    self.store = kept
             for index, batch in enumerate(batches):
                 if deadline is not None and time.monotonic() >= deadline:
                     bench.stop_reason = "time limit"

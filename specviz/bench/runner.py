@@ -248,12 +248,18 @@ class Bench(Measured):
         return runs, None
 
     def warm_up(self, questions: list[Question], warmup: int) -> None:
-        """The first `warmup` questions through every method, unrecorded."""
-        for q in questions[:warmup]:
-            try:
-                self.run_question(q, -1)
-            except PromptError:
-                pass
+        """The first `warmup` questions through every method, unrecorded, with a store of their own:
+        what drafters remember across generations (SuffixDecoding's earlier outputs) starts empty
+        for the measured questions, which the warm-up's answers would otherwise be copied into."""
+        kept, self.store = self.store, DrafterStore()
+        try:
+            for q in questions[:warmup]:
+                try:
+                    self.run_question(q, -1)
+                except PromptError:
+                    pass
+        finally:
+            self.store = kept
 
     def measure(self, questions: list[Question], repeats: int, warmup: int,
                 bar: Any = None, on_question: Callable[[], None] | None = None,
