@@ -24,6 +24,16 @@ def ancestry(parents: Sequence[int], node: int) -> list[int]:
     return path[::-1]
 
 
+def children_of(parents: Sequence[int]) -> dict[int, list[int]]:
+    """Children of each node of a parent-pointer tree, in order; key -1 is the root; every node
+    has an entry (a leaf's is empty)."""
+    out: dict[int, list[int]] = {-1: []}
+    for i, p in enumerate(parents):
+        out.setdefault(p, []).append(i)
+        out.setdefault(i, [])
+    return out
+
+
 def depths(parents: Sequence[int]) -> list[int]:
     """In a parent array in topological order (-1 = the root), each node's depth: 1 for the
     root's children."""
@@ -49,11 +59,7 @@ class FlatTree:
     @cached_property
     def children(self) -> dict[int, list[int]]:
         """Children of each node in order; key -1 is the root."""
-        out: dict[int, list[int]] = {-1: []}
-        for i, p in enumerate(self.parents):
-            out.setdefault(p, []).append(i)
-            out.setdefault(i, [])
-        return out
+        return children_of(self.parents)
 
     def path_to(self, node: int) -> list[int]:
         """Node ids from the root's child down to `node`."""

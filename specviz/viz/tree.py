@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from ..core.flat_tree import children_of
 from ..core.trace import StepRecord, Trace
 from .markup import plot_text
 from .palette import FIGURE_TEMPLATE, KIND_COLOURS, show_token, source_colour
@@ -61,11 +62,7 @@ class Drawn:
 
     @property
     def children(self) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {-1: []}
-        for d, p in enumerate(self.parents):
-            out.setdefault(p, []).append(d)
-            out.setdefault(d, [])
-        return out
+        return children_of(self.parents)
 
 
 def drawn_nodes(step: StepRecord) -> Drawn:
