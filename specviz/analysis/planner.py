@@ -51,6 +51,7 @@ import numpy as np
 from ..core.trace import Totals
 from ..errors import SpecvizError
 from ..models.cost_surface import CostSurface
+from .load_replay import RequestSteps, replay, requests_from_runs
 
 DRAFTING = ("draft.search", "draft.tree", "draft.update")   # as bench/metrics.py counts drafting
 STEP_EPSILON = 1e-12            # q_s below this: every request has finished
@@ -163,6 +164,9 @@ class LoadProfile:
     # the per-step draft sizes are the source's own (False: built from a mean, so whether the drafter
     # drafted chains is unknown, and its draft length is not cut)
     sizes_known: bool = True
+    # each request's own steps as it ran alone (a bench's runs, load_replay.py): the drafter as it ran
+    # is then predicted by replaying the bench's batches of them; () for other sources and cut lengths
+    requests: tuple[RequestSteps, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("draft_s", "overhead_s", "prefill_s"):
@@ -180,7 +184,7 @@ class LoadProfile:
 
     def at_length(self, k: int) -> "LoadProfile":
         """This chain drafter allowed at most k draft tokens (its measured figures do not apply)."""
-        return replace(self, steps=self.steps.cut(k), draft_length=k, measured=())
+        return replace(self, steps=self.steps.cut(k), draft_length=k, measured=(), requests=())
 
 
 def resolved(profile: LoadProfile, surface: CostSurface, scale: float) -> LoadProfile:
@@ -323,6 +327,9 @@ class Prediction:
     extrapolated: bool                 # the batch size lies beyond the surface's measured batch sizes
     measured_speedup: float | None = None
     measured_latency_speedup: float | None = None
+    # how the two batch speedups were predicted: "replay" (each request's own steps in the bench's
+    # batches, load_replay.py) or "renewal" (steps drawn from the pooled distribution, this module)
+    model: str = "renewal"
 
     def to_dict(self) -> dict[str, Any]:
         return {"drafter": self.drafter, "draft_length": self.draft_length, "batch_size": self.batch_size,
@@ -331,7 +338,7 @@ class Prediction:
                 "steady_state_speedup": self.steady_state_speedup, "tokens_per_step": self.tokens_per_step,
                 "mean_nodes": self.mean_nodes, "tokens_per_s": self.tokens_per_s,
                 "extrapolated": self.extrapolated, "measured_speedup": self.measured_speedup,
-                "measured_latency_speedup": self.measured_latency_speedup}
+                "measured_latency_speedup": self.measured_latency_speedup, "model": self.model}
 
 
 def context_scale(vanilla: LoadProfile, surface: CostSurface) -> float:
@@ -360,10 +367,16 @@ def predict(profile: LoadProfile, vanilla: LoadProfile, surface: CostSurface, ba
         steady = mine.tokens_per_step * base.step_s / (base.tokens_per_step * mine.step_s)
         tokens = b * profile.mean_request_tokens
         got = measured.get(b, (None, None))
-        out.append(Prediction(profile.label, profile.draft_length, b, base.makespan_s / mine.makespan_s,
-                              base.latency_s / mine.latency_s, steady, mine.tokens_per_step,
-                              profile.steps.mean_nodes, tokens / mine.makespan_s if mine.makespan_s > 0 else 0.0,
-                              not surface.in_range(b), got[0], got[1]))
+        speedup, latency, model = base.makespan_s / mine.makespan_s, base.latency_s / mine.latency_s, "renewal"
+        rate = tokens / mine.makespan_s if mine.makespan_s > 0 else 0.0
+        replayed = replay(profile.requests, vanilla.requests, surface, b, scale) \
+            if profile.requests and vanilla.requests else None
+        if replayed is not None:
+            speedup, latency, rate, model = (replayed.speedup, replayed.latency_speedup, replayed.tokens_per_s,
+                                             "replay")
+        out.append(Prediction(profile.label, profile.draft_length, b, speedup, latency, steady,
+                              mine.tokens_per_step, profile.steps.mean_nodes, rate,
+                              not surface.in_range(b), got[0], got[1], model))
     return out
 
 
@@ -501,11 +514,12 @@ def profile_from_row(row: Mapping[str, Any], baseline: str) -> tuple[LoadProfile
                        notes=(note,) if note else (), sizes_from_verify=infer, sizes_known=from_histogram), note
 
 
-def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None = None
-                       ) -> tuple[LoadProfile, list[LoadProfile], list[str]]:
+def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None = None,
+                       runs: Sequence[Mapping[str, Any]] = ()) -> tuple[LoadProfile, list[LoadProfile], list[str]]:
     """(vanilla, the drafters, notes) from a results.json's rows: each method's 'all' row at batch
     size 1 gives its profile; the rows at larger batch sizes give the
-    measured speedups the predictions are set beside. PlanError without a vanilla row."""
+    measured speedups the predictions are set beside. With the file's `runs`, each profile also
+    holds its requests' own steps (replayed, load_replay.py). PlanError without a vanilla row."""
     if baseline is None:
         from ..drafters import baseline as registered_baseline
         baseline = registered_baseline().name
@@ -516,6 +530,11 @@ def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None =
     if not base_rows:
         raise PlanError("results: no runs at batch size 1: the planner takes each request's costs and steps from "
                         "them (run `specviz bench --batch-sizes 1,...`)")
+    try:
+        per_request = requests_from_runs(runs) if runs else {}
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise PlanError(f"results: a run of its `runs` is malformed ({type(err).__name__}: {err}); give the "
+                        "results.json that `specviz bench` wrote") from None
     measured: dict[str, list[tuple[int, float, float | None]]] = {}
     for r in everything:
         measured.setdefault(str(r["method"]), []).append(
@@ -529,7 +548,8 @@ def profiles_from_rows(rows: Sequence[Mapping[str, Any]], baseline: str | None =
             notes.append(note)
         if profile is None:
             continue
-        profile = replace(profile, measured=tuple(sorted(measured.get(profile.label, ()))))
+        profile = replace(profile, measured=tuple(sorted(measured.get(profile.label, ()))),
+                          requests=per_request.get(profile.label, ()))
         if profile.label == baseline:
             vanilla = profile
         else:

@@ -251,6 +251,13 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
     of their types), so a file edited by hand is refused naming the place, never half-drawn. The
     meta's set-up fields are not required here: older results files lack some, and the report
     only shows them (`bench --resume`, which relies on them, requires them)."""
+    meta, rows, _runs = load_results_and_runs(path)
+    return meta, rows
+
+
+def load_results_and_runs(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(meta, rows, runs) of a results.json, checked as load_results checks; `runs` (one per request
+    and turn, what the planner replays) is [] where the file keeps none or not as a list of objects."""
     file = Path(path)
     try:
         data = read_json_file(file, f"results: {file.name}")
@@ -268,4 +275,7 @@ def load_results(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
         raise ResultsFormatError(f"results: {file.name} has malformed rows or meta ({err}); give the "
                                  "results.json that `python -m specviz bench` wrote") from None
     rows: list[dict[str, Any]] = data["rows"]
-    return meta, rows
+    runs = data.get("runs")
+    if not (isinstance(runs, list) and all(isinstance(r, dict) for r in runs)):
+        runs = []
+    return meta, rows, runs

@@ -152,7 +152,7 @@ def read_sources(args: argparse.Namespace) -> tuple[Any, list[Any], list[str]]:
     """(vanilla, drafter profiles, notes) from the results / traces / stats given."""
     from ..analysis.planner import LoadProfile, PlanError, profiles_from_rows, profiles_from_traces, vanilla_like
     from ..analysis.server_stats import StatsFormatError, read_stats
-    from ..bench import load_results
+    from ..bench import load_results_and_runs
     from ..bench.report import ResultsFormatError
     from ..core.trace import Trace
     from ..files.user_files import FileCheckError, read_text_file, loads_json
@@ -168,8 +168,8 @@ def read_sources(args: argparse.Namespace) -> tuple[Any, list[Any], list[str]]:
             if isinstance(data, dict) and data.get("kind") == "specviz cost surface":
                 raise UsageError(f"plan: {Path(source).name} is a cost surface: give it with --surface")
             if isinstance(data, dict) and "rows" in data and "meta" in data:
-                _meta, rows = load_results(source)
-                base, mine, more = profiles_from_rows(rows)
+                _meta, rows, runs = load_results_and_runs(source)
+                base, mine, more = profiles_from_rows(rows, runs=runs)
                 vanilla = vanilla or base
                 drafters += mine
                 notes += more

@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from ..analysis.planner import PlanError, context_scale, plan, profiles_from_rows
-from ..bench import load_results
+from ..bench import load_results_and_runs
 from ..files.resources import data_path
 from ..models.cost_surface import MAX_BATCH, CostSurface, SurfaceError, load_surface, parse_grid
 from ..viz.load import drafter_markdown, length_figure, load_figure
@@ -111,8 +111,8 @@ def render_load(shipped: str | None, upload: Any, surface_upload: Any, sizes_tex
         try:
             sizes = parse_grid(sizes_text or DEFAULT_SIZES, "batch sizes", MAX_BATCH)
             surface = _surface(surface_upload)
-            _meta, rows = load_results(_results_file(shipped, upload))
-            vanilla, drafters, notes = profiles_from_rows(rows)
+            _meta, rows, runs = load_results_and_runs(_results_file(shipped, upload))
+            vanilla, drafters, notes = profiles_from_rows(rows, runs=runs)
             every = sorted(set(range(1, max(sizes) + 1)) | set(sizes))
             predictions = plan(drafters, vanilla, surface, every)
         except (SurfaceError, PlanError) as err:

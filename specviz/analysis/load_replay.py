@@ -1,0 +1,164 @@
+"""The bench's batches replayed from its solo runs: each request's own measured steps, decoded
+together as engine/batch.py decodes them, each batched forward priced by the cost surface.
+
+    requests = requests_from_runs(results["runs"])           # per method: its batch-size-1 requests
+    replay(requests["prompt_lookup"], requests["vanilla"], surface, batch=4, scale=scale)
+
+planner.py's renewal model draws every request's steps from one pooled distribution. A replay keeps
+each request's own steps in their order, which is what decides a batch's padding: a request that
+drafts a 10-token chain at every step pads its batch to 11 rows at every step, while the pooled
+model spreads those chains over every request. Decoding is lossless, so a request's tokens, and the
+steps of a drafter that drafts from its own request (every registered drafter: each request of a
+batch has its own instance), are the same in a batch as alone; what the replay takes from outside
+the runs is only the forward's cost (the surface) and the host work per step (each request's own,
+measured alone).
+
+The batches are formed as the bench forms them (bench/batched.py): B questions in the order they were
+asked, a remainder of fewer than B left out; a batch size above the questions measured fills one
+batch by asking them again in order. Each turn of a batch is decoded together:
+
+    wall   = the B prefills, one after another + sum over steps s of
+             [ scale(b_s) * F(b_s, R_s) + sum over the b_s running requests of host_i ]
+    R_s    = max over the running requests of (draft nodes at their step s) + 1      (padded to the longest tree)
+
+where host_i is request i's seconds per step outside the verify forward (drafting, accepting,
+committing, recording) and `scale(b)` puts the surface onto the runs (planner.context_scale; per
+batch size where vanilla was measured there, `anchors`). The speedup is the bench's (bench/metrics.py):
+the mean over batches of tokens / wall, against vanilla's batches of the same questions; the latency
+speedup, vanilla's mean request latency (batch start to its last step) over the method's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..models.cost_surface import CostSurface
+
+Key = tuple[int, int, int]          # (question id, turn, repeat)
+
+
+@dataclass(frozen=True)
+class RequestSteps:
+    """One request (a turn of a question, one repeat) as it ran alone."""
+    question_id: int
+    turn: int
+    repeat: int
+    nodes: tuple[int, ...]           # draft tree nodes at each step (0: nothing drafted)
+    new_tokens: int
+    prefill_s: float                 # its prefill, alone
+    host_s: float                    # seconds per step outside the verify forward
+
+    @property
+    def key(self) -> Key:
+        return (self.question_id, self.turn, self.repeat)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    batch_size: int
+    speedup: float                   # mean batch throughput, the method's over vanilla's
+    latency_speedup: float           # mean request latency, vanilla's over the method's
+    tokens_per_s: float              # the method's mean batch throughput
+    batches: int                     # batches replayed (per repeat)
+
+
+def requests_from_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[RequestSteps, ...]]:
+    """Each method's requests at batch size 1, in the order they were asked, from a results.json's
+    `runs`; a method whose runs kept no per-step tree sizes (or a peer, which keeps no steps) is
+    left out."""
+    out: dict[str, list[RequestSteps]] = {}
+    broken: set[str] = set()
+    for run in runs:
+        if int(run.get("batch_size", 1) or 1) != 1:
+            continue
+        method = str(run["method"])
+        sizes = run.get("tree_sizes") or ()
+        steps = run.get("steps")
+        phases = run.get("phase_seconds") or {}
+        if not steps or len(sizes) != steps:
+            if steps:                                   # stepped, but its sizes were not kept
+                broken.add(method)
+            continue
+        prefill = float(phases.get("prefill", 0.0))
+        forward = float(phases.get("verify.forward", 0.0))
+        host = max(0.0, float(run["seconds"]) - prefill - forward) / steps
+        out.setdefault(method, []).append(RequestSteps(int(run["question_id"]), int(run.get("turn", 0)),
+                                                       int(run.get("repeat", 0)), tuple(int(n) for n in sizes),
+                                                       int(run["new_tokens"]), prefill, host))
+    return {m: tuple(rs) for m, rs in out.items() if m not in broken}
+
+
+def _batches(base: Sequence[RequestSteps], batch: int) -> list[list[list[Key]]]:
+    """The bench's batches, each a list of turns, each turn the keys decoded together."""
+    out: list[list[list[Key]]] = []
+    for repeat in sorted({r.repeat for r in base}):
+        questions: list[int] = []
+        turns: dict[int, list[int]] = {}
+        for r in base:
+            if r.repeat != repeat:
+                continue
+            if r.question_id not in turns:
+                questions.append(r.question_id)
+                turns[r.question_id] = []
+            turns[r.question_id].append(r.turn)
+        if batch > len(questions):                      # one batch, the questions asked again in order
+            groups = [[questions[i % len(questions)] for i in range(batch)]]
+        else:
+            groups = [questions[i:i + batch] for i in range(0, len(questions) - batch + 1, batch)]
+        for group in groups:
+            deepest = max(len(turns[q]) for q in group)
+            out.append([[(q, t, repeat) for q in group if t < len(turns[q])] for t in range(deepest)])
+    return out
+
+
+def batch_seconds(group: Sequence[RequestSteps], surface: CostSurface, scale: float,
+                  anchors: Mapping[int, float] | None = None) -> tuple[float, list[float]]:
+    """(the wall seconds of one turn of a batch, each request's latency within it): prefills one
+    after another, then one priced forward a step over the requests still running."""
+    clock = sum(r.prefill_s for r in group)
+    finish = [clock] * len(group)
+    for s in range(max((len(r.nodes) for r in group), default=0)):
+        active = [i for i, r in enumerate(group) if s < len(r.nodes)]
+        b = len(active)
+        rows = max(group[i].nodes[s] for i in active) + 1
+        factor = (anchors or {}).get(b, scale)
+        clock += factor * surface.at(b, rows) + sum(group[i].host_s for i in active)
+        for i in active:
+            finish[i] = clock
+    return clock, finish
+
+
+def _throughput_and_latency(requests: Mapping[Key, RequestSteps], batches: Sequence[Sequence[Sequence[Key]]],
+                            surface: CostSurface, scale: float, anchors: Mapping[int, float] | None
+                            ) -> tuple[list[float], list[float]]:
+    rates, latencies = [], []
+    for turns in batches:
+        wall, tokens = 0.0, 0
+        for keys in turns:
+            group = [requests[k] for k in keys]
+            seconds, finish = batch_seconds(group, surface, scale, anchors)
+            wall += seconds
+            tokens += sum(r.new_tokens for r in group)
+            latencies += finish
+        rates.append(tokens / wall if wall > 0 else 0.0)
+    return rates, latencies
+
+
+def replay(mine: Sequence[RequestSteps], base: Sequence[RequestSteps], surface: CostSurface, batch: int,
+           scale: float, anchors: Mapping[int, float] | None = None) -> ReplayResult | None:
+    """The method's requests (`mine`) and vanilla's (`base`) replayed in the bench's batches of
+    `batch`; None when they share no request."""
+    if batch < 1:
+        raise ValueError(f"batch size {batch} must be >= 1")
+    have = {r.key: r for r in mine}
+    shared = [r for r in base if r.key in have]
+    if not shared:
+        return None
+    batches = _batches(shared, batch)
+    if not batches:
+        return None
+    own, own_lat = _throughput_and_latency(have, batches, surface, scale, anchors)
+    ref, ref_lat = _throughput_and_latency({r.key: r for r in shared}, batches, surface, scale, anchors)
+    speed = (sum(own) / len(own)) / (sum(ref) / len(ref)) if sum(ref) > 0 else 0.0
+    latency = (sum(ref_lat) / len(ref_lat)) / (sum(own_lat) / len(own_lat)) if sum(own_lat) > 0 else 0.0
+    return ReplayResult(batch, speed, latency, sum(own) / len(own), len(batches))
