@@ -1,6 +1,12 @@
 """Speculative decoding under load, predicted: the speedup of each drafter and draft length at each
 batch size, from what one request's run measured and what a batched forward costs.
 
+Two models. Where the source keeps each request's own steps (a bench's results.json: its runs), the
+drafter as it ran is predicted by replaying the bench's batches of them (load_replay.py): which
+request drafts at which step decides a batch's padding, and a pooled distribution cannot say.
+Everywhere else (a cut draft length, traces, a server's statistics, the full-batch figure that sizes
+the settings) the renewal model below; each Prediction says which (`model`).
+
     vanilla, methods = profiles_from_rows(rows)          # a bench's results.json (or traces, server stats)
     plan = predict(methods[0], vanilla, surface, (1, 2, 4, 8, 16))
     crossover(plan)                                      # the first batch size where speculation loses
