@@ -24,6 +24,7 @@ KEY = curve_key("abc123", torch.device("cpu"), torch.float32, True, "sdpa")
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(cost_cache.STORE_ENV, str(tmp_path / "curves"))
+    monkeypatch.setattr(cost_cache, "machine_load", lambda device: None)    # the tests' own load: not asked
     return tmp_path / "curves"
 
 
@@ -49,6 +50,26 @@ def test_a_fresh_curve_is_read_back_with_its_age(store: Path) -> None:
     assert described["source"] == "disk" and described["age_s"] == 3600 and described["key"].startswith("abc123/cpu:")
     assert described["measured_at"] == "1970-01-01T00:16:40+00:00"
     assert len(list(store.glob("*.json"))) == 1
+
+
+def test_a_curve_timed_on_a_busy_cpu_is_trusted_for_an_hour_only(store: Path) -> None:
+    timer = Timer()
+    kept_curve(KEY, timer, now=lambda: 0.0, load=lambda: 3.5)              # 3.5 runnable threads a core
+    assert json.loads(next(store.glob("*.json")).read_text())["load"] == 3.5
+    assert kept_curve(KEY, timer, now=lambda: 3600.0, load=lambda: 0.2).stamp.source == "disk"
+    assert timer.calls == 1
+    again = kept_curve(KEY, timer, now=lambda: 3601.0, load=lambda: 0.2)  # an hour and a second: timed again
+    assert timer.calls == 2 and again.stamp.source == "timed"
+    # the quiet timing is kept for the week
+    assert kept_curve(KEY, timer, now=lambda: 3601.0 + MAX_AGE_S - 1, load=lambda: 0.2).stamp.source == "disk"
+    assert timer.calls == 2
+    assert cost_cache.BUSY_LOAD < 3.5 and cost_cache.BUSY_MAX_AGE_S == 3600
+
+
+def test_machine_load_is_a_cpus_only() -> None:
+    assert cost_cache.machine_load("cuda") is None
+    load = cost_cache.machine_load("cpu")
+    assert load is None or load >= 0
 
 
 def test_a_stale_curve_another_key_a_damaged_file_and_retime_are_timed_again(store: Path) -> None:

@@ -19,6 +19,11 @@ when it was timed (a curve timed beside a busy neighbour is too flat or too stee
 driver update, a thermal change. The engine's running scale (cost.VerifyCost.observe) corrects a
 uniform slowdown within every generation, but not a wrong shape; a week bounds how long a curve
 timed at a bad moment is trusted, and `--retime` is there when a user knows the moment was bad.
+On a CPU the store also sees the load: the one-minute load average per core when the timing began
+is kept with the curve (`load`), and a curve timed above BUSY_LOAD (more runnable threads than
+cores: other work was competing) is trusted for BUSY_MAX_AGE_S only, an hour, then timed again.
+(A curve timed on this project's 2-core CPU beside a test run read 1.06 s for one row and 3.9 s
+for three, against 73 and 69 ms quiet, and padded 11-row trees to 20 rows for a week.)
 
 Several processes may ask at once (a Space's workers, parallel tests): the timing of a key is
 done under an exclusive lock file (fcntl.flock) beside it, so a second process waits and then
@@ -45,6 +50,8 @@ from ..files.user_files import FileCheckError, loads_json, write_text_atomic
 from .cost import CALIBRATION_CACHE_TOKENS, GRID, CurveStamp, VerifyCost
 
 MAX_AGE_S = 7 * 24 * 3600          # a week (see the module's doc)
+BUSY_LOAD = 1.0                    # load average per core above which a CPU timing was competing
+BUSY_MAX_AGE_S = 3600              # how long a curve timed on a busy CPU is trusted
 STORE_ENV = "SPECVIZ_COST_CURVES"  # a folder, or "off" (no store: timed once per process)
 FORMAT = 1
 
@@ -66,6 +73,17 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def machine_load(device_type: str) -> float | None:
+    """The one-minute load average per core on a CPU (what competes with a CPU timing); None on
+    other devices, where the host's load does not slow the forward alike, or where it is unknown."""
+    if device_type != "cpu":
+        return None
+    try:
+        return os.getloadavg()[0] / max(1, os.cpu_count() or 1)
+    except (OSError, AttributeError):
+        return None
 
 
 def processor_name(device: torch.device) -> str:
@@ -97,6 +115,12 @@ def _file(folder: Path, key: dict[str, Any]) -> Path:
 def read(path: Path, key: dict[str, Any]) -> VerifyCost | None:
     """The curve kept at `path` for exactly `key`, stamped "disk"; None if there is none, it is
     unreadable, malformed or another key's."""
+    kept = _read(path, key)
+    return kept[0] if kept else None
+
+
+def _read(path: Path, key: dict[str, Any]) -> tuple[VerifyCost, float | None] | None:
+    """(the curve, the load per core it was timed under, None where not kept) at `path` for `key`."""
     try:
         data = loads_json(path.read_text(encoding="utf-8"), "cost curve")
     except (OSError, UnicodeDecodeError, FileCheckError):
@@ -107,17 +131,19 @@ def read(path: Path, key: dict[str, Any]) -> VerifyCost | None:
         sizes = tuple(int(s) for s in data["sizes"])
         seconds = tuple(float(s) for s in data["seconds"])
         measured_at = float(data["measured_at"])
+        load = None if data.get("load") is None else float(data["load"])
     except (KeyError, TypeError, ValueError):
         return None
     if not sizes or len(sizes) != len(seconds) or list(sizes) != sorted(set(sizes)) or min(seconds) <= 0:
         return None
-    return VerifyCost(sizes, seconds, stamp=CurveStamp(key_text(key), measured_at, "disk"))
+    return VerifyCost(sizes, seconds, stamp=CurveStamp(key_text(key), measured_at, "disk")), load
 
 
-def write(path: Path, key: dict[str, Any], curve: VerifyCost, measured_at: float) -> None:
-    """The curve, whole or not at all (FileCheckError when it cannot be written)."""
+def write(path: Path, key: dict[str, Any], curve: VerifyCost, measured_at: float, load: float | None = None) -> None:
+    """The curve, whole or not at all (FileCheckError when it cannot be written); `load`: the load
+    per core it was timed under (machine_load)."""
     data = {"format": FORMAT, "key": key, "measured_at": measured_at, "sizes": list(curve.sizes),
-            "seconds": list(curve.seconds)}
+            "seconds": list(curve.seconds), "load": load}
     write_text_atomic(path, json.dumps(data, indent=1), "cost curve")
 
 
@@ -138,24 +164,30 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def kept_curve(key: dict[str, Any], time_it: Callable[[], VerifyCost], retime: bool = False,
-               max_age_s: float = MAX_AGE_S, now: Callable[[], float] = time.time) -> VerifyCost:
+               max_age_s: float = MAX_AGE_S, now: Callable[[], float] = time.time,
+               load: Callable[[], float | None] | None = None) -> VerifyCost:
     """The curve for `key`: a fresh one from the store, else `time_it()` (stamped "timed") written
     to the store for the next process. `retime`: time it now whatever the store holds (a curve
-    another process timed after this call began is as new, and is taken)."""
+    another process timed after this call began is as new, and is taken). `load`: the machine's
+    load per core now (default machine_load of the key's device); a curve timed above BUSY_LOAD
+    is fresh for BUSY_MAX_AGE_S only."""
     folder = store_dir()
     if folder is None:
         return _timed(key, time_it, now)
     path = _file(folder, key)
     asked_at = now()
+    load_now = load if load is not None else (lambda: machine_load(str(key.get("device", ""))))
 
-    def usable(kept: VerifyCost | None) -> VerifyCost | None:
-        if kept is None or kept.stamp is None:
+    def usable(found: tuple[VerifyCost, float | None] | None) -> VerifyCost | None:
+        if found is None or found[0].stamp is None:
             return None
+        kept, busy = found[0], found[1] is not None and found[1] > BUSY_LOAD
+        assert kept.stamp is not None
         if retime:
             return kept if kept.stamp.measured_at >= asked_at else None
-        return kept if kept.stamp.age(now()) <= max_age_s else None
+        return kept if kept.stamp.age(now()) <= (min(max_age_s, BUSY_MAX_AGE_S) if busy else max_age_s) else None
 
-    if (kept := usable(read(path, key))) is not None:
+    if (kept := usable(_read(path, key))) is not None:
         return kept
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -165,12 +197,13 @@ def kept_curve(key: dict[str, Any], time_it: Callable[[], VerifyCost], retime: b
         return _timed(key, time_it, now)
     try:
         # another process may have timed it while this one waited for the lock
-        if (kept := usable(read(path, key))) is not None:
+        if (kept := usable(_read(path, key))) is not None:
             return kept
+        busy = load_now()
         curve = _timed(key, time_it, now)
         assert curve.stamp is not None
         try:
-            write(path, key, curve, curve.stamp.measured_at)
+            write(path, key, curve, curve.stamp.measured_at, busy)
         except FileCheckError:
             pass                               # a full disk: this process keeps its timing
         return curve
