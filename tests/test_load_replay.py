@@ -151,3 +151,14 @@ def test_malformed_runs_are_refused_in_one_line(tmp_path):
     proc = run_cli_here("plan", str(results), "--surface", str(surf))
     assert proc.returncode != 0
     assert "malformed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_alone_a_request_pads_as_the_solo_engine_and_in_a_batch_to_the_longest_tree_only():
+    """This project's CPU: one row dearer than two. The solo engine (batch size 1) pads a one-row
+    step to two, as cost.py's curve says; engine/batch.py pads to the longest tree only."""
+    s = CostSurface((1, 2), (1, 2, 4), ((0.060, 0.045, 0.070), (0.050, 0.080, 0.120)), 800)
+    plain = request(1, [0, 0], host=0.0, prefill=0.0)
+    alone, _ = batch_seconds([plain], s, 1.0)
+    assert alone == pytest.approx(2 * 0.045)                     # padded to two rows
+    together, _ = batch_seconds([plain, request(2, [0, 0], host=0.0, prefill=0.0)], s, 1.0)
+    assert together == pytest.approx(2 * 0.050)                 # two requests of one row each

@@ -19,7 +19,8 @@ batch by asking them again in order. Each turn of a batch is decoded together:
 
     wall   = the B prefills, one after another + sum over steps s of
              [ scale(b_s) * F(b_s, R_s) + sum over the b_s running requests of host_i ]
-    R_s    = max over the running requests of (draft nodes at their step s) + 1      (padded to the longest tree)
+    R_s    = max over the running requests of (draft nodes at their step s) + 1      (padded to the longest tree;
+             alone, the solo engine pads further, to the cheapest row count: surface.forward)
 
 where host_i is request i's seconds per step outside the verify forward (drafting, accepting,
 committing, recording) and `scale(b)` puts the surface onto the runs (planner.context_scale; per
@@ -114,7 +115,11 @@ def _batches(base: Sequence[RequestSteps], batch: int) -> list[list[list[Key]]]:
 def batch_seconds(group: Sequence[RequestSteps], surface: CostSurface, scale: float,
                   anchors: Mapping[int, float] | None = None) -> tuple[float, list[float]]:
     """(the wall seconds of one turn of a batch, each request's latency within it): prefills one
-    after another, then one priced forward a step over the requests still running."""
+    after another, then one priced forward a step over the requests still running. A batch of one
+    is the bench's batch size 1, the solo engine, which pads a step to the cheapest row count
+    (surface.forward, as engine/loop.py pads by cost.py's curve); a larger batch is engine/batch.py,
+    which pads to the longest tree only (surface.at), to its end."""
+    solo = len(group) == 1
     clock = sum(r.prefill_s for r in group)
     finish = [clock] * len(group)
     for s in range(max((len(r.nodes) for r in group), default=0)):
@@ -122,7 +127,8 @@ def batch_seconds(group: Sequence[RequestSteps], surface: CostSurface, scale: fl
         b = len(active)
         rows = max(group[i].nodes[s] for i in active) + 1
         factor = (anchors or {}).get(b, scale)
-        clock += factor * surface.at(b, rows) + sum(group[i].host_s for i in active)
+        price = surface.forward(1, rows) if solo else surface.at(b, rows)
+        clock += factor * price + sum(group[i].host_s for i in active)
         for i in active:
             finish[i] = clock
     return clock, finish

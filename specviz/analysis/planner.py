@@ -347,22 +347,21 @@ class Prediction:
                 "measured_latency_speedup": self.measured_latency_speedup, "model": self.model}
 
 
-def context_scale(vanilla: LoadProfile, surface: CostSurface, padded: bool = True) -> float:
+def context_scale(vanilla: LoadProfile, surface: CostSurface) -> float:
     """The run's forward over the surface's (its cache length against the surface's): vanilla's
-    measured forward per step over the surface's price of one row at batch size 1 (`padded`: as the
-    renewal model prices it, surface.forward, padded to the cheapest row count; else as the replay
-    prices it, surface.at, the batched verifier padding to the longest tree only), so that either
-    gives vanilla's own step back; 1 when vanilla's forward was not measured."""
+    measured forward per step over the surface's price of its step alone, surface.forward(1, 1)
+    (padded to the cheapest row count, as the solo engine pads it: on this project's CPU one row
+    is dearer than two), so that both models give vanilla's own step back at batch size 1; 1 when
+    vanilla's forward was not measured."""
     if vanilla.verify_s is None or vanilla.verify_s <= 0:
         return 1.0
-    return vanilla.verify_s / (surface.forward(1, 1) if padded else surface.at(1, 1))
+    return vanilla.verify_s / surface.forward(1, 1)
 
 
 def predict(profile: LoadProfile, vanilla: LoadProfile, surface: CostSurface, batch_sizes: Sequence[int],
             scale: float | None = None) -> list[Prediction]:
     """`profile` at each batch size, against `vanilla` at the same batch size."""
     scale = context_scale(vanilla, surface) if scale is None else scale
-    replay_scale = context_scale(vanilla, surface, padded=False)
     measured = {b: (s, lat) for b, s, lat in profile.measured}
     if any(b < 1 for b in batch_sizes):
         raise PlanError(f"batch sizes {list(batch_sizes)}: each must be >= 1")
@@ -379,7 +378,7 @@ def predict(profile: LoadProfile, vanilla: LoadProfile, surface: CostSurface, ba
         got = measured.get(b, (None, None))
         speedup, latency, model = base.makespan_s / mine.makespan_s, base.latency_s / mine.latency_s, "renewal"
         rate = tokens / mine.makespan_s if mine.makespan_s > 0 else 0.0
-        replayed = replay(profile.requests, vanilla.requests, surface, b, replay_scale) \
+        replayed = replay(profile.requests, vanilla.requests, surface, b, scale) \
             if profile.requests and vanilla.requests else None
         if replayed is not None:
             speedup, latency, rate, model = (replayed.speedup, replayed.latency_speedup, replayed.tokens_per_s,

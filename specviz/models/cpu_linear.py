@@ -7,6 +7,12 @@ is not: for the embedded model's LM head (49,152 x 576) 4 rows take 41 ms agains
 trees cheaper. Rows above `max_rows` (a prefill) keep `F.linear`. Results agree with
 `F.linear` to fp32 rounding; greedy outputs stay exact because vanilla and every drafter run
 through the same layers.
+
+With it, one row is the slow case: a one-column product runs on one thread, so on this project's
+2-core CPU the embedded model's whole forward at 800 cached tokens takes about 72 ms for one row
+and 50 ms for two (benchmarks/README.md, "Under load"). Nothing here works around it: cost.py's
+curve times both, and the verifier pads a step to the cheapest row count, vanilla's one-row steps
+to two included (pad rows are dropped, the tokens unchanged).
 """
 from __future__ import annotations
 
