@@ -110,25 +110,36 @@ CALIBRATION_CACHE_TOKENS = 800
 
 
 @torch.no_grad()
-def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, sizes: tuple[int, ...] = GRID,
-              repeats: int = 2) -> VerifyCost:
-    """Time forwards of each row count over a cache of `past_len` random tokens (min of repeats;
-    shortened where the model's context cannot hold it and the largest row count)."""
+def random_cache(model: torch.nn.Module, past_len: int, largest_rows: int, gen: torch.Generator
+                 ) -> tuple[Any, int, torch.device]:
+    """(a one-request cache of random tokens, its length, the input device) for timing forwards over:
+    `past_len` tokens, shortened where the model's context cannot hold them and `largest_rows` more
+    (calibrate here, cost_surface.measure for batches)."""
     from .kvcache import crop_to, new_cache  # local: keep module import light
     from .placement import input_device
     device = input_device(model)           # the embedding's device (a device-mapped model too)
-    vocab = model.config.vocab_size
     context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
     if context:
-        past_len = max(1, min(past_len, context - max(sizes)))
-    gen = torch.Generator().manual_seed(0)
+        past_len = max(1, min(past_len, context - largest_rows))
     cache = new_cache(model.config)
-    prefill = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)    # (1, past_len)
+    prefill = torch.randint(0, model.config.vocab_size, (1, past_len), generator=gen).to(device)   # [1, past_len]
     try:                      # the cache is what is needed: the last position's logits only
         model(input_ids=prefill, past_key_values=cache, use_cache=True, logits_to_keep=1)
     except TypeError:         # a model whose forward takes no logits_to_keep
         crop_to(cache, 0)
         model(input_ids=prefill, past_key_values=cache, use_cache=True)
+    return cache, past_len, device
+
+
+@torch.no_grad()
+def calibrate(model: torch.nn.Module, past_len: int = CALIBRATION_CACHE_TOKENS, sizes: tuple[int, ...] = GRID,
+              repeats: int = 2) -> VerifyCost:
+    """Time forwards of each row count over a cache of `past_len` random tokens (min of repeats;
+    shortened where the model's context cannot hold it and the largest row count)."""
+    from .kvcache import crop_to  # local: keep module import light
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    cache, past_len, device = random_cache(model, past_len, max(sizes), gen)
     best = {m: float("inf") for m in sizes}
     # a progress bar (stderr on a terminal; the explorer shows it as its progress bar)
     from tqdm.auto import tqdm

@@ -338,29 +338,19 @@ def measure(model: Any, batch_sizes: Sequence[int] = BATCH_GRID, rows: Sequence[
     the largest row count): a warm-up round over the whole grid, then `repeats` rounds over it, the
     fastest of each cell kept (as cost.calibrate), the caches of every batch size held at once. `on_forward` is called after each forward (a
     progress bar)."""
-    from .kvcache import crop_to, new_cache
-    from .placement import input_device
+    from .cost import random_cache
+    from .kvcache import crop_to
 
     batch_sizes, rows = tuple(batch_sizes), tuple(rows)
     for values, name in ((batch_sizes, "batch sizes"), (rows, "row counts")):
         problem = _grid_problem(values, name)
         if problem:
             raise SurfaceError(f"cost surface: {problem}")
-    device = input_device(model)
     config = model.config
     vocab = int(config.vocab_size)
-    context = int(getattr(config, "max_position_embeddings", 0) or 0)
-    if context:
-        past_len = max(1, min(past_len, context - max(rows)))
     dtype = next(model.parameters()).dtype
     gen = torch.Generator().manual_seed(0)
-    one = new_cache(config)
-    prefill = torch.randint(0, vocab, (1, past_len), generator=gen).to(device)           # [1, past_len]
-    try:
-        model(input_ids=prefill, past_key_values=one, use_cache=True, logits_to_keep=1)
-    except TypeError:                  # a model whose forward takes no logits_to_keep
-        crop_to(one, 0)
-        model(input_ids=prefill, past_key_values=one, use_cache=True)
+    one, past_len, device = random_cache(model, past_len, max(rows), gen)
     caches = {b: _batched(one, config, b) for b in batch_sizes}     # every batch's cache at once: ...
     inputs = {}
     for b in batch_sizes:
