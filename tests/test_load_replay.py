@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_cli_here
 from specviz.analysis.load_replay import RequestSteps, batch_seconds, replay, requests_from_runs
-from specviz.analysis.planner import PLAIN, LoadProfile, StepDistribution, plan, profiles_from_rows
+from specviz.analysis.planner import PLAIN, LoadProfile, PlanError, StepDistribution, plan, profiles_from_rows
 from specviz.models.cost_surface import CostSurface, save_surface
 
 BATCHES = (1, 2, 4, 8)
@@ -41,13 +41,13 @@ def test_one_batch_by_hand():
     assert alone == pytest.approx(0.5 + s.at(1, 4) + s.at(1, 1) + s.at(1, 4) + 3 * 0.002)
 
 
-def test_batches_are_the_benchs_and_a_size_beyond_the_questions_asks_them_again():
+def test_batches_are_the_benchs_and_a_size_beyond_the_questions_is_not_replayed():
     s = surface()
     base = [request(q, [0] * 4) for q in (5, 3, 9)]
     mine = [request(q, [1] * 2, tokens=4) for q in (5, 3, 9)]
     assert replay(mine, base, s, 2, 1.0).batches == 1           # (5, 3); 9 left out, as the bench leaves it
     assert replay(mine, base, s, 3, 1.0).batches == 1
-    assert replay(mine, base, s, 8, 1.0).batches == 1           # 5, 3, 9, 5, 3, 9, 5, 3
+    assert replay(mine, base, s, 8, 1.0) is None                # no whole batch: the renewal model's
     # with one batch of two, the ratio is exactly the two walls' (same tokens)
     got = replay(mine, base, s, 2, 1.0)
     van, _ = batch_seconds(base[:2], s, 1.0)
@@ -162,3 +162,33 @@ def test_alone_a_request_pads_as_the_solo_engine_and_in_a_batch_to_the_longest_t
     assert alone == pytest.approx(2 * 0.045)                     # padded to two rows
     together, _ = batch_seconds([plain, request(2, [0, 0], host=0.0, prefill=0.0)], s, 1.0)
     assert together == pytest.approx(2 * 0.050)                 # two requests of one row each
+
+
+def test_the_grouping_is_the_benchs_own():
+    """load_replay forms batches by the rule bench/batched.batches_of uses (analysis cannot import
+    the bench): the same questions in the same batches, the same remainder left out."""
+    from specviz.analysis.load_replay import _batches
+    from specviz.bench.batched import batches_of
+    from specviz.bench.questions import Question
+
+    ids = [321, 241, 322, 242, 323, 243, 324]
+    questions = [Question(q, "qa", ("hi",)) for q in ids]
+    for size in (1, 2, 3, 4, 7):
+        groups, _left = batches_of(questions, size)
+        replayed = _batches([request(q, [0]) for q in ids], size)
+        assert [[k[0] for k in turns[0]] for turns in replayed] == [[q.question_id for q in g] for g in groups]
+
+
+@pytest.mark.parametrize("field,value", [("tree_sizes", [2, -1]), ("seconds", float("nan")), ("new_tokens", 2.5),
+                                         ("question_id", "7"), ("steps", True)])
+def test_runs_with_impossible_values_are_refused_naming_them(field, value):
+    run = {"question_id": 1, "turn": 0, "repeat": 0, "method": "ngram", "batch_size": 1, "steps": 2,
+           "tree_sizes": [2, 1], "new_tokens": 3, "seconds": 1.0, "phase_seconds": {}}
+    run[field] = value
+    with pytest.raises((ValueError, TypeError)) as err:
+        requests_from_runs([run])
+    if field != "steps":
+        assert field in str(err.value)
+    with pytest.raises(PlanError, match="malformed"):
+        profiles_from_rows([{"category": "all", "method": "vanilla", "batch_size": 1, "speedup": 1.0,
+                             "new_tokens": 3, "seconds": 1.0, "mean_accepted": 1.0}], runs=[run])

@@ -14,8 +14,9 @@ the runs is only the forward's cost (the surface) and the host work per step (ea
 measured alone).
 
 The batches are formed as the bench forms them (bench/batched.py): B questions in the order they were
-asked, a remainder of fewer than B left out; a batch size above the questions measured fills one
-batch by asking them again in order. Each turn of a batch is decoded together:
+asked, a remainder of fewer than B left out. A batch size above the questions measured is not
+replayed (the bench refuses it too; the planner's renewal model predicts it). Each turn of a batch
+is decoded together:
 
     wall   = the B prefills, one after another + sum over steps s of
              [ scale(b_s) * F(b_s, R_s) + sum over the b_s running requests of host_i ]
@@ -30,6 +31,7 @@ speedup, vanilla's mean request latency (batch start to its last step) over the 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -69,24 +71,42 @@ def requests_from_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Req
     left out."""
     out: dict[str, list[RequestSteps]] = {}
     broken: set[str] = set()
-    for run in runs:
-        if int(run.get("batch_size", 1) or 1) != 1:
+    for i, run in enumerate(runs):
+        if _count(run.get("batch_size", 1) or 1, f"runs[{i}].batch_size") != 1:
             continue
         method = str(run["method"])
         sizes = run.get("tree_sizes") or ()
         steps = run.get("steps")
+        if steps is not None:
+            steps = _count(steps, f"runs[{i}].steps")
         phases = run.get("phase_seconds") or {}
         if not steps or len(sizes) != steps:
             if steps:                                   # stepped, but its sizes were not kept
                 broken.add(method)
             continue
-        prefill = float(phases.get("prefill", 0.0))
-        forward = float(phases.get("verify.forward", 0.0))
-        host = max(0.0, float(run["seconds"]) - prefill - forward) / steps
-        out.setdefault(method, []).append(RequestSteps(int(run["question_id"]), int(run.get("turn", 0)),
-                                                       int(run.get("repeat", 0)), tuple(int(n) for n in sizes),
-                                                       int(run["new_tokens"]), prefill, host))
+        prefill = _seconds(phases.get("prefill", 0.0), f"runs[{i}].phase_seconds.prefill")
+        forward = _seconds(phases.get("verify.forward", 0.0), f"runs[{i}].phase_seconds['verify.forward']")
+        host = max(0.0, _seconds(run["seconds"], f"runs[{i}].seconds") - prefill - forward) / steps
+        nodes = tuple(_count(n, f"runs[{i}].tree_sizes") for n in sizes)
+        out.setdefault(method, []).append(RequestSteps(_count(run["question_id"], f"runs[{i}].question_id"),
+                                                       _count(run.get("turn", 0), f"runs[{i}].turn"),
+                                                       _count(run.get("repeat", 0), f"runs[{i}].repeat"), nodes,
+                                                       _count(run["new_tokens"], f"runs[{i}].new_tokens"), prefill, host))
     return {m: tuple(rs) for m, rs in out.items() if m not in broken}
+
+
+def _count(value: Any, where: str) -> int:
+    """A whole number >= 0 (ValueError naming `where` otherwise: a hand-edited or foreign file)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where} must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _seconds(value: Any, where: str) -> float:
+    """A finite number of seconds >= 0 (ValueError naming `where` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
 
 
 def _batches(base: Sequence[RequestSteps], batch: int) -> list[list[list[Key]]]:
@@ -102,10 +122,7 @@ def _batches(base: Sequence[RequestSteps], batch: int) -> list[list[list[Key]]]:
                 questions.append(r.question_id)
                 turns[r.question_id] = []
             turns[r.question_id].append(r.turn)
-        if batch > len(questions):                      # one batch, the questions asked again in order
-            groups = [[questions[i % len(questions)] for i in range(batch)]]
-        else:
-            groups = [questions[i:i + batch] for i in range(0, len(questions) - batch + 1, batch)]
+        groups = [questions[i:i + batch] for i in range(0, len(questions) - batch + 1, batch)]
         for group in groups:
             deepest = max(len(turns[q]) for q in group)
             out.append([[(q, t, repeat) for q in group if t < len(turns[q])] for t in range(deepest)])
@@ -153,7 +170,7 @@ def _throughput_and_latency(requests: Mapping[Key, RequestSteps], batches: Seque
 def replay(mine: Sequence[RequestSteps], base: Sequence[RequestSteps], surface: CostSurface, batch: int,
            scale: float, anchors: Mapping[int, float] | None = None) -> ReplayResult | None:
     """The method's requests (`mine`) and vanilla's (`base`) replayed in the bench's batches of
-    `batch`; None when they share no request."""
+    `batch`; None when they share no request or fewer than `batch` questions (no whole batch)."""
     if batch < 1:
         raise ValueError(f"batch size {batch} must be >= 1")
     have = {r.key: r for r in mine}

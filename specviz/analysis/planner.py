@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -359,8 +359,9 @@ def context_scale(vanilla: LoadProfile, surface: CostSurface) -> float:
 
 
 def predict(profile: LoadProfile, vanilla: LoadProfile, surface: CostSurface, batch_sizes: Sequence[int],
-            scale: float | None = None) -> list[Prediction]:
-    """`profile` at each batch size, against `vanilla` at the same batch size."""
+            scale: float | None = None, replay_at: Collection[int] | None = None) -> list[Prediction]:
+    """`profile` at each batch size, against `vanilla` at the same batch size; replayed (a profile
+    with its requests) at the batch sizes of `replay_at` (None: every one) that its questions fill."""
     scale = context_scale(vanilla, surface) if scale is None else scale
     measured = {b: (s, lat) for b, s, lat in profile.measured}
     if any(b < 1 for b in batch_sizes):
@@ -379,7 +380,7 @@ def predict(profile: LoadProfile, vanilla: LoadProfile, surface: CostSurface, ba
         speedup, latency, model = base.makespan_s / mine.makespan_s, base.latency_s / mine.latency_s, "renewal"
         rate = tokens / mine.makespan_s if mine.makespan_s > 0 else 0.0
         replayed = replay(profile.requests, vanilla.requests, surface, b, scale) \
-            if profile.requests and vanilla.requests else None
+            if profile.requests and vanilla.requests and (replay_at is None or b in replay_at) else None
         if replayed is not None:
             speedup, latency, rate, model = (replayed.speedup, replayed.latency_speedup, replayed.tokens_per_s,
                                              "replay")
@@ -398,8 +399,11 @@ def draft_lengths(profile: LoadProfile) -> list[int | None]:
 
 
 def plan(profiles: Sequence[LoadProfile], vanilla: LoadProfile, surface: CostSurface,
-         batch_sizes: Sequence[int], all_lengths: bool = True) -> list[Prediction]:
-    """Every profile at every batch size (and, `all_lengths`, every draft length of a chain drafter)."""
+         batch_sizes: Sequence[int], all_lengths: bool = True, replay_at: Collection[int] | None = None
+         ) -> list[Prediction]:
+    """Every profile at every batch size (and, `all_lengths`, every draft length of a chain drafter);
+    `replay_at`: the batch sizes to replay (the ones shown: the others, which size the settings' ranges,
+    need only the full-batch figure); None: every one."""
     scale = context_scale(vanilla, surface)
     out: list[Prediction] = []
     for p in profiles:
@@ -411,7 +415,7 @@ def plan(profiles: Sequence[LoadProfile], vanilla: LoadProfile, surface: CostSur
                 variant = replace(p, draft_length=deepest) if deepest else p
             else:
                 variant = p.at_length(k)
-            out.extend(predict(variant, vanilla, surface, batch_sizes, scale))
+            out.extend(predict(variant, vanilla, surface, batch_sizes, scale, replay_at))
     return out
 
 

@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     every = sorted(set(range(1, max(sizes) + 1)) | set(sizes))      # every size: the settings' ranges
     try:
-        predictions = plan(drafters, vanilla, surface, every)
+        predictions = plan(drafters, vanilla, surface, every, replay_at=set(sizes))
     except PlanError as err:
         raise SpecvizError(str(err)) from None
     if args.json:

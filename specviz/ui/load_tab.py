@@ -114,7 +114,7 @@ def render_load(shipped: str | None, upload: Any, surface_upload: Any, sizes_tex
             _meta, rows, runs = load_results_and_runs(_results_file(shipped, upload))
             vanilla, drafters, notes = profiles_from_rows(rows, runs=runs)
             every = sorted(set(range(1, max(sizes) + 1)) | set(sizes))
-            predictions = plan(drafters, vanilla, surface, every)
+            predictions = plan(drafters, vanilla, surface, every, replay_at=set(sizes))
         except (SurfaceError, PlanError) as err:
             raise UploadError(str(err)) from None
     scale = context_scale(vanilla, surface)
