@@ -419,3 +419,19 @@ def test_plans_from_traces_of_the_tiny_model(tiny_lm_tok):
     preds = plan(drafters, vanilla, toy_surface(), (1, 2))
     assert preds and all(math.isfinite(p.predicted_speedup) for p in preds)
     assert replace(pl, label="x").label == "x"
+
+
+def test_a_batch_size_in_the_thousands_is_planned_not_crashed(tmp_path):
+    """math.comb(n, k) overflows a float past n ~ 1,030 (an OverflowError in the tab and the CLI
+    before); beyond 64 the sizes planned double instead of counting every one."""
+    from specviz.analysis.planner import _binomial, planning_sizes
+
+    q = [0.0, 0.25, 0.9, 1.0]
+    assert list(_binomial(3000, q).sum(axis=1)) == pytest.approx([1.0] * 4)
+    assert list(_binomial(4, q)[1]) == pytest.approx([math.comb(4, k) * 0.25 ** k * 0.75 ** (4 - k) for k in range(5)])
+    assert planning_sizes([1, 2, 4096])[-7:] == [64, 128, 256, 512, 1024, 2048, 4096]
+    assert planning_sizes([3]) == [1, 2, 3]
+    results, surface = _results(tmp_path)
+    proc = run_cli_here("plan", str(results), "--surface", str(surface), "--batch-sizes", "1,2,4096", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert {o["batch_size"] for o in json.loads(proc.stdout)} == {1, 2, 4096}

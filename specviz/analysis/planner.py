@@ -271,11 +271,33 @@ def survival(tokens_pmf: np.ndarray, request_tokens: Sequence[tuple[int, float]]
 
 
 def _binomial(n: int, q: np.ndarray) -> np.ndarray:
-    """[len(q), n + 1]: P(Binom(n, q_s) = k)."""
+    """[len(q), n + 1]: P(Binom(n, q_s) = k), in logs (math.comb(n, k) overflows a float past n ~ 1,030)."""
     k = np.arange(n + 1)
-    comb = np.array([math.comb(n, int(i)) for i in k], dtype=float)
-    qs = np.clip(q, 0.0, 1.0)[:, None]
-    return comb[None, :] * qs ** k[None, :] * (1.0 - qs) ** (n - k)[None, :]
+    log_comb = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n + 1)])
+    qs = np.clip(np.asarray(q, dtype=np.float64), 0.0, 1.0)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = log_comb[None, :] + k[None, :] * np.log(qs) + (n - k)[None, :] * np.log1p(-qs)
+    out = np.exp(logs)
+    out = np.where(np.isnan(out), 0.0, out)                       # 0 * log 0 at q = 0 or 1
+    out[:, 0] = np.where(qs[:, 0] == 0.0, 1.0, out[:, 0])         # q = 0: none still running
+    out[:, n] = np.where(qs[:, 0] == 1.0, 1.0, out[:, n])         # q = 1: all still running
+    return out
+
+
+EVERY_UP_TO = 64      # planning_sizes: every batch size up to this one, then doubling
+
+
+def planning_sizes(shown: Sequence[int]) -> list[int]:
+    """The batch sizes planned for output `shown`: every one up to EVERY_UP_TO (the settings' ranges
+    are exact there), then doubling up to the largest shown, and the shown ones; beyond 64 the
+    settings keep the smaller planned size's draft length between two (server_settings says so)."""
+    top = max(shown, default=1)
+    sizes = set(range(1, min(top, EVERY_UP_TO) + 1)) | set(shown)
+    b = EVERY_UP_TO
+    while b < top:
+        b *= 2
+        sizes.add(min(b, top))
+    return sorted(sizes)
 
 
 def group_seconds(profile: LoadProfile, surface: CostSurface, batch: int, scale: float) -> np.ndarray:

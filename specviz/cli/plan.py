@@ -218,7 +218,7 @@ def _named(profile: Any, label: str) -> Any:
 # --- output ---------------------------------------------------------------------------------------
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.planner import PlanError, context_scale, plan
+    from ..analysis.planner import PlanError, context_scale, plan, planning_sizes
     from ..models.cost_surface import MAX_BATCH
     from ..viz.load import drafter_markdown
 
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     if vanilla is None:                        # --measure alone: the surface is the answer
         print("\n".join(surface_table(surface)))
         return 0
-    every = sorted(set(range(1, max(sizes) + 1)) | set(sizes))      # every size: the settings' ranges
+    every = planning_sizes(sizes)                      # the settings' ranges
     try:
         predictions = plan(drafters, vanilla, surface, every, replay_at=set(sizes))
     except PlanError as err:

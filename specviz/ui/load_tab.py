@@ -12,7 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..analysis.planner import PlanError, context_scale, plan, profiles_from_rows
+from ..analysis.planner import PlanError, context_scale, plan, planning_sizes, profiles_from_rows
 from ..bench import load_results_and_runs
 from ..files.resources import data_path
 from ..models.cost_surface import MAX_BATCH, CostSurface, SurfaceError, load_surface, parse_grid
@@ -113,7 +113,7 @@ def render_load(shipped: str | None, upload: Any, surface_upload: Any, sizes_tex
             surface = _surface(surface_upload)
             _meta, rows, runs = load_results_and_runs(_results_file(shipped, upload))
             vanilla, drafters, notes = profiles_from_rows(rows, runs=runs)
-            every = sorted(set(range(1, max(sizes) + 1)) | set(sizes))
+            every = planning_sizes(sizes)                      # the settings' ranges
             predictions = plan(drafters, vanilla, surface, every, replay_at=set(sizes))
         except (SurfaceError, PlanError) as err:
             raise UploadError(str(err)) from None
