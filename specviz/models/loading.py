@@ -41,6 +41,8 @@ from .cost import VerifyCost, calibrate
 from .cost_cache import curve_key, kept_curve
 from .fingerprint import target_fingerprint
 from .cpu_linear import use_few_row_linear
+from .cpu_memory import keep_freed_memory
+from .cpu_memory import state as malloc_state
 from .static_step import resolve_compile
 from ..errors import ModelLoadError
 from ..core.precision import DTYPE_CHOICES
@@ -105,6 +107,8 @@ class LoadedModel:
                                "compile": self.compile_step}
         if self.device_map:
             out["device_map"] = dict(self.device_map)
+        if self.device.type == "cpu" and malloc_state() is not None:
+            out["keep_freed_memory"] = malloc_state()        # cpu_memory.py
         return out
 
 
@@ -280,6 +284,8 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
     linear = uses_cpu_linear(device) if cpu_linear is None else bool(cpu_linear)
     if linear:
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
+    if device.type == "cpu":
+        keep_freed_memory()                    # a growing cache reuses its pages (cpu_memory.py)
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
 
 
