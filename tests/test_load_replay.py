@@ -192,3 +192,48 @@ def test_runs_with_impossible_values_are_refused_naming_them(field, value):
     with pytest.raises(PlanError, match="malformed"):
         profiles_from_rows([{"category": "all", "method": "vanilla", "batch_size": 1, "speedup": 1.0,
                              "new_tokens": 3, "seconds": 1.0, "mean_accepted": 1.0}], runs=[run])
+
+
+def test_a_batch_is_priced_at_its_longest_cache_and_the_runs_scale_by_vanillas_own_forwards():
+    """Over a surface timed at 100 and 1,100 cached tokens: a batch of two short prompts is priced
+    at their cache (the prompt and what each step committed), one with a long prompt at the long
+    one's (engine/batch.py pads every cache to the longest); runs that kept no prompt length at
+    the surface's own. The scale is vanilla's measured forwards over the same forwards priced."""
+    short = surface(base=0.010)
+    short = CostSurface(short.batch_sizes, short.rows, short.seconds, 100)
+    long = surface(base=0.050)
+    long = CostSurface(long.batch_sizes, long.rows, long.seconds, 1100)
+    s = CostSurface.combine([short, long])
+
+    def req(q, prompt, nodes=(0, 0), accepted=(1, 1), forward=0.0):
+        return RequestSteps(q, 0, 0, tuple(nodes), sum(accepted), 0.0, 0.0, tuple(accepted), prompt, forward)
+
+    a, b = req(1, 50, accepted=(25, 25)), req(2, 100, nodes=(3, 0))
+    wall, _ = batch_seconds([a, b], s, scale=1.0)
+    assert wall == pytest.approx(s.at(2, 4, 100) + s.at(2, 1, 101))          # max(50, 100); max(75, 101)
+    far = req(3, 1100)
+    wall, _ = batch_seconds([a, far], s, scale=1.0)
+    assert wall == pytest.approx(long.at(2, 1) * 2)
+    unknown = RequestSteps(4, 0, 0, (0, 0), 2, 0.0, 0.0)
+    wall, _ = batch_seconds([a, unknown], s, scale=1.0)
+    assert wall == pytest.approx(long.at(2, 1) * 2)                           # the surface's own length
+    # vanilla's forwards measured at twice the surface's price: every price is doubled
+    base = [req(q, 100, forward=2 * (s.forward(1, 1, 100) + s.forward(1, 1, 101))) for q in (1, 2)]
+    mine = [req(q, 100, nodes=(3, 3), accepted=(2, 2)) for q in (1, 2)]
+    got = replay(mine, base, s, 2, scale=123.0)                                # the given scale is not used
+    assert got.speedup == pytest.approx((8 / (2 * (s.at(2, 4, 100) + s.at(2, 4, 102))))
+                                        / (4 / (2 * (s.at(2, 1, 100) + s.at(2, 1, 101)))))
+
+
+def test_runs_keep_their_prompt_length_and_accepted_tokens():
+    run = {"question_id": 1, "turn": 0, "repeat": 0, "method": "ngram", "batch_size": 1, "steps": 2,
+           "tree_sizes": [2, 1], "accepted_lengths": [3, 1], "new_tokens": 4, "seconds": 1.0,
+           "phase_seconds": {"prefill": 0.2, "verify.forward": 0.5}, "prompt_tokens": 40}
+    (r,) = requests_from_runs([run])["ngram"]
+    assert (r.prompt_tokens, r.accepted, r.forward_s) == (40, (3, 1), 0.5)
+    assert [r.cache_length(s) for s in (0, 1, 2)] == [40, 43, 44]
+    older = {k: v for k, v in run.items() if k != "prompt_tokens"}
+    (r,) = requests_from_runs([older])["ngram"]
+    assert r.prompt_tokens is None and r.cache_length(1) is None
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        requests_from_runs([{**run, "prompt_tokens": -3}])

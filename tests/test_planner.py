@@ -284,6 +284,53 @@ def test_the_surface_round_trips_and_refuses_bad_files(tmp_path):
         assert str(err.value).startswith(f"cost surface {name}.json: ") and "\n" not in str(err.value)
 
 
+def test_a_surface_of_several_cache_lengths_reads_each_steps_own():
+    """Timed at 100 and 300 cached tokens: a step over 200 is halfway, beyond the lengths measured
+    it is held at the nearest, and no length given reads the surface's own (the longest)."""
+    short = toy_surface(base=0.010)
+    long = replace(toy_surface(base=0.030), context_len=300)
+    short = replace(short, context_len=100)
+    both = CostSurface.combine([long, short])
+    assert both.context_len == 300 and both.lengths == (100, 300)
+    assert both.lengths_text() == "100 and 300 cached tokens" and short.lengths_text() == "100 cached tokens"
+    assert both.at(4, 2, 200) == pytest.approx((short.at(4, 2) + long.at(4, 2)) / 2)
+    assert both.at(4, 2, 50) == pytest.approx(short.at(4, 2))
+    assert both.at(4, 2, 5000) == pytest.approx(long.at(4, 2))
+    assert both.at(4, 2) == pytest.approx(long.at(4, 2))
+    assert both.forward(1, 3, 100) == pytest.approx(short.forward(1, 3))
+    bumpy_short = CostSurface((1,), (1, 2), ((0.020, 0.010),), 100)          # one row dearer than two ...
+    bumpy = CostSurface.combine([bumpy_short, CostSurface((1,), (1, 2), ((0.020, 0.030),), 300)])
+    assert bumpy.padded_rows(1, 1, 100) == 2 and bumpy.padded_rows(1, 1, 300) == 1   # ... at 100 tokens only
+    with pytest.raises(SurfaceError, match="another grid"):
+        CostSurface.combine([short, CostSurface((1,), (1, 2), ((0.1, 0.2),), 300)])
+    with pytest.raises(SurfaceError, match="repeat"):
+        CostSurface.combine([short, short])
+
+
+def test_a_surface_of_several_lengths_round_trips_and_older_files_read_as_one(tmp_path):
+    both = CostSurface.combine([replace(toy_surface(), context_len=100), toy_surface(base=0.03)])
+    path = save_surface(both, tmp_path / "s.json")
+    assert load_surface(path) == both
+    data = both.to_dict()
+    assert [m["context_len"] for m in data["by_length"]] == [100]
+    one = {k: v for k, v in data.items() if k != "by_length"}           # what a surface of one length writes
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    assert load_surface(tmp_path / "one.json").lengths == (both.context_len,)
+    cases = {
+        "shape": ({**data, "by_length": {"100": 1}}, "by_length must be a list"),
+        "ragged": ({**data, "by_length": [{"context_len": 100, "seconds": [[0.1]] * 5}]},
+                   "seconds at 100 cached tokens at batch 1 has 1 values"),
+        "same": ({**data, "by_length": [{"context_len": both.context_len, "seconds": data["seconds"]}]},
+                 "differ from context_len"),
+        "text": ({**data, "by_length": [{"context_len": 100, "seconds": "fast"}]}, "list of lists"),
+    }
+    for name, (bad, words) in cases.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(bad))
+        with pytest.raises(SurfaceError, match=words) as err:
+            load_surface(tmp_path / f"{name}.json")
+        assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("text, words", [("0", "0 is out of range"), ("1,-2", "-2 is out of range"),
                                          ("1,,2", "empty item"), ("two", "'two' is not a whole number"),
                                          ("4,4", "4 is given twice"), ("", "empty item")])
@@ -381,6 +428,13 @@ def test_plan_measures_a_surface_and_finds_it_again(tmp_path, monkeypatch):
     assert "| batch \\ rows | 1 | 2 |" in proc.stdout and "cost surface saved to" in proc.stderr
     saved = load_surface(tmp_path / "cost_surfaces" / "tiny-random-cpu.json")
     assert saved.batch_sizes == (1, 2) and saved.model == "tiny-random" and saved.dtype == "float32"
+    proc = run_cli_here("plan", "--measure", "--model", "tiny-random", "--device", "cpu", "--batch-sizes", "1,2",
+                        "--rows", "1,2", "--context-len", "16,8", "--repeats", "1", "--surface", str(tmp_path / "two.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert "8 cached tokens per request:" in proc.stdout and "16 cached tokens per request:" in proc.stdout
+    assert load_surface(tmp_path / "two.json").lengths == (8, 16)
+    proc = run_cli_here("plan", "--measure", "--model", "tiny-random", "--context-len", "8,0")
+    assert proc.returncode != 0 and "--context-len: 0 is out of range" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("args, words", [

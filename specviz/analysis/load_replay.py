@@ -19,15 +19,22 @@ replayed (the bench refuses it too; the planner's renewal model predicts it). Ea
 is decoded together:
 
     wall   = the B prefills, one after another + sum over steps s of
-             [ scale(b_s) * F(b_s, R_s) + sum over the b_s running requests of host_i ]
+             [ scale * F(b_s, R_s, S_s) + sum over the b_s running requests of host_i ]
     R_s    = max over the running requests of (draft nodes at their step s) + 1      (padded to the longest tree;
              alone, the solo engine pads further, to the cheapest row count: surface.forward)
+    S_s    = max over the running requests of (prompt tokens + tokens committed before step s)
 
 where host_i is request i's seconds per step outside the verify forward (drafting, accepting,
-committing, recording) and `scale(b)` puts the surface onto the runs (planner.context_scale; per
-batch size where vanilla was measured there, `anchors`). The speedup is the bench's (bench/metrics.py):
-the mean over batches of tokens / wall, against vanilla's batches of the same questions; the latency
-speedup, vanilla's mean request latency (batch start to its last step) over the method's.
+committing, recording) and S_s the cache length the batched verifier pads every request's cache to
+(engine/batch.py: the longest). A surface timed over several cache lengths prices each step at its
+own S_s (models/cost_surface.py); a surface of one length, or runs that kept no prompt length
+(results written before `prompt_tokens`), at the surface's own. `scale` puts the surface onto the
+runs (the machine's pace when the runs were measured against when the surface was): vanilla's
+measured verify forwards over the same forwards priced, its requests replayed alone (the caller's
+scale, planner.context_scale, where vanilla's forwards were not kept). The speedup is the bench's
+(bench/metrics.py): the mean over batches of tokens / wall, against vanilla's batches of the same
+questions; the latency speedup, vanilla's mean request latency (batch start to its last step) over
+the method's.
 """
 from __future__ import annotations
 
@@ -50,6 +57,15 @@ class RequestSteps:
     new_tokens: int
     prefill_s: float                 # its prefill, alone
     host_s: float                    # seconds per step outside the verify forward
+    accepted: tuple[int, ...] = ()   # tokens committed at each step (() where not kept)
+    prompt_tokens: int | None = None  # its prompt's length (None: not kept)
+    forward_s: float = 0.0           # its verify forwards' seconds in all, alone (0: not kept)
+
+    def cache_length(self, step: int) -> int | None:
+        """Tokens in its cache before `step` (its prompt and what the earlier steps committed)."""
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens + sum(self.accepted[:step])
 
     @property
     def key(self) -> Key:
@@ -88,10 +104,14 @@ def requests_from_runs(runs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Req
         forward = _seconds(phases.get("verify.forward", 0.0), f"runs[{i}].phase_seconds['verify.forward']")
         host = max(0.0, _seconds(run["seconds"], f"runs[{i}].seconds") - prefill - forward) / steps
         nodes = tuple(_count(n, f"runs[{i}].tree_sizes") for n in sizes)
-        out.setdefault(method, []).append(RequestSteps(_count(run["question_id"], f"runs[{i}].question_id"),
-                                                       _count(run.get("turn", 0), f"runs[{i}].turn"),
-                                                       _count(run.get("repeat", 0), f"runs[{i}].repeat"), nodes,
-                                                       _count(run["new_tokens"], f"runs[{i}].new_tokens"), prefill, host))
+        accepted = tuple(_count(n, f"runs[{i}].accepted_lengths") for n in run.get("accepted_lengths") or ())
+        prompt = run.get("prompt_tokens")
+        out.setdefault(method, []).append(RequestSteps(
+            _count(run["question_id"], f"runs[{i}].question_id"), _count(run.get("turn", 0), f"runs[{i}].turn"),
+            _count(run.get("repeat", 0), f"runs[{i}].repeat"), nodes,
+            _count(run["new_tokens"], f"runs[{i}].new_tokens"), prefill, host,
+            accepted if len(accepted) == steps else (),
+            None if prompt is None else _count(prompt, f"runs[{i}].prompt_tokens"), forward))
     return {m: tuple(rs) for m, rs in out.items() if m not in broken}
 
 
@@ -129,26 +149,47 @@ def _batches(base: Sequence[RequestSteps], batch: int) -> list[list[list[Key]]]:
     return out
 
 
+def forward_prices(group: Sequence[RequestSteps], surface: CostSurface) -> list[tuple[list[int], float]]:
+    """Each step of one turn of a batch decoded together: (the requests running, the surface's price
+    of its verify forward). A batch of one is the bench's batch size 1, the solo engine, which pads a
+    step to the cheapest row count (surface.forward, as engine/loop.py pads by cost.py's curve); a
+    larger batch is engine/batch.py, which pads to the longest tree only (surface.at), to its end;
+    each over the step's cache length where every request's is known (the surface's own otherwise)."""
+    solo = len(group) == 1
+    out = []
+    for s in range(max((len(r.nodes) for r in group), default=0)):
+        active = [i for i, r in enumerate(group) if s < len(r.nodes)]
+        rows = max(group[i].nodes[s] for i in active) + 1
+        lengths = [group[i].cache_length(s) for i in active]
+        context = None if None in lengths else max(n for n in lengths if n is not None)
+        price = surface.forward(1, rows, context) if solo else surface.at(len(active), rows, context)
+        out.append((active, price))
+    return out
+
+
 def batch_seconds(group: Sequence[RequestSteps], surface: CostSurface, scale: float,
                   anchors: Mapping[int, float] | None = None) -> tuple[float, list[float]]:
     """(the wall seconds of one turn of a batch, each request's latency within it): prefills one
-    after another, then one priced forward a step over the requests still running. A batch of one
-    is the bench's batch size 1, the solo engine, which pads a step to the cheapest row count
-    (surface.forward, as engine/loop.py pads by cost.py's curve); a larger batch is engine/batch.py,
-    which pads to the longest tree only (surface.at), to its end."""
-    solo = len(group) == 1
+    after another, then one priced forward a step (forward_prices) over the requests still running,
+    with their host work."""
     clock = sum(r.prefill_s for r in group)
     finish = [clock] * len(group)
-    for s in range(max((len(r.nodes) for r in group), default=0)):
-        active = [i for i, r in enumerate(group) if s < len(r.nodes)]
-        b = len(active)
-        rows = max(group[i].nodes[s] for i in active) + 1
-        factor = (anchors or {}).get(b, scale)
-        price = surface.forward(1, rows) if solo else surface.at(b, rows)
+    for active, price in forward_prices(group, surface):
+        factor = (anchors or {}).get(len(active), scale)
         clock += factor * price + sum(group[i].host_s for i in active)
         for i in active:
             finish[i] = clock
     return clock, finish
+
+
+def runs_scale(base: Sequence[RequestSteps], surface: CostSurface) -> float | None:
+    """The runs' verify forwards over the surface's: vanilla's measured forward seconds over the
+    same forwards priced (each request alone, at its own cache lengths); None where a request kept
+    no forward seconds."""
+    if not base or any(r.forward_s <= 0 for r in base):
+        return None
+    priced = sum(price for r in base for _, price in forward_prices([r], surface))
+    return sum(r.forward_s for r in base) / priced if priced > 0 else None
 
 
 def _throughput_and_latency(requests: Mapping[Key, RequestSteps], batches: Sequence[Sequence[Sequence[Key]]],
@@ -180,6 +221,7 @@ def replay(mine: Sequence[RequestSteps], base: Sequence[RequestSteps], surface: 
     batches = _batches(shared, batch)
     if not batches:
         return None
+    scale = runs_scale(shared, surface) or scale
     own, own_lat = _throughput_and_latency(have, batches, surface, scale, anchors)
     ref, ref_lat = _throughput_and_latency({r.key: r for r in shared}, batches, surface, scale, anchors)
     speed = (sum(own) / len(own)) / (sum(ref) / len(ref)) if sum(ref) > 0 else 0.0

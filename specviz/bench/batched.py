@@ -143,7 +143,8 @@ class BatchedBench:
                    peak_memory_mb=peak_mb, output_ids=trace.output_ids, model_tally=_tally_dict(trace.steps),
                    spec_decode=trace.position_metrics().to_dict(), calibration=_calibration_dict(trace),
                    drafter_disabled=trace.drafter_disabled, **tree_shape(trace.steps),
-                   batch_size=self.batch_size, batch_index=index, batch_seconds=wall)
+                   batch_size=self.batch_size, batch_index=index, batch_seconds=wall,
+                   prompt_tokens=len(trace.prompt_ids))
 
     def measure(self, questions: Sequence[Question], repeats: int, warmup: int, bar: Any = None,
                 on_batch: Callable[[], None] | None = None, deadline: float | None = None) -> bool:

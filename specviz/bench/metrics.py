@@ -86,6 +86,10 @@ class Run:
     batch_size: int = 1
     batch_index: int | None = None
     batch_seconds: float | None = None
+    # the prompt's tokens (the chat template applied, earlier turns included): the cache length a
+    # batched verify pads to, which the planner's replay prices (analysis/load_replay.py); None in
+    # results written before it was kept
+    prompt_tokens: int | None = None
 
     @property
     def draft_seconds(self) -> float:

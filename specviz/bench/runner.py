@@ -190,7 +190,7 @@ class Bench(Measured):
                         peer = run_peer(self.lm, method, prompt.ids, self.max_new_tokens, self.assistant)
                         kept = peer.kept_mib
                         run = Run(q.question_id, q.category, turn, method.label, repeat, len(peer.ids),
-                                  peer.seconds, None, output_ids=peer.ids)
+                                  peer.seconds, None, output_ids=peer.ids, prompt_tokens=len(prompt.ids))
                         if baseline_traces:
                             run = replace(run, divergence=explain_ids(
                                 baseline_traces[turn], peer.ids, peer.seconds, peer.top_logits).to_dict())
@@ -208,7 +208,8 @@ class Bench(Measured):
                                   model_tally=_tally_dict(trace.steps),
                                   spec_decode=trace.position_metrics().to_dict(),
                                   calibration=_calibration_dict(trace),
-                                  drafter_disabled=trace.drafter_disabled, **tree_shape(trace.steps))
+                                  drafter_disabled=trace.drafter_disabled, prompt_tokens=len(trace.prompt_ids),
+                                  **tree_shape(trace.steps))
                         if method.label == BASELINE:
                             baseline_traces.append(trace)
                         elif baseline_traces:

@@ -50,9 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="batch sizes to predict (and, with --measure, to time); default 1,2,4,8,16")
     parser.add_argument("--rows", default=None, metavar="R1,R2,...",
                         help="--measure: rows per request to time (default 1,2,3,4,5,6,8,10,12,16)")
-    parser.add_argument("--context-len", type=int, default=None, metavar="N",
-                        help="--measure: cached tokens per request (default 800, the per-row curve's)")
-    parser.add_argument("--repeats", type=int, default=2, metavar="N", help="--measure: timed rounds, the fastest kept")
+    parser.add_argument("--context-len", default=None, metavar="N[,N2,...]",
+                        help="--measure: cached tokens per request (default 800, the per-row curve's); several "
+                             "(e.g. 128,512,1280) time the grid at each, and the replay prices each batch's step "
+                             "at its own cache length (the batch's longest request)")
+    parser.add_argument("--repeats", type=int, default=5, metavar="N",
+                        help="--measure: timed rounds after a warm-up, the fastest of each cell kept (default 5: on a "
+                             "2-core CPU 3 left cells up to 30 %% high)")
     parser.add_argument("--drafters", default=None, metavar="A,B",
                         help="plan only these methods (labels as the source writes them, or drafter names)")
     parser.add_argument("--json", action="store_true",
@@ -83,14 +87,13 @@ def measure_surface(args: argparse.Namespace, sizes: tuple[int, ...]) -> Any:
     from transformers.utils import logging as hf_logging
 
     from ..models.cost import CALIBRATION_CACHE_TOKENS
-    from ..models.cost_surface import (MAX_ROWS, ROW_GRID, SurfaceError, check_memory, default_path, measure,
-                                       save_surface)
+    from ..models.cost_surface import (MAX_CONTEXT, MAX_ROWS, ROW_GRID, CostSurface, SurfaceError, check_memory,
+                                       default_path, measure, save_surface)
     from .common import load_target
 
     rows = _grid(args.rows, "--rows", MAX_ROWS) if args.rows else ROW_GRID
-    context = CALIBRATION_CACHE_TOKENS if args.context_len is None else args.context_len
-    if context < 1:
-        raise UsageError(f"--context-len: must be >= 1, got {context}")
+    contexts = ((CALIBRATION_CACHE_TOKENS,) if args.context_len is None
+                else _grid(str(args.context_len), "--context-len", MAX_CONTEXT))
     if args.repeats < 1:
         raise UsageError(f"--repeats: must be >= 1, got {args.repeats}")
     target = Path(args.surface) if args.surface else None
@@ -100,15 +103,22 @@ def measure_surface(args: argparse.Namespace, sizes: tuple[int, ...]) -> Any:
     hf_logging.disable_progress_bar()
     lm = load_target(args)
     try:
-        check_memory(lm.model.config, lm.dtype, lm.device, sum(sizes), context, max(rows),
+        check_memory(lm.model.config, lm.dtype, lm.device, sum(sizes), max(contexts), max(rows),
                      "--batch-sizes (every batch size's cache is held while the grid is timed)")
     except SurfaceError as err:
         raise UsageError(str(err)) from None
     dtype = str(lm.dtype).replace("torch.", "")
-    with tqdm(total=(args.repeats + 1) * len(sizes) * len(rows), desc="timing batched forwards", unit="forward",
-              file=sys.stderr, disable=None, leave=False) as bar:
-        surface = measure(lm.model, sizes, rows, context, args.repeats, model_id=lm.model_id, dtype_name=dtype,
-                          note=f"specviz plan --measure ({_cpu_or_gpu(lm)})", on_forward=lambda: bar.update(1))
+    timed = []
+    with tqdm(total=(args.repeats + 1) * len(sizes) * len(rows) * len(contexts), desc="timing batched forwards",
+              unit="forward", file=sys.stderr, disable=None, leave=False) as bar:
+        for context in contexts:            # one length after another, each with its own warm-up round
+            timed.append(measure(lm.model, sizes, rows, context, args.repeats, model_id=lm.model_id,
+                                 dtype_name=dtype, note=f"specviz plan --measure ({_cpu_or_gpu(lm)})",
+                                 on_forward=lambda: bar.update(1)))
+    try:
+        surface = CostSurface.combine(timed)
+    except SurfaceError as err:     # two lengths the model's context shortened to the same
+        raise UsageError(f"--context-len: {err}; give lengths the model's context holds") from None
     path = save_surface(surface, target or default_path(lm.model_id, str(lm.device)))
     print(f"cost surface saved to {path}", file=sys.stderr)
     return surface
@@ -137,12 +147,14 @@ def find_surface(args: argparse.Namespace) -> Any:
 
 
 def surface_table(surface: Any) -> list[str]:
+    """The surface as markdown tables of ms per batched forward, one per cache length measured."""
     head = "| batch \\ rows | " + " | ".join(str(r) for r in surface.rows) + " |"
-    lines = [f"cost surface: {surface.model or 'model'} on {surface.device or '?'} ({surface.dtype or '?'}), "
-             f"{surface.context_len} cached tokens per request; ms per batched forward", "", head,
-             "|" + "---|" * (len(surface.rows) + 1)]
-    for b, line in zip(surface.batch_sizes, surface.seconds):
-        lines.append(f"| {b} | " + " | ".join(f"{s * 1000:.1f}" for s in line) + " |")
+    lines = [f"cost surface: {surface.model or 'model'} on {surface.device or '?'} ({surface.dtype or '?'}); "
+             "ms per batched forward"]
+    for context, table in surface.tables:
+        lines += ["", f"{context} cached tokens per request:", "", head, "|" + "---|" * (len(surface.rows) + 1)]
+        for b, line in zip(surface.batch_sizes, table):
+            lines.append(f"| {b} | " + " | ".join(f"{s * 1000:.1f}" for s in line) + " |")
     return lines
 
 
@@ -250,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     scale = context_scale(vanilla, surface)
     print(f"cost surface: {surface.model or 'model'} on {surface.device} ({surface.dtype}), batch sizes "
-          f"{surface.batch_sizes[0]}-{surface.batch_sizes[-1]} measured over {surface.context_len} cached tokens; "
+          f"{surface.batch_sizes[0]}-{surface.batch_sizes[-1]} measured over {surface.lengths_text()}; "
           f"the runs' forward is x{scale:.2f} the surface's")
     print("speedup: throughput over a batch of requests started together (what `bench --batch-sizes` measures), "
           "against vanilla at the same batch size; full server batch: the batch kept full, no prefill "

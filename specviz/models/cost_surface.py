@@ -14,6 +14,13 @@ length for every request: what matters for timing is the rows computed and the k
   batch's trees up to it, as cost.py pads one request's);
 - `forward(b, m)`: what a batched verify whose largest tree has m - 1 nodes costs: at(b, padded_rows(b, m)).
 
+A surface may hold the same grid timed over several cache lengths (`plan --measure --context-len
+128,512,1280`; `by_length`): the batched verifier pads every request's cache to the batch's longest
+(engine/batch.py), so a batch of short prompts reads far fewer keys than one with a long prompt in it.
+`at`, `padded_rows` and `forward` then take the step's cache length (`context`) and interpolate
+linearly between the two lengths measured around it (the keys read grow linearly with it), held at
+the shortest or longest beyond them; without `context` they read the surface's own `context_len`.
+
 A surface is JSON (`to_dict` / `from_dict`, version SURFACE_VERSION) and is kept where `plan
 --measure` saves it (`default_path`: the cache folder, one file per model, device and dtype), so a
 planner run reads it again instead of timing the forward anew, as the per-row curve is timed once
@@ -25,7 +32,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -42,6 +49,7 @@ BATCH_GRID = (1, 2, 4, 8, 16)
 ROW_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 MAX_BATCH = 4096          # a sanity bound on a batch size given by hand
 MAX_ROWS = 512
+MAX_CONTEXT = 1 << 20     # a sanity bound on a cache length given by hand (the model's context shortens it)
 
 
 class SurfaceError(SpecvizError, ValueError):
@@ -61,41 +69,106 @@ class CostSurface:
     device: str = ""
     dtype: str = ""
     note: str = ""                     # where and how it was measured (free text)
+    # the same grid timed over other cache lengths: (cached tokens per request, seconds[i][j]) each,
+    # in increasing length, none equal to context_len; () for a surface of one length
+    by_length: tuple[tuple[int, tuple[tuple[float, ...], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         problem = _grid_problem(self.batch_sizes, "batch_sizes") or _grid_problem(self.rows, "rows")
-        if problem is None and len(self.seconds) != len(self.batch_sizes):
-            problem = f"seconds has {len(self.seconds)} lines for {len(self.batch_sizes)} batch sizes"
         if problem is None:
-            for b, line in zip(self.batch_sizes, self.seconds):
-                if len(line) != len(self.rows):
-                    problem = f"seconds at batch {b} has {len(line)} values for {len(self.rows)} row counts"
-                    break
-                if not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in line):
-                    problem = f"seconds at batch {b} holds a value that is not a number of seconds > 0"
-                    break
+            problem = self._table_problem(self.seconds, "seconds")
         if problem is None and not (isinstance(self.context_len, int) and self.context_len >= 0):
             problem = f"context_len must be a whole number >= 0, got {self.context_len!r}"
+        if problem is None:
+            others = [n for n, _ in self.by_length]
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in others):
+                problem = f"by_length: each context_len must be a whole number >= 0, got {others}"
+            elif others != sorted(set(others)) or self.context_len in others:
+                problem = (f"by_length: cache lengths must increase with no repeats and differ from context_len "
+                           f"{self.context_len}, got {others}")
+            for n, table in self.by_length:
+                problem = problem or self._table_problem(table, f"seconds at {n} cached tokens")
         if problem is not None:
             raise SurfaceError(f"cost surface: {problem}")
+        tables = sorted([(self.context_len, self.seconds), *self.by_length])
+        object.__setattr__(self, "_tables", tables)  # every length measured, shortest first
         object.__setattr__(self, "_memo", {})      # forward(b, m), computed once each (the planner asks often)
+
+    def _table_problem(self, table: Any, name: str) -> str | None:
+        if len(table) != len(self.batch_sizes):
+            return f"{name} has {len(table)} lines for {len(self.batch_sizes)} batch sizes"
+        for b, line in zip(self.batch_sizes, table):
+            if len(line) != len(self.rows):
+                return f"{name} at batch {b} has {len(line)} values for {len(self.rows)} row counts"
+            if not all(isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in line):
+                return f"{name} at batch {b} holds a value that is not a number of seconds > 0"
+        return None
+
+    @staticmethod
+    def combine(surfaces: Sequence["CostSurface"]) -> "CostSurface":
+        """One surface of several timed over different cache lengths on the same grid (the longest
+        is the surface's own `context_len`); SurfaceError if their grids or lengths disagree."""
+        if not surfaces:
+            raise SurfaceError("cost surface: nothing to combine")
+        ordered = sorted(surfaces, key=lambda s: s.context_len)
+        top = ordered[-1]
+        for s in ordered:
+            if (s.batch_sizes, s.rows) != (top.batch_sizes, top.rows):
+                raise SurfaceError(f"cost surface: the surface at {s.context_len} cached tokens has another grid "
+                                   f"(batch sizes {list(s.batch_sizes)}, rows {list(s.rows)})")
+        pieces = [(n, table) for s in ordered for n, table in s._tables]          # type: ignore[attr-defined]
+        lengths = [n for n, _ in pieces]
+        if len(set(lengths)) != len(lengths):
+            raise SurfaceError(f"cost surface: cache lengths {lengths} repeat; give each once")
+        return replace(top, by_length=tuple(p for p in pieces if p[0] != top.context_len))
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _curve(self, i: int) -> VerifyCost:
-        return VerifyCost(self.rows, self.seconds[i])
+    @property
+    def tables(self) -> tuple[tuple[int, tuple[tuple[float, ...], ...]], ...]:
+        """Every cache length measured with its seconds[i][j], shortest first."""
+        return tuple(self._tables)                        # type: ignore[attr-defined]
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Every cache length measured, shortest first."""
+        return tuple(n for n, _ in self.tables)
+
+    def lengths_text(self) -> str:
+        """'800 cached tokens', or '128, 512 and 1280 cached tokens' for a surface of several lengths."""
+        n = [str(x) for x in self.lengths]
+        return (f"{n[0]}" if len(n) == 1 else f"{', '.join(n[:-1])} and {n[-1]}") + " cached tokens"
+
+    def _curve(self, i: int, table: int | None = None) -> VerifyCost:
+        seconds = self.seconds if table is None else self._tables[table][1]       # type: ignore[attr-defined]
+        return VerifyCost(self.rows, seconds[i])
 
     def in_range(self, batch: int) -> bool:
         """Whether `batch` lies within the batch sizes measured (no extrapolation)."""
         return self.batch_sizes[0] <= batch <= self.batch_sizes[-1]
 
-    def at(self, batch: int, rows: int) -> float:
-        """Seconds of one forward of `batch` requests x `rows` rows each (no padding)."""
+    def at(self, batch: int, rows: int, context: float | None = None) -> float:
+        """Seconds of one forward of `batch` requests x `rows` rows each (no padding), over `context`
+        cached tokens per request (None: the surface's own context_len)."""
         if batch < 1 or rows < 1:
             raise ValueError(f"batch {batch} and rows {rows} must be >= 1")
+        tables: list[tuple[int, Any]] = self._tables                  # type: ignore[attr-defined]
+        if context is None or len(tables) == 1:
+            return self._at(batch, rows, None)
+        lengths = [n for n, _ in tables]
+        if context <= lengths[0]:
+            return self._at(batch, rows, 0)
+        if context >= lengths[-1]:
+            return self._at(batch, rows, len(tables) - 1)
+        hi = next(k for k, n in enumerate(lengths) if n >= context)
+        y0, y1 = self._at(batch, rows, hi - 1), self._at(batch, rows, hi)
+        return y0 + (y1 - y0) * (context - lengths[hi - 1]) / (lengths[hi] - lengths[hi - 1])
+
+    def _at(self, batch: int, rows: int, table: int | None) -> float:
+        """at() over one measured table (None: the surface's own)."""
         sizes = self.batch_sizes
         if len(sizes) == 1:                  # one batch size measured: a forward scales with the batch
-            return self._curve(0).calibrated(rows) * batch / sizes[0]
+            return self._curve(0, table).calibrated(rows) * batch / sizes[0]
         if batch <= sizes[0]:
             lo = 0
         elif batch >= sizes[-1]:
@@ -104,25 +177,25 @@ class CostSurface:
             lo = max(i for i, b in enumerate(sizes) if b <= batch)
             lo = min(lo, len(sizes) - 2)
         b0, b1 = sizes[lo], sizes[lo + 1]
-        y0, y1 = self._curve(lo).calibrated(rows), self._curve(lo + 1).calibrated(rows)
+        y0, y1 = self._curve(lo, table).calibrated(rows), self._curve(lo + 1, table).calibrated(rows)
         value = y0 + (y1 - y0) * (batch - b0) / (b1 - b0)
         floor = y1 if batch >= b1 else (y0 if batch >= b0 else 0.0)   # never below a smaller batch's cost
         return max(value, floor, 1e-9)
 
-    def padded_rows(self, batch: int, rows: int) -> int:
+    def padded_rows(self, batch: int, rows: int, context: float | None = None) -> int:
         """The cheapest measured row count >= `rows` at this batch size (`rows` beyond the grid)."""
         options = [r for r in self.rows if r >= rows]
         if not options:
             return rows
-        return min(options, key=lambda r: (self.at(batch, r), r))
+        return min(options, key=lambda r: (self.at(batch, r, context), r))
 
-    def forward(self, batch: int, rows: int) -> float:
+    def forward(self, batch: int, rows: int, context: float | None = None) -> float:
         """Seconds of a batched verify whose longest request has `rows` rows, padded as the
-        verifier pads (padded_rows)."""
-        memo: dict[tuple[int, int], float] = self._memo      # type: ignore[attr-defined]
-        key = (batch, rows)
+        verifier pads (padded_rows), over `context` cached tokens (None: context_len)."""
+        memo: dict[tuple[int, int, float | None], float] = self._memo      # type: ignore[attr-defined]
+        key = (batch, rows, context)
         if key not in memo:
-            memo[key] = self.at(batch, self.padded_rows(batch, rows))
+            memo[key] = self.at(batch, self.padded_rows(batch, rows, context), context)
         return memo[key]
 
     def per_row(self, batch: int = 1) -> VerifyCost:
@@ -134,10 +207,14 @@ class CostSurface:
     # --- JSON -----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": SURFACE_VERSION, "kind": "specviz cost surface", "model": self.model,
-                "device": self.device, "dtype": self.dtype, "context_len": self.context_len, "note": self.note,
-                "batch_sizes": list(self.batch_sizes), "rows": list(self.rows),
-                "seconds": [list(line) for line in self.seconds]}
+        out = {"version": SURFACE_VERSION, "kind": "specviz cost surface", "model": self.model,
+               "device": self.device, "dtype": self.dtype, "context_len": self.context_len, "note": self.note,
+               "batch_sizes": list(self.batch_sizes), "rows": list(self.rows),
+               "seconds": [list(line) for line in self.seconds]}
+        if self.by_length:              # optional: a reader of one length reads the rest as before
+            out["by_length"] = [{"context_len": n, "seconds": [list(line) for line in table]}
+                                for n, table in self.by_length]
+        return out
 
     @staticmethod
     def from_dict(data: Any, where: str = "cost surface") -> "CostSurface":
@@ -160,7 +237,16 @@ class CostSurface:
             texts = {k: data.get(k, "") for k in ("model", "device", "dtype", "note")}
             if not all(isinstance(v, str) for v in texts.values()):
                 raise SurfaceError("model, device, dtype and note must be text")
-            return CostSurface(batch_sizes, rows, seconds, data["context_len"], **texts)
+            more = data.get("by_length", [])
+            if not isinstance(more, list) or not all(isinstance(m, dict) and "context_len" in m and "seconds" in m
+                                                     for m in more):
+                raise SurfaceError("by_length must be a list of objects with context_len and seconds")
+            by_length = []
+            for m in more:
+                if not isinstance(m["seconds"], list) or not all(isinstance(line, list) for line in m["seconds"]):
+                    raise SurfaceError("by_length: seconds must be a list of lists of numbers")
+                by_length.append((m["context_len"], tuple(tuple(_number(s) for s in line) for line in m["seconds"])))
+            return CostSurface(batch_sizes, rows, seconds, data["context_len"], **texts, by_length=tuple(by_length))
         except SurfaceError as err:
             message = str(err).removeprefix("cost surface: ")
             raise SurfaceError(f"{where}: {message}") from None

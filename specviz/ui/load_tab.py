@@ -120,7 +120,7 @@ def render_load(shipped: str | None, upload: Any, surface_upload: Any, sizes_tex
     scale = context_scale(vanilla, surface)
     head = (f"Cost surface: {md_text(surface.model or 'model')} on {md_text(surface.device)} "
             f"({md_text(surface.dtype)}), batch sizes {surface.batch_sizes[0]}-{surface.batch_sizes[-1]} measured "
-            f"over {surface.context_len} cached tokens (the runs' forward is x{scale:.2f} its own). *Speedup*: "
+            f"over {surface.lengths_text()} (the runs' forward is x{scale:.2f} its own). *Speedup*: "
             "throughput of a batch started together, against vanilla at the same batch size; *full server "
             "batch*: the batch kept full (what the settings are sized by).")
     parts = [head, *(drafter_markdown(p, predictions, sizes, md_text) for p in drafters)]
