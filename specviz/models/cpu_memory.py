@@ -7,9 +7,9 @@ is freed; the threshold adapts (it rises to the size of the last such block free
 but a cache that grows every step always asks for a little more than the block just freed, so on
 most steps every layer's cache arrives as new pages: a page fault per 4 KiB and the kernel zeroing
 them, on every forward. On this project's 2-core CPU, 16 requests of about 1,100 cached tokens each
-(the embedded model: 13.5 MB per layer's keys) took 0.9-1.3 s a batched verify forward on most steps,
-against 0.45-0.56 s with the memory reused (benchmarks/README.md, "Under load"); one request's cache
-crosses the same line from about 4,000 cached tokens on (the 135M model; less for larger ones).
+(the embedded model: 13.5 MB per layer's keys) took 0.9-1.5 s a batched verify forward of 2-3 rows
+each on most steps, against 0.43-0.67 s with the memory reused (benchmarks/README.md, "Under load").
+The smaller a step's cache, the less it matters: one request's forward was not measurably faster.
 
 `keep_freed_memory()` fixes the two thresholds (mallopt): blocks up to 32 MiB (glibc's largest mmap
 threshold) come from the heap, and up to 1 GiB of freed heap is kept instead of trimmed, so each
