@@ -433,6 +433,8 @@ def test_plan_measures_a_surface_and_finds_it_again(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     assert "8 cached tokens per request:" in proc.stdout and "16 cached tokens per request:" in proc.stdout
     assert load_surface(tmp_path / "two.json").lengths == (8, 16)
+    proc = run_cli_here("plan", "x.json", "--context-len", "8")
+    assert proc.returncode != 0 and "--context-len: only with --measure" in proc.stderr
     proc = run_cli_here("plan", "--measure", "--model", "tiny-random", "--context-len", "8,0")
     assert proc.returncode != 0 and "--context-len: 0 is out of range" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -238,6 +238,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.sources and not args.stats and not args.measure:
         raise UsageError("plan: give a results.json of `specviz bench`, traces, or --stats FILE (or --measure to "
                          "time the cost surface only)")
+    if not args.measure and (args.context_len is not None or args.rows is not None):
+        flag = "--context-len" if args.context_len is not None else "--rows"
+        raise UsageError(f"{flag}: only with --measure (it sets what the surface is timed over)")
     vanilla, drafters, notes = read_sources(args) if (args.sources or args.stats) else (None, [], [])
     surface = measure_surface(args, sizes) if args.measure else find_surface(args)
     if vanilla is None:                        # --measure alone: the surface is the answer
