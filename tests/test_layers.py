@@ -208,6 +208,19 @@ def test_the_cli_parser_loads_without_transformers_model_code() -> None:
                            "m.startswith('transformers.models.') and m.rsplit('.', 1)[-1].startswith('modeling_')") == []
 
 
+def test_a_command_imports_only_its_own_module() -> None:
+    """`specviz generate` builds only generate's parser: the bench's figures (plotly) and the
+    trainers are not imported on its way to the first step; the other commands stay listed."""
+    from specviz.cli import named_command
+
+    code = ("from specviz.cli import build_parser\np = build_parser('generate')\n"
+            "assert p.parse_args(['generate', '--prompt', 'x']).command == 'generate'")
+    assert _modules_loaded(code, "m == 'plotly' or m in ('specviz.cli.bench', 'specviz.cli.train_eagle')") == []
+    assert named_command(["--version"]) is None
+    assert named_command(["bench", "--drafters", "x"]) == "bench"
+    assert named_command(["nosuch"]) is None
+
+
 FRONT_ENDS = ("specviz/cli", "specviz/ui", "specviz/bench")
 
 
