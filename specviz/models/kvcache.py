@@ -109,6 +109,11 @@ def layer_kv(cache: AnyCache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
     return layer.keys, layer.values
 
 
+def _filled(cache: AnyCache) -> list:
+    """The cache's layers that hold rows (a layer not yet written has no tensors, or empty ones)."""
+    return [layer for layer in _layers(cache) if layer.keys is not None and layer.keys.numel()]
+
+
 def num_layers(cache: AnyCache) -> int:
     return len(_layers(cache))
 
@@ -138,10 +143,8 @@ def commit(cache: AnyCache, past_len: int, accepted: Sequence[int]) -> None:
     src = [past_len + 1 + node for node in accepted]        # row of node i is past_len + 1 + i
     dst = list(range(past_len + 1, new_len))
     index: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}     # per device: copied once, not waited for
-    for layer in _layers(cache):
+    for layer in _filled(cache):
         keys, values = layer.keys, layer.values              # [B, H_kv, S, D]
-        if keys is None or keys.numel() == 0:
-            continue
         if src != dst:
             if keys.device not in index:
                 index[keys.device] = (to_device(src, keys.device), to_device(dst, keys.device))
@@ -190,10 +193,8 @@ def commit_batch(cache: DynamicCache, lengths: Sequence[int], width: int, kept: 
     src = [width + r for k in kept for r in k]
     longest = max(new)
     index: dict[torch.device, tuple[torch.Tensor, ...]] = {}
-    for layer in _layers(cache):
+    for layer in _filled(cache):
         keys, values = layer.keys, layer.values              # [B, H_kv, width + R, D]
-        if keys is None or keys.numel() == 0:
-            continue
         if src != dst:
             if keys.device not in index:
                 index[keys.device] = tuple(to_device(x, keys.device) for x in (batch, src, dst))
@@ -208,9 +209,7 @@ def commit_batch(cache: DynamicCache, lengths: Sequence[int], width: int, kept: 
 def keep_batch(cache: DynamicCache, slots: Sequence[int]) -> None:
     """Keep only these batch rows (requests that finished leave the batch)."""
     index: dict[torch.device, torch.Tensor] = {}
-    for layer in _layers(cache):
-        if layer.keys is None or layer.keys.numel() == 0:
-            continue
+    for layer in _filled(cache):
         dev = layer.keys.device
         if dev not in index:
             index[dev] = to_device(list(slots), dev)
@@ -224,10 +223,9 @@ def crop_to(cache: AnyCache, length: int) -> None:
         for layer in _layers(cache):
             layer.cumulative_length.fill_(length)
         return
-    for layer in _layers(cache):
-        if layer.keys is not None and layer.keys.numel():
-            layer.keys = layer.keys[:, :, :length]
-            layer.values = layer.values[:, :, :length]
+    for layer in _filled(cache):
+        layer.keys = layer.keys[:, :, :length]
+        layer.values = layer.values[:, :, :length]
 
 
 class CacheView:
