@@ -36,7 +36,7 @@ from ..errors import PromptError, SpecvizError
 from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance, tree_shape
 from .questions import Question
-from .runner import _calibration_dict, _tally_dict, peak_memory
+from .runner import _calibration_dict, _tally_dict, peak_memory, store_set_aside
 
 
 class BatchError(SpecvizError):
@@ -154,13 +154,11 @@ class BatchedBench:
         bench = self.bench
         try:
             if warmup and batches:
-                kept, self.store = self.store, DrafterStore()     # the warm-up's answers are not remembered
-                try:
-                    self.run_batch_of(batches[0], -1, -1)
-                except PromptError:
-                    pass
-                finally:
-                    self.store = kept
+                with store_set_aside(self):
+                    try:
+                        self.run_batch_of(batches[0], -1, -1)
+                    except PromptError:
+                        pass
             for index, batch in enumerate(batches):
                 if deadline is not None and time.monotonic() >= deadline:
                     bench.stop_reason = "time limit"

@@ -63,6 +63,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@contextmanager
+def store_set_aside(runner: Any) -> Iterator[None]:
+    """A warm-up's store: `runner.store` (what drafters remember across generations) is an empty
+    one for the block and the measured one again after it, so the warm-up's answers are not
+    remembered by the measured questions."""
+    kept, runner.store = runner.store, DrafterStore()
+    try:
+        yield
+    finally:
+        runner.store = kept
+
+
 @dataclass(frozen=True)
 class PeerRun:
     """One turn of transformers' own generate()."""
@@ -252,15 +264,12 @@ class Bench(Measured):
         """The first `warmup` questions through every method, unrecorded, with a store of their own:
         what drafters remember across generations (SuffixDecoding's earlier outputs) starts empty
         for the measured questions, which the warm-up's answers would otherwise be copied into."""
-        kept, self.store = self.store, DrafterStore()
-        try:
+        with store_set_aside(self):
             for q in questions[:warmup]:
                 try:
                     self.run_question(q, -1)
                 except PromptError:
                     pass
-        finally:
-            self.store = kept
 
     def measure(self, questions: list[Question], repeats: int, warmup: int,
                 bar: Any = None, on_question: Callable[[], None] | None = None,
