@@ -25,6 +25,7 @@ import torch
 
 from specviz.models.cost import calibrate
 from specviz.models.cpu_linear import use_few_row_linear
+from specviz.models.grouped_attention import use_grouped_attention
 from specviz.core.decoding import DecodingConfig
 from specviz.engine import generate_steps
 from specviz.models import LoadedModel, load_model, tiny_random_model
@@ -50,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def tiny_lm() -> LoadedModel:
     model = tiny_random_model(vocab_size=64, seed=0).eval()
     use_few_row_linear(model)                      # as load_model does on a CPU
+    use_grouped_attention(model)
     return LoadedModel(model_id="tiny-64", model=model, tokenizer=None, device=torch.device("cpu"),
                        dtype=torch.float32, max_positions=4096, eos_ids=frozenset(),
                        verify_cost=calibrate(model), cpu_linear=True)

@@ -62,8 +62,10 @@ def test_the_cli_says_what_was_wrong_with_the_variable(monkeypatch, capsys):
     assert code != 0 and f"{ENV}: 'yes' is not 0 or 1" in err and "Traceback" not in err
 
 
-def test_the_runtime_says_when_cudnn_is_off(tiny_lm_tok):
-    model = tiny_lm_tok.model
+def test_the_runtime_says_when_cudnn_is_off():
+    from specviz.models import tiny_random_model
+
+    model = tiny_random_model(64)                   # as loaded for a GPU (a CPU load runs sdpa_grouped)
     assert model.config._attn_implementation == "sdpa"
     assert attention_label(model, torch.device("cpu")) == "sdpa"
     assert attention_label(model, CUDA) == "sdpa"                     # flag on: nothing to say
@@ -75,4 +77,4 @@ def test_the_runtime_says_when_cudnn_is_off(tiny_lm_tok):
 def test_loading_on_a_cpu_leaves_the_flag():
     lm = load_model("tiny-random", device="cpu", dtype="bfloat16")
     assert torch.backends.cuda.cudnn_sdp_enabled()
-    assert lm.runtime["attention"] == "sdpa"
+    assert lm.runtime["attention"] == "sdpa_grouped"          # a CPU's own choice (grouped_attention.py)

@@ -13,7 +13,7 @@ from specviz.errors import SpecvizError
 
 def _check(report: DoctorReport, rows: tuple[int, ...], drafters: tuple[str, ...], prompts: int) -> None:
     assert report.device == "cpu" and report.dtype == "float32" and report.gpu_name is None
-    assert report.attention in ("sdpa", "eager") and report.cpu_linear
+    assert report.attention in ("sdpa", "sdpa_grouped", "eager") and report.cpu_linear
     assert report.torch_version and report.transformers_version and report.torch_threads >= 1
     assert [p.rows for p in report.cost_curve] == list(rows)
     assert all(p.measured_s > 0 and p.predicted_s > 0 for p in report.cost_curve)

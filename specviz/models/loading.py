@@ -22,6 +22,9 @@ cpu_linear.py; default on for a CPU device, off elsewhere), `compile` (the verif
 static KV cache, compiled: static_step.py; default on for a CUDA device, off elsewhere; the same
 loaded weights serve every mode) and the verify cost model
 (cost.calibrate), timed on first use by the engine, so draft and test models never pay for it.
+A CPU load also keeps freed memory for the growing cache (cpu_memory.py) and, for grouped
+key/value heads, runs attention as `sdpa_grouped` (grouped_attention.py: the same floats without
+copying the cache per query group; the runtime's `attention` says which).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from .fingerprint import target_fingerprint
 from .cpu_linear import use_few_row_linear
 from .cpu_memory import keep_freed_memory
 from .cpu_memory import state as malloc_state
+from .grouped_attention import use_grouped_attention
 from .static_step import resolve_compile
 from ..errors import ModelLoadError
 from ..core.precision import DTYPE_CHOICES
@@ -286,6 +290,7 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
     if device.type == "cpu":
         keep_freed_memory()                    # a growing cache reuses its pages (cpu_memory.py)
+        use_grouped_attention(model)           # tree verifies read grouped heads in place (grouped_attention.py)
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
 
 
