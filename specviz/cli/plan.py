@@ -129,7 +129,7 @@ def _cpu_or_gpu(lm: Any) -> str:
 
     if lm.device.type == "cuda":
         return torch.cuda.get_device_name(lm.device)
-    return f"CPU, {torch.get_num_threads()} threads"
+    return f"CPU, {torch.get_num_threads()} threads, attention {lm.runtime['attention']}"
 
 
 def find_surface(args: argparse.Namespace) -> Any:
