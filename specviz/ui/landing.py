@@ -20,6 +20,7 @@ run's own model, drafter, settings and decoding and the input boxes on its conte
 """
 from __future__ import annotations
 
+import atexit
 import json
 import sys
 import threading
@@ -38,6 +39,7 @@ from .views import RunViews
 
 LANDING = data_path("traces", "landing.json")
 RECORDING = data_path("traces", "landing.recording.json")
+EXIT_WAIT_S = 60.0        # how long a process that ends waits at exit for the landing views being drawn
 
 
 @lru_cache(maxsize=1)
@@ -158,4 +160,7 @@ def warm_landing(views: RunViews, background: bool = True) -> threading.Thread |
         return None
     thread = threading.Thread(target=landing_views, args=(views,), name="specviz-landing", daemon=True)
     thread.start()
+    # a process that ends while the thread still draws (a short script, a busy machine) waits for it a
+    # while at exit: a daemon thread stopped inside a native call can abort the interpreter's exit
+    atexit.register(thread.join, EXIT_WAIT_S)
     return thread
