@@ -206,6 +206,8 @@ def test_the_cli_parser_loads_without_transformers_model_code() -> None:
     about 2 s of a CLI start; GLIDE's layer imports Llama's pieces when a draft is built."""
     assert _modules_loaded("from specviz.cli import build_parser\nbuild_parser()",
                            "m.startswith('transformers.models.') and m.rsplit('.', 1)[-1].startswith('modeling_')") == []
+    assert _modules_loaded("from specviz.cli import build_parser\nbuild_parser('generate')",
+                           "m in ('transformers.modeling_utils', 'specviz.models.grouped_attention')") == []
 
 
 def test_a_command_imports_only_its_own_module() -> None:

@@ -46,7 +46,6 @@ from .fingerprint import target_fingerprint
 from .cpu_linear import use_few_row_linear
 from .cpu_memory import keep_freed_memory
 from .cpu_memory import state as malloc_state
-from .grouped_attention import use_grouped_attention
 from .static_step import resolve_compile
 from ..errors import ModelLoadError
 from ..core.precision import DTYPE_CHOICES
@@ -290,6 +289,7 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
         use_few_row_linear(model)              # few-row products the fast way round (cpu_linear.py)
     if device.type == "cpu":
         keep_freed_memory()                    # a growing cache reuses its pages (cpu_memory.py)
+        from .grouped_attention import use_grouped_attention   # here: it imports transformers' modelling (seconds)
         use_grouped_attention(model)           # tree verifies read grouped heads in place (grouped_attention.py)
     return LoadedModel(model_id, model, tokenizer, device, dtype, max_pos, frozenset(eos), None, linear)
 
