@@ -2,20 +2,14 @@
 figures: a curve.csv in train-eagle's columns whose points lie on a known line in ln(tokens)."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "eagle_curve.py"
+from conftest import benchmark_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("_eagle_curve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("eagle_curve")
 
 
 def test_a_line_in_log_tokens_is_found_and_its_crossing_told(tmp_path: Path) -> None:

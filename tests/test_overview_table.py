@@ -3,21 +3,13 @@ presets beside our defaults and each category's best drafter with its share of t
 checked on hand-made runs whose speedups are known."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from specviz.bench.metrics import Run, summarise
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "overview_table.py"
+from conftest import benchmark_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("_overview_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("overview_table")
 
 
 def _run(qid: int, cat: str, method: str, seconds: float) -> Run:
