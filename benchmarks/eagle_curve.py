@@ -22,14 +22,16 @@ from pathlib import Path
 
 
 def read_curve(path: Path) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """(head, split) -> [(tokens, top-1 at position 1)], by tokens; the step-0 rows dropped."""
-    out: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    """(head, split) -> [(tokens, top-1 at position 1)], by tokens; the step-0 rows dropped, and
+    one point per token count (the last written): a head that finished its own steps early (MTP)
+    is evaluated again at the run's end at the same tokens, which would count twice in the fit."""
+    out: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     with path.open(newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             tokens = int(row["tokens"])
             if tokens > 0 and row["top1_1"]:
-                out[row["kind"], Path(row["split"]).name].append((tokens, float(row["top1_1"])))
-    return {k: sorted(v) for k, v in out.items()}
+                out[row["kind"], Path(row["split"]).name][tokens] = float(row["top1_1"])
+    return {k: sorted(v.items()) for k, v in out.items()}
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float] | None:

@@ -20,11 +20,13 @@ def test_a_line_in_log_tokens_is_found_and_its_crossing_told(tmp_path: Path) -> 
         top1 = -0.9 + 0.09 * math.log(tokens)
         lines.append(f"{step},{tokens},0,1.0,eagle3,/x/distill.jsonl,10,0.9,{top1:.6f},0.1\n")
     lines.append("100,100000,0,1.0,mtp,sharegpt,10,,0.1,\n")
+    lines.append("400,100000,0,1.0,mtp,sharegpt,10,,0.1,\n")       # a finished head evaluated again at the run's end
     path = tmp_path / "curve.csv"
     path.write_text(header + "".join(lines), encoding="utf-8")
     points = curve.read_curve(path)
     assert set(points) == {("eagle3", "distill.jsonl"), ("mtp", "sharegpt")}
     assert [t for t, _ in points["eagle3", "distill.jsonl"]] == [100_000, 200_000, 400_000]
+    assert points["mtp", "sharegpt"] == [(100_000, 0.1)]                        # counted once
     a, b = curve.fit(points["eagle3", "distill.jsonl"])
     assert math.isclose(a, -0.9, abs_tol=1e-4) and math.isclose(b, 0.09, abs_tol=1e-5)
     reach = curve.tokens_for(a, b, 0.6)

@@ -216,3 +216,24 @@ def test_a_heads_folder_is_told_by_its_own_checkpoint_format(tiny_lm: Any, tmp_p
     (tmp_path / "ship" / "notes.txt").write_text("mine")
     (tmp_path / "other").mkdir()
     assert head_folder(tmp_path / "ship") == "other" and head_folder(tmp_path / "other") == "other"
+
+
+def test_card_says_which_vocabulary_each_head_drafts_over(tmp_path: Path) -> None:
+    """EAGLE drafts over the target's whole LM head (its K tokens only shortlist the token loss),
+    EAGLE-3 over its own K-token draft vocabulary, MTP over the whole head; the article fits."""
+    from types import SimpleNamespace
+
+    from specviz.netkit.card import model_card
+
+    folder = tmp_path / "head"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    state = SimpleNamespace(notes={"draft_vocab": 512, "vocab_counted_windows": 8, "coverage_curve": {"256": 0.9, "512": 0.95}},
+                            heads={}, step=4, tokens=4096, loss_tokens=2048, batches={})
+    cards = {kind: model_card(kind, "tiny-random", folder, {"steps": 4}, state, tmp_path / "curve.csv", counts={})
+             for kind in ("eagle", "eagle3", "mtp")}
+    assert "An EAGLE (EAGLE-1/-2) head" in cards["eagle"] and "An MTP" in cards["mtp"] and "An EAGLE-3" in cards["eagle3"]
+    assert "| vocabulary | the target's whole LM head when drafting; the token loss over a shortlist of 512 tokens" in cards["eagle"]
+    assert "## The token loss's shortlist" in cards["eagle"] and "## Draft vocabulary" not in cards["eagle"]
+    assert "| draft vocabulary | 512 tokens" in cards["eagle3"] and "## Draft vocabulary" in cards["eagle3"]
+    assert "| vocabulary | the target's whole LM head |" in cards["mtp"] and "shortlist" not in cards["mtp"]

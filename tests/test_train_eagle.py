@@ -157,6 +157,73 @@ def test_the_cli_trains_both_kinds_and_resumes(tmp_path: Path) -> None:
         assert cfg["specviz"]["steps"] == 5 and not (tmp_path / "ship" / f"{kind}-tiny-random" / "training.pt").exists()
 
 
+def test_a_cut_draft_vocabulary_keeps_each_kept_tokens_logit(tiny_lm: Any) -> None:
+    """EagleDraft.with_draft_vocab: the kept tokens' rows of the lm_head, draft ids in ascending
+    target id, the same logit for each kept token; EAGLE (no draft vocabulary of its own) and
+    tokens the head does not hold are refused."""
+    from specviz.eagle import checkpoint as ckpt
+    from specviz.eagle.model import EagleDraft
+
+    torch.manual_seed(0)
+    draft = EagleDraft(ckpt.spec_for_target("eagle3", tiny_lm.model, 32), tiny_lm.model).eval()
+    ids = torch.randperm(64)[:32]                                          # the head's 32 target ids, unsorted
+    draft.set_draft_vocab(ids)
+    keep = ids[[5, 1, 30, 17]]
+    cut = draft.with_draft_vocab(keep)
+    assert cut.spec.draft_vocab == 4 and cut.draft_ids().tolist() == sorted(keep.tolist())
+    assert int(cut.t2d.sum()) == 4 and cut.t2d[keep].all()
+    out = torch.randn(1, 3, draft.spec.hidden)                              # [B, T, H]
+    full = draft.logits(out)                                                # [B, T, 32]
+    rows = [ids.tolist().index(t) for t in sorted(keep.tolist())]
+    torch.testing.assert_close(cut.logits(out), full[..., rows], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="not in the head's 32-token draft vocabulary"):
+        draft.with_draft_vocab(torch.tensor([int(t) for t in range(64) if t not in ids.tolist()][:2]))
+    eagle = EagleDraft(ckpt.spec_for_target("eagle", tiny_lm.model, 64), tiny_lm.model)
+    with pytest.raises(ValueError, match="only an EAGLE-3 head"):
+        eagle.with_draft_vocab(keep)
+
+
+def test_export_vocab_ships_the_eagle3_head_with_its_most_frequent_tokens(tmp_path: Path) -> None:
+    """train-eagle --export-only --export-vocab K: the EAGLE-3 head exported with the K most
+    frequent tokens of its draft vocabulary (the run's vocab.pt order), the card saying so, the
+    run untouched; the head drafts, identical to plain decoding; bad K or flags refused in one line."""
+    from specviz.eagle import checkpoint as ckpt
+    from specviz.models import load_model
+
+    text = tmp_path / "data.txt"
+    text.write_text("\n\n".join(f"The number {i} comes after {i - 1} and before {i + 1}." for i in range(1, 120)))
+    out, ship = tmp_path / "run", tmp_path / "ship"
+    proc = run_cli_here("train-eagle", "--kind", "eagle3", "--model", "tiny-random", "--data", str(text), "--batch", "2",
+                        "--seq-len", "24", "--vocab", "256", "--held-out", "0", "--ttt", "2", "--positions", "2",
+                        "--steps", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    export = ("train-eagle", "--kind", "eagle3", "--model", "tiny-random", "--out", str(out), "--export", str(ship),
+              "--export-only", "--held-out", "0")
+    proc = run_cli_here(*export, "--export-vocab", "64")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    folder = ship / "eagle3-tiny-random"
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["draft_vocab_size"] == 64
+    assert cfg["specviz"]["draft_vocab_trained"] == 256 and cfg["specviz"]["draft_vocab_exported"] == 64
+    lm = load_model("tiny-random", device="cpu", dtype="float32")
+    full = ckpt.load(out / "eagle3", lm.model, lm.model_id, "eagle3")
+    cut = ckpt.load(folder, lm.model, lm.model_id, "eagle3")
+    order = torch.load(out / "vocab.pt", weights_only=True)
+    assert cut.draft_ids().tolist() == sorted(order[:64].tolist())
+    rows = [full.draft_ids().tolist().index(t) for t in cut.draft_ids().tolist()]
+    torch.testing.assert_close(cut.lm_head.weight, full.lm_head.weight[rows].half().float())
+    assert "cut at export (`--export-vocab 64`) from the 256" in (ship / "eagle3-tiny-random.md").read_text()
+    proc = run_cli_here("generate", "--model", "tiny-random", "--prompt", "The number 7", "--max-new-tokens", "8",
+                        "--drafter", "eagle3", "--set", f"checkpoint={folder}", "--check", "--no-stream")
+    assert proc.returncode == 0 and "identical to vanilla" in proc.stdout, proc.stderr[-2000:]
+    for extra, words in ((("--export-vocab", "300", "--overwrite"), ("--export-vocab", "more than", "256")),
+                         (("--export-vocab", "-3", "--overwrite"), ("--export-vocab", "positive"))):
+        assert_one_line_refusal(run_cli_here(*export, *extra), words, alone=False)
+    proc = run_cli_here("train-eagle", "--kind", "eagle3", "--model", "tiny-random", "--data", str(text),
+                        "--out", str(tmp_path / "run2"), "--export-vocab", "64")
+    assert_one_line_refusal(proc, ("--export-vocab", "--export-only"))
+
+
 def test_distill_appends_resumes_and_drops_a_cut_off_line(tiny_lm_tok: Any, tmp_path: Path) -> None:
     from specviz.netkit.distill import DistillConfig, distill
 

@@ -81,6 +81,10 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--export-only", action="store_true",
                    help="with --export DIR: write the fp16 heads of --out's last save and their model cards "
                         "(DIR/<kind>-<model>.md) without training and without writing to --out")
+    p.add_argument("--export-vocab", type=int, default=0, metavar="K",
+                   help="with --export-only: export the EAGLE-3 head with only the K most frequent tokens of its "
+                        "draft vocabulary (the run's vocab.pt order; the rest of the head unchanged): a cheaper "
+                        "draft where K still holds most of the target's choices (the card gives the coverage)")
     p.add_argument("--target-dtype", default="float32", choices=("float32", "bfloat16"),
                    help="the target's pass: float32, or its decoder under bfloat16 autocast (features kept "
                         "and its logits taken in fp32)")
@@ -154,6 +158,11 @@ def check_flags(args: Any, cfgs: list[Any], kinds: list[str], out: Path) -> None
     if not 0 < args.save_minutes < 1e6:
         raise ConfigError("save_minutes", f"must be a positive number of minutes below 1e6, got {args.save_minutes}")
     check_output_dir(str(out), "--out")
+    if args.export_vocab and not (args.export_only and "eagle3" in kinds):
+        raise UsageError("--export-vocab: cuts an EAGLE-3 head's draft vocabulary when exporting a run's last save; "
+                         "give it with --export-only and --kind eagle3")
+    if args.export_vocab < 0:
+        raise UsageError(f"--export-vocab: must be a positive number of tokens (0: the head's own), got {args.export_vocab}")
     if args.export_only:
         if not args.export:
             raise UsageError("--export-only: give --export DIR, where the heads and their cards go")
@@ -315,6 +324,8 @@ def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: 
             else:
                 draft = ckpt.load(src, target, target_id, kind)
                 extra = ckpt.read_config(src).get("specviz") or {}
+                if kind == "eagle3" and args.export_vocab:
+                    draft, extra = _cut_vocab(draft, extra, out, args.export_vocab, int(target.config.vocab_size))
                 (folder / "training.pt").unlink(missing_ok=True)
                 ckpt.save(folder, draft, extra, None, torch_half())
         except CheckpointError as err:
@@ -327,6 +338,20 @@ def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: 
     return 0
 
 
+def _cut_vocab(draft: Any, extra: dict[str, Any], out: Path, k: int, vocab_size: int) -> tuple[Any, dict[str, Any]]:
+    """--export-vocab K: the EAGLE-3 head with the K most frequent tokens of the run's draft
+    vocabulary (vocab.pt's order), and its specviz entry noting the cut."""
+    trained = int(draft.spec.draft_vocab)
+    if k > trained:
+        raise UsageError(f"--export-vocab: {k} is more than the head's draft vocabulary of {trained} tokens; "
+                         f"give at most {trained}")
+    order = _read_vocab(out / "vocab.pt", vocab_size, "--export-vocab")
+    if len(order) < trained or not set(order[:trained].tolist()) == set(draft.draft_ids().tolist()):
+        raise UsageError(f"--export-vocab: {str(out / 'vocab.pt')!r} does not rank this head's draft vocabulary; "
+                         "export without --export-vocab")
+    return draft.with_draft_vocab(order[:k]), {**extra, "draft_vocab_trained": trained, "draft_vocab_exported": k}
+
+
 def torch_half() -> Any:
     import torch
     return torch.float16
@@ -337,14 +362,15 @@ def _take(it: Any, n: int) -> Any:
     return itertools.islice(it, n)
 
 
-def _read_vocab(path: Path, vocab_size: int) -> Any:
+def _read_vocab(path: Path, vocab_size: int, flag: str = "--resume") -> Any:
     import torch
 
+    fix = "start a new --out" if flag == "--resume" else f"export without {flag}"
     try:
         order = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - missing, truncated, not a tensor file: one line
-        raise UsageError(f"--resume: {str(path)!r} cannot be read ({type(err).__name__}); start a new --out") from None
+        raise UsageError(f"{flag}: {str(path)!r} cannot be read ({type(err).__name__}); {fix}") from None
     if not isinstance(order, torch.Tensor) or order.dim() != 1 or order.dtype != torch.long or \
             not len(order) or int(order.min()) < 0 or int(order.max()) >= vocab_size:
-        raise UsageError(f"--resume: {str(path)!r} is not a draft vocabulary of this target's tokens; start a new --out")
+        raise UsageError(f"{flag}: {str(path)!r} is not a draft vocabulary of this target's tokens; {fix}")
     return order

@@ -33,7 +33,7 @@ Its linear layers take the few-row product on a CPU (models/cpu_linear.py) when 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -269,6 +269,39 @@ class EagleDraft(nn.Module):
         self.d2t.copy_(ids.to(self.d2t.device) - torch.arange(len(ids), device=self.d2t.device))
         self.t2d.zero_()
         self.t2d[ids.to(self.t2d.device)] = True
+
+    def draft_ids(self) -> torch.Tensor:
+        """eagle3: the target id of each draft id [V_d] (eagle: every target id)."""
+        idx = torch.arange(self.spec.draft_vocab, device=self.d2t.device if self.spec.kind == "eagle3" else None)
+        return self.to_target(idx)
+
+    def with_draft_vocab(self, keep: torch.Tensor) -> "EagleDraft":
+        """eagle3: a copy of this head whose draft vocabulary is the target ids `keep` [K] (a subset
+        of its own, in any order): the same weights, the lm_head's rows of those tokens only, draft
+        ids in ascending target id as the authors' `d2t`. Each kept token's logit is unchanged; the
+        draft's softmax runs over the K. A cheaper head to draft with where the K hold most of the
+        target's choices (train-eagle --export-vocab)."""
+        if self.spec.kind != "eagle3":
+            raise ValueError("draft vocabulary: only an EAGLE-3 head has its own (EAGLE drafts over the target's LM head)")
+        ids = self.draft_ids().cpu()                                                # [V_d]
+        want = torch.unique(keep.cpu().long())                                      # [K] ascending
+        row_of = {int(t): i for i, t in enumerate(ids.tolist())}
+        missing = [int(t) for t in want.tolist() if int(t) not in row_of]
+        if missing or not len(want):
+            raise ValueError(f"draft vocabulary: {len(missing)} of the {len(want)} tokens asked for are not in the "
+                             f"head's {self.spec.draft_vocab}-token draft vocabulary" if missing
+                             else "draft vocabulary: keep at least one token")
+        rows = torch.tensor([row_of[int(t)] for t in want.tolist()])                # [K]
+        spec = replace(self.spec, draft_vocab=len(want))
+        pruned = EagleDraft(spec, self.target)
+        state = {k: v for k, v in self.state_dict().items() if k not in ("lm_head.weight", "d2t", "t2d")}
+        missing_keys, _ = pruned.load_state_dict(state, strict=False)
+        assert set(missing_keys) <= {"lm_head.weight", "d2t", "t2d"}, missing_keys
+        weight = self.lm_head.weight.detach()
+        pruned.lm_head.weight.data = weight[rows.to(weight.device)].clone()       # [K, H]
+        pruned = pruned.to(device=weight.device, dtype=weight.dtype)
+        pruned.set_draft_vocab(want.to(weight.device))
+        return pruned.eval()
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         if self.spec.own_embed:

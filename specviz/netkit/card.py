@@ -91,7 +91,7 @@ def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state
                  else tokens // steps if steps else 0)
     step_size = f"{cfg['batch']} x {cfg['seq_len']}" if cfg.get("batch") and cfg.get("seq_len") else f"{per_batch:,}"
     lines = [f"# Model card: `{folder.name}/`", "",
-             f"A {name} head for the target `{model}`, trained by `specviz train-eagle` (docs/training.md) with the "
+             f"{'An' if name.startswith(('EAGLE', 'MTP')) else 'A'} {name} head for the target `{model}`, trained by `specviz train-eagle` (docs/training.md) with the "
              f"frozen target's own pass over every batch. Stored in {layout}, fp16; specviz reads it by default for "
              f"`--model {model}`. This card is written by `train-eagle --export-only` from the run's records "
              "(run.json, curve.csv, config.json's `specviz` entry).", "",
@@ -101,12 +101,20 @@ def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state
              f"| parameters | {params / 1e6:.2f} M (the target's embedding and LM head are shared, not stored) |"
              if params else "| parameters | ? |",
              f"| file | {size / 2**20:.1f} MiB |"]
+    k = notes.get("draft_vocab")
+    chosen = f"{k} tokens, the most frequent assistant tokens of {notes.get('vocab_counted_windows', '?')} training windows"
     if kind == "mtp":
         lines.append("| vocabulary | the target's whole LM head |")
+    elif kind == "eagle":       # EAGLE drafts over the target's LM head; the K tokens only shortlist its token loss
+        lines.append(f"| vocabulary | the target's whole LM head when drafting; the token loss over a shortlist of {chosen} |")
+    elif entry.get("draft_vocab_exported"):      # train-eagle --export-vocab: cut at export
+        k = int(entry["draft_vocab_exported"])
+        lines.append(f"| draft vocabulary | {k} tokens, cut at export (`--export-vocab {k}`) from the "
+                     f"{entry.get('draft_vocab_trained', '?')} it was trained over: the most frequent assistant tokens "
+                     f"of {notes.get('vocab_counted_windows', '?')} training windows; the held-out figures below are "
+                     "the head's before the cut |")
     else:
-        k = notes.get("draft_vocab")
-        lines.append(f"| draft vocabulary | {k} tokens, the most frequent assistant tokens of "
-                     f"{notes.get('vocab_counted_windows', '?')} training windows |")
+        lines.append(f"| draft vocabulary | {chosen} |")
     lines += ["", "## Training", "",
               f"- **Objective**: {objective or '?'}.",
               f"- **Steps**: {steps} optimiser steps of {step_size} tokens"
@@ -128,12 +136,13 @@ def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state
                      f"{state.batches.get(src, 0):,} batches of it.")
     curve_notes = notes.get("coverage_curve") or {}
     if kind != "mtp" and curve_notes:
-        lines += ["", "## Draft vocabulary", "",
+        bold = entry.get("draft_vocab_exported") or notes.get("draft_vocab")     # the size the head drafts over
+        lines += ["", "## Draft vocabulary" if kind != "eagle" else "## The token loss's shortlist", "",
                   f"Coverage of the target's own choices ({notes.get('coverage_of', 'held-out')}) by the K most "
                   "frequent tokens; the chosen size is bold.", "",
                   "| K | " + " | ".join(str(k) for k in sorted(curve_notes, key=int)) + " |",
                   "|---|" + "---|" * len(curve_notes),
-                  "| coverage | " + " | ".join((f"**{curve_notes[k]:.3f}**" if int(k) == notes.get("draft_vocab")
+                  "| coverage | " + " | ".join((f"**{curve_notes[k]:.3f}**" if int(k) == bold
                                                 else f"{curve_notes[k]:.3f}") for k in sorted(curve_notes, key=int))
                   + " |"]
     lines += ["", "## Held-out top-1 per draft position", "",
