@@ -187,6 +187,38 @@ def test_the_cost_cut_keeps_eagle2s_whole_tree_for_the_trace(tiny_lm, tmp_path):
     assert all(math.isfinite(c) for c in p.chance)
 
 
+def test_stop_early_skips_the_rounds_that_cannot_pay(tiny_lm, tmp_path, monkeypatch):
+    """stop_early (the default, with size_by_cost): once its rounds are timed (the first 6, two
+    steps here), a head whose round takes far longer than a token is worth (a plain step) drafts
+    its first level only, and says why; where a round is free, or stop_early / size_by_cost is off
+    (the presets), every round runs. The output is vanilla's in every case."""
+    import itertools
+    import types
+
+    import specviz.drafters.eagle as eagle_drafter
+    from specviz.drafters.eagle import ROUND_SAMPLES
+    from specviz.drafters.kit.narration import rounds_note
+
+    folder = save_random(tiny_lm, "eagle", tmp_path / "eagle")
+    cfg = {"checkpoint": folder, "top_k": 2, "depth": 3, "total_tokens": 16}
+    vanilla, _ = run_ids(tiny_lm, PROMPT, max_new_tokens=12)
+    for round_s, extra, want in ((10.0, {}, 1), (10.0, {"stop_early": False}, 4), (10.0, {"size_by_cost": False}, 4),
+                                 (0.0, {}, 4)):
+        clock = itertools.count(0.0, round_s)                         # each reading `round_s` later: a round takes it
+        monkeypatch.setattr(eagle_drafter, "time", types.SimpleNamespace(perf_counter=clock.__next__))
+        out, steps = run_ids(tiny_lm, PROMPT, "eagle", {**cfg, **extra}, max_new_tokens=12)
+        assert out == vanilla, extra
+        drafted = [s.info for s in steps if "levels" in s.info]
+        assert len(drafted) >= 4 and all(i["levels_max"] == 4 for i in drafted)
+        assert ROUND_SAMPLES == 6 and all(i["levels"] == 4 for i in drafted[:2])   # 2 steps of 3 rounds timed first
+        assert all(i["levels"] == want for i in drafted[2:]), (extra, [i["levels"] for i in drafted])
+        if want == 1 and extra == {}:
+            assert drafted[2]["round_ms"] == 10_000.0
+            note = rounds_note(drafted[2])
+            assert "drafted 1 of its 4 levels" in note[0][0] and "about 10000 ms" in note[0][0]
+    assert rounds_note({"levels": 4, "levels_max": 4}) == () and rounds_note({}) == ()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_trained_heads_are_lossless_and_accepted(tiny_lm, trained, self_data, kind):
     """On its training text (the tiny random model's own greedy continuations, which a head this

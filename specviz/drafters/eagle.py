@@ -33,10 +33,22 @@ speculators config names another verifier runs with a warning under `verifier_ch
 Presets: `paper` is the authors' package defaults (EaModel.from_pretrained: 60 / 7 / 10);
 `paper-mtbench` their MT-bench scripts' setting (60 / 5 / 10), `paper-mtbench-qwen3` the Qwen3
 script's (32 / 8 / 4).
+
+Our default also stops drafting early (`stop_early`, with `size_by_cost`): before each
+expansion round it bounds what the round can add, the chance-weighted sum over the nodes it
+would expand (their path chance, as the cutter estimates it, times the next depth's trust), and
+skips the round, and so every deeper one, when that bound times what a token is worth (a plain
+step's predicted time) is less than a round's time: the median of the first ROUND_SAMPLES rounds
+the head ran (every round runs until then), fixed for the run so that a run's trees do not follow
+the machine's moment-to-moment load. Each deeper round can add no more than the one before at the
+same cost, so none skipped could have paid. Lossless either way: the
+drafts stay deterministic; the step info's `levels` is the levels drafted (1 + the rounds run).
 """
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +67,7 @@ from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_p
 # (eagle/model/ea_model.py: total_token=60, depth=7, top_k=10), what a user of their package
 # gets; their MT-bench scripts (eagle/evaluation/gen_ea_answer_{vicuna,llama2chat,llama3chat,
 # mix,ds}.py) pass --total-token 60 --depth 5 --top-k 10, and gen_ea_answer_qwen3.py 32 / 8 / 4
+ROUND_SAMPLES = 6          # stop_early: rounds timed before their median prices every later one
 PAPER_TREE = {"total_tokens": 60, "depth": 7, "top_k": 10, "size_by_cost": False}
 MT_BENCH_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False}
 MT_BENCH_QWEN3_TREE = {"total_tokens": 32, "depth": 8, "top_k": 4, "size_by_cost": False}
@@ -80,6 +93,9 @@ class EagleConfig(TreeSizingSettings):
     # the head's softmax is trained to be the chance: full trust to start, learned per depth
     first_prior: float = first_prior_setting(1.0)
     continue_prior: float = continue_prior_setting(1.0)
+    stop_early: bool = setting(True, "With size_by_cost: skip the expansion rounds whose best chance of adding "
+                                     "accepted tokens cannot pay for their measured draft time (extension; a "
+                                     "`paper` preset drafts every round).")
 
 
 @dataclass
@@ -108,6 +124,9 @@ class EagleDrafter:
         self.done = 0                        # committed positions the head has run
         self.last: torch.Tensor | None = None   # its output at the last committed row [H]
         self.broken = False
+        self.round_s: float | None = None    # an expansion round's seconds (stop_early; None: still timing)
+        self.round_times: list[float] = []   # the first ROUND_SAMPLES rounds' seconds
+        self.rounds = 0                      # expansion rounds run at the last step
 
     # -- the committed rows ------------------------------------------------------------------
     def _advance(self, ctx: DraftContext) -> None:
@@ -139,12 +158,23 @@ class EagleDrafter:
         top = logp.topk(min(k, logp.shape[-1]), -1)
         return top.values, self.draft.to_target(top.indices)
 
-    def grow(self, root_out: torch.Tensor) -> list[_Node]:
+    def _worth(self, chance: list[float], frontier: list[int], depth: int, token_s: float) -> bool:
+        """Whether expanding `frontier` (children at 1-based `depth`) can pay for a round: the
+        children's chance is at most the frontier's path chance times that depth's trust."""
+        if self.round_s is None:
+            return True                      # still timing rounds: run it
+        gain = self.cutter.trust(depth)[1] * sum(chance[c] for c in frontier)
+        return gain * token_s >= self.round_s
+
+    def grow(self, root_out: torch.Tensor, token_s: float | None = None) -> list[_Node]:
         """Every node EAGLE-2 drafts (candidate order: level by level), from the head's output
-        at the last committed row."""
+        at the last committed row; `token_s` (what an accepted token is worth, in seconds): stop
+        before a round that cannot pay for itself (stop_early), else run all `depth` rounds."""
         cfg, dev = self.config, root_out.device
         values, ids = self._top(root_out[None], cfg.top_k)
         nodes = [_Node(int(t), -1, float(p), float(p), 1) for p, t in zip(values[0].tolist(), ids[0].tolist())]
+        first = self.cutter.trust(1)[0]
+        chance = [min(1.0, math.exp(n.logp)) * first for n in nodes]   # path chance, as the cutter estimates it
         frontier = list(range(len(nodes)))          # the nodes to run next (<= top_k)
         inputs = root_out[None].expand(len(frontier), -1)                          # [m, H]
         rows: dict[int, int] = {}                   # candidate -> its row among the draft rows
@@ -152,9 +182,13 @@ class EagleDrafter:
         keys: list[torch.Tensor] = []
         vals: list[torch.Tensor] = []
         assert self.kv is not None
+        self.rounds = 0
         for level in range(cfg.depth):
             if not frontier:
                 break
+            if token_s is not None and not self._worth(chance, frontier, level + 2, token_s):
+                break
+            started = time.perf_counter()   # the round ends with .tolist() below: a device's work is done
             m, base = len(frontier), len(anc)
             for j, c in enumerate(frontier):
                 par = nodes[c].parent
@@ -171,11 +205,17 @@ class EagleDrafter:
             keys.append(k)
             vals.append(v)
             values, ids = self._top(out[0], cfg.top_k)                             # [m, k]
-            first = len(nodes)
-            for j, c in enumerate(frontier):
+            start, later = len(nodes), self.cutter.trust(level + 2)[1]
+            for j, c in enumerate(frontier):                                       # .tolist(): the round is done
                 for p, t in zip(values[j].tolist(), ids[j].tolist()):
                     nodes.append(_Node(int(t), c, float(p), nodes[c].score + float(p), level + 2))
-            children = list(range(first, len(nodes)))
+                    chance.append(min(1.0, math.exp(float(p))) * later * chance[c])
+            if self.round_s is None:
+                self.round_times.append(time.perf_counter() - started)
+                if len(self.round_times) >= ROUND_SAMPLES:
+                    self.round_s = statistics.median(self.round_times)
+            self.rounds += 1
+            children = list(range(start, len(nodes)))
             children.sort(key=lambda i: -nodes[i].score)
             frontier = children[: cfg.top_k]
             if frontier:                            # each runs on its parent's output
@@ -200,7 +240,8 @@ class EagleDrafter:
             if self.broken or self.last is None or self.done != len(ctx.tokens) - 1:
                 self.cutter.skip()
                 return DraftTree.empty()
-            nodes = self.grow(self.last)
+            early = self.config.size_by_cost and self.config.stop_early
+            nodes = self.grow(self.last, ctx.verify_cost(0) if early else None)
             keep = self.rerank(nodes)
         with ctx.timer("draft.tree"):
             index = {c: i for i, c in enumerate(keep)}
@@ -208,7 +249,9 @@ class EagleDrafter:
                              tuple(index[nodes[c].parent] if nodes[c].parent >= 0 else -1 for c in keep),
                              (self.source,) * len(keep), tuple(math.exp(nodes[c].logp) for c in keep))
             tree, _ = self.cutter.cut(tree, list(tree.scores or ()), tree.depths, ctx, self.config.size_by_cost)
-            ctx.info.update(candidates=len(nodes), kept=len(tree))
+            ctx.info.update(candidates=len(nodes), kept=len(tree), levels=1 + self.rounds,
+                            levels_max=1 + self.config.depth,
+                            **({"round_ms": round(1000 * self.round_s, 2)} if self.round_s is not None else {}))
             return tree
 
     def observe(self, step: StepView) -> None:

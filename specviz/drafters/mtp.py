@@ -60,6 +60,9 @@ class MTPConfig(TreeSizingSettings):
     # the module's softmax is trained as the chance of the next-but-one token: full trust to start
     first_prior: float = first_prior_setting(1.0)
     continue_prior: float = continue_prior_setting(1.0)
+    stop_early: bool = setting(True, "With size_by_cost: skip the draft steps whose best chance of adding accepted "
+                                     "tokens cannot pay for their measured time (extension; the presets run every "
+                                     "step, as the engines do).")
 
     def check(self) -> None:
         if self.num_draft_tokens == 1:
@@ -72,7 +75,8 @@ class MTPConfig(TreeSizingSettings):
         return EagleConfig(top_k=self.topk, depth=self.num_speculative_tokens - 1,
                            total_tokens=min(self.num_draft_tokens or 1 + drafted, 256),
                            size_by_cost=self.size_by_cost, first_prior=self.first_prior,
-                           continue_prior=self.continue_prior, explore_every=self.explore_every)
+                           continue_prior=self.continue_prior, explore_every=self.explore_every,
+                           stop_early=self.stop_early)
 
 
 def _linear_attention(config: object) -> bool:
@@ -104,6 +108,9 @@ class MTPDrafter(EagleDrafter):
         self.done = 0
         self.last = None
         self.broken = False
+        self.round_s = None
+        self.round_times = []
+        self.rounds = 0
 
 
 _REPORT = "DeepSeek-V3 Technical Report"

@@ -15,7 +15,7 @@ Info keys read here, by what writes them:
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from ...core.narration import Code, Place, Quote, Scene, Sentence, StepStory, plural
 
@@ -106,8 +106,19 @@ def sizing(scene: Scene, also: Sequence[Sentence] = (), otherwise: Sequence[Sent
 
 
 def narrate_size(scene: Scene) -> StepStory:
-    """The narrator of a drafter whose story is its tree's size alone (no lookup to tell)."""
-    return StepStory(size=sizing(scene))
+    """The narrator of a drafter whose story is its tree's size alone (no lookup to tell); a
+    head that stopped drafting early (drafters/eagle.py's stop_early) says so."""
+    return StepStory(size=(*sizing(scene), *rounds_note(scene.step.info)))
+
+
+def rounds_note(info: Mapping[str, Any]) -> tuple[Sentence, ...]:
+    """Why a head drafted fewer levels than it may (`levels` of `levels_max`, a round `round_ms`)."""
+    if "levels" not in info or int(info["levels"]) >= int(info.get("levels_max", 0)):
+        return ()
+    took = f" (a round takes about {float(info['round_ms']):.0f} ms)" if "round_ms" in info else ""
+    return ((f"The head drafted {info['levels']} of its {info['levels_max']} levels: another round's best "
+             f"chance of an accepted token was worth less than the round's time{took}, and every deeper round "
+             "could add no more.",),)
 
 
 def narrate_lookup(scene: Scene) -> StepStory:
