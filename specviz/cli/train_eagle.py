@@ -158,7 +158,9 @@ def check_flags(args: Any, cfgs: list[Any], kinds: list[str], out: Path) -> None
     if not 0 < args.save_minutes < 1e6:
         raise ConfigError("save_minutes", f"must be a positive number of minutes below 1e6, got {args.save_minutes}")
     check_output_dir(str(out), "--out")
-    if args.export_vocab and not (args.export_only and "eagle3" in kinds):
+    from ..eagle.model import OWN_VOCAB_KINDS
+
+    if args.export_vocab and not (args.export_only and set(kinds) & set(OWN_VOCAB_KINDS)):
         raise UsageError("--export-vocab: cuts an EAGLE-3 head's draft vocabulary when exporting a run's last save; "
                          "give it with --export-only and --kind eagle3")
     if args.export_vocab < 0:
@@ -306,6 +308,7 @@ def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: 
     (netkit/card.py: run.json, curve.csv, the data). Reads --out only (safe while a run writes it:
     every file there is replaced whole)."""
     from ..eagle import checkpoint as ckpt
+    from ..eagle.model import OWN_VOCAB_KINDS
     from ..mtp import checkpoint as mtp_ckpt
     from ..netkit import card
     from ..netkit.files import CheckpointError
@@ -324,7 +327,7 @@ def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: 
             else:
                 draft = ckpt.load(src, target, target_id, kind)
                 extra = ckpt.read_config(src).get("specviz") or {}
-                if kind == "eagle3" and args.export_vocab:
+                if kind in OWN_VOCAB_KINDS and args.export_vocab:
                     draft, extra = _cut_vocab(draft, extra, out, args.export_vocab, int(target.config.vocab_size))
                 (folder / "training.pt").unlink(missing_ok=True)
                 ckpt.save(folder, draft, extra, None, torch_half())

@@ -43,6 +43,7 @@ from ..errors import check_choice
 from ..models.cpu_linear import FewRowLinear, few_row_linear
 
 KINDS = ("eagle", "eagle3")
+OWN_VOCAB_KINDS = ("eagle3",)          # the kinds with a draft vocabulary (lm_head, d2t / t2d) of their own
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,7 @@ class EagleDraft(nn.Module):
         ids in ascending target id as the authors' `d2t`. Each kept token's logit is unchanged; the
         draft's softmax runs over the K. A cheaper head to draft with where the K hold most of the
         target's choices (train-eagle --export-vocab)."""
-        if self.spec.kind != "eagle3":
+        if self.spec.kind not in OWN_VOCAB_KINDS:
             raise ValueError("draft vocabulary: only an EAGLE-3 head has its own (EAGLE drafts over the target's LM head)")
         ids = self.draft_ids().cpu()                                                # [V_d]
         want = torch.unique(keep.cpu().long())                                      # [K] ascending
