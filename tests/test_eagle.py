@@ -213,10 +213,11 @@ def test_stop_early_skips_the_rounds_that_cannot_pay(tiny_lm, tmp_path, monkeypa
         assert ROUND_SAMPLES == 6 and all(i["levels"] == 4 for i in drafted[:2])   # 2 steps of 3 rounds timed first
         assert all(i["levels"] == want for i in drafted[2:]), (extra, [i["levels"] for i in drafted])
         if want == 1 and extra == {}:
-            assert drafted[2]["round_ms"] == 10_000.0
+            assert drafted[2]["round_ms"] == 10_000.0 and drafted[2]["stopped_early"]
             note = rounds_note(drafted[2])
             assert "drafted 1 of its 4 levels" in note[0][0] and "about 10000 ms" in note[0][0]
-    assert rounds_note({"levels": 4, "levels_max": 4}) == () and rounds_note({}) == ()
+    assert rounds_note({"levels": 4, "levels_max": 4, "stopped_early": False}) == () and rounds_note({}) == ()
+    assert not any(i["stopped_early"] for i in drafted)              # the last case: every round ran
 
 
 @pytest.mark.parametrize("kind", KINDS)

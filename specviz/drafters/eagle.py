@@ -127,6 +127,7 @@ class EagleDrafter:
         self.round_s: float | None = None    # an expansion round's seconds (stop_early; None: still timing)
         self.round_times: list[float] = []   # the first ROUND_SAMPLES rounds' seconds
         self.rounds = 0                      # expansion rounds run at the last step
+        self.stopped = False                 # the last step stopped before a round that could not pay
 
     # -- the committed rows ------------------------------------------------------------------
     def _advance(self, ctx: DraftContext) -> None:
@@ -182,11 +183,12 @@ class EagleDrafter:
         keys: list[torch.Tensor] = []
         vals: list[torch.Tensor] = []
         assert self.kv is not None
-        self.rounds = 0
+        self.rounds, self.stopped = 0, False
         for level in range(cfg.depth):
             if not frontier:
                 break
             if token_s is not None and not self._worth(chance, frontier, level + 2, token_s):
+                self.stopped = True
                 break
             started = time.perf_counter()   # the round ends with .tolist() below: a device's work is done
             m, base = len(frontier), len(anc)
@@ -250,7 +252,7 @@ class EagleDrafter:
                              (self.source,) * len(keep), tuple(math.exp(nodes[c].logp) for c in keep))
             tree, _ = self.cutter.cut(tree, list(tree.scores or ()), tree.depths, ctx, self.config.size_by_cost)
             ctx.info.update(candidates=len(nodes), kept=len(tree), levels=1 + self.rounds,
-                            levels_max=1 + self.config.depth,
+                            levels_max=1 + self.config.depth, stopped_early=self.stopped,
                             **({"round_ms": round(1000 * self.round_s, 2)} if self.round_s is not None else {}))
             return tree
 

@@ -111,6 +111,7 @@ class MTPDrafter(EagleDrafter):
         self.round_s = None
         self.round_times = []
         self.rounds = 0
+        self.stopped = False
 
 
 _REPORT = "DeepSeek-V3 Technical Report"

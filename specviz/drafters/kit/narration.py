@@ -112,8 +112,9 @@ def narrate_size(scene: Scene) -> StepStory:
 
 
 def rounds_note(info: Mapping[str, Any]) -> tuple[Sentence, ...]:
-    """Why a head drafted fewer levels than it may (`levels` of `levels_max`, a round `round_ms`)."""
-    if "levels" not in info or int(info["levels"]) >= int(info.get("levels_max", 0)):
+    """Why a head drafted fewer levels than it may (`levels` of `levels_max`, a round `round_ms`,
+    `stopped_early`: before a round that could not pay, drafters/eagle.py)."""
+    if not info.get("stopped_early") or "levels" not in info:
         return ()
     took = f" (a round takes about {float(info['round_ms']):.0f} ms)" if "round_ms" in info else ""
     return ((f"The head drafted {info['levels']} of its {info['levels_max']} levels: another round's best "
