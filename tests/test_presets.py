@@ -92,7 +92,7 @@ def test_eagle_presets_cite_where_each_setting_comes_from(name):
             "paper-mtbench": ({"total_tokens": 60, "depth": 5, "top_k": 10}, "gen_ea_answer_{vicuna,llama2chat"),
             "paper-mtbench-qwen3": ({"total_tokens": 32, "depth": 8, "top_k": 4}, "gen_ea_answer_qwen3.py")}
     for preset, (values, cited) in want.items():
-        assert dict(presets[preset].values) == {**values, "size_by_cost": False}
+        assert dict(presets[preset].values) == {**values, "size_by_cost": False, "stop_early": False}
         assert cited in presets[preset].source and "evaluation scripts" not in presets[preset].source
         config = parse_choice(f"{name}@{preset}").config()
         assert (config.total_tokens, config.depth, config.top_k) == tuple(values.values())

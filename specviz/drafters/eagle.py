@@ -68,9 +68,9 @@ from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_p
 # gets; their MT-bench scripts (eagle/evaluation/gen_ea_answer_{vicuna,llama2chat,llama3chat,
 # mix,ds}.py) pass --total-token 60 --depth 5 --top-k 10, and gen_ea_answer_qwen3.py 32 / 8 / 4
 ROUND_SAMPLES = 6          # stop_early: rounds timed before their median prices every later one
-PAPER_TREE = {"total_tokens": 60, "depth": 7, "top_k": 10, "size_by_cost": False}
-MT_BENCH_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False}
-MT_BENCH_QWEN3_TREE = {"total_tokens": 32, "depth": 8, "top_k": 4, "size_by_cost": False}
+PAPER_TREE = {"total_tokens": 60, "depth": 7, "top_k": 10, "size_by_cost": False, "stop_early": False}
+MT_BENCH_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False, "stop_early": False}
+MT_BENCH_QWEN3_TREE = {"total_tokens": 32, "depth": 8, "top_k": 4, "size_by_cost": False, "stop_early": False}
 
 
 @dataclass(frozen=True)

@@ -117,21 +117,21 @@ class MTPDrafter(EagleDrafter):
 _REPORT = "DeepSeek-V3 Technical Report"
 PRESETS = {
     "paper": Preset(
-        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False},
+        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False, "stop_early": False},
         f"{_REPORT}, section 5.4.3 (Multi-Token Prediction Evaluation): the one MTP module predicts the "
         "next-but-one token, 85-90% of the second tokens accepted, 1.8x the tokens per second; one "
         "drafted token a step, every one verified"),
     "vllm": Preset(
-        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False},
+        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False, "stop_early": False},
         "vLLM's MTP docs (docs/features/speculative_decoding/mtp.md): speculative_config {\"method\": \"mtp\", "
         "\"num_speculative_tokens\": 1} (\"a small value like 1 is a good default to start with\"); a chain, "
         "every drafted token verified"),
     "sglang": Preset(
-        {"num_speculative_tokens": 3, "topk": 1, "num_draft_tokens": 4, "size_by_cost": False},
+        {"num_speculative_tokens": 3, "topk": 1, "num_draft_tokens": 4, "size_by_cost": False, "stop_early": False},
         "SGLang's server_args.py auto_choose_speculative_params for DeepseekV3ForCausalLM: "
         "speculative_num_steps 3, speculative_eagle_topk 1, speculative_num_draft_tokens 4; a chain of 3"),
     "sglang-tree": Preset(
-        {"num_speculative_tokens": 5, "topk": 4, "num_draft_tokens": 8, "size_by_cost": False},
+        {"num_speculative_tokens": 5, "topk": 4, "num_draft_tokens": 8, "size_by_cost": False, "stop_early": False},
         "SGLang's server_args.py auto_choose_speculative_params for other architectures (its EAGLE "
         "worker's tree, which NEXTN runs): speculative_num_steps 5, speculative_eagle_topk 4, "
         "speculative_num_draft_tokens 8"),
