@@ -398,7 +398,7 @@ def load(source: str | Path, target: Any, target_id: str, kind: str, insist: boo
     draft = EagleDraft(spec, target)
     draft.load_state_dict(state)
     if spec.kind == "eagle3":
-        ids = torch.arange(spec.draft_vocab) + draft.d2t
+        ids = draft.draft_ids()                                               # [V_d] target ids
         if int(ids.min()) < 0 or int(ids.max()) >= spec.vocab:
             raise CheckpointError(f"checkpoint: {where}: d2t maps draft ids outside the target's vocabulary")
     # on the device of the final norm's output it reads (placement.py; with a device map the
