@@ -144,7 +144,7 @@ def test_saved_in_deepseeks_names_and_read_back(tiny_lm, heads):
             "model.layers.2.mlp.down_proj.weight", "model.layers.2.input_layernorm.weight"} <= names
     assert all(n.startswith("model.layers.2.") for n in names)
     loaded, info = ckpt.load(folder, tiny_lm.model, tiny_lm.model_id)
-    assert info == {"layout": "deepseek", "modules": 1, "source": repr(folder)}
+    assert info == {"layout": "deepseek", "modules": 1, "source": repr(folder), "folder": Path(folder)}
     original = random_head(tiny_lm)
     for key, value in original.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[key], value, rtol=0, atol=0)

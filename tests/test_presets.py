@@ -92,7 +92,8 @@ def test_eagle_presets_cite_where_each_setting_comes_from(name):
             "paper-mtbench": ({"total_tokens": 60, "depth": 5, "top_k": 10}, "gen_ea_answer_{vicuna,llama2chat"),
             "paper-mtbench-qwen3": ({"total_tokens": 32, "depth": 8, "top_k": 4}, "gen_ea_answer_qwen3.py")}
     for preset, (values, cited) in want.items():
-        assert dict(presets[preset].values) == {**values, "size_by_cost": False, "stop_early": False}
+        fr_spec_off = {"hot_vocab": 0} if name == "eagle" else {}       # eagle3 has its own draft vocabulary
+        assert dict(presets[preset].values) == {**values, "size_by_cost": False, "stop_early": False, **fr_spec_off}
         assert cited in presets[preset].source and "evaluation scripts" not in presets[preset].source
         config = parse_choice(f"{name}@{preset}").config()
         assert (config.total_tokens, config.depth, config.top_k) == tuple(values.values())
@@ -118,6 +119,10 @@ def test_paper_presets_turn_every_extension_off_and_defaults_keep_them(name):
     for info in extensions:
         assert info.default is True, (name, info.name)
         assert preset.values.get(info.name) is False, (name, info.name)
+    sizes = [i for i in describe(REGISTRY[name].config_cls) if i.type is int and "extension" in i.help]
+    for info in sizes:                          # a size whose 0 turns an extension off (FR-Spec's hot_vocab)
+        assert info.default != 0 and "0:" in info.help, (name, info.name)
+        assert preset.values.get(info.name) == 0, (name, info.name)
 
 
 def test_a_broken_preset_fails_at_registration():

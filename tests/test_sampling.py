@@ -462,6 +462,20 @@ def test_eagle_sampling_is_lossless(lm, kind, tmp_path, recorder):
     assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
 
 
+def test_fr_spec_sampling_is_lossless(lm, tmp_path):
+    """eagle drafting over FR-Spec's hot tokens (hot_vocab: 40 of the 64, from a token map): its
+    drafts stay deterministic top-k, so the multi-candidate rule keeps the target's distribution."""
+    from test_eagle import save_random
+
+    folder = save_random(lm, "eagle", tmp_path / "eagle")
+    hot = torch.randperm(lm.vocab_size, generator=torch.Generator().manual_seed(0))[:40].tolist()
+    torch.save(hot, tmp_path / "freq_40.pt")
+    s = assert_lossless_sampling(lm, "eagle", {"checkpoint": folder, "top_k": 3, "depth": 2, "total_tokens": 8,
+                                               "size_by_cost": False, "hot_vocab": 40,
+                                               "token_map": str(tmp_path / "freq_40.pt")})
+    assert s.drafted_runs == SAMPLES and s.accepted_runs > SAMPLES // 50
+
+
 @every_recorder
 def test_mtp_sampling_is_lossless(lm, tmp_path, recorder):
     """mtp with a module that repeats the last token (tests/test_mtp.py; as a chain its drafts are

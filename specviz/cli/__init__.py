@@ -1,5 +1,5 @@
 """Command line: `python -m specviz generate | drafters | bench | index build | train-glide |
-train-heads | train-eagle | distill | doctor | import-metrics | plan`.
+train-heads | train-eagle | distill | token-map | doctor | import-metrics | plan`.
 
     python -m specviz generate --drafter ngram_trie --context-file doc.txt \\
         --prompt "Summarise the text above." --max-new-tokens 128 --trace out.json
@@ -55,6 +55,10 @@ COMMANDS = (
     ("distill", "distill", "the target's own answers to ShareGPT prompts, as training data (self-distillation)",
      "Regenerate the assistant turns of ShareGPT conversations with the target (batched, greedy by "
      "default), appended to a .jsonl that train-eagle --data reads; resumable."),
+    ("token-map", "token_map", "FR-Spec's token map for a target: its most frequent tokens, for eagle and mtp",
+     "Count the assistant-turn tokens of training data with the target's tokenizer and chat template; "
+     "write freq_K.pt (token ids, most frequent first: FR-Spec's and SGLang's format) for each size, "
+     "which the eagle and mtp drafters cut their LM head to (hot_vocab)."),
     ("doctor", "doctor", "report device, dtype, forward cost and the drafters' exactness and speed",
      "Device, dtype, attention, versions, cpu_linear; the forward-cost curve (1..64 rows) against "
      "the calibrated cost model; each drafter against vanilla on a few prompts (identical / "

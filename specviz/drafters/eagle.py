@@ -50,12 +50,17 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..eagle import checkpoint as ckpt
 from ..eagle.model import EagleDraft
 from ..errors import ConfigError
+from ..models.cpu_linear import few_row_linear
+from ..netkit import token_map
+from ..netkit.files import CheckpointError
 from ..models.hidden import FINAL
 from ..core.settings import setting
 from ..core.tree import DraftTree
@@ -70,11 +75,17 @@ from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_p
 ROUND_SAMPLES = 6          # stop_early: rounds timed before their median prices every later one
 PAPER_TREE = {"total_tokens": 60, "depth": 7, "top_k": 10, "size_by_cost": False, "stop_early": False}
 MT_BENCH_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False, "stop_early": False}
+# FR-Spec's evaluation (FlagAI-Open/FlagAI examples/FR-Spec): EAGLE-2 with num_iter=6 (the first level
+# and 5 expansions), topk_per_iter=10, tree_size=60, and the 32,768 most frequent tokens (--V 32768)
+FR_SPEC_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False, "stop_early": False,
+                "hot_vocab": 32768}
+HOT_VOCAB = 4096           # FR-Spec's cut by default: the shipped heads accept as much over 4,096 tokens (benchmarks/)
 MT_BENCH_QWEN3_TREE = {"total_tokens": 32, "depth": 8, "top_k": 4, "size_by_cost": False, "stop_early": False}
 
 
 @dataclass(frozen=True)
-class EagleConfig(TreeSizingSettings):
+class HeadTreeConfig(TreeSizingSettings):
+    """A head drafting EAGLE-2's tree (eagle3's settings; eagle's add FR-Spec's, EagleConfig)."""
     checkpoint: str = setting("", "Head checkpoint: a folder (config.json + model.safetensors or "
                                   "pytorch_model.bin; the authors', SpecForge's, vLLM speculators' or specviz's "
                                   "layout) "
@@ -98,6 +109,47 @@ class EagleConfig(TreeSizingSettings):
                                      "`paper` preset drafts every round).")
 
 
+
+@dataclass(frozen=True)
+class EagleConfig(HeadTreeConfig):
+    """An EAGLE (EAGLE-1/-2) head, whose tokens come from the target's whole LM head: EAGLE-2's
+    tree, and FR-Spec's cut of that LM head to the most frequent tokens."""
+    hot_vocab: int = setting(HOT_VOCAB, "FR-Spec (extension): draft over the token map's K most frequent tokens, "
+                                        "the LM head cut to their rows (a cheaper draft where they hold most of the "
+                                        "target's choices); 0: the whole LM head, as every `paper` preset. A head "
+                                        "without a token map drafts over the whole LM head.", low=0, high=1 << 20)
+    token_map: str = setting("", "FR-Spec's token map: a freq_K.pt file (token ids, most frequent first: FR-Spec's "
+                                 "fr.py, SGLang's --speculative-token-map, `specviz token-map`) or "
+                                 "owner/name/freq_K.pt on the model hub; '' = the freq_K.pt beside the head's "
+                                 "weights, if any.", kind="file")
+
+
+def hot_rows(config: HeadTreeConfig, target: Any, folder: Path | None, like: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """FR-Spec's cut of the target's LM head for a head drafting over it: (the hot tokens' ids [K],
+    their LM-head rows [K, H]) on the device and in the dtype of `like` (the head's weights), K
+    the first `hot_vocab` ids of the token map (`token_map`, else the freq_K.pt in the head's
+    `folder`); None for the whole LM head (hot_vocab 0, eagle3's own draft vocabulary, or no map).
+    ConfigError naming `token_map` when the map given cannot be used."""
+    want = int(getattr(config, "hot_vocab", 0))
+    source = str(getattr(config, "token_map", ""))
+    weight = target.get_output_embeddings().weight                                # [V, H]
+    vocab = int(weight.shape[0])
+    if want <= 0:
+        return None
+    path: str | Path | None = source or token_map.find(folder, want)
+    if path is None:
+        return None
+    try:
+        ids = token_map.read(path, vocab)[:want]                                  # [K]
+    except CheckpointError as err:
+        raise ConfigError("token_map", str(err)) from None
+    if len(ids) >= vocab:
+        return None                                                               # every token: the whole head
+    rows = weight.detach()[ids.to(weight.device)].to(device=like.device, dtype=like.dtype).contiguous()
+    return ids.to(like.device), rows
+
+
 @dataclass
 class _Node:
     token: int              # target id
@@ -118,6 +170,7 @@ class EagleDrafter:
         self.config = config
         self.draft: EagleDraft = ckpt.load(config.checkpoint, setup.target.model, setup.target.model_id, self.kind,
                                            insist=config.verifier_check == "warn")
+        self.hot = hot_rows(config, setup.target.model, self.draft.folder, self.draft.fc.weight)
         self.needs = DrafterNeeds(feature_layers=(FINAL,) if self.kind == "eagle" else self.draft.spec.aux_layers)
         self.cutter = config.cutter()
         self.kv: tuple[torch.Tensor, torch.Tensor] | None = None     # committed rows' (k, v) [1, KV, P, D]
@@ -154,10 +207,16 @@ class EagleDrafter:
 
     # -- EAGLE-2's tree ------------------------------------------------------------------------
     def _top(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """out [m, H] -> the top-k (log-probabilities, target ids), each [m, k]."""
-        logp = torch.log_softmax(self.draft.logits(out).float(), -1)                # [m, V']
+        """out [m, H] -> the top-k (log-probabilities, target ids), each [m, k]; over FR-Spec's
+        hot tokens when the LM head is cut (the softmax over them alone, as FR-Spec drafts)."""
+        if self.hot is None:
+            logp = torch.log_softmax(self.draft.logits(out).float(), -1)            # [m, V']
+            top = logp.topk(min(k, logp.shape[-1]), -1)
+            return top.values, self.draft.to_target(top.indices)
+        ids, rows = self.hot
+        logp = torch.log_softmax(few_row_linear(out, rows).float(), -1)             # [m, K]
         top = logp.topk(min(k, logp.shape[-1]), -1)
-        return top.values, self.draft.to_target(top.indices)
+        return top.values, ids[top.indices]
 
     def _worth(self, chance: list[float], frontier: list[int], depth: int, token_s: float) -> bool:
         """Whether expanding `frontier` (children at 1-based `depth`) can pay for a round: the
@@ -252,6 +311,7 @@ class EagleDrafter:
                              (self.source,) * len(keep), tuple(math.exp(nodes[c].logp) for c in keep))
             tree, _ = self.cutter.cut(tree, list(tree.scores or ()), tree.depths, ctx, self.config.size_by_cost)
             ctx.info.update(candidates=len(nodes), kept=len(tree), levels=1 + self.rounds,
+                            hot_vocab=0 if self.hot is None else len(self.hot[0]),
                             levels_max=1 + self.config.depth, stopped_early=self.stopped,
                             **({"round_ms": round(1000 * self.round_s, 2)} if self.round_s is not None else {}))
             return tree
@@ -264,23 +324,38 @@ _EAGLE = "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty"
 _EAGLE2 = "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees"
 
 
-def tree_presets(method: str) -> dict[str, Preset]:
+def tree_presets(method: str, extra: dict[str, object] | None = None) -> dict[str, Preset]:
     """The presets of a head drafting EAGLE-2's tree (`method`: the head and tree, in words): the
-    authors' package defaults (`paper`) and their MT-bench scripts' settings."""
+    authors' package defaults (`paper`) and their MT-bench scripts' settings; `extra`: settings
+    every one of them adds (eagle: FR-Spec's cut off)."""
+    more = dict(extra or {})
     return {
-        "paper": Preset(PAPER_TREE, f"{method}; the authors' package defaults, eagle/model/ea_model.py "
-                                    "EaModel.from_pretrained: total_token=60, depth=7, top_k=10, every node verified"),
-        "paper-mtbench": Preset(MT_BENCH_TREE, f"{method}; the authors' MT-bench scripts, eagle/evaluation/"
-                                               "gen_ea_answer_{vicuna,llama2chat,llama3chat,mix,ds}.py: --total-token "
-                                               "60 --depth 5 --top-k 10, every node verified"),
-        "paper-mtbench-qwen3": Preset(MT_BENCH_QWEN3_TREE, f"{method}; the authors' MT-bench script for Qwen3 "
-                                                           "targets, eagle/evaluation/gen_ea_answer_qwen3.py: "
-                                                           "--total-token 32 --depth 8 --top-k 4, every node verified")}
+        "paper": Preset({**PAPER_TREE, **more},
+                        f"{method}; the authors' package defaults, eagle/model/ea_model.py "
+                        "EaModel.from_pretrained: total_token=60, depth=7, top_k=10, every node verified"),
+        "paper-mtbench": Preset({**MT_BENCH_TREE, **more},
+                                f"{method}; the authors' MT-bench scripts, eagle/evaluation/"
+                                "gen_ea_answer_{vicuna,llama2chat,llama3chat,mix,ds}.py: --total-token "
+                                "60 --depth 5 --top-k 10, every node verified"),
+        "paper-mtbench-qwen3": Preset({**MT_BENCH_QWEN3_TREE, **more},
+                                      f"{method}; the authors' MT-bench script for Qwen3 "
+                                      "targets, eagle/evaluation/gen_ea_answer_qwen3.py: "
+                                      "--total-token 32 --depth 8 --top-k 4, every node verified")}
 
 
-PRESETS = tree_presets(f"{_EAGLE} (the head: one decoder layer over fc([embedding; feature]), the target's LM head) "
-                       f"with {_EAGLE2} (section 4: expand the top_k most confident nodes per level, rerank by "
-                       "cumulative draft probability)")
+_FR_SPEC = ("Zhao et al. 2025, FR-Spec: Accelerating Large-Vocabulary Language Models via Frequency-Ranked "
+            "Speculative Sampling")
+PRESETS = {
+    **tree_presets(f"{_EAGLE} (the head: one decoder layer over fc([embedding; feature]), the target's LM head) "
+                   f"with {_EAGLE2} (section 4: expand the top_k most confident nodes per level, rerank by "
+                   "cumulative draft probability)", {"hot_vocab": 0}),
+    "fr-spec": Preset({**FR_SPEC_TREE},
+                      f"{_FR_SPEC}: EAGLE-2's tree with the draft LM head cut to the token map's "
+                      "32,768 most frequent tokens, as the authors' evaluation runs it (scripts/spec_bench/"
+                      "llama3-8b-instruct/run_eagle_fr_spec.sh: --V 32768; llamacu/speculative/eagle.py: "
+                      "num_iter=6, i.e. the first level and 5 expansions, topk_per_iter=10, tree_size=60), "
+                      "every node verified; the whole map when it holds fewer tokens"),
+}
 
 SPEC = register(DrafterSpec("eagle", EagleConfig, EagleDrafter,
                             "EAGLE head (one decoder layer on the target's features) drafting EAGLE-2's "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .kit.base import DrafterSpec, register
 from .kit.narration import narrate_size
-from .eagle import EagleConfig, EagleDrafter, tree_presets
+from .eagle import EagleDrafter, HeadTreeConfig, tree_presets
 
 
 class Eagle3Drafter(EagleDrafter):
@@ -28,7 +28,7 @@ _PAPER = "EAGLE-3: Scaling up Inference Acceleration of Large Language Models vi
 PRESETS = tree_presets(f"{_PAPER}: the head (fc over the low/mid/high features, one decoder layer, its own LM head "
                        "over the draft vocabulary) on EAGLE-2's dynamic tree")
 
-SPEC = register(DrafterSpec("eagle3", EagleConfig, Eagle3Drafter,
+SPEC = register(DrafterSpec("eagle3", HeadTreeConfig, Eagle3Drafter,
                             "EAGLE-3 head (fused low/mid/high target features, its own draft vocabulary) "
                             "drafting EAGLE-2's dynamic tree.",
                             "Li et al. 2025, EAGLE-3: Scaling up Inference Acceleration of Large Language "

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.settings import setting
+from ..core.settings import mirror_setting, setting
 from ..errors import ConfigError
 from ..models.cpu_linear import use_few_row_linear
 from ..models.hidden import FINAL
 from ..mtp import checkpoint as ckpt
-from .eagle import EagleConfig, EagleDrafter
+from .eagle import HOT_VOCAB, EagleConfig, EagleDrafter, hot_rows
 from .kit.base import DraftSetup, DrafterNeeds, DrafterSpec, Preset, register
 from .kit.narration import narrate_size
 from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
@@ -63,6 +63,13 @@ class MTPConfig(TreeSizingSettings):
     stop_early: bool = setting(True, "With size_by_cost: skip the draft steps whose best chance of adding accepted "
                                      "tokens cannot pay for their measured time (extension; the presets run every "
                                      "step, as the engines do).")
+    hot_vocab: int = mirror_setting(EagleConfig, "hot_vocab", HOT_VOCAB,
+                                    "FR-Spec (extension): draft over the token map's K most frequent tokens, the "
+                                    "shared LM head cut to their rows; 0: the whole LM head, as every preset. A "
+                                    "module without a token map drafts over the whole LM head.")
+    token_map: str = mirror_setting(EagleConfig, "token_map", "",
+                                    "FR-Spec's token map: a freq_K.pt file or owner/name/freq_K.pt on the model "
+                                    "hub; '' = the freq_K.pt beside the module's weights, if any.")
 
     def check(self) -> None:
         if self.num_draft_tokens == 1:
@@ -76,7 +83,7 @@ class MTPConfig(TreeSizingSettings):
                            total_tokens=min(self.num_draft_tokens or 1 + drafted, 256),
                            size_by_cost=self.size_by_cost, first_prior=self.first_prior,
                            continue_prior=self.continue_prior, explore_every=self.explore_every,
-                           stop_early=self.stop_early)
+                           stop_early=self.stop_early, hot_vocab=self.hot_vocab, token_map=self.token_map)
 
 
 def _linear_attention(config: object) -> bool:
@@ -102,6 +109,7 @@ class MTPDrafter(EagleDrafter):
         self.draft, self.loaded = ckpt.load(config.checkpoint, target.model, target.model_id)  # type: ignore[assignment]
         if target.cpu_linear:                       # as load_model does for the target's own layers
             use_few_row_linear(self.draft)
+        self.hot = hot_rows(self.config, target.model, self.loaded.get("folder"), self.draft.fc.weight)
         self.needs = DrafterNeeds(feature_layers=(FINAL,))
         self.cutter = self.config.cutter()
         self.kv = None
@@ -117,21 +125,25 @@ class MTPDrafter(EagleDrafter):
 _REPORT = "DeepSeek-V3 Technical Report"
 PRESETS = {
     "paper": Preset(
-        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False, "stop_early": False},
+        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False, "stop_early": False,
+         "hot_vocab": 0},
         f"{_REPORT}, section 5.4.3 (Multi-Token Prediction Evaluation): the one MTP module predicts the "
         "next-but-one token, 85-90% of the second tokens accepted, 1.8x the tokens per second; one "
         "drafted token a step, every one verified"),
     "vllm": Preset(
-        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False, "stop_early": False},
+        {"num_speculative_tokens": 1, "topk": 1, "num_draft_tokens": 0, "size_by_cost": False, "stop_early": False,
+         "hot_vocab": 0},
         "vLLM's MTP docs (docs/features/speculative_decoding/mtp.md): speculative_config {\"method\": \"mtp\", "
         "\"num_speculative_tokens\": 1} (\"a small value like 1 is a good default to start with\"); a chain, "
         "every drafted token verified"),
     "sglang": Preset(
-        {"num_speculative_tokens": 3, "topk": 1, "num_draft_tokens": 4, "size_by_cost": False, "stop_early": False},
+        {"num_speculative_tokens": 3, "topk": 1, "num_draft_tokens": 4, "size_by_cost": False, "stop_early": False,
+         "hot_vocab": 0},
         "SGLang's server_args.py auto_choose_speculative_params for DeepseekV3ForCausalLM: "
         "speculative_num_steps 3, speculative_eagle_topk 1, speculative_num_draft_tokens 4; a chain of 3"),
     "sglang-tree": Preset(
-        {"num_speculative_tokens": 5, "topk": 4, "num_draft_tokens": 8, "size_by_cost": False, "stop_early": False},
+        {"num_speculative_tokens": 5, "topk": 4, "num_draft_tokens": 8, "size_by_cost": False, "stop_early": False,
+         "hot_vocab": 0},
         "SGLang's server_args.py auto_choose_speculative_params for other architectures (its EAGLE "
         "worker's tree, which NEXTN runs): speculative_num_steps 5, speculative_eagle_topk 4, "
         "speculative_num_draft_tokens 8"),

@@ -108,7 +108,7 @@ def resolve(source: str | Path, kind: str, target_id: str) -> Path:
     if _looks_like_hub_id(str(source)):
         try:
             from huggingface_hub import snapshot_download
-            return Path(snapshot_download(str(source), allow_patterns=["config.json", *WEIGHT_FILES]))
+            return Path(snapshot_download(str(source), allow_patterns=["config.json", *WEIGHT_FILES, "freq_*.pt"]))
         except Exception as err:  # noqa: BLE001 - no network, no such repo, no access: one line
             raise CheckpointError(f"checkpoint: could not fetch {str(source)!r} from the model hub "
                                   f"({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}); "
@@ -404,7 +404,9 @@ def load(source: str | Path, target: Any, target_id: str, kind: str, insist: boo
     # on the device of the final norm's output it reads (placement.py; with a device map the
     # features of lower layers are moved to it by the drafter); the dtype of the target's weights
     device = execution_device(target, final_norm(target))
-    return draft.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval()
+    draft = draft.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval()
+    draft.folder = folder              # where it was read from: FR-Spec's token maps sit beside the weights
+    return draft
 
 
 def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],

@@ -33,6 +33,7 @@ Its linear layers take the few-row product on a CPU (models/cpu_linear.py) when 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -253,6 +254,7 @@ class EagleDraft(nn.Module):
             self.register_buffer("t2d", torch.zeros(spec.vocab, dtype=torch.bool))
         self.rope = Rope(spec)
         self.__dict__["target"] = target                                  # not a submodule: not saved
+        self.folder: Path | None = None     # the checkpoint folder it was read from (eagle/checkpoint.py's load)
 
     @property
     def stack(self) -> list[Layer]:

@@ -321,7 +321,7 @@ def load(source: str, target: Any, target_id: str) -> tuple[MTPHead, dict[str, A
         for key, t in [*head.named_parameters(), *head.named_buffers()]:
             if key.split(".")[-1] == name:
                 t.data = t.data.float()
-    return head.eval(), {"layout": layout, "modules": count, "source": where}
+    return head.eval(), {"layout": layout, "modules": count, "source": where, "folder": files.folder}
 
 
 def config_of(head: MTPHead, extra: dict[str, Any]) -> dict[str, Any]:
