@@ -154,3 +154,11 @@ def test_token_map_command(tmp_path, capsys):
     assert len(eight) == 8 and sixteen[:7].tolist() == eight[:7].tolist()            # one ranking
     assert main(["token-map", "--model", "tiny-random", "--data", str(data), "--sizes", "0", "--out", str(out)]) == 2
     assert "--sizes" in capsys.readouterr().err
+
+
+def test_the_narrative_says_how_many_tokens_a_head_drafted_among():
+    from specviz.drafters.kit.narration import hot_vocab_note
+
+    assert hot_vocab_note({"hot_vocab": 0}) == () and hot_vocab_note({}) == ()
+    (sentence,) = hot_vocab_note({"hot_vocab": 4096})
+    assert "4,096 most frequent tokens" in sentence[0] and "every token" in sentence[0]

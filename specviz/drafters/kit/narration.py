@@ -107,8 +107,18 @@ def sizing(scene: Scene, also: Sequence[Sentence] = (), otherwise: Sequence[Sent
 
 def narrate_size(scene: Scene) -> StepStory:
     """The narrator of a drafter whose story is its tree's size alone (no lookup to tell); a
-    head that stopped drafting early (drafters/eagle.py's stop_early) says so."""
-    return StepStory(size=(*sizing(scene), *rounds_note(scene.step.info)))
+    head that stopped drafting early (drafters/eagle.py's stop_early) says so, and one drafting over
+    FR-Spec's hot tokens says how many."""
+    return StepStory(size=(*sizing(scene), *rounds_note(scene.step.info), *hot_vocab_note(scene.step.info)))
+
+
+def hot_vocab_note(info: Mapping[str, Any]) -> tuple[Sentence, ...]:
+    """What a head drafting over FR-Spec's hot tokens could propose (`hot_vocab`, drafters/eagle.py)."""
+    k = int(info.get("hot_vocab") or 0)
+    if k <= 0:
+        return ()
+    return ((f"It drafted among the {k:,} most frequent tokens only (FR-Spec's cut of the LM head, the "
+             "hot_vocab setting): cheaper rounds, and the target still chooses from every token.",),)
 
 
 def rounds_note(info: Mapping[str, Any]) -> tuple[Sentence, ...]:
