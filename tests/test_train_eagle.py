@@ -155,6 +155,12 @@ def test_the_cli_trains_both_kinds_and_resumes(tmp_path: Path) -> None:
     for kind in ("eagle", "eagle3"):
         cfg = json.loads((tmp_path / "ship" / f"{kind}-tiny-random" / "config.json").read_text())
         assert cfg["specviz"]["steps"] == 5 and not (tmp_path / "ship" / f"{kind}-tiny-random" / "training.pt").exists()
+    # FR-Spec's token map beside the EAGLE head (it drafts over the target's LM head), from vocab.pt's ranking
+    from specviz.netkit import token_map
+    order = torch.load(out / "vocab.pt", weights_only=True)
+    found = token_map.find(tmp_path / "ship" / "eagle-tiny-random", 4096)
+    assert found is not None and torch.load(found)[:5] == order[:5].tolist()
+    assert token_map.find(tmp_path / "ship" / "eagle3-tiny-random", 4096) is None     # its own draft vocabulary
 
 
 def test_a_cut_draft_vocabulary_keeps_each_kept_tokens_logit(tiny_lm: Any) -> None:

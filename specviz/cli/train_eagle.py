@@ -34,6 +34,7 @@ from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed
                        eagle_folder, folder_checkpoint, needs_tokenizer, set_threads)
 
 RUN_FILES = {"run.json", "run.tmp", "curve.csv", "curve.tmp", "vocab.pt", "vocab.tmp", "train.log"}
+EXPORT_MAP = 32768                 # --export-only: FR-Spec's freq_K.pt beside an EAGLE / MTP head, from vocab.pt
 VOCAB_WINDOWS = 4096               # training windows (per source) whose assistant tokens rank the draft vocabulary
 
 
@@ -294,7 +295,9 @@ def run(args: Any) -> int:
                          log=lambda line: print(line, flush=True))
     if args.export:
         for head in heads:
-            head.export(export_folder(Path(args.export).expanduser(), head.name, args.model), state.heads[head.name])
+            folder = export_folder(Path(args.export).expanduser(), head.name, args.model)
+            head.export(folder, state.heads[head.name])
+            write_token_map(folder, head.name, out, target, "--export")
     print(f"saved {out}: {', '.join(kinds)} after {state.step} steps, {state.tokens} tokens"
           + "".join(f"; {h.name} held-out top-1 per draft position: " + ", ".join(f"{a:.3f}" for a in h.held_out["top1"])
                     for h in heads if h.held_out))
@@ -333,12 +336,29 @@ def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: 
                 ckpt.save(folder, draft, extra, None, torch_half())
         except CheckpointError as err:
             raise UsageError(f"--export-only: {str(src)!r}: {str(err).removeprefix('checkpoint: ')}") from None
+        write_token_map(folder, kind, out, target, "--export-only")
         text = card.model_card(kind, args.model, folder, extra, state, out / "curve.csv")
         path = folder.with_name(folder.name + ".md")
         path.write_text(text)
         print(f"{kind}: {extra.get('steps')} steps, {extra.get('tokens')} tokens -> {folder} "
               f"({sum(f.stat().st_size for f in folder.iterdir()) / 2**20:.1f} MiB), card {path}", flush=True)
     return 0
+
+
+def write_token_map(folder: Path, kind: str, out: Path, target: Any, flag: str) -> None:
+    """Beside an exported EAGLE head or MTP module (they draft over the target's whole LM head):
+    FR-Spec's freq_K.pt, the first EXPORT_MAP ids of the run's vocab.pt (the ranking `specviz
+    token-map` makes from the same windows), the end-of-sequence token kept; EAGLE-3 heads have
+    their own draft vocabulary, and a run without vocab.pt writes none."""
+    from ..eagle.model import OWN_VOCAB_KINDS
+    from ..netkit import token_map
+
+    if kind in OWN_VOCAB_KINDS or not (out / "vocab.pt").is_file():
+        return
+    order = _read_vocab(out / "vocab.pt", int(target.get_output_embeddings().weight.shape[0]), flag)
+    eos = getattr(target.config, "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+    token_map.write(folder, token_map.first_of(order, min(EXPORT_MAP, len(order)), eos if isinstance(eos, int) else None))
 
 
 def _cut_vocab(draft: Any, extra: dict[str, Any], out: Path, k: int, vocab_size: int) -> tuple[Any, dict[str, Any]]:

@@ -100,10 +100,16 @@ def find(folder: Path | None, want: int) -> Path | None:
 def ranked(counts: torch.Tensor, k: int, eos: int | None) -> list[int]:
     """The k most frequent ids of `counts` [V] (ties by id), the end-of-sequence id `eos` put in
     last when the counts leave it out (fr.py does the same: a draft must be able to end)."""
-    order = counts.argsort(descending=True, stable=True)[:k].tolist()
-    if eos is not None and 0 <= eos < len(counts) and eos not in order:
-        order = order[: k - 1] + [eos]
-    return [int(t) for t in order]
+    return first_of(counts.argsort(descending=True, stable=True), k, eos)
+
+
+def first_of(order: torch.Tensor, k: int, eos: int | None) -> list[int]:
+    """The first k ids of a ranking `order` [V] (train-eagle's vocab.pt), `eos` put in last when
+    they leave it out."""
+    ids = [int(t) for t in order[:k].tolist()]
+    if eos is not None and 0 <= eos < len(order) and eos not in ids:
+        ids = ids[: k - 1] + [eos]
+    return ids
 
 
 def write(folder: str | Path, ids: list[int]) -> Path:
