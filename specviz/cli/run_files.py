@@ -29,6 +29,7 @@ OUTPUTS: dict[str, tuple[str, ...]] = {
     "train-heads": ("out", "export"),
     "train-eagle": ("out", "export"),
     "distill": ("out",),
+    "token-map": ("out",),
     "doctor": (),
     "import-metrics": ("html",),
     "plan": ("surface",),
