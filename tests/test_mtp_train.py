@@ -167,7 +167,9 @@ def test_resume_adds_mtp_to_a_run_and_export_only_ships_it(tmp_path: Path) -> No
     from specviz.mtp import checkpoint as mtp_ckpt
 
     folder = ship / "mtp-tiny-random"
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    maps = [p.name for p in folder.iterdir() if p.name.startswith("freq_")]    # FR-Spec's map, from vocab.pt
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["config.json", "model.safetensors", *maps])
+    assert len(maps) == 1
     with safe_open(str(folder / "model.safetensors"), framework="pt") as fh:
         names = list(fh.keys())
         assert all(fh.get_tensor(k).dtype == torch.float16 for k in names)
