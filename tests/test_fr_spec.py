@@ -49,9 +49,17 @@ def test_a_bad_map_is_refused_naming_the_file(tmp_path, data, words):
     assert words in str(err.value) and "bad.pt" in str(err.value)
 
 
-def test_missing_foreign_and_folder_maps_are_refused(tmp_path):
+def test_missing_foreign_and_folder_maps_are_refused(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    def offline(repo, name):
+        raise OSError(f"no network for {repo}/{name}")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
     with pytest.raises(CheckpointError, match="no such file"):
         token_map.read(tmp_path / "nope.pt", V)
+    with pytest.raises(CheckpointError, match="is no local file, and fetching 'freq_8.pt' from 'no-such/repo'"):
+        token_map.read("no-such/repo/freq_8.pt", V)                                   # the hub (offline here)
     with pytest.raises(CheckpointError, match="is a folder"):
         token_map.read(tmp_path, V)
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")

@@ -41,8 +41,8 @@ def _hub_file(source: str) -> Path:
         return Path(hf_hub_download(repo, name))
     except Exception as err:  # noqa: BLE001 - no network, no such repo or file: one line
         first = str(err).splitlines()[0][:160] if str(err) else ""
-        raise CheckpointError(f"token map: could not fetch {name!r} from {repo!r} on the model hub "
-                              f"({type(err).__name__}: {first}); pass a local file") from None
+        raise CheckpointError(f"token map: {source!r} is no local file, and fetching {name!r} from {repo!r} on the "
+                              f"model hub failed ({type(err).__name__}: {first}); pass a local file") from None
 
 
 def read(source: str | Path, vocab: int) -> torch.Tensor:
