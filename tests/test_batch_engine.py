@@ -61,8 +61,8 @@ def _config(lm, name, how, tmp_path, tmp_path_factory, vanilla):
     """The drafter's plan(s): one for all requests, or one per request (the oracle's references)."""
     if how == "random":
         return plan_of(name, {"checkpoint": save_eagle(lm, name, tmp_path / name), "size_by_cost": False})
-    if how == "copy":
-        return plan_of(name, {"checkpoint": save_mtp(lm, tmp_path / name, copy=True)})
+    if how == "copy":      # stop_early off: it prices rounds by their measured time, which a batch changes
+        return plan_of(name, {"checkpoint": save_mtp(lm, tmp_path / name, copy=True), "stop_early": False})
     if how == "made":
         return plan_of(name, network_drafter_config(lm, name, tmp_path, tmp_path_factory))
     if how == "references":
