@@ -162,6 +162,8 @@ def test_token_map_command(tmp_path, capsys):
     assert len(eight) == 8 and sixteen[:7].tolist() == eight[:7].tolist()            # one ranking
     assert main(["token-map", "--model", "tiny-random", "--data", str(data), "--sizes", "0", "--out", str(out)]) == 2
     assert "--sizes" in capsys.readouterr().err
+    assert main(["token-map", "--model", "tiny-random", "--data", str(data), "--out", str(data)]) == 2
+    assert "--out" in capsys.readouterr().err and not (tmp_path / "talk.jsonl").is_dir()   # its input, untouched
 
 
 def test_the_narrative_says_how_many_tokens_a_head_drafted_among():

@@ -16,7 +16,6 @@ weights, where the eagle and mtp drafters look (`hot_vocab`), or name one with
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
@@ -35,13 +34,15 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--out", required=True, help="the folder to write freq_K.pt into (a head's checkpoint folder)")
 
 
-def _sizes(text: str, vocab: int) -> list[int]:
+def _sizes(text: str, vocab: int | None = None) -> list[int]:
+    """--sizes as sorted distinct K, each in [1, vocab] (vocab None: only >= 1, before the model loads)."""
     try:
         sizes = sorted({int(s) for s in text.split(",") if s.strip()})
     except ValueError:
         raise UsageError(f"--sizes: {text!r} is not a comma-separated list of integers") from None
-    if not sizes or sizes[0] < 1 or sizes[-1] > vocab:
-        raise UsageError(f"--sizes: each K must be in [1, {vocab}] (the target's vocabulary), got {text!r}")
+    if not sizes or sizes[0] < 1 or (vocab is not None and sizes[-1] > vocab):
+        top = f"[1, {vocab}] (the target's vocabulary)" if vocab is not None else "at least 1"
+        raise UsageError(f"--sizes: each K must be {'in ' if vocab is not None else ''}{top}, got {text!r}")
     return sizes
 
 
@@ -51,6 +52,7 @@ def run(args: Any) -> int:
     import torch
 
     from ..eagle.train import coverage_curve, frequent_ids
+    from ..files.user_files import check_output_dir
     from ..models import load_model
     from ..netkit import token_map
     from ..netkit.data import DataError, split_windows, token_counts
@@ -61,6 +63,8 @@ def run(args: Any) -> int:
     sources = [s.strip() for s in str(args.data).split(",") if s.strip()]
     if not sources:
         raise UsageError("--data: name at least one source")
+    _sizes(args.sizes)                                    # the flags first: nothing loaded for a typo
+    out = check_output_dir(args.out, "--out")
     lm = load_model(args.model, device="cpu", dtype="float32", cpu_linear=False)
     needs_tokenizer(lm, args.model)
     tok = lm.tokenizer
@@ -76,7 +80,6 @@ def run(args: Any) -> int:
         for ids, mask in itertools.islice(split_windows(src, tok, args.seq_len, True), 256):
             held.append(torch.tensor(ids)[torch.tensor(mask, dtype=torch.bool)])
     eos = getattr(tok, "eos_token_id", None)
-    out = Path(args.out).expanduser()
     labels = torch.cat(held) if held else torch.zeros(0, dtype=torch.long)
     curve = coverage_curve(frequent_ids(counts), labels, sizes) if len(labels) else {}
     print(f"counted {int(counts.sum()):,} assistant tokens ({len(sources)} source(s), at most {args.windows} "

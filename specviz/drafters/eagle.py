@@ -75,12 +75,12 @@ from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_p
 ROUND_SAMPLES = 6          # stop_early: rounds timed before their median prices every later one
 PAPER_TREE = {"total_tokens": 60, "depth": 7, "top_k": 10, "size_by_cost": False, "stop_early": False}
 MT_BENCH_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False, "stop_early": False}
+MT_BENCH_QWEN3_TREE = {"total_tokens": 32, "depth": 8, "top_k": 4, "size_by_cost": False, "stop_early": False}
 # FR-Spec's evaluation (FlagAI-Open/FlagAI examples/FR-Spec): EAGLE-2 with num_iter=6 (the first level
 # and 5 expansions), topk_per_iter=10, tree_size=60, and the 32,768 most frequent tokens (--V 32768)
 FR_SPEC_TREE = {"total_tokens": 60, "depth": 5, "top_k": 10, "size_by_cost": False, "stop_early": False,
                 "hot_vocab": 32768}
-HOT_VOCAB = 4096           # FR-Spec's cut by default: the shipped heads accept as much over 4,096 tokens (benchmarks/)
-MT_BENCH_QWEN3_TREE = {"total_tokens": 32, "depth": 8, "top_k": 4, "size_by_cost": False, "stop_early": False}
+HOT_VOCAB = 4096           # FR-Spec's cut by default: the shipped heads accept as much over 4,096 tokens (benchmarks/fr-spec)
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,6 @@ class HeadTreeConfig(TreeSizingSettings):
     stop_early: bool = setting(True, "With size_by_cost: skip the expansion rounds whose best chance of adding "
                                      "accepted tokens cannot pay for their measured draft time (extension; a "
                                      "`paper` preset drafts every round).")
-
 
 
 @dataclass(frozen=True)
