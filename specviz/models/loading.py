@@ -319,6 +319,38 @@ def _load_embedded_tokenizer() -> tuple[None, PreTrainedTokenizerBase]:
     return None, tokenizer
 
 
+def load_tokenizer(model_id: str) -> tuple[PreTrainedTokenizerBase, int]:
+    """`model_id`'s tokenizer and the rows of its LM head (its config's vocab_size), without
+    loading its weights: for commands that only count tokens (`specviz token-map`). The same ids
+    as load_model takes; raises ModelLoadError with a reason."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    _, tokenizer = _load_embedded_tokenizer() if model_id in (EMBEDDED, TINY) else (None, None)
+    if model_id == TINY:
+        return tokenizer, len(tokenizer)                # tiny_random_model's vocabulary
+    if model_id == EMBEDDED:
+        converted = cache_dir() / "embedded-smollm2-135m-instruct"
+        try:
+            config = (AutoConfig.from_pretrained(converted) if finished(converted)
+                      else AutoConfig.from_pretrained(embedded.gguf_dir(), gguf_file=EMBEDDED_GGUF))
+        except Exception as err:
+            raise _not_loaded(model_id, err) from None
+    else:
+        local = Path(model_id).expanduser()
+        if not local.exists() and (model_id.startswith((".", "/", "~")) or model_id.count("/") > 1):
+            raise ModelLoadError(f"model: no such directory {model_id!r}")
+        source = str(local) if local.exists() else model_id
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            config = AutoConfig.from_pretrained(source)
+        except Exception as err:  # OSError offline, ValueError for unknown architectures...
+            raise _not_loaded(model_id, err) from None
+    rows = getattr(config, "vocab_size", None) or getattr(config.get_text_config(), "vocab_size", None)
+    if not isinstance(rows, int) or rows < 1:
+        raise ModelLoadError(f"model: {model_id!r}'s config gives no vocab_size (the rows of its LM head)")
+    return tokenizer, rows
+
+
 _CACHE: dict[tuple[Any, ...], LoadedModel] = {}
 _LOCK = threading.Lock()
 # models kept loaded at once: a target and its draft model (draft_model drafter, the bench's
