@@ -325,10 +325,11 @@ def load_tokenizer(model_id: str) -> tuple[PreTrainedTokenizerBase, int]:
     as load_model takes; raises ModelLoadError with a reason."""
     from transformers import AutoConfig, AutoTokenizer
 
-    _, tokenizer = _load_embedded_tokenizer() if model_id in (EMBEDDED, TINY) else (None, None)
     if model_id == TINY:
+        _, tokenizer = _load_embedded_tokenizer()
         return tokenizer, len(tokenizer)                # tiny_random_model's vocabulary
     if model_id == EMBEDDED:
+        _, tokenizer = _load_embedded_tokenizer()
         converted = cache_dir() / "embedded-smollm2-135m-instruct"
         try:
             config = (AutoConfig.from_pretrained(converted) if finished(converted)
