@@ -146,6 +146,10 @@ def test_hardware_warning_names_the_workers_that_differ():
     warning = hardware_warning(alike + [_run(3, "c", "EPYC", gpu="NVIDIA H100")])
     assert warning and "NVIDIA H100" in warning and "EPYC" in warning and "on c" in warning
     assert hardware_warning([_run(1, "a", "EPYC", threads=1), _run(2, "b", "EPYC", threads=8)])
+    passive = _run(2, "b", "EPYC")
+    passive.worker["threading_env"] = {"OMP_WAIT_POLICY": "passive"}                  # threads that sleep
+    warning = hardware_warning([_run(1, "a", "EPYC"), passive])
+    assert warning and "OMP_WAIT_POLICY=passive) on b" in warning
 
 
 def test_worker_shape_one_per_gpu_or_per_node():

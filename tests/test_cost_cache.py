@@ -66,6 +66,23 @@ def test_a_curve_timed_on_a_busy_cpu_is_trusted_for_an_hour_only(store: Path) ->
     assert cost_cache.BUSY_LOAD < 3.5 and cost_cache.BUSY_MAX_AGE_S == 3600
 
 
+def test_a_curve_is_keyed_by_the_openmp_settings(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OMP_WAIT_POLICY=passive makes small forwards slower on a CPU: a curve timed without it is
+    not reused under it (nor the other way), and the key's text says which."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    plain = curve_key("abc123", torch.device("cpu"), torch.float32, True, "sdpa")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    passive = curve_key("abc123", torch.device("cpu"), torch.float32, True, "sdpa")
+    assert passive != plain and passive["threading_env"]["OMP_WAIT_POLICY"] == "passive"
+    assert "/OMP_WAIT_POLICY=passive/" in cost_cache.key_text(passive)
+    monkeypatch.setattr(cost_cache, "processor_name", lambda device: "a GPU")       # no GPU here
+    assert curve_key("abc123", torch.device("cuda"), torch.float32, False, "sdpa")["threading_env"] == {}
+    timer = Timer()
+    kept_curve(plain, timer)
+    kept_curve(passive, timer)
+    assert timer.calls == 2                                  # timed under each
+
+
 def test_machine_load_is_a_cpus_only() -> None:
     assert cost_cache.machine_load("cuda") is None
     load = cost_cache.machine_load("cpu")

@@ -34,7 +34,7 @@ import torch
 from ..errors import SpecvizError
 from ..files.user_values import ascii_int
 from ..models import LoadedModel
-from ..models.cost_cache import cpu_model      # the CPU's model name (the cost curve's key records it too)
+from ..models.cost_cache import cpu_model, threading_env   # the CPU's name, OpenMP settings (the curve's key has both)
 from .methods import Method
 from .metrics import Run
 from .questions import Question
@@ -60,25 +60,27 @@ def import_ray() -> Any:
 
 def worker_info(device: torch.device) -> dict[str, Any]:
     """Where runs are measured: host, process id (tells the workers of one host apart), device,
-    CPU model, GPU model (None on CPUs), torch threads."""
+    CPU model, GPU model (None on CPUs), torch threads and the OpenMP / MKL environment."""
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {"host": socket.gethostname(), "pid": os.getpid(), "device": str(device), "cpu": cpu_model(),
-            "gpu": gpu, "torch_threads": torch.get_num_threads()}
+            "gpu": gpu, "torch_threads": torch.get_num_threads(), "threading_env": threading_env()}
 
 
 def hardware_warning(runs: Sequence[Run]) -> str | None:
     """A warning when the runs were measured on workers of different hardware (CPU or GPU
-    model, device type, threads), naming each kind and its hosts; None when all alike."""
+    model, device type, threads, OpenMP / MKL settings), naming each kind and its hosts; None when
+    all alike."""
     kinds: dict[tuple[Any, ...], set[str]] = {}
     for r in runs:
         w = r.worker
         if w:
-            key = (w.get("gpu") or w.get("cpu"), str(w.get("device", "")).split(":")[0], w.get("torch_threads"))
+            env = " ".join(f"{k}={v}" for k, v in sorted((w.get("threading_env") or {}).items()))
+            key = (w.get("gpu") or w.get("cpu"), str(w.get("device", "")).split(":")[0], w.get("torch_threads"), env)
             kinds.setdefault(key, set()).add(str(w.get("host")))
     if len(kinds) < 2:
         return None
-    parts = [f"{model} ({device}, {threads} threads) on {', '.join(sorted(hosts))}"
-             for (model, device, threads), hosts in sorted(kinds.items(), key=str)]
+    parts = [f"{model} ({device}, {threads} threads{', ' + env if env else ''}) on {', '.join(sorted(hosts))}"
+             for (model, device, threads, env), hosts in sorted(kinds.items(), key=str)]
     return ("workers differ in hardware: " + "; ".join(parts) + ". Each question's speedups are "
             "measured on one worker, but tokens/s and seconds mix machines")
 

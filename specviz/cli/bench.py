@@ -246,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.batched import BatchedBench, check_batch_sizes
     from ..bench.cluster import worker_info
     from ..bench.runner import Bench
+    from ..models.cost_cache import threading_env
 
     _check_numbers(args)
     sizes = batch_sizes(args)
@@ -299,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
             "command": command, "date": _now(), **setup, "assistant_model": args.draft_model,
             "device": str(lm.device), "runtime": lm.runtime, "recorder": args.record, "cpu": _cpu_name(),
             "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "threading_env": threading_env(), "torch": torch.__version__,
             "transformers": transformers.__version__,
             "questions_file": str(args.questions), "categories": args.categories,
             "limit": args.limit, "warmup": args.warmup,

@@ -75,6 +75,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# environment variables that change how a CPU's compute threads wait and spread (OpenMP, MKL)
+THREADING_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
+
+
+def threading_env() -> dict[str, str]:
+    """The OpenMP / MKL settings of this process's environment: they move CPU timings as much as the
+    thread count does (OMP_WAIT_POLICY=passive puts a sleeping thread's wake-up into every small
+    operation), so a curve's key and the bench's results record them."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(THREADING_PREFIXES)}
+
+
 def machine_load(device_type: str) -> float | None:
     """The one-minute load average per core on a CPU (what competes with a CPU timing); None on
     other devices, where the host's load does not slow the forward alike, or where it is unknown."""
@@ -96,14 +107,15 @@ def curve_key(fingerprint: str, device: torch.device, dtype: torch.dtype, cpu_li
     """What a curve's shape depends on (JSON-able)."""
     return {"model": fingerprint, "device": device.type, "processor": processor_name(device),
             "dtype": str(dtype).replace("torch.", ""), "threads": torch.get_num_threads(),
-            "cpu_linear": cpu_linear, "attention": attention, "device_map": [list(p) for p in device_map],
+            "threading_env": threading_env() if device.type == "cpu" else {}, "cpu_linear": cpu_linear, "attention": attention, "device_map": [list(p) for p in device_map],
             "torch": torch.__version__, "grid": list(GRID), "cache_tokens": CALIBRATION_CACHE_TOKENS}
 
 
 def key_text(key: dict[str, Any]) -> str:
     """A short readable form of a key (the Trace's `cost_curve.key`)."""
     text = (f"{key['model']}/{key['device']}:{key['processor']}/{key['dtype']}/threads={key['threads']}"
-            f"/cpu_linear={'on' if key['cpu_linear'] else 'off'}")
+            + "".join(f"/{k}={v}" for k, v in (key.get("threading_env") or {}).items())
+            + f"/cpu_linear={'on' if key['cpu_linear'] else 'off'}")
     return text + ("/mapped" if key.get("device_map") else "")
 
 

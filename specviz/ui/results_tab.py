@@ -53,7 +53,7 @@ def build_results_tab(page: Page) -> ResultsTab:
 
 
 def _meta_markdown(meta: dict[str, Any]) -> str:
-    keys = ("date", "command", "model", "device", "dtype", "cpu", "cores", "torch_threads", "max_new_tokens",
+    keys = ("date", "command", "model", "device", "dtype", "cpu", "cores", "torch_threads", "threading_env", "max_new_tokens",
             "questions_measured", "repeats", "interrupted", "stop_reason")
     # the file's strings as written (markup.py): a results.json is an upload
     lines = [f"- **{k}**: {md_code(meta[k])}" for k in keys if meta.get(k) not in (None, "")]
