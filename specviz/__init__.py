@@ -13,10 +13,13 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 __version__ = "0.10.0"
 
 
-def _interrupted_at_start(signum: int, frame: Any) -> None:
+def _interrupted_at_start(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C while the command line is still starting (before cli.main handles it): the same
     end as later, one line and exit status 130, not the interpreter's traceback and death by
     signal. Nothing has been done yet, so there is nothing to clean up."""

@@ -47,7 +47,7 @@ tokens both runs share over the run's time for the same tokens.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..core.trace import StepRecord, Trace
 
@@ -210,14 +210,14 @@ class Divergence:
                 d[key] = tuple((int(i), float(v)) for i, v in d[key])
         return Divergence(**d)
 
-    def line(self, token_text: Any = None) -> str:
+    def line(self, token_text: Mapping[int, str] | None = None) -> str:
         """One line: what differs, where, the top-2 logits of both runs, the verdict and why."""
         if self.verdict == IDENTICAL:
             return f"identical to vanilla ({self.shared_tokens} tokens)"
         return (f"differs from vanilla at token #{self.position}: vanilla {_show(self.reference_token, token_text)}, "
                 f"run {_show(self.run_token, token_text)}; {self.explanation(token_text)}")
 
-    def explanation(self, token_text: Any = None) -> str:
+    def explanation(self, token_text: Mapping[int, str] | None = None) -> str:
         """The top-2 logits in both runs, the verdict and its reason."""
         logits = ""
         if self.reference_top and self.run_top:
@@ -235,7 +235,7 @@ class Divergence:
         return self.verdict if self.position is None else f"{self.verdict} at #{self.position}"
 
 
-def _show(tok: int | None, token_text: Any) -> str:
+def _show(tok: int | None, token_text: Mapping[int, str] | None) -> str:
     if tok is None:
         return "(end)"
     piece = token_text.get(tok) if token_text is not None else None

@@ -35,12 +35,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecvizError
 from ..files.fetch import UrlPolicy, fetch
 from ..files.user_files import loads_json, read_text_file
 from ..files.user_values import ascii_int, finite_number, shown, whole_number
+
+if TYPE_CHECKING:
+    from ..core.trace import Trace
 
 URL_TIMEOUT_S = 10.0
 MAX_BYTES = 32 * 2**20            # a /metrics page is kilobytes; refuse anything absurd
@@ -446,7 +449,7 @@ def read_source(source: str, spec_tokens: int | None = None, timeout: float = UR
 
 # --- the same figures from a specviz run ----------------------------------------------------------
 
-def trace_spec_metrics(trace: Any, source: str = "") -> SpecMetrics:
+def trace_spec_metrics(trace: Trace, source: str = "") -> SpecMetrics:
     """A specviz Trace's figures counted as vLLM counts them (Trace.position_metrics(),
     position_metrics.py): a draft is a step whose draft was not empty; draft tokens are its nodes
     (a tree's nodes, where vLLM drafts a chain); accepted tokens are the accepted nodes;

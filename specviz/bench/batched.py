@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..analysis.divergence import Divergence, after_earlier_turn, explain
 from ..core.decoding import DecodingConfig
@@ -38,13 +38,19 @@ from .metrics import Run, depth_acceptance, tree_shape
 from .questions import Question
 from .runner import _calibration_dict, _tally_dict, peak_memory, store_set_aside
 
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from ..models.loading import LoadedModel
+    from .runner import Bench
+
 
 class BatchError(SpecvizError):
     """A batch size the bench cannot measure (more requests than questions)."""
 
 
-def run_batch(lm: Any, requests: Sequence[service.RunRequest], drafter: service.DrafterPlan, store: Any,
-              references: Sequence[Sequence[int]] | None) -> BatchResult:
+def run_batch(lm: LoadedModel, requests: Sequence[service.RunRequest], drafter: service.DrafterPlan,
+              store: DrafterStore, references: Sequence[Sequence[int]] | None) -> BatchResult:
     """The one call of the batched engine the bench makes: `requests` decoded together."""
     return service.run_batch(list(requests), drafter=drafter, lm=lm, store=store,
                              references=None if references is None else [tuple(r) for r in references])
@@ -85,7 +91,7 @@ def check_batch_sizes(sizes: Sequence[int], questions: int) -> list[str]:
 class BatchedBench:
     """The batched measurement of one bench run (bench/runner.Bench gives the model, the methods,
     the drafters' plans and store)."""
-    bench: Any                                   # runner.Bench
+    bench: Bench
     batch_size: int
     # what drafters keep across generations (SuffixDecoding's tree of earlier outputs, ADED's
     # adapted table), fresh at each batch size: the bench asks the same questions at every size, and
@@ -146,7 +152,7 @@ class BatchedBench:
                    batch_size=self.batch_size, batch_index=index, batch_seconds=wall,
                    prompt_tokens=len(trace.prompt_ids))
 
-    def measure(self, questions: Sequence[Question], repeats: int, warmup: int, bar: Any = None,
+    def measure(self, questions: Sequence[Question], repeats: int, warmup: int, bar: tqdm | None = None,
                 on_batch: Callable[[], None] | None = None, deadline: float | None = None) -> bool:
         """Every batch in every repeat; False when stopped (Ctrl-C, the deadline): the finished batches
         are kept. A batch whose question does not fit the model's context is skipped whole, and said so."""

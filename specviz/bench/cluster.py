@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -39,6 +39,10 @@ from .methods import Method
 from .metrics import Run
 from .questions import Question
 from .runner import Bench, Measured
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+    from transformers import PreTrainedTokenizerBase
 
 INSTALL = "pip install 'specviz-decoding[cluster]'"
 # what loads the target (and hf_assisted's draft model) on a worker; picklable (Ray ships it)
@@ -92,7 +96,7 @@ class Target:
     dtype: torch.dtype
     device: torch.device
     runtime: dict[str, Any]
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     worker: dict[str, Any]
 
 
@@ -252,7 +256,7 @@ class ClusterBench(Measured):
         q, repeats = job
         return actor.measure.remote(q, repeats)
 
-    def measure(self, questions: list[Question], repeats: int, warmup: int, bar: Any = None,
+    def measure(self, questions: list[Question], repeats: int, warmup: int, bar: tqdm | None = None,
                 on_question: Callable[[], None] | None = None, deadline: float | None = None) -> bool:
         """As Bench.measure: False if stopped early (Ctrl-C, time limit, a worker lost), with
         every finished question kept. The workers are ended when it returns."""

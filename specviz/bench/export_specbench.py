@@ -24,11 +24,14 @@ import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import SpecvizError
 from ..files.user_files import check_output_dir, write_text_atomic
 from .metrics import Run
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FORMATS = ("specbench",)
 ANSWERS = "model_answer"              # the sub-folder Spec-Bench's evaluation reads
@@ -72,7 +75,7 @@ def _turn_fields(run: Run) -> tuple[int | None, list[int]]:
     return None, []
 
 
-def answer_records(runs: Sequence[Run], method: str, model_id: str, tokenizer: Any,
+def answer_records(runs: Sequence[Run], method: str, model_id: str, tokenizer: PreTrainedTokenizerBase,
                    tstamp: float | None = None) -> list[dict[str, Any]]:
     """One Spec-Bench answer record per question that `method` answered (Spec-Bench's answers are one
     request at a time: a run with batch sizes keeps its smallest batch size's turns)."""
@@ -104,7 +107,7 @@ def answer_records(runs: Sequence[Run], method: str, model_id: str, tokenizer: A
 
 
 def export_specbench(out_dir: Path | str, runs: Sequence[Run], methods: Sequence[str], model: str,
-                     dtype: str, tokenizer: Any) -> list[Path]:
+                     dtype: str, tokenizer: PreTrainedTokenizerBase) -> list[Path]:
     """Write DIR/model_answer/<model_id>.jsonl for every method; returns the files."""
     folder = Path(out_dir) / ANSWERS
     folder.mkdir(parents=True, exist_ok=True)

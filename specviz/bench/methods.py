@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..core.settings import first_repeat
 from ..drafters import baseline, get, ordered
@@ -31,6 +31,9 @@ from ..drafters.kit.choice import DrafterChoice, DrafterChoiceError
 from ..engine import service
 from ..errors import ConfigError, SpecvizError
 from ..peers import ENGINE_PEERS
+
+if TYPE_CHECKING:
+    from ..core.settings import Settings
 
 BASELINE = baseline().name           # every speedup is measured against it; it always runs first
 # the upper bound a method's speedup is read against ("fraction of oracle"): the drafter that
@@ -60,7 +63,7 @@ class Method:
     settings: tuple[tuple[str, str], ...] = ()  # drafter settings: the preset's, then those given
     # a drafter's config, validated once when the method is parsed (the run service's plan);
     # the runs take it as it is. None for a peer.
-    config: Any = field(default=None, compare=False, repr=False)
+    config: Settings | None = field(default=None, compare=False, repr=False)
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -32,6 +32,11 @@ from ..core.trace import TOP_LOGITS, Trace
 from .methods import BASELINE, Method
 from .metrics import Run, depth_acceptance, tree_shape
 from .questions import Question
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from ..core.trace import StepRecord
 
 
 @contextmanager
@@ -124,7 +129,7 @@ def _top_logits(logits: tuple[torch.Tensor, ...]) -> list[TopLogits]:
     return [tuple(zip(i, v)) for i, v in zip(indices, values)]
 
 
-def _tally_dict(steps: Any) -> dict[str, float] | None:
+def _tally_dict(steps: Sequence[StepRecord]) -> dict[str, float] | None:
     t = tally(steps)
     return asdict(t) if t.steps else None
 
@@ -241,7 +246,7 @@ class Bench(Measured):
                                                                   skip_special_tokens=True)))
         return out
 
-    def question_runs(self, q: Question, repeats: int, bar: Any = None) -> tuple[list[Run], str | None]:
+    def question_runs(self, q: Question, repeats: int, bar: tqdm | None = None) -> tuple[list[Run], str | None]:
         """One question in every repeat: the unit of work of a run, serial (`measure`) or
         spread over a cluster (cluster.py). Returns its runs and, for a question that does
         not fit the model's context, the reason it is skipped (then with no runs of the
@@ -272,7 +277,7 @@ class Bench(Measured):
                     pass
 
     def measure(self, questions: list[Question], repeats: int, warmup: int,
-                bar: Any = None, on_question: Callable[[], None] | None = None,
+                bar: tqdm | None = None, on_question: Callable[[], None] | None = None,
                 deadline: float | None = None) -> bool:
         """Run everything; False if interrupted (every finished question is kept).
         `bar` is a progress bar with update(n) (tqdm), or None; `on_question` is called after

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..bench.export_specbench import FORMATS as EXPORT_FORMATS, check_export_dir, export_specbench
 from ..bench.methods import BASELINE, DEFAULT_DRAFTERS, HF_PEERS, MethodError, parse_methods
@@ -30,6 +30,10 @@ from ..peers import ENGINE_PEERS
 from ..files.user_files import check_output_dir
 from ..errors import SpecvizError
 from .common import add_record_argument, add_runtime_arguments, load_target
+
+if TYPE_CHECKING:
+    from ..bench.cluster import Target
+    from ..models.loading import LoadedModel
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,7 +125,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
                            "for no limit")
 
 
-def _check_assistant(lm: Any, assistant: Any) -> None:
+def _check_assistant(lm: LoadedModel, assistant: LoadedModel) -> None:
     if assistant.tokenizer.get_vocab() != lm.tokenizer.get_vocab():
         raise MethodError(f"--draft-model: {assistant.model_id!r} has another tokenizer than "
                           f"{lm.model_id!r}; assisted generation needs the same vocabulary")
@@ -137,7 +141,7 @@ def _check_export(args: argparse.Namespace) -> None:
     check_export_dir(folder, replace=args.overwrite or args.resume)   # writable, no earlier answers
 
 
-def _export(args: argparse.Namespace, lm: Any, labels: list[str], runs: list[Any]) -> None:
+def _export(args: argparse.Namespace, lm: LoadedModel | Target, labels: list[str], runs: list[Any]) -> None:
     _, folder = args.export
     files = export_specbench(folder, runs, labels, lm.model_id, str(lm.dtype).replace("torch.", ""),
                              lm.tokenizer)
@@ -215,7 +219,7 @@ def batch_sizes(args: argparse.Namespace) -> tuple[int, ...]:
     return sizes
 
 
-def _check_batch_memory(lm: Any, sizes: tuple[int, ...], questions: list[Any], max_new: int) -> None:
+def _check_batch_memory(lm: LoadedModel, sizes: tuple[int, ...], questions: list[Any], max_new: int) -> None:
     """The largest batch size's KV cache and logits against the device's free memory (one line if
     they do not fit), before anything is measured: the longest question's prompts and answers."""
     from ..engine import service

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from typing import Any, Sequence, TextIO
 
 from ..errors import ConfigError
 from .errors import UsageError
@@ -63,8 +63,8 @@ class RenamedFlag(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
         self.new = new
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
         print(f"specviz: warning: {option_string} is renamed {self.new}; the old name still works but "
               "will go", file=sys.stderr)
         setattr(namespace, self.dest, values)
@@ -76,8 +76,8 @@ def renamed_flag(parser: argparse._ActionsContainer, old: str, new: str, dest: s
                         help=argparse.SUPPRESS)
 
 
-def show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                 line: Any = None) -> None:
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
     """warnings.showwarning for the CLI: specviz's own kinds (errors.RenamedWarning and
     errors.SpecvizWarning) print as one line `specviz: warning: ...` on stderr, like the CLI's
     other messages."""

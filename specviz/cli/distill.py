@@ -3,13 +3,13 @@ as EAGLE-3, HASS and SpecForge make their training data), appended to a .jsonl f
 `train-eagle --data` reads. The work is specviz/netkit/distill.py; this module reads the flags."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any
 
 from .errors import UsageError
 
 
-def add_arguments(p: Any) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..netkit.distill import DTYPES, SPLITS, DistillConfig
 
     d = DistillConfig()
@@ -33,7 +33,7 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..models import load_model
     from ..netkit.distill import DistillConfig, distill
     from .training import config_from, needs_tokenizer, set_threads

@@ -23,11 +23,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigError, SpecvizError
 from .common import Parser, config_message, flag
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from ..models.loading import LoadedModel
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
 Command = Callable[[argparse.Namespace], int]
@@ -331,7 +334,7 @@ def build_corpus(args: argparse.Namespace, kinds: list[str]) -> int:
     return 0
 
 
-def _check_fits_context(lm: Any, prompts: list[str], max_new_tokens: int) -> None:
+def _check_fits_context(lm: LoadedModel, prompts: list[str], max_new_tokens: int) -> None:
     """UsageError unless the longest chat prompt (as generate_outputs cuts it) and --max-new-tokens
     fit the model's context (its max_position_embeddings): beyond it generation runs on past
     the positions the model knows, for as long as it is asked to."""

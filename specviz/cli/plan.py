@@ -15,11 +15,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecvizError
 from .common import add_runtime_arguments
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from ..analysis.planner import LoadProfile
+    from ..models.cost_surface import CostSurface
+    from ..models.loading import LoadedModel
 
 TRACE_LIMIT_BYTES = 256 * 2**20
 
@@ -124,7 +129,7 @@ def measure_surface(args: argparse.Namespace, sizes: tuple[int, ...]) -> Any:
     return surface
 
 
-def _cpu_or_gpu(lm: Any) -> str:
+def _cpu_or_gpu(lm: LoadedModel) -> str:
     import torch
 
     if lm.device.type == "cuda":
@@ -132,7 +137,7 @@ def _cpu_or_gpu(lm: Any) -> str:
     return f"CPU, {torch.get_num_threads()} threads, attention {lm.runtime['attention']}"
 
 
-def find_surface(args: argparse.Namespace) -> Any:
+def find_surface(args: argparse.Namespace) -> CostSurface:
     from ..models.cost_surface import SurfaceError, default_path, load_surface
 
     path = Path(args.surface) if args.surface else default_path(args.model, _device_name(args))
@@ -146,7 +151,7 @@ def find_surface(args: argparse.Namespace) -> Any:
         raise UsageError(str(err)) from None
 
 
-def surface_table(surface: Any) -> list[str]:
+def surface_table(surface: CostSurface) -> list[str]:
     """The surface as markdown tables of ms per batched forward, one per cache length measured."""
     head = "| batch \\ rows | " + " | ".join(str(r) for r in surface.rows) + " |"
     lines = [f"cost surface: {surface.model or 'model'} on {surface.device or '?'} ({surface.dtype or '?'}); "
@@ -162,7 +167,7 @@ def surface_table(surface: Any) -> list[str]:
 
 def read_sources(args: argparse.Namespace) -> tuple[Any, list[Any], list[str]]:
     """(vanilla, drafter profiles, notes) from the results / traces / stats given."""
-    from ..analysis.planner import LoadProfile, PlanError, profiles_from_rows, profiles_from_traces, vanilla_like
+    from ..analysis.planner import PlanError, profiles_from_rows, profiles_from_traces, vanilla_like
     from ..analysis.server_stats import StatsFormatError, read_stats
     from ..bench import load_results_and_runs
     from ..bench.report import ResultsFormatError
@@ -221,7 +226,7 @@ def read_sources(args: argparse.Namespace) -> tuple[Any, list[Any], list[str]]:
     return vanilla, drafters, notes
 
 
-def _named(profile: Any, label: str) -> Any:
+def _named(profile: LoadProfile, label: str) -> LoadProfile:
     from dataclasses import replace
 
     return replace(profile, label=label, drafter=label.split("[", 1)[0].split("@", 1)[0])

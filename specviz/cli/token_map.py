@@ -17,12 +17,12 @@ weights, where the eagle and mtp drafters look (`hot_vocab`), or name one with
 """
 from __future__ import annotations
 
-from typing import Any
+import argparse
 
 from .errors import UsageError
 
 
-def add_arguments(p: Any) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="embedded",
                    help="the target whose tokenizer and vocabulary count (default: embedded); its weights are not "
                         "loaded")
@@ -48,7 +48,7 @@ def _sizes(text: str, vocab: int | None = None) -> list[int]:
     return sizes
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
     import itertools
 
     import torch

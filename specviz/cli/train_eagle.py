@@ -23,8 +23,9 @@ without training or writing to --out (safe while the run goes on), with a model 
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, TypeVar
 
 from ..errors import ConfigError
 from ..mtp import KIND as MTP          # the MTP module, a kind beside EAGLE's (mtp/train.py)
@@ -33,12 +34,20 @@ from .training import (Held, add_batch_arguments, add_resume_arguments, add_seed
                        check_apart, check_fresh_export, check_fresh_out, check_run_flags, config_from,
                        eagle_folder, folder_checkpoint, needs_tokenizer, set_threads)
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from ..eagle.model import EagleDraft
+    from ..mtp.train import MTPTrainConfig
+
+T = TypeVar("T")
+
 RUN_FILES = {"run.json", "run.tmp", "curve.csv", "curve.tmp", "vocab.pt", "vocab.tmp", "train.log"}
 EXPORT_MAP = 32768                 # --export-only: FR-Spec's freq_K.pt beside an EAGLE / MTP head, from vocab.pt
 VOCAB_WINDOWS = 4096               # training windows (per source) whose assistant tokens rank the draft vocabulary
 
 
-def add_arguments(p: Any) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..eagle.model import KINDS
     from ..eagle.train import EagleTrainConfig
 
@@ -115,7 +124,7 @@ def kinds_of(text: str) -> list[str]:
     return kinds
 
 
-def sources_of(args: Any) -> tuple[list[str], list[int]]:
+def sources_of(args: argparse.Namespace) -> tuple[list[str], list[int]]:
     sources = [s.strip() for s in str(args.data).split(",") if s.strip()]
     if not sources:
         raise UsageError("--data: give 'sharegpt' or a file, or several, comma-separated")
@@ -146,7 +155,7 @@ def head_folder(path: Path) -> Held:
     return held if held != "other" else folder_checkpoint(path, mtp_ckpt)
 
 
-def check_flags(args: Any, cfgs: list[Any], kinds: list[str], out: Path) -> None:
+def check_flags(args: argparse.Namespace, cfgs: list[Any], kinds: list[str], out: Path) -> None:
     """Every flag and output checked before the target loads."""
     from ..files.user_files import check_output_dir
 
@@ -184,7 +193,7 @@ def check_flags(args: Any, cfgs: list[Any], kinds: list[str], out: Path) -> None
             check_fresh_export(folder, head_folder, "a train-eagle head", True, args.resume, args.overwrite)
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..eagle.train import (EagleHead, EagleTrainConfig, check_sizes, coverage_curve, frequent_ids, kind_configs,
@@ -304,8 +313,8 @@ def run(args: Any) -> int:
     return 0
 
 
-def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: str, cfgs: list[Any],
-                mtp_cfg: Any) -> int:
+def export_only(args: argparse.Namespace, kinds: list[str], out: Path, target: PreTrainedModel, target_id: str,
+                cfgs: list[Any], mtp_cfg: MTPTrainConfig) -> int:
     """--export-only: each head of `kinds` as --out's last save holds it, in fp16 without its
     training state, into --export as <kind>-<model>/, and its model card <kind>-<model>.md
     (netkit/card.py: run.json, curve.csv, the data). Reads --out only (safe while a run writes it:
@@ -345,7 +354,7 @@ def export_only(args: Any, kinds: list[str], out: Path, target: Any, target_id: 
     return 0
 
 
-def write_token_map(folder: Path, kind: str, out: Path, target: Any, flag: str) -> None:
+def write_token_map(folder: Path, kind: str, out: Path, target: PreTrainedModel, flag: str) -> None:
     """Beside an exported EAGLE head or MTP module (they draft over the target's whole LM head):
     FR-Spec's freq_K.pt, the first EXPORT_MAP ids of the run's vocab.pt (the ranking `specviz
     token-map` makes from the same windows), the end-of-sequence token kept; EAGLE-3 heads have
@@ -361,7 +370,8 @@ def write_token_map(folder: Path, kind: str, out: Path, target: Any, flag: str) 
     token_map.write(folder, token_map.first_of(order, min(EXPORT_MAP, len(order)), eos if isinstance(eos, int) else None))
 
 
-def _cut_vocab(draft: Any, extra: dict[str, Any], out: Path, k: int, vocab_size: int) -> tuple[Any, dict[str, Any]]:
+def _cut_vocab(draft: EagleDraft, extra: dict[str, Any], out: Path, k: int, vocab_size: int
+               ) -> tuple[EagleDraft, dict[str, Any]]:
     """--export-vocab K: the EAGLE-3 head with the K most frequent tokens of the run's draft
     vocabulary (vocab.pt's order), and its specviz entry noting the cut."""
     trained = int(draft.spec.draft_vocab)
@@ -380,7 +390,7 @@ def torch_half() -> Any:
     return torch.float16
 
 
-def _take(it: Any, n: int) -> Any:
+def _take(it: Iterable[T], n: int) -> Iterator[T]:
     import itertools
     return itertools.islice(it, n)
 

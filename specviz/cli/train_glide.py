@@ -6,8 +6,8 @@ specviz/glide/train.py; this module reads the flags, the data and the model, and
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any
 
 from ..errors import ConfigError
 from ..core.precision import DTYPE_CHOICES
@@ -17,7 +17,7 @@ from .training import (add_batch_arguments, add_resume_arguments, add_seed_argum
                        set_threads, split_held_out, training_texts)
 
 
-def add_arguments(p: Any) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..glide.train import LABELS, TrainConfig
 
     d = TrainConfig()
@@ -68,7 +68,7 @@ def add_arguments(p: Any) -> None:
     add_seed_arguments(p, d)
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..glide import checkpoint as ckpt
     from ..glide.checkpoint import CHECKPOINTS, default_checkpoint
     from ..netkit.data import batches, windows

@@ -7,14 +7,14 @@ keeps the target's pass in a target cache, and reports the held-out accuracy per
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any
 
 from .training import (add_replay_arguments, add_source_arguments, config_from, file_checkpoint, held_out_pairs,
                        load_target_and_data, report_saved, target_caches)
 
 
-def add_arguments(p: Any) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..heads.model import KINDS
     from ..heads.train import HeadsTrainConfig
 
@@ -35,7 +35,7 @@ def add_arguments(p: Any) -> None:
                    "faster on a CPU with AVX512-BF16; hidden states kept and the argmax taken in fp32)")
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..heads import checkpoint as ckpt
     from ..heads.train import HeadsTrainConfig, heads_pass, train
 

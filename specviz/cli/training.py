@@ -5,13 +5,23 @@ target's pass: the flags, the target and data set up with every output checked f
 and the held-out batches."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Sequence, TypeVar
 
 from ..errors import ConfigError, SpecvizError
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from transformers import PreTrainedTokenizerBase
+
+    from ..models.loading import LoadedModel
+    from ..netkit.recipe import TrainSchedule
+    from ..netkit.target_pass import TargetCache
 
 C = TypeVar("C")
 # what an existing --out / --export holds: a checkpoint of the command with its training state
@@ -21,7 +31,7 @@ EAGLE_FILES = ("config.json", "model.safetensors", "training.pt",      # eagle/c
                "config.json.tmp", "model.safetensors.tmp", "training.pt.tmp")
 
 
-def config_from(config_cls: type[C], args: Any, **given: Any) -> C:
+def config_from(config_cls: type[C], args: argparse.Namespace, **given: Any) -> C:
     """The training config with every field that has a flag of the same name (its dest) read
     from `args`, `given` on top; a field without a flag keeps its default."""
     flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)  # type: ignore[arg-type]
@@ -29,7 +39,7 @@ def config_from(config_cls: type[C], args: Any, **given: Any) -> C:
     return config_cls(**{**flags, **given})
 
 
-def add_source_arguments(p: Any, out_help: str) -> None:
+def add_source_arguments(p: argparse.ArgumentParser, out_help: str) -> None:
     """--model (the frozen target), --out (the checkpoint), --data and --max-texts."""
     p.add_argument("--model", default="embedded", help="the frozen target (default: embedded)")
     p.add_argument("--out", default=None, help=out_help)
@@ -40,7 +50,7 @@ def add_source_arguments(p: Any, out_help: str) -> None:
                    help="use at most N texts (N >= 1; default: all of them)")
 
 
-def add_batch_arguments(p: Any, d: Any) -> None:
+def add_batch_arguments(p: argparse.ArgumentParser, d: TrainSchedule) -> None:
     """--batch, --seq-len, --lr and --warmup, defaulting to the training config `d`'s."""
     p.add_argument("--batch", type=int, default=d.batch)
     p.add_argument("--seq-len", type=int, default=d.seq_len)
@@ -48,7 +58,7 @@ def add_batch_arguments(p: Any, d: Any) -> None:
     p.add_argument("--warmup", type=int, default=d.warmup)
 
 
-def add_resume_arguments(p: Any, export: str = "FILE") -> None:
+def add_resume_arguments(p: argparse.ArgumentParser, export: str = "FILE") -> None:
     """--resume, --overwrite, --export (a FILE, or a DIR for heads saved as folders) and --device."""
     p.add_argument("--resume", action="store_true",
                    help="continue the checkpoint at --out (refused when there is none to continue)")
@@ -63,7 +73,7 @@ def add_resume_arguments(p: Any, export: str = "FILE") -> None:
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
 
 
-def add_seed_arguments(p: Any, d: Any) -> None:
+def add_seed_arguments(p: argparse.ArgumentParser, d: TrainSchedule) -> None:
     """--threads and --seed."""
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch threads (N >= 1; default: torch's)")
@@ -82,7 +92,7 @@ def check_held_out(held_out: int) -> None:
         raise ConfigError("held_out", f"must be >= 0, got {held_out}")
 
 
-def check_run_flags(args: Any) -> None:
+def check_run_flags(args: argparse.Namespace) -> None:
     """The flags the training config does not check, before the target loads: --max-texts and
     --threads (>= 1 when given: 0 or a negative count means nothing), --held-out, and --resume
     with --overwrite (one or the other)."""
@@ -95,12 +105,12 @@ def check_run_flags(args: Any) -> None:
         raise UsageError("--overwrite: cannot be combined with --resume; choose one")
 
 
-def needs_tokenizer(lm: Any, model: str) -> None:
+def needs_tokenizer(lm: LoadedModel, model: str) -> None:
     if lm.tokenizer is None:
         raise SpecvizError(f"model: {model!r} has no tokenizer to read training text with")
 
 
-def training_texts(args: Any, tokenizer: Any) -> Iterable[str]:
+def training_texts(args: argparse.Namespace, tokenizer: PreTrainedTokenizerBase) -> Iterable[str]:
     """The texts --data names (ShareGPT or a file), at most --max-texts of them."""
     from ..netkit.data import file_texts, sharegpt_texts
 
@@ -110,7 +120,7 @@ def training_texts(args: Any, tokenizer: Any) -> Iterable[str]:
     return itertools.islice(texts, args.max_texts) if args.max_texts else texts
 
 
-def cache_meta(lm: Any, args: Any, cfg: Any, layers: list[int]) -> dict[str, Any]:
+def cache_meta(lm: LoadedModel, args: argparse.Namespace, cfg: TrainSchedule, layers: list[int]) -> dict[str, Any]:
     """What a target cache records of the run filling it (netkit/target_pass.TargetCache): the
     target, the data, the batches and what the target's pass keeps."""
     from ..models.fingerprint import target_fingerprint
@@ -120,7 +130,7 @@ def cache_meta(lm: Any, args: Any, cfg: Any, layers: list[int]) -> dict[str, Any
             "batch": cfg.batch, "layers": layers, **cfg.needs()}
 
 
-def report_saved(args: Any, ckpt: Any, out: Path, history: Sequence[Any], what: str,
+def report_saved(args: argparse.Namespace, ckpt: ModuleType, out: Path, history: Sequence[Any], what: str,
                  held_out: Callable[[dict[str, Any]], str]) -> None:
     """After a run: --export's slim copy, then one line on the checkpoint saved at `out` (a
     module `ckpt` reads and exports): `what` was trained, the last step's loss and, where the
@@ -133,7 +143,7 @@ def report_saved(args: Any, ckpt: Any, out: Path, history: Sequence[Any], what: 
           + (held_out(result) if result else ""))
 
 
-def check_outputs(args: Any, out: Path | None, held: Callable[[Path], Held], what: str,
+def check_outputs(args: argparse.Namespace, out: Path | None, held: Callable[[Path], Held], what: str,
                   folders: bool = False) -> None:
     """--out (the checkpoint at `out`; None: none is written, as with --cache-only) and --export
     checked before the target loads (not after hours of training): places this process can write
@@ -227,7 +237,7 @@ def check_fresh_export(export: Path, held: Callable[[Path], Held], what: str, fo
                          "or choose another --export")
 
 
-def file_checkpoint(ckpt: Any) -> Callable[[Path], Held]:
+def file_checkpoint(ckpt: ModuleType) -> Callable[[Path], Held]:
     """check_fresh's `held` for a checkpoint file that the module `ckpt` (glide/ or heads/
     checkpoint) reads: a checkpoint with or without its training state, or "other"."""
     def held(path: Path) -> Held:
@@ -250,7 +260,7 @@ def eagle_folder(path: Path) -> Held:
     return folder_checkpoint(path, ckpt)
 
 
-def folder_checkpoint(path: Path, ckpt: Any) -> Held:
+def folder_checkpoint(path: Path, ckpt: ModuleType) -> Held:
     """check_fresh's `held` for a head's folder in the layout of the checkpoint module `ckpt`
     (eagle/ or mtp/checkpoint: `read_config`, `FORMAT`): train-eagle's files only, config.json
     naming that format; "run" with training.pt, "export" without it, else "other"."""
@@ -268,8 +278,8 @@ def folder_checkpoint(path: Path, ckpt: Any) -> Held:
     return "run" if "training.pt" in names else "export"
 
 
-def add_replay_arguments(p: Any, d: Any, cache_help: str, held_out_help: str, dtype_help: str,
-                         export: str = "FILE") -> None:
+def add_replay_arguments(p: argparse.ArgumentParser, d: TrainSchedule, cache_help: str, held_out_help: str,
+                         dtype_help: str, export: str = "FILE") -> None:
     """The flags of a run that trains on the target's pass kept in a target cache: --steps,
     --epochs, the batch flags, --target-cache, --held-out, --save-every, the resume flags,
     --target-dtype and the seed flags (defaults from the training config `d`)."""
@@ -286,7 +296,7 @@ def add_replay_arguments(p: Any, d: Any, cache_help: str, held_out_help: str, dt
     add_seed_arguments(p, d)
 
 
-def split_held_out(source: Iterator[Any], held_out: int, cfg: Any) -> tuple[Iterator[Any], list[Any]]:
+def split_held_out(source: Iterator[Any], held_out: int, cfg: TrainSchedule) -> tuple[Iterator[Any], list[Any]]:
     """(the batches to train on, the first `held_out` batches of `source`, never trained on).
     DataError when none is left to train on, saying whether the held-out batches took them all."""
     from ..netkit.data import DataError
@@ -303,8 +313,8 @@ def split_held_out(source: Iterator[Any], held_out: int, cfg: Any) -> tuple[Iter
     return itertools.chain([first], source), held
 
 
-def load_target_and_data(args: Any, cfg: Any, out: Path, held: Callable[[Path], Held], what: str,
-                         folders: bool = False) -> tuple[Any, Iterator[Any], list[Any]]:
+def load_target_and_data(args: argparse.Namespace, cfg: TrainSchedule, out: Path, held: Callable[[Path], Held],
+                         what: str, folders: bool = False) -> tuple[LoadedModel, Iterator[Any], list[Any]]:
     """Every setting and output path checked (the checkpoint `out` and --export as files, or as
     folders with `folders`; check_outputs with `held` and `what`), then the frozen target and the
     training batches: (the LoadedModel, the batches to train on, the first --held-out batches,
@@ -324,7 +334,8 @@ def load_target_and_data(args: Any, cfg: Any, out: Path, held: Callable[[Path], 
     return lm, source, held_ids
 
 
-def target_caches(args: Any, lm: Any, cfg: Any, name: str, layers: list[int]) -> tuple[Any, Any, Any]:
+def target_caches(args: argparse.Namespace, lm: LoadedModel, cfg: TrainSchedule, name: str, layers: list[int]
+                  ) -> tuple[Any, Any, Any]:
     """The target cache of this run's data (--target-cache, or a folder `name` in the specviz cache
     named after the model and the data settings), its held-out part, and the autocast dtype of the
     target's pass (None: fp32)."""
@@ -341,7 +352,7 @@ def target_caches(args: Any, lm: Any, cfg: Any, name: str, layers: list[int]) ->
     return TargetCache(folder, meta), TargetCache(folder / "held-out", meta), autocast
 
 
-def held_out_pairs(held_ids: list[Any], held_cache: Any, lm: Any, target_pass: Callable[[Any], Any],
+def held_out_pairs(held_ids: list[Any], held_cache: TargetCache, lm: LoadedModel, target_pass: Callable[[Any], Any],
                    view: Callable[[Any], Any] = lambda tp: tp) -> list[tuple[Any, Any]]:
     """(ids, the target's pass) for each held-out batch on the target's device, the pass run once
     (`target_pass(ids)`) and kept in `held_cache`; `view` picks what the kind trains on."""

@@ -10,7 +10,7 @@ the draft model's warped distribution, recorded as draft_probs: exact speculativ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecvizError
 from ..core.settings import setting
@@ -19,6 +19,9 @@ from .kit.draft_lm import DraftLM, HFDraftLM
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
 from .kit.narration import narrate_model_chain
+
+if TYPE_CHECKING:
+    from ..models.loading import LoadedModel
 
 
 class TokenizerMismatchError(SpecvizError):
@@ -32,14 +35,14 @@ class DraftModelConfig(GammaSettings):
                          "the target's tokenizer.", kind="model")
 
 
-def load_draft(model_id: str, target: Any) -> Any:
+def load_draft(model_id: str, target: Any) -> LoadedModel:
     """The draft LoadedModel, on the target's device and dtype (tests replace this)."""
     from ..models import load_model
 
     return load_model(model_id, device=str(target.device), dtype=str(target.dtype).replace("torch.", ""))
 
 
-def check_same_tokenizer(draft: Any, target: Any) -> None:
+def check_same_tokenizer(draft: LoadedModel, target: Any) -> None:
     """Refuse a draft model whose tokenizer maps tokens to other ids than the target's."""
     dt, tt = getattr(draft, "tokenizer", None), getattr(target, "tokenizer", None)
     why = ""

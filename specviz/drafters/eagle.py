@@ -51,7 +51,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -67,6 +67,9 @@ from ..core.tree import DraftTree
 from .kit.base import DraftContext, DraftSetup, DrafterNeeds, DrafterSpec, Preset, StepView, register
 from .kit.narration import narrate_size
 from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # the authors' settings (github.com/SafeAILab/EAGLE): EaModel.from_pretrained's defaults
 # (eagle/model/ea_model.py: total_token=60, depth=7, top_k=10), what a user of their package
@@ -123,7 +126,7 @@ class EagleConfig(HeadTreeConfig):
                                  "weights, if any.", kind="file")
 
 
-def hot_rows(config: HeadTreeConfig, target: Any, folder: Path | None, like: torch.Tensor
+def hot_rows(config: HeadTreeConfig, target: PreTrainedModel, folder: Path | None, like: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """FR-Spec's cut of the target's LM head for a head drafting over it: (the hot tokens' ids [K],
     their LM-head rows [K, H]) on the device and in the dtype of `like` (the head's weights), K

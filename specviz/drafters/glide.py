@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import torch
 
@@ -40,6 +40,9 @@ from .kit.draft_lm import DraftLM
 from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
 from .kit.narration import narrate_model_chain
+
+if TYPE_CHECKING:
+    from ..models.loading import LoadedModel
 
 BEAM = "beam-search"
 
@@ -138,7 +141,7 @@ class GlideDraftLM:
         return hidden
 
 
-def load_for(target: Any, target_id: str, checkpoint: str) -> GlideDraft:
+def load_for(target: LoadedModel, target_id: str, checkpoint: str) -> GlideDraft:
     path = user_path(checkpoint) if checkpoint else default_checkpoint(target_id)
     problem = checkpoint_file_problem(
         path, f"checkpoint: no GLIDE checkpoint for target {target_id!r} (looked for {str(path)!r}); "

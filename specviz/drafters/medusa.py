@@ -29,7 +29,7 @@ with the train-heads command that makes one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -45,6 +45,9 @@ from ..core.tree import DraftTree
 from .kit.base import DraftContext, DraftSetup, DrafterNeeds, DrafterSpec, Preset, StepView, checkpoint_setting, register
 from .kit.narration import narrate_size
 from .kit.tree_cutter import TreeSizingSettings, continue_prior_setting, first_prior_setting
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Medusa's sparse tree "mc_sim_7b_63" (medusa/model/medusa_choices.py; also Hydra's
 # hydra/model/hydra_choices.py): 63 paths of per-head ranks over 4 heads.
@@ -90,7 +93,7 @@ class HeadsConfig(TreeSizingSettings):
     continue_prior: float = continue_prior_setting(1.0)
 
 
-def load_heads(target: Any, target_id: str, kind: str, checkpoint: str, insist: bool = False) -> DraftHeads:
+def load_heads(target: PreTrainedModel, target_id: str, kind: str, checkpoint: str, insist: bool = False) -> DraftHeads:
     """The heads for `kind`: a FasterDecoding folder or hub id (medusa; `insist`: run heads whose
     config names another base model, with a warning), else specviz's own file; '' the shipped one."""
     published = load_any(checkpoint, target, target_id, kind, insist) if checkpoint else None   # FasterDecoding's
@@ -135,7 +138,7 @@ class HeadsDrafter:
         return self._probs[d].expand(len(branches), -1)
 
     def expand(self, hidden: torch.Tensor, root: int, min_path: float = 0.0,
-               verify_cost: Any = None) -> tuple[list[int], list[float]]:
+               verify_cost: Callable[[int], float] | None = None) -> tuple[list[int], list[float]]:
         """The template's tokens and their heads' probabilities (0: not drafted), level by
         level (a level's heads batched over its parents); no children under a node whose
         path probability (the product of its branch's) is below `min_path`, nor, given
@@ -171,7 +174,7 @@ class HeadsDrafter:
             depth, start = depth + 1, end
         return tokens, probs
 
-    def _useful(self, probs: list[float], drafted: int, verify_cost: Any) -> set[int]:
+    def _useful(self, probs: list[float], drafted: int, verify_cost: Callable[[int], float]) -> set[int]:
         """The template nodes among the first `drafted` that the cost cut would keep now: the
         best prefix by path probability, each head's probability times the cut's learned
         trust for its depth (as TreeCutter.cut computes it)."""

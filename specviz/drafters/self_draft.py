@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -38,6 +38,9 @@ from .kit.gamma import GammaSettings
 from .kit.model_drafter import ModelDrafter
 from .kit.narration import narrate_model_chain
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 @dataclass(frozen=True)
 class SelfDraftConfig(GammaSettings):
@@ -45,11 +48,11 @@ class SelfDraftConfig(GammaSettings):
                      low=1, high=1024)
 
 
-def num_layers(model: Any) -> int:
+def num_layers(model: PreTrainedModel) -> int:
     return int(model.config.num_hidden_layers)
 
 
-def truncated_model(model: Any, k: int) -> Any:
+def truncated_model(model: PreTrainedModel, k: int) -> PreTrainedModel:
     """A shallow copy of a Llama-style causal LM that runs only its first k decoder layers
     (the modules and weights are the target's own; transformers' decoder loops over
     layers[: config.num_hidden_layers])."""
@@ -70,7 +73,7 @@ def truncated_model(model: Any, k: int) -> Any:
 class SelfDraftLM(HFDraftLM):
     """DraftLM (kit/draft_lm.py) over the target's first k layers, reading the committed cache."""
 
-    def __init__(self, model: Any, k: int) -> None:
+    def __init__(self, model: PreTrainedModel, k: int) -> None:
         super().__init__(truncated_model(model, k))
         self.k = k
         self._step = -1

@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -62,6 +62,9 @@ from ..netkit.checkpoint import (check_fingerprint, check_finite, check_fit, che
 from ..netkit.files import (CheckpointError, check_identity, file_tensors, read_config as read_config_file,
                             read_weights, shown_value, user_path, weight_shapes, write_folder)
 from .model import EagleDraft, EagleSpec, default_aux_layers
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FORMAT = "specviz-eagle/1"
 CHECKPOINTS = data_path("checkpoints")
@@ -321,7 +324,7 @@ def _normalise(state: dict[str, Any], spec: EagleSpec) -> dict[str, Any]:
     return out
 
 
-def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: str, where: str) -> None:
+def check_target(spec: EagleSpec, cfg: dict[str, Any], target: PreTrainedModel, target_id: str, where: str) -> None:
     """CheckpointError naming what differs between the head and the target."""
     t_hidden, t_layers = int(target.config.hidden_size), int(target.config.num_hidden_layers)
     own = cfg.get("specviz")
@@ -341,7 +344,7 @@ def check_target(spec: EagleSpec, cfg: dict[str, Any], target: Any, target_id: s
         check_fingerprint(own, target, target_id, where, fix, where=where)
 
 
-def _same_embedding(own: torch.Tensor, target: Any) -> bool:
+def _same_embedding(own: torch.Tensor, target: PreTrainedModel) -> bool:
     """Whether a head's embed_tokens.weight is the target's (compared at the file's precision,
     block by block: no second copy of the table)."""
     ref = target.get_input_embeddings().weight
@@ -355,7 +358,7 @@ def _same_embedding(own: torch.Tensor, target: Any) -> bool:
     return True
 
 
-def load(source: str | Path, target: Any, target_id: str, kind: str, insist: bool = False) -> EagleDraft:
+def load(source: str | Path, target: PreTrainedModel, target_id: str, kind: str, insist: bool = False) -> EagleDraft:
     """The head of `kind` from a folder or hub id, checked against the target, on the target's
     device and dtype, in eval mode. `insist`: a head speculators says was trained for another
     model runs with a warning (CheckpointWarning) instead of being refused."""
@@ -418,13 +421,13 @@ def save(folder: str | Path, draft: EagleDraft, extra: dict[str, Any],
                  training)
 
 
-def specviz_entry(draft: EagleDraft, target: Any, target_id: str, **more: Any) -> dict[str, Any]:
+def specviz_entry(draft: EagleDraft, target: PreTrainedModel, target_id: str, **more: Any) -> dict[str, Any]:
     return {"format": FORMAT, "target": target_id, **target_identity(target),
             "target_layers": int(target.config.num_hidden_layers), "kind": draft.spec.kind,
             **({"aux_layers": list(draft.spec.aux_layers)} if draft.spec.kind == "eagle3" else {}), **more}
 
 
-def spec_for_target(kind: str, target: Any, draft_vocab: int, intermediate: int | None = None) -> EagleSpec:
+def spec_for_target(kind: str, target: PreTrainedModel, draft_vocab: int, intermediate: int | None = None) -> EagleSpec:
     """A new head's architecture for `target` (a Llama-style HF model): its attention shapes,
     rope and norm eps, one layer; eagle3 with a `draft_vocab` vocabulary and the default layers."""
     c = target.config

@@ -35,13 +35,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ..errors import check_choice
 from ..models.cpu_linear import FewRowLinear, few_row_linear
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 KINDS = ("eagle", "eagle3")
 OWN_VOCAB_KINDS = ("eagle3",)          # the kinds with a draft vocabulary (lm_head, d2t / t2d) of their own
@@ -206,7 +209,7 @@ class Layer(nn.Module):
         self.mlp = MLP(spec)
 
     def forward(self, h: torch.Tensor, emb: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                past: Any, visible: torch.Tensor) -> tuple[torch.Tensor, Any]:
+                past: tuple[torch.Tensor, torch.Tensor] | None, visible: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """h [B, T, H] (emb [B, T, H]: layer 0 of EAGLE-3) -> [B, T, H] and the rows' (k, v)."""
         residual = h
         if self.index > 0:
@@ -231,7 +234,7 @@ class EagleDraft(nn.Module):
     `lm_head`, `d2t`, `t2d`), plus speculators' `input_norm` and `fc_norm.{i}` and the head's own
     `embed_tokens`."""
 
-    def __init__(self, spec: EagleSpec, target: Any) -> None:
+    def __init__(self, spec: EagleSpec, target: PreTrainedModel) -> None:
         super().__init__()
         self.spec = spec
         if spec.own_embed:
@@ -321,7 +324,8 @@ class EagleDraft(nn.Module):
             feats = torch.cat([norm(part) for norm, part in zip(self.fc_norm, parts)], -1)
         return self.fc(feats)
 
-    def forward(self, h: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, past: Any,
+    def forward(self, h: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor] | None,
                 visible: torch.Tensor, committed: bool) -> tuple[torch.Tensor, Any]:
         """Rows (h_j, t_{j+1}): h [B, T, F] (committed rows: the target's feature, F = feature
         width; drafted rows: the draft's own output, H), ids [B, T], positions [T]; past: the

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Sequence
 
 import torch
 
@@ -50,6 +50,11 @@ from ..netkit.recipe import MAX_STEPS, HeadProgress, RunState, TrainSchedule, ch
 from ..netkit.target_pass import FeaturePass
 from . import checkpoint as ckpt
 from .model import KINDS, EagleDraft, default_aux_layers
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from transformers import PreTrainedModel
 
 REG_WEIGHT, CLS_WEIGHT, NOISE = 1.0, 0.1, 0.2          # eagle/train/main.py: v_w, p_w, std
 STEP_DECAY = 0.8                                       # traineagle3: loss weight 0.8^s
@@ -85,7 +90,7 @@ def kind_configs(base: EagleTrainConfig, kinds: Sequence[str]) -> list[EagleTrai
     return [replace(base, kind=k, ttt=base.ttt if k == "eagle3" else 1) for k in kinds]
 
 
-def check_sizes(cfg: EagleTrainConfig, target: Any) -> None:
+def check_sizes(cfg: EagleTrainConfig, target: PreTrainedModel) -> None:
     """The head's sizes bounded by the target's before anything is allocated: the MLP width at
     most MAX_INTERMEDIATE_RATIO x the hidden size, the draft vocabulary at most the target's."""
     hidden = int(target.config.hidden_size)
@@ -97,12 +102,12 @@ def check_sizes(cfg: EagleTrainConfig, target: Any) -> None:
         raise ConfigError("vocab", f"must be at most the target's vocabulary ({vocab}), got {cfg.vocab}")
 
 
-def feature_layers(kind: str, target: Any) -> tuple[int, ...]:
+def feature_layers(kind: str, target: PreTrainedModel) -> tuple[int, ...]:
     """The target layers a head of `kind` reads (hidden.py's ids)."""
     return (FINAL,) if kind == "eagle" else default_aux_layers(int(target.config.num_hidden_layers))
 
 
-def pass_layers(target: Any) -> tuple[int, ...]:
+def pass_layers(target: PreTrainedModel) -> tuple[int, ...]:
     """The layers both kinds read: EAGLE-3's three, then the final one (EAGLE's)."""
     return (*default_aux_layers(int(target.config.num_hidden_layers)), FINAL)
 
@@ -174,7 +179,7 @@ class SavedHead:
     module `ckpt` (eagle/checkpoint, mtp/checkpoint: `save(folder, module, entry, training,
     dtype)`) with the subclass's `entry`."""
 
-    ckpt: Any                      # the checkpoint module (a class attribute)
+    ckpt: ModuleType               # the checkpoint module (a class attribute)
     layers: tuple[int, ...]
     cfg: Any                       # its `positions`: the held-out draft positions
     module: Any
@@ -234,7 +239,7 @@ class EagleHead(SavedHead):
     full_logits = False            # its losses read the pass's logits over the draft vocabulary
     max_steps = 0                  # it trains to the run's end
 
-    def __init__(self, target: Any, target_id: str, cfg: EagleTrainConfig, vocab: torch.Tensor, out: Path,
+    def __init__(self, target: PreTrainedModel, target_id: str, cfg: EagleTrainConfig, vocab: torch.Tensor, out: Path,
                  resume: bool = False, data_name: str = "") -> None:
         self.name, self.cfg, self.out, self.data_name = cfg.kind, cfg, Path(out), data_name
         self.target, self.target_id = target, target_id
@@ -357,9 +362,9 @@ def evaluate(draft: Any, held: Iterable[tuple[torch.Tensor, torch.Tensor, torch.
     return result
 
 
-def train(target: Any, target_id: str, source: Iterable[Any], cfg: EagleTrainConfig, out: str | Path,
+def train(target: PreTrainedModel, target_id: str, source: Iterable[Any], cfg: EagleTrainConfig, out: str | Path,
           resume: bool = False, held: Iterable[Any] = (), data_name: str = "", autocast: torch.dtype | None = None,
-          eval_every: int = 0, log: Any = None) -> tuple[EagleDraft, RunState]:
+          eval_every: int = 0, log: Callable[[str], None] | None = None) -> tuple[EagleDraft, RunState]:
     """Train (or resume) one head of `cfg.kind` into the folder `out` (the head, run.json and
     curve.csv) on `source`'s batches: ids [B, T], or (ids, loss mask [B, T]) pairs (no mask: every
     row in the loss); `held`: held-out batches of the same shapes. The draft vocabulary is the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +23,9 @@ from ..models.placement import execution_device
 from ..netkit.checkpoint import VersionedFile, build_checked, check_shortlist
 from ..netkit.files import CheckpointError, shown_value, slim, write_blob
 from .model import GlideDraft, GlideSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FORMAT = "specviz-glide/1"
 CHECKPOINTS = data_path("checkpoints")
@@ -71,7 +74,7 @@ read = VERSIONED.read                    # the stored blob, its manifest checked
 check_target = VERSIONED.check_target    # refused when made for another target (its fingerprint)
 
 
-def check_spec(spec: GlideSpec, target: Any, target_id: str, path: str | Path) -> None:
+def check_spec(spec: GlideSpec, target: PreTrainedModel, target_id: str, path: str | Path) -> None:
     """CheckpointError naming the first field of the manifest's 'glide' architecture that makes
     no draft for this target, before any module is built: the draft mirrors its target (hidden
     size, attention shapes, MLP, layer count, activation, biases: GlideSpec.for_target), reads
@@ -99,7 +102,7 @@ def check_spec(spec: GlideSpec, target: Any, target_id: str, path: str | Path) -
                               f"target's vocabulary of {vocab} tokens")
 
 
-def load(path: str | Path, target: Any, target_id: str) -> tuple[GlideDraft, dict[str, Any]]:
+def load(path: str | Path, target: PreTrainedModel, target_id: str) -> tuple[GlideDraft, dict[str, Any]]:
     """The draft (eval mode, on the target's device and dtype) and the whole stored blob."""
     blob = VERSIONED.read_for(path, target, target_id, "GLIDE")
     spec = spec_of(blob["manifest"], path)

@@ -24,12 +24,15 @@ other token gets -inf (probability 0), and the target's verify decides as before
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ..netkit.shortlist import Shortlisted
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PretrainedConfig
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ class GlideSpec:
     vocab: int = 0                      # head shortlist size (0: the target's whole vocabulary)
 
     @staticmethod
-    def for_target(config: Any, n_layers: int = 1, cross_attention: bool = True, vocab: int = 0) -> "GlideSpec":
+    def for_target(config: PretrainedConfig, n_layers: int = 1, cross_attention: bool = True, vocab: int = 0
+                   ) -> "GlideSpec":
         heads = int(config.num_attention_heads)
         return GlideSpec(
             n_layers, cross_attention, int(config.hidden_size), heads,
@@ -105,7 +109,7 @@ def positions_cross_mask(positions: torch.Tensor, cached: int) -> torch.Tensor:
 
 
 class GlideLayer(nn.Module):
-    def __init__(self, spec: GlideSpec, mlp_config: Any) -> None:
+    def __init__(self, spec: GlideSpec, mlp_config: PretrainedConfig) -> None:
         # transformers' Llama modelling is imported here, when a draft is built, not with this
         # module: the drafter registry (and so every CLI command, --help and its refusals) then
         # loads without it, about 2 s sooner
@@ -166,7 +170,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class GlideDraft(Shortlisted, nn.Module):
     """The draft layers; the frozen target supplies embeddings, rotary tables, norm and head."""
 
-    def __init__(self, spec: GlideSpec, target: Any) -> None:
+    def __init__(self, spec: GlideSpec, target: PreTrainedModel) -> None:
         super().__init__()
         self.spec = spec
         self.layers = nn.ModuleList(GlideLayer(spec, target.config) for _ in range(spec.n_layers))

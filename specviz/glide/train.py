@@ -31,7 +31,7 @@ import itertools
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import torch
 
@@ -42,6 +42,9 @@ from ..netkit.recipe import (StepLoss, TrainSchedule, after_step, check_least, c
 from ..netkit.target_pass import TargetCache, TargetPass, target_pass
 from . import checkpoint as ckpt
 from .model import GlideDraft, GlideSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 LABELS = ("data", "target")
 
@@ -154,14 +157,14 @@ def evaluate(draft: GlideDraft, held: Iterable[torch.Tensor], block: int) -> Hel
     return HeldOut(n, ce / max(covered, 1), agree / n, covered / n, label_in / n)
 
 
-def attended_layers(target: Any, cfg: TrainConfig) -> list[int]:
+def attended_layers(target: PreTrainedModel, cfg: TrainConfig) -> list[int]:
     """The target layers GLIDE's cross-attention reads (also stored for a vanilla drafter's run
     with a target cache, so that GLIDE and the vanilla drafter share one cache)."""
     n = int(target.config.num_hidden_layers)
     return [n - cfg.layers + m for m in range(cfg.layers)]
 
 
-def cached_pass(target: Any, n: int, ids: torch.Tensor, layers: list[int], cfg: TrainConfig,
+def cached_pass(target: PreTrainedModel, n: int, ids: torch.Tensor, layers: list[int], cfg: TrainConfig,
                 cache: TargetCache | None) -> TargetPass:
     """Batch n's target pass: from the cache when it holds it, else computed (and stored)."""
     if cache is not None and n in cache:
@@ -179,7 +182,7 @@ def cached_pass(target: Any, n: int, ids: torch.Tensor, layers: list[int], cfg: 
     return tp
 
 
-def fill_cache(target: Any, batch_source: Iterable[torch.Tensor], cfg: TrainConfig, cache: TargetCache,
+def fill_cache(target: PreTrainedModel, batch_source: Iterable[torch.Tensor], cfg: TrainConfig, cache: TargetCache,
                progress: bool = True) -> int:
     """The target's pass over the batches a run with `cfg` reads, into `cache`; returns how many
     batches it holds. Batches already there are kept (a stopped fill resumes)."""
@@ -199,7 +202,7 @@ def fill_cache(target: Any, batch_source: Iterable[torch.Tensor], cfg: TrainConf
     return count
 
 
-def train(target: Any, target_id: str, batch_source: Iterable[torch.Tensor], cfg: TrainConfig,
+def train(target: PreTrainedModel, target_id: str, batch_source: Iterable[torch.Tensor], cfg: TrainConfig,
           out: str | Path | None = None, resume: bool = False, data_name: str = "",
           progress: bool = True, held: Iterable[torch.Tensor] = (),
           target_cache: TargetCache | None = None,

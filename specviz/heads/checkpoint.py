@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +25,9 @@ from ..models.hidden import final_norm
 from ..models.placement import execution_device
 from ..files.resources import data_path
 from .model import KINDS, DraftHeads, HeadsSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FORMAT = "specviz-heads/1"
 CHECKPOINTS = data_path("checkpoints")
@@ -73,7 +76,7 @@ read = VERSIONED.read                    # the stored blob, its manifest checked
 check_target = VERSIONED.check_target    # refused when made for another target (its fingerprint)
 
 
-def load(path: str | Path, target: Any, target_id: str, kind: str | None = None
+def load(path: str | Path, target: PreTrainedModel, target_id: str, kind: str | None = None
          ) -> tuple[DraftHeads, dict[str, Any]]:
     """The heads (eval mode, on the target's device and dtype) and the stored blob; `kind`:
     refuse heads of the other kind."""
@@ -112,7 +115,7 @@ class MedusaLayoutHeads(DraftHeads):
     head's own LM head over the whole vocabulary (`lm_heads` [n_heads, V, H]) in place of the
     target's shortlisted rows."""
 
-    def __init__(self, spec: HeadsSpec, target: Any) -> None:
+    def __init__(self, spec: HeadsSpec, target: PreTrainedModel) -> None:
         super().__init__(spec, target)
         self.lm_heads = torch.nn.Parameter(torch.zeros(spec.n_heads, spec.vocab, spec.hidden))
 
@@ -166,7 +169,7 @@ def _medusa_heads(shapes: dict[str, Any], layers: int, where: str, name: str) ->
     return max(heads) + 1
 
 
-def load_medusa_layout(folder: Path, target: Any, target_id: str, where: str | None = None,
+def load_medusa_layout(folder: Path, target: PreTrainedModel, target_id: str, where: str | None = None,
                        insist: bool = False) -> MedusaLayoutHeads:
     """FasterDecoding's Medusa heads from `folder`, checked against the target (hidden size and
     vocabulary, named when they differ; the base model its config names, refused unless
@@ -222,7 +225,8 @@ def load_medusa_layout(folder: Path, target: Any, target_id: str, where: str | N
     return model.to(device=device, dtype=target.get_input_embeddings().weight.dtype).eval()
 
 
-def load_any(checkpoint: str, target: Any, target_id: str, kind: str, insist: bool = False) -> DraftHeads | None:
+def load_any(checkpoint: str, target: PreTrainedModel, target_id: str, kind: str, insist: bool = False
+             ) -> DraftHeads | None:
     """Heads from a Medusa-layout folder or hub id (kind medusa), or None when `checkpoint` is
     specviz's own file (load() reads it)."""
     path = user_path(checkpoint)

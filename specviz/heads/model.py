@@ -23,7 +23,7 @@ outside the shortlist are never drafted. The embeddings Hydra reads are the targ
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -31,6 +31,9 @@ from torch import nn
 from ..errors import check_choice
 from ..netkit.shortlist import Shortlisted
 from ..models.cpu_linear import few_row_linear
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 KINDS = ("medusa", "hydra")
 
@@ -67,7 +70,7 @@ class ResBlock(nn.Module):
 class DraftHeads(Shortlisted, nn.Module):
     """The heads; the frozen target supplies the shortlisted LM head rows and the embeddings."""
 
-    def __init__(self, spec: HeadsSpec, target: Any) -> None:
+    def __init__(self, spec: HeadsSpec, target: PreTrainedModel) -> None:
         super().__init__()
         self.spec = spec
         h = spec.hidden

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 
 import torch
 
@@ -35,6 +35,9 @@ from ..netkit.recipe import (TimedStep as StepStats, TrainSchedule, check_least,
                                resumed_blob, run_steps, shortlist_from, start_run, weighted_mean)
 from . import checkpoint as ckpt
 from .model import KINDS, DraftHeads, HeadsSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 RANKS = 10                     # held-out accuracy is reported for ranks 0..RANKS-1
 HEAD_DECAY = 0.8               # Medusa-1's loss weight lambda_k = 0.8^k
@@ -59,7 +62,7 @@ class HeadsTrainConfig(TrainSchedule):
         check_least(self, (("heads", 1), ("layers", 1), ("vocab", 1)))
 
 
-def heads_pass(target: Any, ids: torch.Tensor, autocast: torch.dtype | None = None) -> TargetPass:
+def heads_pass(target: PreTrainedModel, ids: torch.Tensor, autocast: torch.dtype | None = None) -> TargetPass:
     """The target over ids [B, T]: its final hidden states [B, T, H] and argmax labels [B, T].
     `autocast` (e.g. bfloat16): the decoder runs under torch.autocast (about 2x faster on a CPU
     with AVX512-BF16), its hidden states are kept in fp32 and the LM head's argmax is taken
@@ -115,7 +118,7 @@ def evaluate(heads: DraftHeads, held: Iterable[tuple[torch.Tensor, TargetPass]])
             "label_coverage": round(covered / count, 4), "teacher_forced": heads.spec.kind == "hydra"}
 
 
-def train(target: Any, target_id: str, source: Iterable[torch.Tensor], cfg: HeadsTrainConfig,
+def train(target: PreTrainedModel, target_id: str, source: Iterable[torch.Tensor], cfg: HeadsTrainConfig,
           cache: TargetCache, out: str | Path | None = None, resume: bool = False,
           held: Iterable[tuple[torch.Tensor, TargetPass]] = (), data_name: str = "",
           progress: bool = True, autocast: torch.dtype | None = None) -> tuple[DraftHeads, list[StepStats]]:

@@ -11,9 +11,14 @@ n-gram (the last committed token); values are the n - 1 tokens after it, most fr
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..models.loading import LoadedModel
 
 
 class ModelDB:
@@ -60,7 +65,7 @@ def count_ngrams(outputs: Iterable[Sequence[int]], n: int) -> Counter:
 PROMPT_TOKENS = 768          # a chat prompt keeps at most its last 768 tokens
 
 
-def prompt_ids(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> list[list[int]]:
     """The token ids generate_outputs gives the target for each chat prompt (chat template
     applied, at most the last PROMPT_TOKENS), e.g. to check that they and the answers fit the
     model's context before generating."""
@@ -69,7 +74,7 @@ def prompt_ids(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
     return [list(build_prompt(tokenizer, p).ids)[-PROMPT_TOKENS:] for p in prompts]
 
 
-def generate_outputs(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 8,
+def generate_outputs(lm: LoadedModel, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 8,
                      progress: Callable[[int], None] | None = None) -> list[list[int]]:
     """Greedy answers of the target to chat prompts, in left-padded batches (one forward per
     token serves the whole batch; on CPU a batch of 8 costs about what one row does)."""

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from .corpus import SHAREGPT, CorpusError, CorpusStats, open_corpus
 from .model_db import ModelDB
 from .suffix_array import SEP, SuffixArray
 from .trigram import TrigramTable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FORMAT = "specviz-index"
 VERSION = 1
@@ -82,7 +85,7 @@ def build_hint(out: str | Path = "DIR", kind: str = "suffix") -> str:
 _FP_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}   # id -> (tokenizer kept alive, identity)
 
 
-def tokenizer_identity(tokenizer: Any, vocab_size: int) -> dict[str, Any]:
+def tokenizer_identity(tokenizer: PreTrainedTokenizerBase | None, vocab_size: int) -> dict[str, Any]:
     """Name, vocabulary size and a fingerprint of the token -> id map."""
     if tokenizer is None:
         return {"name": "token ids (no tokenizer)", "vocab_size": int(vocab_size),
@@ -268,7 +271,7 @@ def _progress(total: int | None, desc: str, unit: str) -> Any:
                 disable=os.environ.get("SPECVIZ_NO_PROGRESS") == "1")
 
 
-def tokenize_corpus(docs: Iterable[list[str]], tokenizer: Any, batch: int = 512,
+def tokenize_corpus(docs: Iterable[list[str]], tokenizer: PreTrainedTokenizerBase, batch: int = 512,
                     total: int | None = None) -> np.ndarray:
     """Concatenated int32 ids, SEP after every segment (turns never run into each other)."""
     chunks: list[np.ndarray] = []
@@ -375,8 +378,8 @@ def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     os.replace(tmp, _manifest_path(folder))
 
 
-def build_corpus_parts(folder: str | Path, kinds: Iterable[str], tokenizer: Any, vocab_size: int,
-                       corpus: str = SHAREGPT, limit: int = 0, max_span: int = MAX_SPAN,
+def build_corpus_parts(folder: str | Path, kinds: Iterable[str], tokenizer: PreTrainedTokenizerBase | None,
+                       vocab_size: int, corpus: str = SHAREGPT, limit: int = 0, max_span: int = MAX_SPAN,
                        trigram_top: int = 12, tokens: np.ndarray | None = None,
                        stats: CorpusStats | None = None, fresh: bool = False) -> dict[str, Any]:
     """Build the suffix and/or trigram parts from a corpus (or from given token ids) into
@@ -472,7 +475,7 @@ def default_index_command(ident: dict[str, Any], model_id: str = "MODEL") -> str
             f"--out {default_index_dir(ident)}")
 
 
-def default_index(tokenizer: Any, vocab_size: int, model_id: str = "MODEL") -> CorpusIndex:
+def default_index(tokenizer: PreTrainedTokenizerBase, vocab_size: int, model_id: str = "MODEL") -> CorpusIndex:
     """The cached default corpus index for this tokenizer, built from ShareGPT on first use
     (with a progress bar on stderr), or, where BUILD_ENV is "0", refused with an
     IndexFileError naming the command that builds it."""

@@ -34,13 +34,16 @@ import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from ..errors import SpecvizError
 from ..files.cachedir import cache_dir
 from .cost import CALIBRATION_CACHE_TOKENS, VerifyCost
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache, PreTrainedModel, PretrainedConfig
 
 SURFACE_VERSION = 1
 # the grids `plan --measure` times by default: batch sizes as the bench's --batch-sizes default,
@@ -325,7 +328,7 @@ def parse_grid(text: str, flag: str, limit: int) -> tuple[int, ...]:
 
 # --- memory ---------------------------------------------------------------------------------------
 
-def kv_bytes(config: Any, batch: int, length: int, dtype: torch.dtype) -> int:
+def kv_bytes(config: PretrainedConfig, batch: int, length: int, dtype: torch.dtype) -> int:
     """Bytes of the KV cache of `batch` requests of `length` rows each (keys and values, every layer)."""
     layers = int(config.num_hidden_layers)
     heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
@@ -334,7 +337,7 @@ def kv_bytes(config: Any, batch: int, length: int, dtype: torch.dtype) -> int:
     return 2 * layers * heads * head_dim * batch * length * size
 
 
-def memory_needed(config: Any, dtype: torch.dtype, batch: int, length: int, rows: int) -> int:
+def memory_needed(config: PretrainedConfig, dtype: torch.dtype, batch: int, length: int, rows: int) -> int:
     """Bytes a batched verify needs beyond the weights: the KV cache of `length` + `rows` rows per
     request, and the forward's logits (fp32, kept as the verifier keeps them) and two hidden-state
     copies for batch x rows input rows. An estimate: attention scratch and allocator slack are not counted."""
@@ -362,7 +365,7 @@ def free_memory(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(config: Any, dtype: torch.dtype, device: torch.device, batch: int, length: int, rows: int,
+def check_memory(config: PretrainedConfig, dtype: torch.dtype, device: torch.device, batch: int, length: int, rows: int,
                  flag: str, free: int | None = None) -> None:
     """SurfaceError `flag: ...` when a batch of `batch` requests of `length` cached tokens and `rows`
     rows each would need more than 90% of the free memory (`free`, read from the device when None)."""
@@ -399,7 +402,7 @@ def batch_mask(batch: int, rows: int, past_len: int, dtype: torch.dtype, device:
     return (past_len + depth).to(device), mask
 
 
-def _batched(cache: Any, config: Any, batch: int) -> Any:
+def _batched(cache: DynamicCache, config: PretrainedConfig, batch: int) -> DynamicCache:
     """A new cache holding `batch` copies of a one-request cache's rows ([B, H_kv, S, D] per layer)."""
     from .kvcache import append, layer_kv, new_cache, num_layers
 
@@ -416,7 +419,7 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def measure(model: Any, batch_sizes: Sequence[int] = BATCH_GRID, rows: Sequence[int] = ROW_GRID,
+def measure(model: PreTrainedModel, batch_sizes: Sequence[int] = BATCH_GRID, rows: Sequence[int] = ROW_GRID,
             past_len: int = CALIBRATION_CACHE_TOKENS, repeats: int = 2, *, model_id: str = "",
             dtype_name: str = "", note: str = "", on_forward: Callable[[], None] | None = None) -> CostSurface:
     """Time batched verify forwards over every (batch size, row count) of the grids, over a cache of

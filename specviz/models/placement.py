@@ -27,13 +27,16 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 import torch
 
 from ..errors import ModelLoadError
 from ..files.user_files import loads_json, read_text_file
 from ..files.user_values import ascii_int, byte_size
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 DeviceName = Union[int, str]                # accelerate's: a GPU index, "cpu", "disk", "mps", "cuda:N"
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -143,7 +146,7 @@ def parse_max_memory(text: str | None) -> dict[DeviceName, str] | None:
     return out
 
 
-def resolve(model: Any, spec: str | Mapping[str, DeviceName], max_memory: Mapping[DeviceName, str] | None,
+def resolve(model: PreTrainedModel, spec: str | Mapping[str, DeviceName], max_memory: Mapping[DeviceName, str] | None,
             dtype: torch.dtype, offload_folder: str | None) -> dict[str, DeviceName]:
     """The {module: device} map for `model` (real or on the meta device): a strategy through
     accelerate's planner (as transformers does it), a given map checked against the model.
@@ -196,7 +199,8 @@ def resolve(model: Any, spec: str | Mapping[str, DeviceName], max_memory: Mappin
     return device_map
 
 
-def dispatch(model: Any, device_map: Mapping[str, DeviceName], offload_folder: str | None) -> Any:
+def dispatch(model: PreTrainedModel, device_map: Mapping[str, DeviceName], offload_folder: str | None
+             ) -> PreTrainedModel:
     """Place an in-memory model by `device_map` with accelerate.dispatch_model. Disk-offloaded
     weights go to a fresh folder inside `offload_folder` (accelerate reuses a folder that already
     holds an index, which would load another model's weights)."""
@@ -217,7 +221,7 @@ def as_device(name: DeviceName) -> torch.device:
     return torch.device("cuda", name) if isinstance(name, int) else torch.device(name)
 
 
-def execution_device(model: Any, module: torch.nn.Module) -> torch.device:
+def execution_device(model: PreTrainedModel, module: torch.nn.Module) -> torch.device:
     """The device `module` (a part of `model`) computes on: its accelerate hook's execution
     device, else by `model.hf_device_map` (the longest mapped prefix of its name; an offloaded
     module runs on the main device), else where its first real parameter or buffer lives."""
@@ -240,12 +244,12 @@ def execution_device(model: Any, module: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def input_device(model: Any) -> torch.device:
+def input_device(model: PreTrainedModel) -> torch.device:
     """Where a model's input ids go: its input embedding's execution device."""
     return execution_device(model, model.get_input_embeddings())
 
 
-def output_device(model: Any) -> torch.device:
+def output_device(model: PreTrainedModel) -> torch.device:
     """Where a model's logits are made: its LM head's execution device."""
     return execution_device(model, model.get_output_embeddings())
 
@@ -286,7 +290,7 @@ def fresh_offload_folder(base: str | None) -> str:
     return folder
 
 
-def tie_offload(model: Any, folder: str | None) -> Any:
+def tie_offload(model: PreTrainedModel, folder: str | None) -> PreTrainedModel:
     """Remove `folder` (a fresh_offload_folder) once `model` is garbage (the model cache dropped
     it), or at exit, whichever comes first. Returns the model."""
     if folder:
@@ -308,7 +312,7 @@ def _remove_orphans(root: Path) -> None:
             pass
 
 
-def check_resident(model: Any, reader: str) -> None:
+def check_resident(model: PreTrainedModel, reader: str) -> None:
     """DeviceMapError unless the input embedding and the LM head hold their weights on a device:
     a model drafter (`reader`: GLIDE, Medusa / Hydra heads) reads those weights directly, and an
     offloaded module's weights stay on the meta device between accelerate's forward hooks."""

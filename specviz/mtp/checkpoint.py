@@ -27,7 +27,7 @@ names it), NaN or infinite values (netkit/checkpoint.py check_weights).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,6 +41,9 @@ from ..models.hidden import final_norm
 from ..models.placement import check_resident, execution_device
 from . import layouts
 from .model import MTPHead, MTPSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FORMAT = "specviz-mtp/1"
 CHECKPOINTS = data_path("checkpoints")
@@ -228,7 +231,7 @@ def _count(cfg: dict[str, Any], layout: str, where: str) -> int:
     return value
 
 
-def check_config(cfg: dict[str, Any], layout: str, target: Any, target_id: str, where: str) -> int:
+def check_config(cfg: dict[str, Any], layout: str, target: PreTrainedModel, target_id: str, where: str) -> int:
     """CheckpointError naming the first config.json field that makes the module unusable on this
     target; returns the number of MTP modules the file declares."""
     if cfg.get("quantization_config"):
@@ -275,7 +278,7 @@ def _renamed(err: CheckpointError, names: dict[str, str]) -> CheckpointError:
     return CheckpointError(text)
 
 
-def load(source: str, target: Any, target_id: str) -> tuple[MTPHead, dict[str, Any]]:
+def load(source: str, target: PreTrainedModel, target_id: str) -> tuple[MTPHead, dict[str, Any]]:
     """The first MTP module of `source` (resolve's rules), checked against the target, on the
     device of the target's final norm and in its weights' dtype, in eval mode; and what was read
     (layout, modules declared, where)."""
@@ -346,7 +349,7 @@ def save(folder: str | Path, head: MTPHead, extra: dict[str, Any], training: dic
     write_folder(folder, SINGLE, file_tensors(state, dtype), config_of(head, extra), training, {"format": "pt"})
 
 
-def specviz_entry(head: MTPHead, target: Any, target_id: str, **more: Any) -> dict[str, Any]:
+def specviz_entry(head: MTPHead, target: PreTrainedModel, target_id: str, **more: Any) -> dict[str, Any]:
     """specviz's entry for config.json: the format, the target's name and identity, its layers."""
     return {"format": FORMAT, "target": target_id, **target_identity(target),
             "target_layers": head.spec.target_layers, **more}

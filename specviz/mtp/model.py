@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -43,6 +43,9 @@ from torch import nn
 from ..errors import check_choice
 from ..models.cpu_linear import few_row_linear
 from ..models.hidden import decoder_layers, final_norm
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PretrainedConfig
 
 # the published layouts (mtp/layouts.py): how the module's parts are named and combined
 LAYOUTS = ("deepseek", "mimo", "qwen3_next")
@@ -79,7 +82,7 @@ class MTPSpec:
         return 0 if self.layout == "qwen3_next" else self.target_layers
 
 
-def layer_config(target_config: Any, index: int) -> Any:
+def layer_config(target_config: PretrainedConfig, index: int) -> PretrainedConfig:
     """The target's config, for one decoder layer at `index` that is full attention and runs
     with PyTorch's SDPA (which takes a boolean tree mask): a copy, the target's own untouched."""
     cfg = copy.deepcopy(target_config)
@@ -119,7 +122,7 @@ class SharedHead(nn.Module):
 class MTPHead(nn.Module):
     """One MTP module on a target (a transformers causal LM, not a submodule: never saved)."""
 
-    def __init__(self, spec: MTPSpec, target: Any) -> None:
+    def __init__(self, spec: MTPSpec, target: PreTrainedModel) -> None:
         super().__init__()
         self.spec = spec
         norm_cls = type(final_norm(target))
@@ -132,7 +135,7 @@ class MTPHead(nn.Module):
         self.__dict__["target"] = target                                  # not a submodule: not saved
 
     @classmethod
-    def for_target(cls, target: Any, layout: str = "deepseek", init: bool = True) -> "MTPHead":
+    def for_target(cls, target: PreTrainedModel, layout: str = "deepseek", init: bool = True) -> "MTPHead":
         """A new module for `target` (a transformers causal LM: its config gives the sizes, its
         classes the block and norms), in the target's dtype and device, its weights initialised as
         the target initialises its own layers (`init`), ready to train."""

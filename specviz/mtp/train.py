@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -56,6 +56,9 @@ from ..netkit.recipe import MAX_STEPS, HeadProgress, RunState, check_least, chec
 from ..netkit.target_pass import FeaturePass
 from . import checkpoint as ckpt
 from .model import MTPHead
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 
@@ -92,7 +95,7 @@ class MTPTrainHead(SavedHead):
     layers = (FINAL,)              # the target's final-norm hidden state
     full_logits = True             # the loss is over the whole vocabulary
 
-    def __init__(self, target: Any, target_id: str, cfg: MTPTrainConfig, out: Path, resume: bool = False,
+    def __init__(self, target: PreTrainedModel, target_id: str, cfg: MTPTrainConfig, out: Path, resume: bool = False,
                  data_name: str = "") -> None:
         cfg.check()
         self.cfg, self.out, self.data_name = cfg, Path(out), data_name

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from .recipe import RunState
 
 KIND_TEXT = {
     "eagle": ("EAGLE (EAGLE-1/-2)", "the authors' layout (`config.json` + `model.safetensors`)",
@@ -69,7 +72,7 @@ def count_conversations(source: str) -> tuple[int, int] | None:
     return train, held
 
 
-def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state: Any, curve: Path,
+def model_card(kind: str, model: str, folder: Path, entry: dict[str, Any], state: RunState, curve: Path,
                counts: dict[str, tuple[int, int] | None] | None = None) -> str:
     """The card (Markdown) of head `kind` exported to `folder`, from its config.json entry
     `entry`, the run's state (netkit/recipe.RunState) and its curve.csv; `counts`: each source's

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -18,10 +18,13 @@ from ..models.fingerprint import identity_mismatch, target_identity
 from ..models.placement import check_resident
 from .files import CheckpointError, check_blob, load_blob, shown_value, write_blob
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 M = TypeVar("M", bound=torch.nn.Module)
 
 
-def check_fingerprint(manifest: dict[str, Any], target: Any, target_id: str, path: str | Path, advice: str,
+def check_fingerprint(manifest: dict[str, Any], target: PreTrainedModel, target_id: str, path: str | Path, advice: str,
                       where: str | None = None) -> None:
     """CheckpointError when the checkpoint was trained for another target; `advice`: how to
     train one for this target; `where`: the checkpoint as messages name it (default: `path`
@@ -70,11 +73,11 @@ class VersionedFile:
         self.check(check_blob(blob, path, self.form, dict(self.fields), self.weights), path)
         return blob
 
-    def check_target(self, manifest: dict[str, Any], target: Any, target_id: str, path: str | Path) -> None:
+    def check_target(self, manifest: dict[str, Any], target: PreTrainedModel, target_id: str, path: str | Path) -> None:
         """CheckpointError when the file was made for another target (check_fingerprint)."""
         check_fingerprint(manifest, target, target_id, path, self.advice(manifest, target_id))
 
-    def read_for(self, path: str | Path, target: Any, target_id: str, module: str) -> dict[str, Any]:
+    def read_for(self, path: str | Path, target: PreTrainedModel, target_id: str, module: str) -> dict[str, Any]:
         """read, for a target that is resident (check_resident: `module`, in words, needs its weights
         in memory) and that the file was made for."""
         blob = self.read(path)
@@ -178,7 +181,7 @@ def check_shortlist(ids: torch.Tensor, vocab: int, where: str) -> None:
 
 # ---- the target ------------------------------------------------------------------------------------------------
 
-def check_made_for(where: str, target: Any, target_id: str, fix: str, hidden: int | None = None,
+def check_made_for(where: str, target: PreTrainedModel, target_id: str, fix: str, hidden: int | None = None,
                    vocab: int | None = None, layers: int | None = None) -> None:
     """CheckpointError naming the first size that differs between what a checkpoint was made for
     and the target (its hidden size, vocabulary, layer count; None: not recorded); `fix`: what
@@ -208,7 +211,7 @@ def _base_name(name: str) -> str:
     return name.strip().replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
 
 
-def target_names(target: Any, target_id: str) -> list[str]:
+def target_names(target: PreTrainedModel, target_id: str) -> list[str]:
     """The names a target goes by: the id it was loaded with, the path or hub id transformers
     records (`config._name_or_path`), and for the embedded model the model it is."""
     from ..models.loading import EMBEDDED, EMBEDDED_NAME
@@ -219,7 +222,7 @@ def target_names(target: Any, target_id: str) -> list[str]:
     return [n for n in names if n]
 
 
-def check_trained_for(name: Any, field: str, target: Any, target_id: str, where: str, insist: bool,
+def check_trained_for(name: Any, field: str, target: PreTrainedModel, target_id: str, where: str, insist: bool,
                       setting: str) -> None:
     """The model a checkpoint names as the one it was trained for (`field` of its config, e.g.
     speculators_config.verifier.name_or_path) against the target's names (target_names; compared

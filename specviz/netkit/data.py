@@ -23,12 +23,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import torch
 
 from ..errors import SpecvizError
 from ..files.user_files import check_regular_file, loads_json
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 HELD_OUT_PER_MILLE = 10          # the held-out split: conversations whose id hashes below this (of 1000)
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
@@ -87,7 +90,7 @@ def conversation_messages(record: dict) -> list[dict[str, str]]:
     return out
 
 
-def render(messages: list[dict[str, str]], tokenizer: Any) -> str:
+def render(messages: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase) -> str:
     if getattr(tokenizer, "chat_template", None):
         try:
             return tokenizer.apply_chat_template(messages, tokenize=False)
@@ -96,7 +99,7 @@ def render(messages: list[dict[str, str]], tokenizer: Any) -> str:
     return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
-def sharegpt_texts(tokenizer: Any, max_records: int | None = None) -> Iterator[str]:
+def sharegpt_texts(tokenizer: PreTrainedTokenizerBase, max_records: int | None = None) -> Iterator[str]:
     for record in sharegpt_records(max_records):
         messages = conversation_messages(record)
         if messages:
@@ -159,7 +162,8 @@ def _line_text(line: str, where: str) -> str:
     return text
 
 
-def windows(texts: Iterable[str], tokenizer: Any, length: int, eos_id: int | None) -> Iterator[list[int]]:
+def windows(texts: Iterable[str], tokenizer: PreTrainedTokenizerBase, length: int, eos_id: int | None
+            ) -> Iterator[list[int]]:
     """Concatenate the tokenised texts (EOS between them) and cut windows of `length` tokens."""
     buf: list[int] = []
     for text in texts:
@@ -251,14 +255,15 @@ def _jsonl_records(path: Path) -> Iterator[Any]:
             yield record
 
 
-def _template(messages: list[dict[str, str]], tokenizer: Any, generation: bool = False) -> str | None:
+def _template(messages: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase, generation: bool = False
+              ) -> str | None:
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
     except Exception:  # noqa: BLE001 - a template that rejects the roles: plain text instead
         return None
 
 
-def chat_pieces(conv: Conversation, tokenizer: Any) -> list[tuple[str, bool]]:
+def chat_pieces(conv: Conversation, tokenizer: PreTrainedTokenizerBase) -> list[tuple[str, bool]]:
     """The conversation's text as the target's chat template renders it, in pieces (text, in the
     loss): the template's text before each assistant turn (system prompt, user turns, the
     assistant header) is out of the loss, each assistant turn's text and end-of-turn marker in it.
@@ -281,7 +286,7 @@ def chat_pieces(conv: Conversation, tokenizer: Any) -> list[tuple[str, bool]]:
     return [p for p in pieces if p[0]]
 
 
-def chat_tokens(conv: Conversation, tokenizer: Any) -> tuple[list[int], list[bool]]:
+def chat_tokens(conv: Conversation, tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[bool]]:
     """The conversation's token ids (chat_pieces tokenised piece by piece) and the loss mask
     (True on the assistant turns' tokens)."""
     ids: list[int] = []
@@ -293,8 +298,8 @@ def chat_tokens(conv: Conversation, tokenizer: Any) -> tuple[list[int], list[boo
     return ids, mask
 
 
-def masked_windows(convs: Iterable[Conversation], tokenizer: Any, length: int, eos_id: int | None = None
-                   ) -> Iterator[tuple[list[int], list[bool]]]:
+def masked_windows(convs: Iterable[Conversation], tokenizer: PreTrainedTokenizerBase, length: int,
+                   eos_id: int | None = None) -> Iterator[tuple[list[int], list[bool]]]:
     """The conversations' tokens and loss masks (chat_tokens; `eos_id` between conversations, out
     of the loss) packed into windows of `length`; a window with no token in the loss is dropped."""
     ids: list[int] = []
@@ -326,14 +331,14 @@ def masked_batches(wins: Iterable[tuple[list[int], list[bool]]], batch: int
             rows = []
 
 
-def split_windows(source: str, tokenizer: Any, length: int, held_out: bool, max_records: int | None = None
-                  ) -> Iterator[tuple[list[int], list[bool]]]:
+def split_windows(source: str, tokenizer: PreTrainedTokenizerBase, length: int, held_out: bool,
+                  max_records: int | None = None) -> Iterator[tuple[list[int], list[bool]]]:
     """masked_windows of one source's training split (held_out False) or held-out split (True)."""
     convs = (c for c in conversations(source, max_records) if is_held_out(c.id) == held_out)
     return masked_windows(convs, tokenizer, length, getattr(tokenizer, "eos_token_id", None))
 
 
-def mixed_batches(sources: list[str], weights: list[int], tokenizer: Any, length: int, batch: int,
+def mixed_batches(sources: list[str], weights: list[int], tokenizer: PreTrainedTokenizerBase, length: int, batch: int,
                   skip: dict[str, int] | None = None, max_records: int | None = None
                   ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
     """(source, ids [B, T], loss mask [B, T]) of the training splits of `sources`, taken in turn,

@@ -20,13 +20,16 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
 from ..errors import ConfigError, check_choice
 from ..files.user_files import loads_json
 from .data import Conversation, DataError, conversations, is_held_out
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 POOL_BATCHES = 8
 SPLITS = ("train", "held-out", "all")
@@ -103,7 +106,7 @@ def _user_turns(conv: Conversation) -> list[str]:
     return [m["content"] for m in conv.messages if m["role"] == "user"]
 
 
-def _generate(target: Any, prompts: list[list[int]], cfg: DistillConfig, eos: list[int], pad: int
+def _generate(target: PreTrainedModel, prompts: list[list[int]], cfg: DistillConfig, eos: list[int], pad: int
               ) -> list[tuple[list[int], bool]]:
     """Each prompt's answer (token ids, ended by an end token) from one batched, left-padded run."""
     device = next(target.parameters()).device
@@ -139,8 +142,8 @@ def _batches(convs: Iterator[Conversation], cfg: DistillConfig, first_len: Calla
     yield from (pool[i:i + cfg.batch] for i in range(0, len(pool), cfg.batch))
 
 
-def distill(target: Any, tokenizer: Any, model_id: str, source: str, out: str | Path, cfg: DistillConfig,
-            log: Callable[[str], None] = print) -> DistillStats:
+def distill(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_id: str, source: str, out: str | Path,
+            cfg: DistillConfig, log: Callable[[str], None] = print) -> DistillStats:
     """Regenerate the assistant turns of `source`'s conversations (cfg.split of them, those not yet
     in `out`) with the target; append each to `out`. Returns what it did."""
     cfg.check()

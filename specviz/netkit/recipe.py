@@ -18,13 +18,21 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
 from ..errors import ConfigError, check_choice
 from .data import DataError
 from .target_pass import FeaturePass, TargetCache, TargetPass, feature_pass
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from tqdm import tqdm
+    from transformers import PreTrainedModel
+
+    from .shortlist import Shortlisted
 
 SHORTLIST_BATCHES = 1000           # the shortlist counts tokens of at most this many first batches
 MAX_STEPS = 10**9                  # a run's optimiser steps, at most (a step count read from a file too)
@@ -89,7 +97,7 @@ class TimedStep(StepLoss):
     seconds: float
 
 
-def check_least(cfg: Any, lows: Iterable[tuple[str, int]]) -> None:
+def check_least(cfg: object, lows: Iterable[tuple[str, int]]) -> None:
     """ConfigError for the first of cfg's fields below its least value: lows = ((name, least), ...)."""
     for name, low in lows:
         if getattr(cfg, name) < low:
@@ -120,7 +128,8 @@ def resuming(resume: bool, out: str | Path | None, held: Callable[[Path], bool] 
     return True
 
 
-def resumed_blob(ckpt: Any, resume: bool, out: str | Path | None, target: Any, target_id: str) -> Any:
+def resumed_blob(ckpt: ModuleType, resume: bool, out: str | Path | None, target: PreTrainedModel,
+                 target_id: str) -> Any:
     """The checkpoint file a run continues, read and checked to be for this target by `ckpt`
     (glide/ or heads/checkpoint: read, check_target); None for a fresh run (see resuming)."""
     if not resuming(resume, out):
@@ -131,7 +140,7 @@ def resumed_blob(ckpt: Any, resume: bool, out: str | Path | None, target: Any, t
     return blob
 
 
-def freeze_target(target: Any, seed: int) -> None:
+def freeze_target(target: PreTrainedModel, seed: int) -> None:
     """A run's target: no gradients, eval mode; torch seeded with `seed`."""
     torch.manual_seed(seed)
     for p in target.parameters():
@@ -139,7 +148,7 @@ def freeze_target(target: Any, seed: int) -> None:
     target.eval()
 
 
-def start_run(cfg: TrainSchedule, target: Any) -> int:
+def start_run(cfg: TrainSchedule, target: PreTrainedModel) -> int:
     """A training run's start: `cfg` checked, torch seeded with cfg.seed, and the target frozen
     (no gradients, eval mode). Returns the target's vocabulary size; ConfigError when the
     config is wrong or its shortlist (`cfg.vocab` tokens) is larger than that vocabulary."""
@@ -151,7 +160,8 @@ def start_run(cfg: TrainSchedule, target: Any) -> int:
     return vocab_size
 
 
-def optimiser_for(module: torch.nn.Module, target: Any, lr: float) -> tuple[torch.device, torch.optim.AdamW]:
+def optimiser_for(module: torch.nn.Module, target: PreTrainedModel, lr: float
+                  ) -> tuple[torch.device, torch.optim.AdamW]:
     """Put the draft `module` on the target's device in training mode; returns that device and
     the module's AdamW (no weight decay; lr_at sets the learning rate at every step)."""
     device = next(target.parameters()).device
@@ -159,7 +169,7 @@ def optimiser_for(module: torch.nn.Module, target: Any, lr: float) -> tuple[torc
     return device, torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
 
 
-def shortlist_from(source: Iterator[torch.Tensor], batches: int, model: Any, vocab_size: int
+def shortlist_from(source: Iterator[torch.Tensor], batches: int, model: Shortlisted, vocab_size: int
                    ) -> Iterator[torch.Tensor]:
     """Set `model`'s shortlist (set_vocab) to the `model.spec.vocab` most frequent tokens of the
     first `batches` batches [B, T] of `source` (at most SHORTLIST_BATCHES); returns the source
@@ -179,7 +189,7 @@ def resume_state(blob: dict[str, Any], model: torch.nn.Module, opt: torch.optim.
     return training
 
 
-def progress_bar(on: bool, total: int, initial: int = 0, unit: str = "step") -> Any:
+def progress_bar(on: bool, total: int, initial: int = 0, unit: str = "step") -> tqdm | None:
     """A tqdm bar when `on`, else None."""
     if not on:
         return None
@@ -188,7 +198,7 @@ def progress_bar(on: bool, total: int, initial: int = 0, unit: str = "step") -> 
 
 
 @contextmanager
-def saving_on_interrupt(save: Callable[[], None], bar: Any) -> Iterator[None]:
+def saving_on_interrupt(save: Callable[[], None], bar: tqdm | None) -> Iterator[None]:
     """The training loop's frame: Ctrl-C saves a checkpoint first (save()), and the progress
     bar (or None) is closed however the loop ends."""
     try:
@@ -201,7 +211,7 @@ def saving_on_interrupt(save: Callable[[], None], bar: Any) -> Iterator[None]:
             bar.close()
 
 
-def after_step(step: int, save_every: int, save: Callable[[], None], bar: Any, **postfix: str) -> None:
+def after_step(step: int, save_every: int, save: Callable[[], None], bar: tqdm | None, **postfix: str) -> None:
     """After optimiser step `step` (1-based): the progress bar (or None) moves on, showing
     `postfix`, and every `save_every` steps a checkpoint is saved."""
     if bar is not None:
@@ -482,7 +492,8 @@ def head_schedule(cfg: OnlineSchedule, progress: HeadProgress, max_steps: int = 
     return dataclasses.replace(cfg, steps=min(length, max_steps) if max_steps else length)
 
 
-def train_online(target: Any, heads: Sequence[OnlineHead], batches: Iterator[tuple[str, torch.Tensor, torch.Tensor]],
+def train_online(target: PreTrainedModel, heads: Sequence[OnlineHead],
+                 batches: Iterator[tuple[str, torch.Tensor, torch.Tensor]],
                  held: dict[str, list[tuple[torch.Tensor, torch.Tensor, FeaturePass]]], cfg: OnlineSchedule,
                  state: RunState, run_dir: Path, vocab: torch.Tensor | None = None,
                  autocast: torch.dtype | None = None, log: Callable[[str], None] = print) -> RunState:

@@ -18,12 +18,15 @@ import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import SpecvizError
 from ..files.user_files import read_json_file
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class TargetCacheError(SpecvizError):
@@ -50,7 +53,7 @@ class TargetPass:
                        hidden=cast(self.hidden), logits=cast(self.logits))
 
 
-def target_pass(target: Any, ids: torch.Tensor, layers: list[int], *, labels: bool = False,
+def target_pass(target: PreTrainedModel, ids: torch.Tensor, layers: list[int], *, labels: bool = False,
                 hidden: bool = False, logits: bool = False) -> TargetPass:
     """One no-grad forward of the frozen target over ids [B, T], keeping what is asked."""
     from ..models.kvcache import layer_kv, new_cache
@@ -135,8 +138,9 @@ class FeaturePass:
         return torch.cat([self.features[i].to(dtype) for i in layers], -1)
 
 
-def feature_pass(target: Any, ids: torch.Tensor, layers: tuple[int, ...], autocast: torch.dtype | None = None,
-                 vocab: torch.Tensor | None = None, full: bool = False) -> FeaturePass:
+def feature_pass(target: PreTrainedModel, ids: torch.Tensor, layers: tuple[int, ...],
+                 autocast: torch.dtype | None = None, vocab: torch.Tensor | None = None, full: bool = False
+                 ) -> FeaturePass:
     """One no-grad forward of the frozen target over ids [B, T] (its decoder under `autocast`, or
     fp32), keeping the hidden states at `layers` (fp32) and, from the final hidden state in fp32,
     the argmax over the whole vocabulary and the logits over `vocab` [K] (and over the whole

@@ -95,7 +95,7 @@ class ArcticSuffixDrafter(TokensOnly):
                 self.cache.add_active_response(self.req_id, list(step.new_tokens))
 
 
-def _make(config: Any, setup: DraftSetup) -> ArcticSuffixDrafter:
+def _make(config: ArcticSuffixConfig, setup: DraftSetup) -> ArcticSuffixDrafter:
     return ArcticSuffixDrafter(config, setup)
 
 

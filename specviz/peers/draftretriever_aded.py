@@ -114,7 +114,7 @@ class DraftRetrieverDrafter(TokensOnly):
         pass                                    # the Reader adapts inside search()
 
 
-def _make(config: Any, setup: DraftSetup) -> DraftRetrieverDrafter:
+def _make(config: DraftRetrieverConfig, setup: DraftSetup) -> DraftRetrieverDrafter:
     return DraftRetrieverDrafter(config, setup)
 
 

@@ -22,11 +22,14 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 import numpy as np
 
 from .errors import EmbedderLoadError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 ALIASES = {"default": DEFAULT_MODEL, "all-minilm-l6-v2": DEFAULT_MODEL,
@@ -89,7 +92,7 @@ class HashingEmbedder:
 
 @dataclass
 class SentenceTransformerEmbedder:
-    model: Any                                   # sentence_transformers.SentenceTransformer
+    model: SentenceTransformer
     model_id: str
     dim: int = field(init=False)
 

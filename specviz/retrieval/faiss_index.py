@@ -22,7 +22,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from ..core.settings import Settings, setting
 from .chunks import Chunk, ChunkingConfig
 from ..files.user_files import loads_json
 from .errors import IndexFormatError, IndexMismatchError
+
+if TYPE_CHECKING:
+    import faiss
 
 FORMAT = "specviz-passages"
 FORMAT_VERSION = 1
@@ -87,14 +90,14 @@ def resolve(config: IndexConfig, n: int, dim: int) -> IndexParams:
     return IndexParams("ivfpq", nlist, m, nbits, min(config.nprobe, nlist))
 
 
-def build_faiss(vectors: np.ndarray, params: IndexParams, seed: int = 0) -> Any:
+def build_faiss(vectors: np.ndarray, params: IndexParams, seed: int = 0) -> faiss.Index:
     """A FAISS inner-product index holding `vectors` ([N, D] float32, unit rows) with ids 0..N-1."""
     import faiss
 
     x = np.ascontiguousarray(vectors, dtype=np.float32)    # [N, D]
     dim = x.shape[1]
     if params.kind == "flat":
-        index: Any = faiss.IndexFlatIP(dim)
+        index: faiss.Index = faiss.IndexFlatIP(dim)
     else:
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFPQ(quantizer, dim, params.nlist, params.m, params.nbits,
@@ -150,7 +153,7 @@ class PassageIndex:
     """Chunks, their FAISS index and the manifest describing how they were made."""
     manifest: Manifest
     chunks: list[Chunk]
-    index: Any                          # faiss.Index
+    index: faiss.Index
 
     def __len__(self) -> int:
         return len(self.chunks)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from .chunks import Chunk
 from .embed import local_only
 from .errors import EmbedderLoadError
+
+if TYPE_CHECKING:
+    from sentence_transformers import CrossEncoder
 
 
 class Reranker(Protocol):
@@ -25,7 +28,7 @@ class Reranker(Protocol):
 
 @dataclass
 class CrossEncoderReranker:
-    model: Any                    # sentence_transformers.CrossEncoder
+    model: CrossEncoder
     model_id: str
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:

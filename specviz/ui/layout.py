@@ -17,7 +17,7 @@ tab has its own Session in gr.State.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # runs offline; no usage pings
 
@@ -49,6 +49,9 @@ from .setup_panel import SETTINGS_SOURCE, build_setup_panel  # noqa: E402
 from .summary_tab import build_summary  # noqa: E402
 from .uploads import CONTEXT_LIMIT_BYTES, UPLOAD_LIMIT, read_context_files  # noqa: E402
 from .views import MODEL_SLOT, VIEWS_EVENT, Page, RunViews  # noqa: E402
+
+if TYPE_CHECKING:
+    from ..core.trace import Trace
 
 CSS = """
 .gradio-container {max-width: 1500px !important}
@@ -106,7 +109,7 @@ def api_trace(model: str = "tiny-random", drafter: str = DEFAULT_DRAFTER, messag
         return runner.run_to_end(request).to_json()
 
 
-def building_note(trace: Any) -> str:
+def building_note(trace: Trace | None) -> str:
     steps = len(trace.steps) if trace is not None else 0
     return f"*⏳ Building this run's views ({steps} steps: every step's tree, mask and timing)...*"
 

@@ -14,7 +14,7 @@ input differently).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..core.decoding import DecodingConfig
 from ..core.trace import Trace
@@ -23,6 +23,9 @@ from ..engine import service
 from ..files.user_files import check_text_size
 from ..viz.markup import md_code
 from .web_policy import check_request
+
+if TYPE_CHECKING:
+    from ..drafters.kit.store import DrafterStore
 
 SETTINGS_SOURCE = "settings"          # how a contradiction with the brackets names the form's values
 
@@ -39,7 +42,7 @@ def prepare(request: service.RunRequest) -> service.DrafterPlan:
     return service.resolve(request, vet=web_checks)
 
 
-def start(request: service.RunRequest, plan: service.DrafterPlan | None = None, store: Any = None,
+def start(request: service.RunRequest, plan: service.DrafterPlan | None = None, store: DrafterStore | None = None,
           reference: Sequence[int] | None = None) -> service.Run:
     """Load the model (cached), build the prompt and the step iterator. Raises SpecvizError.
     `plan`: the request's drafter as `prepare` resolved it (else resolved here); `store`: the
@@ -50,7 +53,7 @@ def start(request: service.RunRequest, plan: service.DrafterPlan | None = None, 
                          reference=reference)
 
 
-def run_to_end(request: service.RunRequest, plan: service.DrafterPlan | None = None, store: Any = None,
+def run_to_end(request: service.RunRequest, plan: service.DrafterPlan | None = None, store: DrafterStore | None = None,
                reference: Sequence[int] | None = None) -> Trace:
     run = start(request, plan, store, reference)
     for _ in run:

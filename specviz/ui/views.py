@@ -23,11 +23,14 @@ kept free of components (plots are sent as gradio's PlotData, made once).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 import gradio as gr
 
 from ..core.trace import Trace
+
+if TYPE_CHECKING:
+    from .setup_panel import SetupPanel
 
 Draw = Callable[[Trace, int], Any]
 # the browser's events: no Python, no queue, no progress (the page is already there)
@@ -110,7 +113,7 @@ class Page:
     A tab is a builder `build_x(page) -> handles` that lays out its components and wires its
     own events (layout.TABS lists them, in order): e.g. a button that makes a new run in the
     session: `page.show_run(button.click(handler, [page.session, ...], [page.session, ...]), "best")`."""
-    session: Any
-    panel: Any
+    session: gr.State
+    panel: SetupPanel
     views: RunViews
     show_run: Callable[..., Any]

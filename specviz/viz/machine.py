@@ -2,14 +2,17 @@
 measured against the calibrated cost model, and the drafters' check against vanilla."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
 from .markup import md_code
 
+if TYPE_CHECKING:
+    from ..analysis.doctor import DoctorReport
 
-def cost_curve_figure(report: Any) -> go.Figure:
+
+def cost_curve_figure(report: DoctorReport) -> go.Figure:
     """Milliseconds per forward against rows fed (1..64): measured now and the cost model."""
     rows = [p.rows for p in report.cost_curve]
     fig = go.Figure()
@@ -24,7 +27,7 @@ def cost_curve_figure(report: Any) -> go.Figure:
     return fig
 
 
-def doctor_markdown(report: Any) -> str:
+def doctor_markdown(report: DoctorReport) -> str:
     """The set-up and the drafters' check as Markdown tables."""
     gpu = f" ({report.gpu_name})" if report.gpu_name else ""
     lines = ["| setting | value |", "|---|---|",

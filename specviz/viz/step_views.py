@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.trace import Trace
 from .jumps import jump_notes, jump_targets
@@ -31,8 +31,11 @@ from .summary import step_markdown
 from .timing import step_timing_figure
 from .tree import tree_figure
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
-def figure_json(fig: Any) -> dict[str, Any]:
+
+def figure_json(fig: go.Figure) -> dict[str, Any]:
     """{"data", "layout"} of a plotly figure as plain JSON, without its layout template."""
     out = json.loads(fig.to_json())
     out["layout"].pop("template", None)
