@@ -3,7 +3,8 @@ process does not time the target again (11-13 s for the embedded model on this p
 
 A curve is kept under a key of everything its shape depends on (`curve_key`): the model's
 fingerprint (models/fingerprint.py: architecture and a sample of its weights), the device with
-its processor's or GPU's name, the dtype, torch's thread count, cpu_linear, the attention
+its processor's or GPU's name, the dtype, torch's thread count and (on a CPU) the OpenMP /
+MKL environment variables (`threading_env`), cpu_linear, the attention
 implementation, the device map, the torch version, and the curve's own grid and cache length
 (cost.GRID, cost.CALIBRATION_CACHE_TOKENS). One JSON file per key in `store_dir()`
 (SPECVIZ_COST_CURVES, else `cost-curves` under the cache folder, files/cachedir.py), holding
