@@ -532,3 +532,18 @@ def test_the_results_tabs_positions_read_na_where_no_draft_reached_them():
     assert list(dotted.y) == [1.0, 0.0, None]
     old = dict(row, spec_decode={k: v for k, v in sd.items() if k != "num_tested_per_pos"})
     assert "| 1.00 0.00 0.00 |" in position_table([old])
+
+
+def test_the_bench_records_the_openmp_environment_and_notes_a_passive_wait(tmp_path, monkeypatch, capsys):
+    """OMP_WAIT_POLICY=passive slows CPU decoding (benchmarks/README.md, "Under load"): the results
+    say which OpenMP settings they were timed under, and a passive wait is a note, printed and kept."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    assert _bench_qa(tmp_path, tmp_path / "out") == 0
+    meta, _ = load_results(tmp_path / "out" / "results.json")
+    assert meta["threading_env"]["OMP_WAIT_POLICY"] == "passive"
+    assert any(n.startswith("OMP_WAIT_POLICY=passive") for n in meta["notes"])
+    assert "note: OMP_WAIT_POLICY=passive" in capsys.readouterr().err
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert _bench_qa(tmp_path, tmp_path / "plain") == 0
+    meta, _ = load_results(tmp_path / "plain" / "results.json")
+    assert "OMP_WAIT_POLICY" not in meta["threading_env"] and not any("OMP_" in n for n in meta["notes"])

@@ -41,11 +41,13 @@ def test_doctor_on_the_tiny_model() -> None:
     assert list(fig.data[0].x) == [1, 2, 4] and len(fig.data) == 2
 
 
-def test_doctor_cli_json_and_bad_input(capsys) -> None:
+def test_doctor_cli_json_and_bad_input(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")            # slows CPU timings: the report says so
     code = cli.main(["doctor", "--model", "tiny-random", "--device", "cpu", "--drafters", "prompt_lookup",
                      "--prompts", "1", "--max-new-tokens", "4", "--context-len", "64", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["context_len"] == 64 and data["checks"][0]["drafter"] == "prompt_lookup"
+    assert any(n.startswith("OMP_WAIT_POLICY=passive") for n in data["notes"])
     assert [p["rows"] for p in data["cost_curve"]] == list(ROWS)
     with pytest.raises(SpecvizError, match="nonesuch"):
         run_doctor("tiny-random", "cpu", "auto", ("nonesuch",))

@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.batched import BatchedBench, check_batch_sizes
     from ..bench.cluster import worker_info
     from ..bench.runner import Bench
-    from ..models.cost_cache import threading_env
+    from ..models.cost_cache import threading_env, threading_note
 
     _check_numbers(args)
     sizes = batch_sizes(args)
@@ -263,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
     notes = notes + check_batch_sizes(sizes, len(questions))
     if max(sizes) > 1 and any(m.kind == "peer" for m in methods):
         notes.append("--peers: transformers' generate() decodes one request at a time: measured at batch size 1 only")
+    notes += [n for n in [threading_note(threading_env())] if n]
     out = check_output_dir(args.out, "--out")             # writable, before any model is loaded
     check_fresh_out(out, args.resume, args.overwrite)
     for w in warnings:

@@ -87,6 +87,15 @@ def threading_env() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(THREADING_PREFIXES)}
 
 
+def threading_note(env: dict[str, str]) -> str | None:
+    """A sentence for a timing run whose environment makes OpenMP threads sleep; None otherwise."""
+    if env.get("OMP_WAIT_POLICY", "").strip().lower() != "passive":
+        return None
+    return ("OMP_WAIT_POLICY=passive: OpenMP threads sleep between operations, which slows decoding on a CPU "
+            "(the embedded model's vanilla ran at 12.1 tokens/s under it against 21.8 without, one request; "
+            "benchmarks/README.md, \"Under load\"); these timings compare only with runs under the same setting")
+
+
 def machine_load(device_type: str) -> float | None:
     """The one-minute load average per core on a CPU (what competes with a CPU timing); None on
     other devices, where the host's load does not slow the forward alike, or where it is unknown."""
