@@ -263,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
     notes = notes + check_batch_sizes(sizes, len(questions))
     if max(sizes) > 1 and any(m.kind == "peer" for m in methods):
         notes.append("--peers: transformers' generate() decodes one request at a time: measured at batch size 1 only")
-    notes += [n for n in [threading_note(threading_env())] if n]
+    if note := threading_note(threading_env()):          # a passive OpenMP wait slows CPU timings
+        notes.append(note)
     out = check_output_dir(args.out, "--out")             # writable, before any model is loaded
     check_fresh_out(out, args.resume, args.overwrite)
     for w in warnings:
