@@ -255,6 +255,17 @@ def _not_loaded(model_id: str, err: Exception) -> ModelLoadError:
                           "(offline default), a local model directory, or a hub id with the network available.")
 
 
+def _hub_or_local(model_id: str) -> str:
+    """What transformers is given for `model_id`: a local folder (~ expanded) when one exists, else
+    the hub id; a path-like id (./, /, ~, more than one slash) naming no folder is a ModelLoadError."""
+    local = Path(model_id).expanduser()
+    if local.exists():
+        return str(local)
+    if model_id.startswith((".", "/", "~")) or model_id.count("/") > 1:
+        raise ModelLoadError(f"model: no such directory {model_id!r}")
+    return model_id
+
+
 def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: str = "",
           cpu_linear: bool | None = None) -> LoadedModel:
     """Load `model_id` onto `device` in `dtype` (`requested` "auto": fp32 if it fits the GPU,
@@ -267,13 +278,10 @@ def _load(model_id: str, device: torch.device, dtype: torch.dtype, requested: st
         _, tokenizer = _load_embedded_tokenizer()
         model = tiny_random_model(len(tokenizer))
     else:
-        local = Path(model_id).expanduser()
-        if not local.exists() and (model_id.startswith((".", "/", "~")) or model_id.count("/") > 1):
-            raise ModelLoadError(f"model: no such directory {model_id!r}")
+        source = _hub_or_local(model_id)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(local) if local.exists() else model_id)
-            model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else model_id,
-                                                         dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
         except Exception as err:  # OSError offline, ValueError for unknown architectures...
             raise _not_loaded(model_id, err) from None
     if requested == "auto":      # the weights are in memory now: pick fp32 if it fits the GPU
@@ -337,17 +345,14 @@ def load_tokenizer(model_id: str) -> tuple[PreTrainedTokenizerBase, int]:
         except Exception as err:
             raise _not_loaded(model_id, err) from None
     else:
-        local = Path(model_id).expanduser()
-        if not local.exists() and (model_id.startswith((".", "/", "~")) or model_id.count("/") > 1):
-            raise ModelLoadError(f"model: no such directory {model_id!r}")
-        source = str(local) if local.exists() else model_id
+        source = _hub_or_local(model_id)
         try:
             tokenizer = AutoTokenizer.from_pretrained(source)
             config = AutoConfig.from_pretrained(source)
         except Exception as err:  # OSError offline, ValueError for unknown architectures...
             raise _not_loaded(model_id, err) from None
     rows = getattr(config, "vocab_size", None) or getattr(config.get_text_config(), "vocab_size", None)
-    if not isinstance(rows, int) or rows < 1:
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
         raise ModelLoadError(f"model: {model_id!r}'s config gives no vocab_size (the rows of its LM head)")
     return tokenizer, rows
 
@@ -502,10 +507,7 @@ def _load_mapped(model_id: str, spec: str | dict[str, Any], max_memory: dict[Any
     else:
         from accelerate import init_empty_weights
 
-        local = Path(model_id).expanduser()
-        source = str(local) if local.exists() else model_id
-        if not local.exists() and (model_id.startswith((".", "/", "~")) or model_id.count("/") > 1):
-            raise ModelLoadError(f"model: no such directory {model_id!r}")
+        source = _hub_or_local(model_id)
         try:
             tokenizer = AutoTokenizer.from_pretrained(source)
             with init_empty_weights():          # the architecture on the meta device, to plan the map
